@@ -1,0 +1,204 @@
+"""``memory://name``: the embedded reference backend.
+
+Boards opened on the same name in one process share one :class:`Store`; a
+board's claims and entities behave like a remote session's: closing the board
+releases them. ``memory://`` without a name is a private board.
+
+URL options: ``max_attempts`` (default for posts), ``max_posting_bytes``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
+from jobboard.codec import MalformedEntry, build_posting, check_size, encode_posting, encode_value
+from jobboard.errors import InvalidJob
+from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
+from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
+from jobboard.url import parse_options, parse_url, positive_int
+from jobboard_memory.store import Store, wall_clock
+
+logger = logging.getLogger(__name__)
+
+OPTIONS = {"max_attempts": positive_int, "max_posting_bytes": positive_int}
+
+
+class SharedState:
+    """A store plus what the boards sharing it need to see each other."""
+
+    def __init__(self) -> None:
+        self.boards: set[MemoryBoard] = set()
+        self.store = Store(self.publish)
+        self.entities: dict[str, tuple[Entity, MemoryBoard]] = {}
+        self._waiters: list[anyio.Event] = []
+
+    def publish(self, event: Event) -> None:
+        for board in self.boards:
+            board.hub.publish(event)
+        self.notify()
+
+    def notify(self) -> None:
+        """Wake everything waiting for a change."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.set()
+
+    def change(self) -> anyio.Event:
+        """An event set at the next change; take it *before* checking a condition."""
+        waiter = anyio.Event()
+        self._waiters.append(waiter)
+        return waiter
+
+
+_SHARED: dict[str, SharedState] = {}
+
+
+class MemoryBoard(JobBoard):
+    """In-process job board; see the module docstring."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        parsed = parse_url(url)
+        options = parse_options(parsed, OPTIONS)
+        self.default_max_attempts: int | None = options.get("max_attempts")
+        self.max_posting_bytes = options.get("max_posting_bytes", self.max_posting_bytes)
+        self._name = (parsed.host_string + parsed.path) or f"private-{uuid.uuid4().hex}"
+        self.hub = EventHub()
+        self._reported: set[str] = set()
+
+    @property
+    def _shared(self) -> SharedState:
+        self._ensure_open()
+        return _SHARED[self._name]
+
+    @property
+    def _store(self) -> Store:
+        return self._shared.store
+
+    async def open(self) -> None:
+        shared = _SHARED.setdefault(self._name, SharedState())
+        shared.boards.add(self)
+        self._open = True
+
+    async def aclose(self) -> None:
+        if not self._open:
+            return
+        shared = self._shared
+        for entry in shared.store.held_by(self):
+            shared.store.release(entry, None, f"owner {entry.owner} closed its board")
+        for name in [n for n, (_, board) in shared.entities.items() if board is self]:
+            del shared.entities[name]
+        shared.boards.discard(self)
+        self.hub.close()
+        self._open = False
+        shared.notify()
+
+    async def post(
+        self, name: str, details: Mapping[str, Any] | None = None, *,
+        priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
+        max_attempts: int | None = None, keep_result: bool = False,
+    ) -> Job:
+        self._ensure_open()
+        posting = build_posting(
+            name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
+            max_attempts=self.default_max_attempts if max_attempts is None else max_attempts, keep_result=keep_result,
+            created_at=wall_clock(),
+        )
+        raw = encode_posting(posting)
+        check_size(name, raw, self.max_posting_bytes)
+        return self._store.admit(raw)
+
+    async def get(self, job: JobRef) -> Job:
+        return self._store.entry(job_id_of(job)).job()
+
+    async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
+        self._report_malformed()
+        for entry in self._store.ordered():
+            if not only_unclaimed or entry.state() is JobState.UNCLAIMED:
+                yield entry.job()
+
+    def _report_malformed(self) -> None:
+        for job_id in self._store.malformed.keys() - self._reported:
+            self._reported.add(job_id)
+            logger.warning("skipping malformed entry %s on %s", job_id, self.url)
+            self.hub.publish(Event(EventKind.MALFORMED, job_id, "not a valid posting"))
+
+    async def state(self, job: JobRef) -> JobState:
+        return self._store.state(job_id_of(job))
+
+    async def owner(self, job: JobRef) -> str | None:
+        entry = self._store.jobs.get(job_id_of(job))
+        return entry.owner if entry is not None else None
+
+    async def job_count(self) -> int:
+        return len(self._store.jobs)
+
+    async def trashed(self) -> AsyncIterator[TrashedJob]:
+        for item in list(self._store.trash.values()):
+            yield item
+
+    async def claim(self, job: JobRef, owner: str) -> Claim:
+        return self._store.claim(job_id_of(job), check_owner(owner), self, wall_clock())
+
+    async def claim_next(self, owner: str) -> Claim | None:
+        self._report_malformed()
+        return self._store.claim_next(check_owner(owner), self, wall_clock())
+
+    async def consume(self, claim: Claim, result: Any = None) -> None:
+        self._store.consume(claim, result)
+
+    async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
+        if retry_after is not None and retry_after < 0:
+            raise InvalidJob("retry_after must be >= 0 seconds")
+        entry = self._store.current(claim)
+        not_before = wall_clock() + retry_after if retry_after else None
+        self._store.release(entry, not_before, f"abandoned by {claim.owner}")
+
+    async def trash(self, claim: Claim, reason: str) -> None:
+        entry = self._store.current(claim)
+        self._store.move_to_trash(entry, str(reason), wall_clock())
+
+    async def wait(self) -> list[Job]:
+        while True:
+            change = self._shared.change()
+            now = wall_clock()
+            jobs = self._store.claimable(now)
+            if jobs:
+                return jobs
+            with anyio.move_on_after(self._store.next_wakeup(now) or float("inf")):
+                await change.wait()
+
+    async def wait_for_completion(self, job: JobRef) -> Outcome:
+        job_id = job_id_of(job)
+        while True:
+            change = self._shared.change()
+            outcome = self._store.outcome(job_id)
+            if outcome is not None:
+                return outcome
+            await change.wait()
+
+    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
+        self._ensure_open()
+        return self.hub.subscribe(maxlen)
+
+    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
+        check_owner(name)
+        encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
+        self._shared.entities[name] = (Entity(name, dict(metadata or {})), self)
+
+    async def entities(self) -> list[Entity]:
+        return [entity for _, (entity, _) in sorted(self._shared.entities.items())]
+
+    def inject_malformed(self, raw: bytes) -> None:
+        """Test hook: store raw bytes as if another tool had written an entry."""
+        try:
+            self._store.admit(raw)
+        except MalformedEntry:
+            return
+        raise ValueError("the injected bytes were a valid posting")

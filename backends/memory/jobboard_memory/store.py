@@ -1,0 +1,234 @@
+"""The state of one ``memory://`` board, shared by every board opened on its name.
+
+Every method here is synchronous and never awaits, so on one event loop each
+is atomic. Entries are kept as encoded postings and decoded on admission, so
+the memory backend goes through the same codec (and the same malformed-entry
+path) as a remote one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
+from jobboard.errors import AlreadyClaimed, ClaimLost, InvalidJob, JobNotFound, NotClaimable, NotOwner
+from jobboard.events import Event, EventKind
+from jobboard.job import Claim, Job, JobState, Outcome, TrashedJob
+
+MAX_ATTEMPTS_REASON = "max attempts exceeded"
+
+
+@dataclass(eq=False)
+class Entry:
+    """One job on the board, with its claim and link state."""
+
+    job_id: str
+    sequence: int
+    posting: Posting
+    owner: str | None = None
+    holder: object = None
+    """The board whose claim this is (released when that board closes)."""
+    generation: int = 0
+    waiting_on: set[str] = field(default_factory=set)
+    results: dict[str, bytes] = field(default_factory=dict)
+    dependents: list[str] = field(default_factory=list)
+
+    def job(self) -> Job:
+        return self.posting.to_job(self.job_id, self.sequence)
+
+    def state(self) -> JobState:
+        if self.waiting_on:
+            return JobState.WAITING
+        return JobState.CLAIMED if self.owner is not None else JobState.UNCLAIMED
+
+    def sort_key(self) -> tuple[int, int]:
+        return (self.posting.priority.rank, self.sequence)
+
+
+class Store:
+    """Jobs, trash, kept outcomes and entities of one named memory board."""
+
+    def __init__(self, publish: Callable[[Event], None]) -> None:
+        self.jobs: dict[str, Entry] = {}
+        self.malformed: dict[str, bytes] = {}
+        self.trash: dict[str, TrashedJob] = {}
+        self.kept_results: dict[str, bytes] = {}
+        self._ready: list[tuple[int, int, str]] = []
+        self._sequence = itertools.count(1)
+        self._publish = publish
+
+    # -- posting -------------------------------------------------------------
+
+    def admit(self, raw: bytes) -> Job:
+        """Add an encoded posting; an undecodable one is kept aside as malformed.
+
+        :raises InvalidJob: a dependency is not on the board (nothing is added).
+        :raises MalformedEntry: ``raw`` is not a posting (it is kept in ``malformed``).
+        """
+        sequence = next(self._sequence)
+        job_id = f"job-{sequence:010d}"
+        try:
+            posting = decode_posting(raw)
+        except MalformedEntry:
+            self.malformed[job_id] = raw
+            raise
+        missing = [dep for dep in posting.depends_on if dep not in self.jobs]
+        if missing:
+            raise InvalidJob(f"job {posting.name!r}: dependencies not on the board: {', '.join(missing)}")
+        entry = Entry(job_id, sequence, posting, waiting_on=set(posting.depends_on))
+        self.jobs[job_id] = entry
+        for dep in posting.depends_on:
+            self.jobs[dep].dependents.append(job_id)
+        self._make_ready(entry)
+        self._publish(Event(EventKind.POSTED, job_id, posting.name))
+        return entry.job()
+
+    def _make_ready(self, entry: Entry) -> None:
+        if not entry.waiting_on and entry.owner is None:
+            heapq.heappush(self._ready, (*entry.sort_key(), entry.job_id))
+
+    # -- reading -------------------------------------------------------------
+
+    def entry(self, job_id: str) -> Entry:
+        """:raises JobNotFound: the job is not on the board."""
+        try:
+            return self.jobs[job_id]
+        except KeyError:
+            raise JobNotFound(f"job {job_id} is not on the board") from None
+
+    def ordered(self) -> list[Entry]:
+        return sorted(self.jobs.values(), key=Entry.sort_key)
+
+    def state(self, job_id: str) -> JobState:
+        entry = self.jobs.get(job_id)
+        if entry is not None:
+            return entry.state()
+        return JobState.TRASHED if job_id in self.trash else JobState.COMPLETE
+
+    def outcome(self, job_id: str) -> Outcome | None:
+        """How the job ended, or ``None`` while it is on the board."""
+        if job_id in self.jobs:
+            return None
+        if job_id in self.trash:
+            return Outcome(job_id, JobState.TRASHED, reason=self.trash[job_id].reason)
+        raw = self.kept_results.get(job_id)
+        return Outcome(job_id, JobState.COMPLETE, result=None if raw is None else decode_value(raw))
+
+    def claimable(self, now: float) -> list[Job]:
+        return [e.job() for e in self.ordered() if e.state() is JobState.UNCLAIMED
+                and not _delayed(e, now)]
+
+    def next_wakeup(self, now: float) -> float | None:
+        """Seconds until the earliest delayed job becomes claimable, if any."""
+        delays = [e.posting.not_before - now for e in self.jobs.values()
+                  if e.posting.not_before is not None and e.state() is JobState.UNCLAIMED]
+        return max(0.0, min(delays)) if delays else None
+
+    # -- claiming ------------------------------------------------------------
+
+    def claim(self, job_id: str, owner: str, holder: object, now: float) -> Claim:
+        """Claim one job (see ``JobBoard.claim`` for the rules and errors)."""
+        entry = self.entry(job_id)
+        if entry.waiting_on:
+            raise NotClaimable(f"job {job_id} is waiting for {len(entry.waiting_on)} dependencies")
+        if entry.owner is not None:
+            raise AlreadyClaimed(f"job {job_id} is claimed by {entry.owner}")
+        if entry.posting.not_before is not None and entry.posting.not_before > now:
+            raise NotClaimable(f"job {job_id} is delayed for {entry.posting.not_before - now:.1f}s")
+        limit = entry.posting.max_attempts
+        if limit is not None and entry.posting.attempts >= limit:
+            self.move_to_trash(entry, f"{MAX_ATTEMPTS_REASON} ({limit})", now)
+            raise JobNotFound(f"job {job_id} used its {limit} attempts and was moved to the trash")
+        entry.posting = entry.posting.claimed()
+        entry.owner, entry.holder = owner, holder
+        entry.generation += 1
+        self._publish(Event(EventKind.CLAIMED, job_id, owner))
+        results = tuple(decode_value(entry.results[dep]) for dep in entry.posting.depends_on)
+        return Claim(entry.job(), owner, entry.generation, results)
+
+    def claim_next(self, owner: str, holder: object, now: float) -> Claim | None:
+        """Claim the best claimable job, skipping stale heap items."""
+        delayed: list[tuple[int, int, str]] = []
+        try:
+            while self._ready:
+                item = heapq.heappop(self._ready)
+                entry = self.jobs.get(item[2])
+                if entry is None or entry.state() is not JobState.UNCLAIMED:
+                    continue
+                if _delayed(entry, now):
+                    delayed.append(item)
+                    continue
+                try:
+                    return self.claim(entry.job_id, owner, holder, now)
+                except JobNotFound:
+                    continue
+            return None
+        finally:
+            for item in delayed:
+                heapq.heappush(self._ready, item)
+
+    # -- settling ------------------------------------------------------------
+
+    def current(self, claim: Claim) -> Entry:
+        """The claimed entry, if ``claim`` is its current claim.
+
+        :raises ClaimLost: settled, released or claimed again since.
+        :raises NotOwner: right generation, different owner.
+        """
+        entry = self.jobs.get(claim.job.id)
+        if entry is None or entry.owner is None or entry.generation != claim.generation:
+            raise ClaimLost(f"claim of job {claim.job.id} (generation {claim.generation}) is no longer current")
+        if entry.owner != claim.owner:
+            raise NotOwner(f"job {claim.job.id} is owned by {entry.owner}, not {claim.owner}")
+        return entry
+
+    def consume(self, claim: Claim, result: Any) -> None:
+        entry = self.current(claim)
+        raw = encode_value(result, what=f"result of job {entry.job_id}")
+        del self.jobs[entry.job_id]
+        if entry.posting.keep_result:
+            self.kept_results[entry.job_id] = raw
+        self._publish(Event(EventKind.CONSUMED, entry.job_id, entry.posting.name))
+        for dependent_id in entry.dependents:
+            self._deliver(self.jobs[dependent_id], entry.job_id, raw)
+
+    def _deliver(self, dependent: Entry, dep_id: str, raw: bytes) -> None:
+        dependent.results[dep_id] = raw
+        dependent.waiting_on.discard(dep_id)
+        if not dependent.waiting_on:
+            self._make_ready(dependent)
+            self._publish(Event(EventKind.READY, dependent.job_id, dependent.posting.name))
+
+    def release(self, entry: Entry, not_before: float | None, why: str) -> None:
+        """Put a claimed entry back on the board."""
+        entry.posting = entry.posting.delayed(not_before)
+        entry.owner, entry.holder = None, None
+        self._make_ready(entry)
+        self._publish(Event(EventKind.RELEASED, entry.job_id, why))
+
+    def move_to_trash(self, entry: Entry, reason: str, now: float) -> None:
+        """Trash an entry and, recursively, every job that depends on it."""
+        del self.jobs[entry.job_id]
+        self.trash[entry.job_id] = TrashedJob(entry.job(), reason, now)
+        self._publish(Event(EventKind.TRASHED, entry.job_id, reason))
+        for dependent_id in entry.dependents:
+            dependent = self.jobs.get(dependent_id)
+            if dependent is not None:
+                cause = f"dependency {entry.job_id} ({entry.posting.name}) was trashed: {reason}"
+                self.move_to_trash(dependent, cause, now)
+
+    def held_by(self, holder: object) -> Iterator[Entry]:
+        return (e for e in list(self.jobs.values()) if e.holder is holder)
+
+
+def _delayed(entry: Entry, now: float) -> bool:
+    return entry.posting.not_before is not None and entry.posting.not_before > now
+
+
+def wall_clock() -> float:
+    return time.time()

@@ -1,0 +1,225 @@
+"""The :class:`JobBoard` contract: what every backend promises.
+
+Ownership in one paragraph: ``claim`` hands a job to exactly one owner and
+returns a :class:`~jobboard.job.Claim`. Only that claim settles the job
+(``consume``, ``abandon`` or ``trash``), and only while it is current: once the
+job is settled, released or claimed again, the claim is stale and settling it
+raises :class:`~jobboard.errors.ClaimLost`. Claims die with the board that made
+them (``aclose``, or a lost backend session), never silently.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self
+
+from jobboard.errors import BoardClosed, InvalidJob
+from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
+from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
+
+JobRef = Job | str
+"""A job or its id."""
+
+
+def job_id_of(job: JobRef) -> str:
+    """The id of a job reference."""
+    return job if isinstance(job, str) else job.id
+
+
+def check_owner(owner: object) -> str:
+    """:raises InvalidJob: unless ``owner`` is a non-empty string."""
+    if not isinstance(owner, str) or not owner.strip():
+        raise InvalidJob(f"owner must be a non-empty string, not {owner!r}")
+    return owner
+
+
+class JobBoard(abc.ABC):
+    """An async job board. Use it as ``async with open_board(url) as board``.
+
+    Every method raises :class:`~jobboard.errors.BoardClosed` before ``open``
+    and after ``aclose``, and :class:`~jobboard.errors.BackendUnavailable` on a
+    transient backend failure (the operation may or may not have happened;
+    retrying a settle then raises ``ClaimLost`` if it had). No exception of a
+    backend's client library ever escapes: everything is a ``JobBoardError``.
+    """
+
+    max_posting_bytes: int = 1024 * 1024
+    """Largest encoded posting (name + details + options) the backend accepts."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._open = False
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def _ensure_open(self) -> None:
+        if not self._open:
+            raise BoardClosed(f"board {self.url} is not open")
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and prepare the board's storage (created if missing)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release every claim and entity this board holds, end event streams, disconnect.
+
+        Idempotent. Claims released this way go back on the board (their
+        attempt stays counted).
+        """
+
+    # -- producing ---------------------------------------------------------
+
+    @abc.abstractmethod
+    async def post(
+        self,
+        name: str,
+        details: Mapping[str, Any] | None = None,
+        *,
+        priority: Priority | int | str = Priority.NORMAL,
+        depends_on: Sequence[JobRef] = (),
+        max_attempts: int | None = None,
+        keep_result: bool = False,
+    ) -> Job:
+        """Put a new job on the board, atomically: it is fully there or not at all.
+
+        After ``post`` returns, ``iterjobs`` on this board shows the job. A job
+        with ``depends_on`` is ``WAITING`` until every dependency is consumed;
+        it becomes claimable atomically with the last dependency's consume.
+
+        :param max_attempts: times the job may be handed out (default: the board's).
+        :param keep_result: keep the consume result for ``wait_for_completion``.
+        :raises InvalidJob: bad name, priority or options; details msgpack
+            cannot encode (naming the key); a posting over
+            :attr:`max_posting_bytes`; a dependency not on the board. Nothing
+            is written in any of these cases.
+        """
+
+    # -- reading -----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get(self, job: JobRef) -> Job:
+        """A fresh snapshot of a job on the board (not in the trash).
+
+        :raises JobNotFound: the job is not on the board.
+        """
+
+    @abc.abstractmethod
+    def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
+        """Iterate the jobs on the board: higher priority first, then oldest first.
+
+        ``only_unclaimed`` keeps jobs in state ``UNCLAIMED`` (delayed ones
+        included). Entries that are not valid postings are skipped and reported
+        as ``MALFORMED`` events; they never end the iteration.
+        """
+
+    @abc.abstractmethod
+    async def state(self, job: JobRef) -> JobState:
+        """Where the job stands. A job neither on the board nor in the trash is ``COMPLETE``."""
+
+    @abc.abstractmethod
+    async def owner(self, job: JobRef) -> str | None:
+        """The current owner, or ``None`` when the job is not claimed (or not on the board)."""
+
+    @abc.abstractmethod
+    async def job_count(self) -> int:
+        """How many jobs are on the board (unclaimed, claimed and waiting)."""
+
+    @abc.abstractmethod
+    def trashed(self) -> AsyncIterator[TrashedJob]:
+        """Iterate the trash, oldest first, with the reason of each."""
+
+    # -- claiming and settling ---------------------------------------------
+
+    @abc.abstractmethod
+    async def claim(self, job: JobRef, owner: str) -> Claim:
+        """Take ownership of one job. Atomic: of concurrent claimers exactly one wins.
+
+        Counts an attempt and returns a claim whose generation is higher than
+        any earlier claim of the job. A job that has used up ``max_attempts``
+        is moved to the trash ("max attempts exceeded") instead.
+
+        :raises AlreadyClaimed: another owner holds the job.
+        :raises NotClaimable: the job is waiting for dependencies or delayed.
+        :raises JobNotFound: the job is not on the board (or was just trashed
+            for exceeding its attempts).
+        """
+
+    @abc.abstractmethod
+    async def claim_next(self, owner: str) -> Claim | None:
+        """Claim the best claimable job (priority, then age), or return ``None`` if none.
+
+        Never raises for contention: a job lost to another claimer is skipped.
+        """
+
+    @abc.abstractmethod
+    async def consume(self, claim: Claim, result: Any = None) -> None:
+        """Mark the job done and remove it, atomically with releasing its dependents.
+
+        ``result`` goes to every dependent job (and to ``wait_for_completion``
+        when the job was posted with ``keep_result``).
+
+        :raises ClaimLost: the claim is not current (nothing is changed).
+        :raises NotOwner: the claim's owner does not hold the job.
+        :raises InvalidJob: msgpack cannot encode ``result``.
+        """
+
+    @abc.abstractmethod
+    async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
+        """Put the job back on the board, unclaimable for ``retry_after`` seconds.
+
+        :raises ClaimLost: the claim is not current (nothing is changed).
+        :raises NotOwner: the claim's owner does not hold the job.
+        """
+
+    @abc.abstractmethod
+    async def trash(self, claim: Claim, reason: str) -> None:
+        """Remove the job to the trash with ``reason``; its dependents follow it there.
+
+        :raises ClaimLost: the claim is not current (nothing is changed).
+        :raises NotOwner: the claim's owner does not hold the job.
+        """
+
+    # -- waiting and watching ----------------------------------------------
+
+    @abc.abstractmethod
+    async def wait(self) -> list[Job]:
+        """Return the claimable jobs once at least one exists (board order).
+
+        Event-driven, no timeout: bound it with ``anyio.fail_after``.
+        """
+
+    @abc.abstractmethod
+    async def wait_for_completion(self, job: JobRef) -> Outcome:
+        """Wait until the job is consumed or trashed and return how it ended."""
+
+    @abc.abstractmethod
+    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
+        """Subscribe now to the board's events (see :class:`~jobboard.events.EventStream`)."""
+
+    # -- entities ----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
+        """Announce a live participant; it disappears when this board closes or its session ends.
+
+        :raises InvalidJob: empty name or metadata msgpack cannot encode.
+        """
+
+    @abc.abstractmethod
+    async def entities(self) -> list[Entity]:
+        """The live participants registered on this board's storage, by name."""

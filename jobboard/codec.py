@@ -1,0 +1,217 @@
+"""The posting format: the one place that knows msgpack.
+
+A posting is what a backend stores for a job. It is a msgpack map with a format
+version ``"v": 1``; decoding anything else raises :class:`MalformedEntry`, which
+backends turn into a skipped-and-reported entry, never a broken listing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
+
+import msgpack
+
+from jobboard.errors import InvalidJob, JobBoardError
+from jobboard.job import Job, Priority
+
+FORMAT_VERSION = 1
+MAX_NAME_LENGTH = 200
+
+
+class MalformedEntry(JobBoardError):
+    """Stored data is not a valid posting (written by another tool or version)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Posting:
+    """A job's stored fields; the board adds the id and sequence."""
+
+    name: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    priority: Priority = Priority.NORMAL
+    created_at: float = 0.0
+    depends_on: tuple[str, ...] = ()
+    max_attempts: int | None = None
+    keep_result: bool = False
+    token: str = ""
+    """Unique per post: lets a backend recognise its own write after a replay."""
+    attempts: int = 0
+    not_before: float | None = None
+
+    def to_job(self, job_id: str, sequence: int) -> Job:
+        """The immutable :class:`Job` view of this posting."""
+        return Job(
+            id=job_id, name=self.name, details=self.details, priority=self.priority,
+            sequence=sequence, created_at=self.created_at, depends_on=self.depends_on,
+            max_attempts=self.max_attempts, attempts=self.attempts,
+            not_before=self.not_before, keep_result=self.keep_result,
+        )
+
+    def claimed(self) -> Posting:
+        """The posting after one more claim (attempt counted, delay cleared)."""
+        return replace(self, attempts=self.attempts + 1, not_before=None)
+
+    def delayed(self, not_before: float | None) -> Posting:
+        """The posting made unclaimable until ``not_before`` (or claimable now: ``None``)."""
+        return replace(self, not_before=not_before)
+
+
+def build_posting(
+    name: str,
+    details: Mapping[str, Any] | None,
+    *,
+    priority: Priority | int | str,
+    depends_on: Sequence[str | Job],
+    max_attempts: int | None,
+    keep_result: bool,
+    created_at: float,
+) -> Posting:
+    """Validate a post's arguments and make its posting.
+
+    :raises InvalidJob: bad name, priority, max_attempts, dependency or details.
+    """
+    check_name(name)
+    try:
+        parsed_priority = Priority.parse(priority)
+    except ValueError as error:
+        raise InvalidJob(f"job {name!r}: {error}") from None
+    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+        raise InvalidJob(f"job {name!r}: max_attempts must be a positive integer or None")
+    dependency_ids = tuple(dep.id if isinstance(dep, Job) else dep for dep in depends_on)
+    if any(not isinstance(dep, str) or not dep for dep in dependency_ids):
+        raise InvalidJob(f"job {name!r}: depends_on takes jobs or job ids")
+    if len(set(dependency_ids)) != len(dependency_ids):
+        raise InvalidJob(f"job {name!r}: depends_on names a job twice")
+    checked = check_details(name, details)
+    return Posting(
+        name=name, details=checked, priority=parsed_priority, created_at=created_at,
+        depends_on=dependency_ids, max_attempts=max_attempts, keep_result=keep_result,
+        token=uuid.uuid4().hex,
+    )
+
+
+def check_name(name: object) -> None:
+    """:raises InvalidJob: unless ``name`` is a short printable non-empty string."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidJob(f"job name must be a non-empty string, not {name!r}")
+    if len(name) > MAX_NAME_LENGTH or not name.isprintable():
+        raise InvalidJob(f"job name {name[:40]!r}... must be printable and at most {MAX_NAME_LENGTH} chars")
+
+
+def check_details(name: str, details: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Copy ``details`` after checking msgpack can carry every value.
+
+    :raises InvalidJob: naming the first offending key path.
+    """
+    if details is None:
+        return {}
+    if not isinstance(details, Mapping):
+        raise InvalidJob(f"job {name!r}: details must be a mapping, not {type(details).__name__}")
+    for key in details:
+        if not isinstance(key, str):
+            raise InvalidJob(f"job {name!r}: details key {key!r} is not a string")
+    problem = _find_unencodable(details, "details")
+    if problem:
+        raise InvalidJob(f"job {name!r}: {problem}")
+    return dict(details)
+
+
+def check_size(name: str, encoded: bytes, limit: int) -> None:
+    """:raises InvalidJob: when an encoded posting exceeds the backend's ``limit``."""
+    if len(encoded) > limit:
+        raise InvalidJob(
+            f"job {name!r}: posting is {len(encoded)} bytes, over this board's limit of "
+            f"{limit} bytes (max_posting_bytes); store large payloads elsewhere and post a reference"
+        )
+
+
+def _find_unencodable(value: Any, path: str) -> str | None:
+    """Describe the first value under ``path`` that msgpack cannot carry, or ``None``."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, (str, int, bytes)):
+                return f"{path} has a key of type {type(key).__name__}: {key!r}"
+            found = _find_unencodable(item, f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            found = _find_unencodable(item, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    if value is None or isinstance(value, (bool, str, bytes, float)):
+        return None
+    if isinstance(value, int):
+        return None if -(2**63) <= value < 2**64 else f"{path} is an integer out of 64-bit range"
+    return f"{path} has a value of type {type(value).__name__} that msgpack cannot encode"
+
+
+def encode_value(value: Any, *, what: str) -> bytes:
+    """Encode a result or other free value.
+
+    :raises InvalidJob: naming ``what`` when msgpack cannot carry the value.
+    """
+    problem = _find_unencodable(value, what)
+    if problem:
+        raise InvalidJob(problem)
+    return cast(bytes, msgpack.packb(value, use_bin_type=True))
+
+
+def decode_value(data: bytes) -> Any:
+    """Decode what :func:`encode_value` wrote.
+
+    :raises MalformedEntry: when ``data`` is not msgpack.
+    """
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
+        raise MalformedEntry(f"undecodable value: {error}") from error
+
+
+def encode_posting(posting: Posting) -> bytes:
+    """Encode a posting (format version :data:`FORMAT_VERSION`)."""
+    record = {
+        "v": FORMAT_VERSION, "name": posting.name, "details": dict(posting.details),
+        "priority": int(posting.priority), "created_at": posting.created_at,
+        "depends_on": list(posting.depends_on), "max_attempts": posting.max_attempts,
+        "keep_result": posting.keep_result, "token": posting.token,
+        "attempts": posting.attempts, "not_before": posting.not_before,
+    }
+    return encode_value(record, what="posting")
+
+
+def decode_posting(data: bytes | None) -> Posting:
+    """Decode and validate a stored posting.
+
+    :raises MalformedEntry: when ``data`` is not a version-1 posting.
+    """
+    if not data:
+        raise MalformedEntry("empty posting")
+    record = decode_value(data)
+    if not isinstance(record, dict) or record.get("v") != FORMAT_VERSION:
+        raise MalformedEntry(f"not a version-{FORMAT_VERSION} posting")
+    try:
+        return _posting_from_record(record)
+    except (KeyError, TypeError, ValueError) as error:
+        raise MalformedEntry(f"bad posting field: {error!r}") from error
+
+
+def _posting_from_record(record: dict[str, Any]) -> Posting:
+    name, details = record["name"], record["details"]
+    if not isinstance(name, str) or not isinstance(details, dict):
+        raise TypeError("name must be a string and details a map")
+    max_attempts, not_before = record["max_attempts"], record["not_before"]
+    return Posting(
+        name=name, details=details, priority=Priority(record["priority"]),
+        created_at=float(record["created_at"]),
+        depends_on=tuple(str(dep) for dep in record["depends_on"]),
+        max_attempts=None if max_attempts is None else int(max_attempts),
+        keep_result=bool(record["keep_result"]), token=str(record["token"]),
+        attempts=int(record["attempts"]),
+        not_before=None if not_before is None else float(not_before),
+    )

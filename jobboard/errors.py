@@ -1,0 +1,77 @@
+"""The one exception tree of jobboard.
+
+Every error a board raises is a :class:`JobBoardError`; native exceptions of a
+backend's client library are mapped with :func:`translate_errors` and kept as
+``__cause__``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+
+class JobBoardError(Exception):
+    """Base class of every error raised by a job board."""
+
+
+class JobNotFound(JobBoardError):
+    """The job is not on the board (consumed, trashed, or never posted)."""
+
+
+class NotClaimable(JobBoardError):
+    """The job exists but cannot be claimed now (waiting for dependencies or delayed)."""
+
+
+class AlreadyClaimed(NotClaimable):
+    """Another claimer owns the job."""
+
+
+class NotOwner(JobBoardError):
+    """The claim presented names an owner that does not hold the job."""
+
+
+class ClaimLost(JobBoardError):
+    """The claim is stale: settled, released, or the job was claimed again since."""
+
+
+class BoardClosed(JobBoardError):
+    """The board was used before it was opened or after it was closed."""
+
+
+class BackendUnavailable(JobBoardError):
+    """A transient backend failure (connection lost, timeout): retrying is fine."""
+
+
+class BackendNotFound(JobBoardError):
+    """No installed backend serves the URL's scheme, or its extra is missing."""
+
+
+class InvalidJob(JobBoardError):
+    """A job's name, details, priority or options are not acceptable; nothing was written."""
+
+
+class InvalidURL(JobBoardError):
+    """A board URL could not be parsed, or has options its backend does not know."""
+
+
+ErrorMapper = Callable[[BaseException], JobBoardError | None]
+"""Maps a native exception to a jobboard error, or ``None`` to let it pass."""
+
+
+@contextmanager
+def translate_errors(mapper: ErrorMapper) -> Iterator[None]:
+    """Re-raise native exceptions as the :class:`JobBoardError` that ``mapper`` names.
+
+    The native exception is kept as ``__cause__``. Exceptions already in the
+    tree and those the mapper returns ``None`` for propagate unchanged.
+    """
+    try:
+        yield
+    except JobBoardError:
+        raise
+    except Exception as native:
+        mapped = mapper(native)
+        if mapped is None:
+            raise
+        raise mapped from native

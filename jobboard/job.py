@@ -1,0 +1,137 @@
+"""Plain, immutable job-board data: no I/O happens in here."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Priority(enum.IntEnum):
+    """How urgent a job is. Higher values are handed out first."""
+
+    VERY_LOW = -2
+    LOW = -1
+    NORMAL = 0
+    HIGH = 1
+    VERY_HIGH = 2
+
+    @classmethod
+    def parse(cls, value: Priority | int | str) -> Priority:
+        """Accept a member, its integer value or its (case-insensitive) name.
+
+        :raises ValueError: naming the accepted values.
+        """
+        try:
+            if isinstance(value, str):
+                return cls[value.strip().upper().replace("-", "_")]
+            return cls(value)
+        except (KeyError, ValueError):
+            names = ", ".join(member.name.lower() for member in cls)
+            raise ValueError(f"unknown priority {value!r}; use one of {names}") from None
+
+    @property
+    def rank(self) -> int:
+        """0 for the most urgent priority, 4 for the least: sorts ascending."""
+        return Priority.VERY_HIGH.value - self.value
+
+
+class JobState(enum.Enum):
+    """Where a job stands. Backends derive it from what they store."""
+
+    UNCLAIMED = "unclaimed"
+    """On the board; claimable unless it is delayed by ``retry_after``."""
+    CLAIMED = "claimed"
+    """Owned by one claimer, which alone may settle it."""
+    WAITING = "waiting"
+    """A linked job whose dependencies are not all consumed yet."""
+    COMPLETE = "complete"
+    """Consumed (or no longer on the board nor in the trash)."""
+    TRASHED = "trashed"
+    """Removed from the board and kept in the trash with a reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A snapshot of one job as the board saw it when it was read.
+
+    ``attempts`` and ``not_before`` change on the board after the snapshot was
+    taken; re-read the job (``board.get``) for fresh values.
+    """
+
+    id: str
+    """Unique on its board, assigned by the board at post; opaque to callers."""
+    name: str
+    """What to do (a handler name); not unique."""
+    details: Mapping[str, Any] = field(default_factory=dict)
+    priority: Priority = Priority.NORMAL
+    sequence: int = 0
+    """Posting order on this board: lower was posted earlier."""
+    created_at: float = 0.0
+    """Wall-clock time of the post (seconds since the epoch)."""
+    depends_on: tuple[str, ...] = ()
+    """Ids of the jobs that must be consumed before this one is claimable."""
+    max_attempts: int | None = None
+    """How many times the job may be handed out; ``None`` means no limit."""
+    attempts: int = 0
+    """How many times the job has been claimed so far."""
+    not_before: float | None = None
+    """Wall-clock time before which the job is not claimable (``retry_after``)."""
+    keep_result: bool = False
+    """Whether the board keeps the consume result for ``wait_for_completion``."""
+
+    def sort_key(self) -> tuple[int, int]:
+        """The board order: higher priority first, then posting order."""
+        return (self.priority.rank, self.sequence)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The capability to settle one job: proof of ownership at one generation.
+
+    A claim goes stale when the job is settled, released (its owner's board
+    closed or its session was lost) or claimed again; settling a stale claim
+    raises :class:`~jobboard.errors.ClaimLost`.
+    """
+
+    job: Job
+    owner: str
+    generation: int
+    """Fencing token: strictly increases with every claim of the job."""
+    dependency_results: tuple[Any, ...] = ()
+    """Results of ``job.depends_on``, in that order."""
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt this claim is (1 for the first claim of the job)."""
+        return self.job.attempts
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a job ended: consumed (``COMPLETE``) or ``TRASHED``."""
+
+    job_id: str
+    state: JobState
+    result: Any = None
+    """The consume result, when the job was posted with ``keep_result=True``."""
+    reason: str | None = None
+    """Why the job was trashed."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrashedJob:
+    """A job in the trash, with the reason it was put there."""
+
+    job: Job
+    reason: str
+    trashed_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Entity:
+    """A live participant (usually a worker), registered by a board."""
+
+    name: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)

@@ -1,0 +1,54 @@
+"""``open_board(url)``: find the backend for a URL's scheme through entry points.
+
+Backends register in the entry-point group ``jobboard.backends`` with the URL
+scheme as the name and a ``JobBoard`` subclass (or any callable taking the URL
+and returning a board) as the value. In-tree backends are registered the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
+from typing import cast
+
+from jobboard.board import JobBoard
+from jobboard.errors import BackendNotFound
+from jobboard.url import parse_url
+
+ENTRY_POINT_GROUP = "jobboard.backends"
+
+BoardFactory = Callable[[str], JobBoard]
+
+
+def installed_schemes() -> list[str]:
+    """The URL schemes of every installed backend, sorted."""
+    return sorted({entry.name for entry in entry_points(group=ENTRY_POINT_GROUP)})
+
+
+def open_board(url: str) -> JobBoard:
+    """Make an (unopened) board for ``url``; open it with ``async with``.
+
+    :raises InvalidURL: the URL cannot be parsed, or its backend rejects its options.
+    :raises BackendNotFound: no backend for the scheme (listing the installed
+        ones), or the backend's optional dependencies are missing (naming the
+        ``pip install`` that fixes it).
+    """
+    scheme = parse_url(url).scheme
+    matches = [entry for entry in entry_points(group=ENTRY_POINT_GROUP) if entry.name == scheme]
+    if not matches:
+        installed = ", ".join(installed_schemes()) or "none"
+        raise BackendNotFound(f"no job-board backend for {scheme}:// (installed: {installed})")
+    factory = _load(matches[0])
+    return factory(url)
+
+
+def _load(entry: EntryPoint) -> BoardFactory:
+    try:
+        return cast(BoardFactory, entry.load())
+    except ImportError as error:
+        dist = entry.dist.name if entry.dist else "jobboard"
+        extra = entry.name if dist == "jobboard" else None
+        fix = f"pip install 'jobboard[{extra}]'" if extra else f"reinstall {dist}"
+        raise BackendNotFound(
+            f"the {entry.name}:// backend cannot be loaded ({error}); {fix} to install what it needs"
+        ) from error

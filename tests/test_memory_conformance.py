@@ -1,0 +1,21 @@
+"""The conformance suite on memory://."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from jobboard.board import JobBoard
+from jobboard.testing import JobBoardConformance
+from jobboard_memory import MemoryBoard
+
+
+class TestMemoryConformance(JobBoardConformance):
+    @pytest.fixture
+    def board_url(self) -> str:
+        return f"memory://conformance-{uuid.uuid4().hex}"
+
+    async def inject_malformed(self, board: JobBoard) -> None:
+        assert isinstance(board, MemoryBoard)
+        board.inject_malformed(b"\x93not a posting")
