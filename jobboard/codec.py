@@ -40,6 +40,20 @@ class Posting:
     """Unique per post: lets a backend recognise its own write after a replay."""
     attempts: int = 0
     not_before: float | None = None
+    results: Mapping[str, Any] = field(default_factory=dict)
+    """Results delivered by consumed dependencies, by dependency id."""
+
+    @property
+    def waiting_on(self) -> tuple[str, ...]:
+        """Dependencies whose results have not been delivered yet."""
+        return tuple(dep for dep in self.depends_on if dep not in self.results)
+
+    def dependency_results(self) -> tuple[Any, ...]:
+        return tuple(self.results.get(dep) for dep in self.depends_on)
+
+    def with_result(self, dependency: str, result: Any) -> Posting:
+        """The posting after ``dependency`` was consumed with ``result``."""
+        return replace(self, results={**self.results, dependency: result})
 
     def to_job(self, job_id: str, sequence: int) -> Job:
         """The immutable :class:`Job` view of this posting."""
@@ -181,6 +195,7 @@ def encode_posting(posting: Posting) -> bytes:
         "depends_on": list(posting.depends_on), "max_attempts": posting.max_attempts,
         "keep_result": posting.keep_result, "token": posting.token,
         "attempts": posting.attempts, "not_before": posting.not_before,
+        "results": dict(posting.results),
     }
     return encode_value(record, what="posting")
 
@@ -214,4 +229,5 @@ def _posting_from_record(record: dict[str, Any]) -> Posting:
         keep_result=bool(record["keep_result"]), token=str(record["token"]),
         attempts=int(record["attempts"]),
         not_before=None if not_before is None else float(not_before),
+        results=dict(record.get("results") or {}),
     )

@@ -129,10 +129,12 @@ class BasicsConformance(ConformanceBase):
         board = await open_boards()
         job = await board.post("a")
         await board.aclose()
-        for call in (board.post("b"), board.get(job.id), board.claim(job, "w"),
-                     board.claim_next("w"), board.job_count(), board.state(job)):
+        calls = (lambda: board.post("b"), lambda: board.get(job.id), lambda: board.claim(job, "w"),
+                 lambda: board.claim_next("w"), board.job_count, lambda: board.state(job),
+                 lambda: board.wait(), lambda: board.wait_for_completion(job), board.entities)
+        for call in calls:
             with pytest.raises(BoardClosed):
-                await call
+                await call()
         with pytest.raises(BoardClosed):
             await listed(board)
         with pytest.raises(BoardClosed):

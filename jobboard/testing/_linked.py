@@ -66,6 +66,8 @@ class LinkedConformance(ConformanceBase):
         reasons = {t.job.id: t.reason async for t in board.trashed()}
         assert root.id in reasons[child.id] and "broken input" in reasons[child.id]
         assert child.id in reasons[grandchild.id]
+        await board.consume(await board.claim(other, "w1"), "fine")
+        assert await board.job_count() == 0
 
     @bounded
     async def test_exhausted_dependency_cascades_too(self, board: JobBoard) -> None:

@@ -195,7 +195,9 @@ class Store:
             self.kept_results[entry.job_id] = raw
         self._publish(Event(EventKind.CONSUMED, entry.job_id, entry.posting.name))
         for dependent_id in entry.dependents:
-            self._deliver(self.jobs[dependent_id], entry.job_id, raw)
+            dependent = self.jobs.get(dependent_id)
+            if dependent is not None:  # None: trashed with another of its dependencies
+                self._deliver(dependent, entry.job_id, raw)
 
     def _deliver(self, dependent: Entry, dep_id: str, raw: bytes) -> None:
         dependent.results[dep_id] = raw

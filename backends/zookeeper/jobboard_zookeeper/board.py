@@ -1,0 +1,414 @@
+"""``zookeeper://``: a job board on ZooKeeper, through aiozk.
+
+Layout and records are in :mod:`jobboard_zookeeper.layout`, the transactions
+in :mod:`jobboard_zookeeper.settle`, the watched view in
+:mod:`jobboard_zookeeper.view`. Claims are ephemeral nodes of this board's
+session: if the session expires every claim is gone, the board reports
+``SESSION_EXPIRED`` and settling those claims raises ``ClaimLost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
+from jobboard.codec import (
+    MalformedEntry,
+    build_posting,
+    check_size,
+    decode_posting,
+    decode_value,
+    encode_posting,
+    encode_value,
+)
+from jobboard.errors import AlreadyClaimed, InvalidJob, JobNotFound, NotClaimable
+from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
+from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
+from jobboard_zookeeper.layout import (
+    DIRECTORIES,
+    EPOCH_SIZE,
+    LockRecord,
+    Paths,
+    TrashRecord,
+    is_job_id,
+    job_id,
+)
+from jobboard_zookeeper.layout import sequence_of as sequence_in
+from jobboard_zookeeper.options import parse_zookeeper_url
+from jobboard_zookeeper.settle import Settler, Stored, not_found
+from jobboard_zookeeper.view import BoardView
+from jobboard_zookeeper.zk import Create, Delete, OutcomeUnknown, SessionEvent, ZooKeeper
+
+logger = logging.getLogger(__name__)
+
+READ_BATCH = 256
+SESSION_EVENTS = {SessionEvent.SUSPENDED: EventKind.SUSPENDED, SessionEvent.RECONNECTED: EventKind.RECONNECTED,
+                  SessionEvent.EXPIRED: EventKind.SESSION_EXPIRED}
+
+
+class ZooKeeperBoard(JobBoard):
+    """A job board stored under one ZooKeeper path; see the module docstring."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.options = parse_zookeeper_url(url)
+        self.max_posting_bytes = self.options.max_posting_bytes
+        self._paths = Paths(self.options.root)
+        self.hub = EventHub()
+        self._zk: ZooKeeper | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._entities: dict[str, bytes] = {}
+        self._epoch = 0
+        self._reported: set[str] = set()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def open(self) -> None:
+        options = self.options
+        self._zk = ZooKeeper(options.hosts, session_timeout=options.session_timeout,
+                             connect_timeout=options.connect_timeout or options.session_timeout,
+                             ping_interval=options.ping_interval, ping_timeout=options.ping_timeout,
+                             auth=options.auth)
+        await self._zk.start()
+        try:
+            for name in DIRECTORIES:
+                await self._zk.ensure_path(self._paths.dir(name))
+            self._settler = Settler(self._zk, self._paths, self.max_posting_bytes)
+            self.view = BoardView(self._zk, self._paths, self._publish)
+            await self.view.sync(report=False)
+            await self._find_epoch(self._zk)
+        except BaseException:
+            await self._zk.close()
+            raise
+        self._zk.add_session_listener(self._on_session_event)
+        self._open = True
+
+    async def aclose(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        for task in self._tasks:
+            task.cancel()
+        assert self._zk is not None
+        await self._zk.close()
+        self.hub.close()
+
+    @property
+    def zk(self) -> ZooKeeper:
+        self._ensure_open()
+        assert self._zk is not None
+        return self._zk
+
+    def _publish(self, event: Event) -> None:
+        self.hub.publish(event)
+
+    def _on_session_event(self, event: str) -> None:
+        if event in SESSION_EVENTS:
+            self._publish(Event(SESSION_EVENTS[event], detail=f"ZooKeeper session {event}"))
+        if event == SessionEvent.EXPIRED:
+            self._settler.held.clear()
+        if event in (SessionEvent.RECONNECTED, SessionEvent.CONNECTED):
+            self._spawn(self._recover(new_session=event == SessionEvent.CONNECTED))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _recover(self, *, new_session: bool) -> None:
+        try:
+            if new_session:
+                for name, data in list(self._entities.items()):
+                    await self._put_entity(name, data)
+            await self.view.sync(report=True)
+        except Exception:
+            logger.exception("could not resynchronise %s after reconnecting", self.url)
+
+    # -- posting -------------------------------------------------------------
+
+    async def _find_epoch(self, zk: ZooKeeper) -> None:
+        counters = await zk.children(self._paths.dir("counters"))
+        epochs = [int(name[2:]) for name in (counters[0] if counters else []) if name[2:].isdigit()]
+        self._epoch = max(epochs, default=0)
+        await zk.ensure_path(self._paths.counter(self._epoch))
+
+    async def _next_sequence(self) -> int:
+        while True:
+            epoch = self._epoch
+            version = await self.zk.bump(self._paths.counter(epoch))
+            if version < EPOCH_SIZE:
+                return epoch * EPOCH_SIZE + version
+            await self.zk.ensure_path(self._paths.counter(epoch + 1))
+            self._epoch = max(self._epoch, epoch + 1)
+
+    async def post(
+        self, name: str, details: Mapping[str, Any] | None = None, *,
+        priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
+        max_attempts: int | None = None, keep_result: bool = False,
+    ) -> Job:
+        self._ensure_open()
+        posting = build_posting(
+            name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
+            max_attempts=self.options.max_attempts if max_attempts is None else max_attempts,
+            keep_result=keep_result, created_at=time.time(),
+        )
+        raw = encode_posting(posting)
+        check_size(name, raw, self.max_posting_bytes)
+        sequence = await self._next_sequence()
+        new_id = job_id(posting.priority, sequence)
+        for _ in range(5):
+            ops = await self._post_ops(new_id, raw, posting.depends_on)
+            if await self._write_posting(new_id, ops, posting.token):
+                return posting.to_job(new_id, sequence)
+        raise InvalidJob(f"job {name!r}: its dependencies kept changing while it was posted")
+
+    async def _post_ops(self, new_id: str, raw: bytes, depends_on: tuple[str, ...]) -> list[Create]:
+        if not depends_on:
+            return [Create(self._paths.job(new_id), raw)]
+        ops = [Create(self._paths.waiting(new_id), raw)]
+        for dependency in depends_on:
+            parent = await self._locate(dependency)
+            if parent is None:
+                raise InvalidJob(f"dependency {dependency} is not on the board (consumed, trashed or unknown)")
+            ops.append(Create(f"{parent}/{new_id}"))
+        return ops
+
+    async def _locate(self, job: str) -> str | None:
+        for path in (self._paths.job(job), self._paths.waiting(job)):
+            if await self.zk.exists(path) is not None:
+                return path
+        return None
+
+    async def _write_posting(self, new_id: str, ops: list[Create], token: str) -> bool:
+        """True once the posting is stored (recognising our own earlier write)."""
+        try:
+            result = await self.zk.multi(ops)
+        except OutcomeUnknown:
+            return await self._posted(new_id, token)
+        failure = result.failure()
+        if failure is None:
+            return True
+        if failure[1] == "NodeExists" and failure[0] is ops[0]:
+            return await self._posted(new_id, token)
+        return False
+
+    async def _posted(self, new_id: str, token: str) -> bool:
+        for path in (self._paths.job(new_id), self._paths.waiting(new_id)):
+            try:
+                stored = await self._settler.read(path)
+            except MalformedEntry:
+                continue
+            if stored is not None and stored.posting.token == token:
+                return True
+        return False
+
+    # -- reading ---------------------------------------------------------------
+
+    async def _stored(self, job: str) -> Stored | None:
+        """The job's node in jobs/ or waiting/; malformed ones are reported and skipped."""
+        self._ensure_open()
+        for path in (self._paths.job(job), self._paths.waiting(job)):
+            try:
+                stored = await self._settler.read(path)
+            except MalformedEntry:
+                self._report_malformed(job)
+                return None
+            if stored is not None:
+                return stored
+        return None
+
+    def _report_malformed(self, job: str) -> None:
+        if job not in self._reported:
+            self._reported.add(job)
+            logger.warning("skipping malformed entry %s on %s", job, self.url)
+            self._publish(Event(EventKind.MALFORMED, job, "not a valid posting"))
+
+    async def get(self, job: JobRef) -> Job:
+        found = job_id_of(job)
+        stored = await self._stored(found)
+        if stored is None:
+            raise not_found(found)
+        return stored.posting.to_job(found, sequence_in(found))
+
+    async def _listing(self, name: str) -> list[str]:
+        children = await self.zk.children(self._paths.dir(name))
+        return [child for child in (children[0] if children else []) if is_job_id(child)]
+
+    async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
+        jobs = await self._listing("jobs")
+        if only_unclaimed:
+            locked = set(await self._listing("locks"))
+            ids = [job for job in jobs if job not in locked]
+        else:
+            ids = sorted(jobs + await self._listing("waiting"))
+        for start in range(0, len(ids), READ_BATCH):
+            batch = ids[start:start + READ_BATCH]
+            for job, stored in zip(batch, await asyncio.gather(*map(self._stored, batch)), strict=True):
+                if stored is not None:
+                    yield stored.posting.to_job(job, sequence_in(job))
+
+    async def state(self, job: JobRef) -> JobState:
+        found = job_id_of(job)
+        paths = self._paths
+        job_stat, lock_stat, waiting_stat, trash_stat = await asyncio.gather(
+            self.zk.exists(paths.job(found)), self.zk.exists(paths.lock(found)),
+            self.zk.exists(paths.waiting(found)), self.zk.exists(paths.trash(found)))
+        if job_stat is not None:
+            return JobState.CLAIMED if lock_stat is not None else JobState.UNCLAIMED
+        if waiting_stat is not None:
+            return JobState.WAITING
+        return JobState.TRASHED if trash_stat is not None else JobState.COMPLETE
+
+    async def owner(self, job: JobRef) -> str | None:
+        lock = await self.zk.get(self._paths.lock(job_id_of(job)))
+        if lock is None:
+            return None
+        try:
+            return LockRecord.decode(lock[0]).owner
+        except MalformedEntry:
+            return None
+
+    async def job_count(self) -> int:
+        return len(await self._listing("jobs")) + len(await self._listing("waiting"))
+
+    async def trashed(self) -> AsyncIterator[TrashedJob]:
+        for job in sorted(await self._listing("trash"), key=sequence_in):
+            found = await self.zk.get(self._paths.trash(job))
+            if found is None:
+                continue
+            try:
+                record = TrashRecord.decode(found[0])
+                posting = decode_posting(record.posting)
+            except MalformedEntry:
+                self._report_malformed(job)
+                continue
+            yield TrashedJob(posting.to_job(job, sequence_in(job)), record.reason, record.trashed_at)
+
+    # -- claiming ----------------------------------------------------------------
+
+    async def claim(self, job: JobRef, owner: str) -> Claim:
+        found, owner = job_id_of(job), check_owner(owner)
+        stored = await self._stored(found)
+        if stored is None:
+            raise not_found(found)
+        if stored.path == self._paths.waiting(found):
+            raise NotClaimable(f"job {found} is waiting for {len(stored.posting.waiting_on)} dependencies")
+        outcome = await self._try_claim(found, stored, owner)
+        if isinstance(outcome, Claim):
+            return outcome
+        if outcome == "claimed":
+            raise AlreadyClaimed(f"job {found} is claimed by {await self.owner(found)}")
+        if outcome == "delayed":
+            raise NotClaimable(f"job {found} is delayed by retry_after")
+        if outcome == "changed" and await self.zk.exists(self._paths.lock(found)) is not None:
+            raise AlreadyClaimed(f"job {found} was just claimed by {await self.owner(found)}")
+        raise JobNotFound(f"job {found} is not claimable: {outcome}")
+
+    async def _try_claim(self, job: str, stored: Stored, owner: str) -> Claim | str:
+        posting = stored.posting
+        if posting.not_before is not None and posting.not_before > time.time():
+            return "delayed"
+        if posting.max_attempts is not None and posting.attempts >= posting.max_attempts:
+            await self._settler.exhaust(job, stored)
+            return "exhausted (moved to the trash)"
+        return await self._settler.claim(job, stored, owner)
+
+    async def claim_next(self, owner: str) -> Claim | None:
+        self._ensure_open()
+        owner = check_owner(owner)
+        for job in self.view.claimable_candidates():
+            stored = await self._stored(job)
+            if stored is None or stored.path != self._paths.job(job):
+                continue
+            outcome = await self._try_claim(job, stored, owner)
+            if isinstance(outcome, Claim):
+                return outcome
+        return None
+
+    async def consume(self, claim: Claim, result: Any = None) -> None:
+        self._ensure_open()
+        await self._settler.consume(claim, result)
+
+    async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
+        self._ensure_open()
+        if retry_after is not None and retry_after < 0:
+            raise InvalidJob("retry_after must be >= 0 seconds")
+        await self._settler.abandon(claim, time.time() + retry_after if retry_after else None)
+
+    async def trash(self, claim: Claim, reason: str) -> None:
+        self._ensure_open()
+        await self._settler.trash(claim, str(reason))
+
+    # -- waiting -------------------------------------------------------------------
+
+    async def wait(self) -> list[Job]:
+        self._ensure_open()
+        while True:
+            change = self.view.change()
+            ready, delays = [], []
+            for job in self.view.claimable_candidates()[:READ_BATCH]:
+                stored = await self._stored(job)
+                if stored is None:
+                    continue
+                not_before = stored.posting.not_before
+                if not_before is not None and not_before > time.time():
+                    delays.append(not_before - time.time())
+                else:
+                    ready.append(stored.posting.to_job(job, sequence_in(job)))
+            if ready:
+                return ready
+            with anyio.move_on_after(min(delays, default=float("inf"))):
+                await change.wait()
+
+    async def wait_for_completion(self, job: JobRef) -> Outcome:
+        found = job_id_of(job)
+        while True:
+            change = self.view.change()
+            if await self._locate(found) is None:
+                return await self._outcome(found)
+            await change.wait()
+
+    async def _outcome(self, job: str) -> Outcome:
+        trashed = await self.zk.get(self._paths.trash(job))
+        if trashed is not None:
+            return Outcome(job, JobState.TRASHED, reason=TrashRecord.decode(trashed[0]).reason)
+        kept = await self.zk.get(self._paths.result(job))
+        return Outcome(job, JobState.COMPLETE, result=decode_value(kept[0]) if kept else None)
+
+    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
+        self._ensure_open()
+        return self.hub.subscribe(maxlen)
+
+    # -- entities ------------------------------------------------------------------
+
+    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
+        check_owner(name)
+        if "/" in name:
+            raise InvalidJob(f"entity name {name!r} may not contain '/'")
+        data = encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
+        await self._put_entity(name, data)
+        self._entities[name] = data
+
+    async def _put_entity(self, name: str, data: bytes) -> None:
+        path = self._paths.entity(name)
+        result = await self.zk.multi([Create(path, data, ephemeral=True)], retry_safe=True)
+        if not result.ok:  # a stale registration (ours or a dead worker's): replace it
+            await self.zk.multi([Delete(path), Create(path, data, ephemeral=True)], retry_safe=True)
+
+    async def entities(self) -> list[Entity]:
+        children = await self.zk.children(self._paths.dir("entities"))
+        found = []
+        for name in sorted(children[0] if children else []):
+            node = await self.zk.get(self._paths.entity(name))
+            if node is not None:
+                metadata = decode_value(node[0]) if node[0] else {}
+                found.append(Entity(name, metadata if isinstance(metadata, dict) else {}))
+        return found
+
+

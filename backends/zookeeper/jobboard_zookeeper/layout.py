@@ -1,0 +1,124 @@
+"""Where a board keeps things in ZooKeeper, and the small records it stores.
+
+::
+
+    <root>/counters/c-<epoch>   a counter: its data version is the job sequence
+    <root>/jobs/<id>            claimable or claimed jobs; data = posting
+    <root>/jobs/<id>/<dep-id>   a link: job <dep-id> waits for this one
+    <root>/waiting/<id>         linked jobs whose dependencies are not all consumed
+    <root>/locks/<id>           ephemeral: the claim (owner, nonce)
+    <root>/trash/<id>           the posting, the reason and the time
+    <root>/results/<id>         consume results of jobs posted with keep_result
+    <root>/entities/<name>      ephemeral: live workers and their metadata
+
+A job id is ``<rank>-<sequence>``, so a plain sort of ``jobs/`` is priority,
+then posting order; ids are allocated before the write, so every write names
+its nodes in advance and a replayed write is recognisable.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from jobboard.codec import MalformedEntry, decode_value, encode_value
+from jobboard.job import Priority
+
+DIRECTORIES = ("counters", "jobs", "waiting", "locks", "trash", "results", "entities")
+EPOCH_SIZE = 2_000_000_000
+"""A counter node's version is a 32-bit int: move to the next counter well before it overflows."""
+
+
+def job_id(priority: Priority, sequence: int) -> str:
+    return f"{priority.rank}-{sequence:013d}"
+
+
+def sequence_of(job_id: str) -> int:
+    """The posting sequence in a job id (``ValueError`` if it is not one)."""
+    rank, _, sequence = job_id.partition("-")
+    if not (rank.isdigit() and sequence.isdigit()):
+        raise ValueError(f"not a job id: {job_id!r}")
+    return int(sequence)
+
+
+def is_job_id(name: str) -> bool:
+    try:
+        sequence_of(name)
+    except ValueError:
+        return False
+    return True
+
+
+class Paths:
+    """Absolute paths under one board root."""
+
+    def __init__(self, root: str) -> None:
+        self.root = "/" + root.strip("/")
+
+    def dir(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+    def counter(self, epoch: int) -> str:
+        return f"{self.root}/counters/c-{epoch:04d}"
+
+    def job(self, job_id: str) -> str:
+        return f"{self.root}/jobs/{job_id}"
+
+    def waiting(self, job_id: str) -> str:
+        return f"{self.root}/waiting/{job_id}"
+
+    def lock(self, job_id: str) -> str:
+        return f"{self.root}/locks/{job_id}"
+
+    def trash(self, job_id: str) -> str:
+        return f"{self.root}/trash/{job_id}"
+
+    def result(self, job_id: str) -> str:
+        return f"{self.root}/results/{job_id}"
+
+    def entity(self, name: str) -> str:
+        return f"{self.root}/entities/{name}"
+
+
+@dataclass(frozen=True, slots=True)
+class LockRecord:
+    """What a claim's ephemeral node holds."""
+
+    owner: str
+    nonce: str
+    claimed_at: float
+
+    def encode(self) -> bytes:
+        return encode_value({"owner": self.owner, "nonce": self.nonce, "at": self.claimed_at}, what="lock")
+
+    @classmethod
+    def decode(cls, data: bytes) -> LockRecord:
+        record = decode_value(data)
+        if not isinstance(record, dict):
+            raise MalformedEntry("lock record is not a map")
+        return cls(str(record.get("owner")), str(record.get("nonce")), float(record.get("at", 0.0)))
+
+
+@dataclass(frozen=True, slots=True)
+class TrashRecord:
+    """A trashed job: its posting bytes, the reason and when."""
+
+    posting: bytes
+    reason: str
+    trashed_at: float
+
+    def encode(self) -> bytes:
+        record: dict[str, Any] = {"posting": self.posting, "reason": self.reason, "at": self.trashed_at}
+        return encode_value(record, what="trash record")
+
+    @classmethod
+    def decode(cls, data: bytes) -> TrashRecord:
+        record = decode_value(data)
+        if not isinstance(record, dict) or not isinstance(record.get("posting"), bytes):
+            raise MalformedEntry("trash record is not a map with a posting")
+        return cls(record["posting"], str(record.get("reason", "")), float(record.get("at", 0.0)))
+
+    @classmethod
+    def now(cls, posting: bytes, reason: str) -> TrashRecord:
+        return cls(posting, reason, time.time())

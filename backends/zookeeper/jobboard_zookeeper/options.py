@@ -1,0 +1,64 @@
+"""``zookeeper://[user:password@]host1:2181,host2:2181/root/path?option=value``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobboard.errors import InvalidURL
+from jobboard.url import parse_options, parse_url, positive_float, positive_int
+
+DEFAULT_ROOT = "/jobboard"
+JUTE_MAXBUFFER = 1024 * 1024
+RESERVED_BYTES = 4096
+"""Room kept below jute.maxbuffer for the request's own framing and paths."""
+
+
+@dataclass(frozen=True, slots=True)
+class ZooKeeperOptions:
+    """Typed options of a zookeeper:// board URL."""
+
+    hosts: str
+    root: str = DEFAULT_ROOT
+    session_timeout: float = 10.0
+    """Seconds without contact after which the server expires the session (and its claims)."""
+    connect_timeout: float | None = None
+    """Seconds an operation waits for a (re)connection before BackendUnavailable
+    (default: the session timeout)."""
+    ping_interval: float = 0.5
+    ping_timeout: float = 1.0
+    """A ping unanswered this long marks the connection dead (prompt detection)."""
+    jute_maxbuffer: int = JUTE_MAXBUFFER
+    """The servers' jute.maxbuffer: the largest node (and request) they accept."""
+    max_attempts: int | None = None
+    username: str | None = None
+    password: str | None = None
+
+    @property
+    def auth(self) -> tuple[str, str] | None:
+        return (self.username, self.password or "") if self.username else None
+
+    @property
+    def max_posting_bytes(self) -> int:
+        return self.jute_maxbuffer - RESERVED_BYTES
+
+
+CONVERTERS = {
+    "session_timeout": positive_float, "connect_timeout": positive_float,
+    "ping_interval": positive_float, "ping_timeout": positive_float,
+    "jute_maxbuffer": positive_int, "max_attempts": positive_int,
+}
+
+
+def parse_zookeeper_url(url: str) -> ZooKeeperOptions:
+    """:raises InvalidURL: no host, a host without a valid port, or an unknown option."""
+    parsed = parse_url(url)
+    if not parsed.hosts:
+        raise InvalidURL(f"{url!r} names no ZooKeeper host (zookeeper://host:2181/path)")
+    for host in parsed.hosts:
+        _, _, port = host.rpartition(":")
+        if ":" in host and not port.isdigit():
+            raise InvalidURL(f"bad port in host {host!r} of {url!r}")
+    root = parsed.path.rstrip("/") or DEFAULT_ROOT
+    options = parse_options(parsed, CONVERTERS)
+    return ZooKeeperOptions(hosts=parsed.host_string, root=root, username=parsed.username,
+                            password=parsed.password, **options)

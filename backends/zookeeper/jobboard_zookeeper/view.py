@@ -1,0 +1,167 @@
+"""A board's live picture of its ZooKeeper directories, kept by recursive watches.
+
+Every create and delete under ``jobs/``, ``waiting/``, ``locks/`` and ``trash/``
+arrives as one watch event, in server order and before the reply to the write
+that caused it. So the view is current for this board's own writes, costs O(1)
+per change (no re-listing per claim), and its events are exact. After a
+reconnect the watches are added again and the directories re-listed once.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+
+import anyio
+
+from jobboard.events import Event, EventKind
+from jobboard_zookeeper.layout import Paths, is_job_id
+from jobboard_zookeeper.zk import CREATED, DELETED, ZooKeeper
+
+logger = logging.getLogger(__name__)
+
+RECENT_TRASH = 10_000
+WATCHED = ("jobs", "waiting", "locks", "trash")
+
+
+class SortedIds:
+    """Job ids in board order (a sorted list plus a set for membership)."""
+
+    def __init__(self) -> None:
+        self._ordered: list[str] = []
+        self._members: set[str] = set()
+
+    def add(self, job_id: str) -> bool:
+        if job_id in self._members:
+            return False
+        self._members.add(job_id)
+        bisect.insort(self._ordered, job_id)
+        return True
+
+    def discard(self, job_id: str) -> bool:
+        if job_id not in self._members:
+            return False
+        self._members.discard(job_id)
+        del self._ordered[bisect.bisect_left(self._ordered, job_id)]
+        return True
+
+    def replace(self, job_ids: list[str]) -> None:
+        self._members = set(job_ids)
+        self._ordered = sorted(self._members)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._members
+
+    def __len__(self) -> int:
+        return len(self._ordered)
+
+    def ordered(self) -> list[str]:
+        return list(self._ordered)
+
+
+class BoardView:
+    """Jobs, waiting jobs, locks and recent trash, as this board last heard."""
+
+    def __init__(self, zk: ZooKeeper, paths: Paths, publish: Callable[[Event], None]) -> None:
+        self._zk, self._paths, self._publish = zk, paths, publish
+        self.jobs = SortedIds()
+        self.waiting = SortedIds()
+        self.locks: set[str] = set()
+        self._recent_trash: OrderedDict[str, None] = OrderedDict()
+        self._left_waiting: set[str] = set()
+        self._waiters: list[anyio.Event] = []
+        self._handlers = {"jobs": self._on_job, "waiting": self._on_waiting,
+                          "locks": self._on_lock, "trash": self._on_trash}
+
+    def claimable_candidates(self) -> list[str]:
+        """Unclaimed jobs in board order (delays are not known here)."""
+        return [job_id for job_id in self.jobs.ordered() if job_id not in self.locks]
+
+    def change(self) -> anyio.Event:
+        """An event set at the next change; take it *before* checking a condition."""
+        waiter = anyio.Event()
+        self._waiters.append(waiter)
+        return waiter
+
+    def notify(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.set()
+
+    # -- synchronising -------------------------------------------------------
+
+    async def sync(self, *, report: bool) -> None:
+        """(Re)add the watches, then re-list every directory once.
+
+        :param report: publish events for what changed since the last picture.
+        """
+        for name in WATCHED:
+            await self._zk.watch_tree(self._paths.dir(name), self._on_event)
+        listed = {}
+        for name in WATCHED:
+            children = await self._zk.children(self._paths.dir(name))
+            listed[name] = [c for c in (children[0] if children else []) if is_job_id(c)]
+        if report:
+            self._report_differences(listed)
+        self.jobs.replace(listed["jobs"])
+        self.waiting.replace(listed["waiting"])
+        self.locks = set(listed["locks"])
+        for job_id in listed["trash"][-RECENT_TRASH:]:
+            self._remember_trash(job_id)
+        self.notify()
+
+    def _report_differences(self, listed: dict[str, list[str]]) -> None:
+        now_present = set(listed["jobs"]) | set(listed["waiting"])
+        trash = set(listed["trash"])
+        for job_id in (set(self.jobs.ordered()) | set(self.waiting.ordered())) - now_present:
+            kind = EventKind.TRASHED if job_id in trash else EventKind.CONSUMED
+            self._publish(Event(kind, job_id, "seen after reconnecting"))
+        for job_id in sorted(now_present - set(self.jobs.ordered()) - set(self.waiting.ordered())):
+            self._publish(Event(EventKind.POSTED, job_id, "seen after reconnecting"))
+
+    # -- watch events ----------------------------------------------------------
+
+    def _on_event(self, kind: int, path: str) -> None:
+        relative = path[len(self._paths.root) + 1:].split("/")
+        if len(relative) != 2 or relative[0] not in self._handlers or not is_job_id(relative[1]):
+            return
+        self._handlers[relative[0]](kind, relative[1])
+        self.notify()
+
+    def _on_job(self, kind: int, job_id: str) -> None:
+        if kind == CREATED and self.jobs.add(job_id):
+            ready = job_id in self._left_waiting
+            self._left_waiting.discard(job_id)
+            self._publish(Event(EventKind.READY if ready else EventKind.POSTED, job_id))
+        elif kind == DELETED and self.jobs.discard(job_id):
+            trashed = job_id in self._recent_trash
+            self._publish(Event(EventKind.TRASHED if trashed else EventKind.CONSUMED, job_id))
+
+    def _on_waiting(self, kind: int, job_id: str) -> None:
+        if kind == CREATED and self.waiting.add(job_id):
+            self._publish(Event(EventKind.POSTED, job_id, "waiting for dependencies"))
+        elif kind == DELETED and self.waiting.discard(job_id):
+            if job_id in self._recent_trash:
+                self._publish(Event(EventKind.TRASHED, job_id))
+            else:
+                self._left_waiting.add(job_id)
+
+    def _on_lock(self, kind: int, job_id: str) -> None:
+        if kind == CREATED and job_id not in self.locks:
+            self.locks.add(job_id)
+            self._publish(Event(EventKind.CLAIMED, job_id))
+        elif kind == DELETED and job_id in self.locks:
+            self.locks.discard(job_id)
+            if job_id in self.jobs:  # settles delete the job before the lock
+                self._publish(Event(EventKind.RELEASED, job_id))
+
+    def _on_trash(self, kind: int, job_id: str) -> None:
+        if kind == CREATED:
+            self._remember_trash(job_id)
+
+    def _remember_trash(self, job_id: str) -> None:
+        self._recent_trash[job_id] = None
+        while len(self._recent_trash) > RECENT_TRASH:
+            self._recent_trash.popitem(last=False)

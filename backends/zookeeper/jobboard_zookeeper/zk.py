@@ -1,0 +1,452 @@
+"""The only module that touches aiozk (0.32).
+
+It sends every request itself, so aiozk's silent re-send of a write after a
+lost reply never happens: a write whose reply is lost raises
+:class:`OutcomeUnknown` and the caller reads back what happened. Reads are
+retried after a reconnect. It also gives multi-transactions with per-operation
+results, explicit versions (aiozk's stat cache is never used), a watchdog that
+notices a dead connection within ``ping_timeout``, session events, and digest
+authentication that is re-sent on every connection before anything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import aiozk
+from aiozk import exc, protocol
+from aiozk.protocol.primitives import Int, UString
+from aiozk.states import States
+
+from jobboard.errors import BackendUnavailable, JobBoardError
+
+logger = logging.getLogger(__name__)
+
+
+class OutcomeUnknown(BackendUnavailable):
+    """The connection broke after a write was sent: it may or may not have been applied."""
+
+
+class ZkError(JobBoardError):
+    """A ZooKeeper error reply to a single (non-multi) request; ``code`` names it."""
+
+    def __init__(self, code: str, path: str) -> None:
+        super().__init__(f"ZooKeeper {code} on {path}")
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class Create:
+    path: str
+    data: bytes = b""
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    path: str
+    version: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class SetData:
+    path: str
+    data: bytes
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    path: str
+    version: int
+
+
+Op = Create | Delete | SetData | Check
+
+
+@dataclass(frozen=True, slots=True)
+class Stat:
+    version: int
+    czxid: int
+    mzxid: int
+    num_children: int
+    ephemeral_owner: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnResult:
+    """Per-operation outcome of a multi: ``errors[i]`` is ``None`` or an error name."""
+
+    ops: tuple[Op, ...]
+    errors: tuple[str | None, ...]
+    versions: tuple[int | None, ...]
+    """New data version for each successful ``SetData``."""
+    zxid: int
+
+    @property
+    def ok(self) -> bool:
+        return all(error is None for error in self.errors)
+
+    def failure(self) -> tuple[Op, str] | None:
+        """The operation that made the multi fail, with its error name."""
+        for op, error in zip(self.ops, self.errors, strict=True):
+            if error not in (None, "RolledBack", "RuntimeInconsistency"):
+                return op, error
+        return None
+
+
+class SessionEvent:
+    CONNECTED = "connected"
+    """First connection, or a new session after an expiry."""
+    SUSPENDED = "suspended"
+    RECONNECTED = "reconnected"
+    """Back on the same session: ephemerals and watches survived."""
+    EXPIRED = "expired"
+    """The session is gone, and every ephemeral node it owned with it."""
+
+
+SessionListener = Callable[[str], None]
+WatchCallback = Callable[[str], None]
+TreeCallback = Callable[[int, str], None]
+"""Called with the event type (CREATED, DELETED, DATA_CHANGED) and the node's path."""
+CREATED = protocol.WatchEvent.CREATED
+DELETED = protocol.WatchEvent.DELETED
+
+
+class AddWatchRequest(protocol.request.Request):  # type: ignore[misc]
+    """ZooKeeper 3.6+ ``addWatch`` (opcode 106), which aiozk lacks."""
+
+    opcode = 106
+    parts = (("path", UString), ("mode", Int))
+
+
+class AddWatchResponse(protocol.response.Response):  # type: ignore[misc]
+    opcode = 106
+    parts = ()
+
+
+PERSISTENT_RECURSIVE = 1
+CHILDREN_CHANGED = protocol.WatchEvent.CHILDREN_CHANGED
+DATA_CHANGED = protocol.WatchEvent.DATA_CHANGED
+
+
+def digest_acl(username: str, password: str) -> list[Any]:
+    """An ACL giving every permission to the digest identity ``username:password`` only."""
+    digest = base64.b64encode(hashlib.sha1(f"{username}:{password}".encode()).digest()).decode()
+    return [protocol.ACL.make(scheme="digest", id=f"{username}:{digest}", read=True, write=True,
+                              create=True, delete=True, admin=True)]
+
+
+class ZooKeeper:
+    """A ZooKeeper session; see the module docstring."""
+
+    def __init__(
+        self, hosts: str, *, session_timeout: float, connect_timeout: float,
+        ping_interval: float = 0.5, ping_timeout: float = 1.0,
+        auth: tuple[str, str] | None = None,
+    ) -> None:
+        self._client = aiozk.ZKClient(hosts, session_timeout=session_timeout, read_timeout=ping_timeout * 3)
+        self._session = self._client.session
+        self.connect_timeout = connect_timeout
+        self._ping_interval, self._ping_timeout = ping_interval, ping_timeout
+        self._auth = auth
+        self.acl = digest_acl(*auth) if auth else [protocol.UNRESTRICTED_ACCESS]
+        self._listeners: list[SessionListener] = []
+        self._session_id: int | None = None
+        self._expiry_reported = False
+        self._closing = False
+        self._watchdog: asyncio.Task[None] | None = None
+        self._trees: dict[str, TreeCallback] = {}
+        self._hook_state_machine()
+        self._hook_event_dispatch()
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect; :raises BackendUnavailable: no server answered within ``connect_timeout``."""
+        try:
+            await asyncio.wait_for(self._client.start(), self.connect_timeout)
+        except (TimeoutError, OSError, exc.ZKError) as error:
+            await self.close()
+            raise BackendUnavailable(f"no ZooKeeper server reachable at {self.hosts}: {error!r}") from error
+        self._watchdog = asyncio.create_task(self._watch_connection())
+
+    async def close(self) -> None:
+        """End the session (its ephemeral nodes go at once); bounded by ``ping_timeout``."""
+        self._closing = True
+        if self._watchdog:
+            self._watchdog.cancel()
+        try:
+            await asyncio.wait_for(self._client.close(), self._ping_timeout * 2)
+        except (TimeoutError, exc.ZKError, OSError, AttributeError):
+            logger.debug("closing the ZooKeeper session timed out; dropping the connection")
+            self._abort_connection()
+
+    @property
+    def hosts(self) -> str:
+        return ",".join(f"{host}:{port}" for host, port in self._session.hosts)
+
+    @property
+    def session_id(self) -> int | None:
+        return self._session_id
+
+    @property
+    def connected(self) -> bool:
+        return bool(self._session.state == States.CONNECTED)
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        self._listeners.append(listener)
+
+    # -- session events ------------------------------------------------------
+
+    def _hook_state_machine(self) -> None:
+        machine = self._session.state
+        original = machine.transition_to
+
+        def transition_to(state: str) -> None:
+            before = machine.current_state
+            if state == States.CONNECTED and self._auth:
+                self._send_auth()  # first on the new connection, before waiters wake
+            original(state)
+            self._on_transition(before, state)
+
+        machine.transition_to = transition_to
+
+    def _hook_event_dispatch(self) -> None:
+        original = self._session.event_dispatch
+
+        def event_dispatch(event: Any) -> None:
+            if event.type:
+                for prefix, callback in self._trees.items():
+                    if event.path.startswith(prefix):
+                        callback(event.type, event.path)
+            original(event)
+
+        self._session.event_dispatch = event_dispatch
+
+    def _send_auth(self) -> None:
+        assert self._auth is not None
+        user, password = self._auth
+        request = protocol.AuthRequest(type=0, scheme="digest", auth=f"{user}:{password}".encode())
+        self._session.conn.send(request)
+
+    def _on_transition(self, before: str, after: str) -> None:
+        if self._closing:
+            return
+        if after == States.SUSPENDED and before == States.CONNECTED:
+            self._emit(SessionEvent.SUSPENDED)
+        elif after == States.LOST and self._session_id is not None:
+            self._report_expiry()
+        elif after == States.CONNECTED:
+            self._on_connected(self._session.session_id)
+
+    def _on_connected(self, session_id: int) -> None:
+        previous, self._session_id = self._session_id, session_id
+        if previous is None:
+            self._emit(SessionEvent.CONNECTED)
+        elif previous == session_id:
+            self._emit(SessionEvent.RECONNECTED)
+        else:
+            self._report_expiry()
+            self._expiry_reported = False
+            self._emit(SessionEvent.CONNECTED)
+
+    def _report_expiry(self) -> None:
+        if not self._expiry_reported:
+            self._expiry_reported = True
+            self._emit(SessionEvent.EXPIRED)
+
+    def _emit(self, event: str) -> None:
+        logger.info("ZooKeeper session %s: %s", hex(self._session_id or 0), event)
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                logger.exception("session listener failed on %s", event)
+
+    async def _watch_connection(self) -> None:
+        """Ping often; a ping unanswered within ``ping_timeout`` drops the connection."""
+        while not self._closing:
+            await asyncio.sleep(self._ping_interval)
+            if self._session.state != States.CONNECTED:
+                continue
+            try:
+                await asyncio.wait_for(self._session.conn.send(protocol.PingRequest()), self._ping_timeout)
+            except (TimeoutError, exc.ConnectError, ConnectionError):
+                logger.warning("ZooKeeper ping unanswered for %.1fs: dropping the connection",
+                               self._ping_timeout)
+                self._abort_connection()
+
+    def _abort_connection(self) -> None:
+        conn = self._session.conn
+        if conn is None:
+            return
+        conn.abort()
+        writer = getattr(conn, "writer", None)
+        if writer is not None:
+            writer.transport.abort()
+        if self._session.state == States.CONNECTED:
+            self._session.state.transition_to(States.SUSPENDED)
+
+    # -- sending ---------------------------------------------------------------
+
+    async def _send(self, request: Any, *, retry: bool) -> tuple[int, Any]:
+        """Send once per connection; reads (``retry``) are re-sent after a reconnect.
+
+        :raises OutcomeUnknown: a write's connection broke before its reply.
+        :raises BackendUnavailable: not connected again within ``connect_timeout``.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.connect_timeout
+        while True:
+            await self._until_connected(deadline - loop.time())
+            session = self._session
+            session.xid = 1 if session.xid >= 0x7FFFFFFF else session.xid + 1
+            try:
+                zxid, response = await session.conn.send(request, xid=session.xid)
+            except (exc.ConnectError, exc.TimeoutError, ConnectionError) as error:
+                self._abort_connection()
+                if not retry:
+                    raise OutcomeUnknown(f"connection to ZooKeeper lost during a write: {error!r}") from error
+                continue
+            session.last_zxid = zxid
+            session.set_heartbeat()
+            return zxid, response
+
+    async def _until_connected(self, remaining: float) -> None:
+        if self._closing:
+            raise BackendUnavailable("the ZooKeeper client is closed")
+        if self._session.state == States.CONNECTED:
+            return
+        try:
+            await asyncio.wait_for(self._session.state.wait_for(States.CONNECTED), max(remaining, 0.0))
+        except TimeoutError:
+            raise BackendUnavailable(
+                f"not connected to ZooKeeper ({self.hosts}) within {self.connect_timeout:.1f}s"
+            ) from None
+
+    async def _call(self, request: Any, *, retry: bool) -> tuple[int, Any]:
+        try:
+            return await self._send(request, retry=retry)
+        except exc.ResponseError as error:
+            raise ZkError(type(error).__name__, getattr(request, "path", "?")) from error
+
+    # -- operations --------------------------------------------------------------
+
+    async def get(self, path: str, *, watch: bool = False) -> tuple[bytes, Stat] | None:
+        """The node's data and stat, or ``None`` if it does not exist."""
+        try:
+            _, response = await self._call(protocol.GetDataRequest(path=path, watch=watch), retry=True)
+        except ZkError as error:
+            if error.code == "NoNode":
+                return None
+            raise
+        return response.data or b"", _stat(response.stat)
+
+    async def children(self, path: str, *, watch: bool = False) -> tuple[list[str], int] | None:
+        """The node's children and the zxid of the read, or ``None`` if it does not exist."""
+        try:
+            zxid, response = await self._call(
+                protocol.GetChildrenRequest(path=path, watch=watch), retry=True)
+        except ZkError as error:
+            if error.code == "NoNode":
+                return None
+            raise
+        return list(response.children), zxid
+
+    async def exists(self, path: str, *, watch: bool = False) -> Stat | None:
+        try:
+            _, response = await self._call(protocol.ExistsRequest(path=path, watch=watch), retry=True)
+        except ZkError as error:
+            if error.code == "NoNode":
+                return None
+            raise
+        return _stat(response.stat)
+
+    async def bump(self, path: str) -> int:
+        """Increment the node's data version (a server-side counter); returns the new version.
+
+        A replay after a lost reply only skips a number, so this is retried.
+        """
+        request = protocol.SetDataRequest(path=path, data=b"", version=-1)
+        _, response = await self._call(request, retry=True)
+        return int(response.stat.version)
+
+    async def ensure_path(self, path: str) -> None:
+        """Create ``path`` and its parents as persistent nodes if missing."""
+        parts = [part for part in path.split("/") if part]
+        for index in range(1, len(parts) + 1):
+            node = "/" + "/".join(parts[:index])
+            if await self.exists(node) is None:
+                result = await self.multi([Create(node)], retry_safe=True)
+                failure = result.failure()
+                if failure and failure[1] != "NodeExists":
+                    raise ZkError(failure[1], node)
+
+    async def multi(self, ops: Sequence[Op], *, retry_safe: bool = False) -> TxnResult:
+        """Run ``ops`` as one transaction: all apply or none do.
+
+        :param retry_safe: re-send after a lost reply (only for idempotent multis).
+        :raises OutcomeUnknown: the reply was lost (unless ``retry_safe``).
+        """
+        request = protocol.TransactionRequest()
+        for op in ops:
+            request.add(self._request_for(op))
+        zxid, response = await self._call(request, retry=retry_safe)
+        errors, versions = [], []
+        for item in response.responses:
+            failed = isinstance(item, BaseException) or (isinstance(item, type) and issubclass(item, Exception))
+            errors.append((item.__name__ if isinstance(item, type) else type(item).__name__) if failed else None)
+            stat = None if failed else getattr(item, "stat", None)
+            versions.append(int(stat.version) if stat is not None else None)
+        return TxnResult(tuple(ops), tuple(errors), tuple(versions), zxid)
+
+    def _request_for(self, op: Op) -> Any:
+        if isinstance(op, Create):
+            request = protocol.CreateRequest(path=op.path, data=op.data, acl=self.acl)
+            request.set_flags(ephemeral=op.ephemeral)
+            return request
+        if isinstance(op, Delete):
+            return protocol.DeleteRequest(path=op.path, version=op.version)
+        if isinstance(op, SetData):
+            return protocol.SetDataRequest(path=op.path, data=op.data, version=op.version)
+        return protocol.CheckVersionRequest(path=op.path, version=op.version)
+
+    # -- watches -----------------------------------------------------------------
+
+    def add_watch(self, kind: int, path: str, callback: WatchCallback) -> None:
+        """Call ``callback(path)`` on every ``kind`` event for ``path``.
+
+        Arm the server watch with a read (``watch=True``) after each event.
+        ``DATA_CHANGED`` keys are restored after a reconnect (and fire on
+        deletion too); deletion-only keys would not be, so none is offered.
+        """
+        self._session.add_watch_callback(kind, path, callback)
+
+    async def watch_tree(self, path: str, callback: TreeCallback) -> None:
+        """Call ``callback(type, path)`` for every change under ``path``, in server order.
+
+        A persistent recursive watch: one event per created, deleted or changed
+        node, delivered before the reply to the write that caused it. The
+        server forgets it when the connection drops: call this again after every
+        reconnect (and resynchronise, since changes in between were missed).
+        """
+        self._trees[path.rstrip("/") + "/"] = callback
+        await self._call(AddWatchRequest(path=path, mode=PERSISTENT_RECURSIVE), retry=True)
+
+    def remove_watch(self, kind: int, path: str, callback: WatchCallback) -> None:
+        try:
+            self._session.remove_watch_callback(kind, path, callback)
+        except KeyError:
+            pass
+
+
+def _stat(raw: Any) -> Stat:
+    return Stat(version=int(raw.version), czxid=int(raw.created_zxid), mzxid=int(raw.last_modified_zxid),
+                num_children=int(raw.num_children), ephemeral_owner=int(raw.ephemeral_owner))

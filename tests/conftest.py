@@ -1,0 +1,29 @@
+"""Shared fixtures: a real ZooKeeper server for the whole test session.
+
+``JOBBOARD_ZK_HOSTS`` (set by ``python -m tests.support.zkserver run``) names a
+running server; without it, one is started here on a free loopback port.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def zk_hosts() -> Iterator[str]:
+    hosts = os.environ.get("JOBBOARD_ZK_HOSTS")
+    if hosts:
+        yield hosts
+        return
+    from tests.support.zkserver import ZooKeeperServer, ensure_zookeeper_installed
+
+    ensure_zookeeper_installed()
+    server = ZooKeeperServer()
+    server.start()
+    try:
+        yield server.hosts
+    finally:
+        server.stop()

@@ -1,0 +1,26 @@
+"""The conformance suite on zookeeper://, against a real server."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from jobboard.board import JobBoard
+from jobboard.testing import JobBoardConformance
+from jobboard_zookeeper import ZooKeeperBoard
+from jobboard_zookeeper.zk import Create
+
+
+class TestZooKeeperConformance(JobBoardConformance):
+    time_limit = 20.0
+
+    @pytest.fixture
+    def board_url(self, zk_hosts: str) -> str:
+        return f"zookeeper://{zk_hosts}/conformance/{uuid.uuid4().hex}?session_timeout=4"
+
+    async def inject_malformed(self, board: JobBoard) -> None:
+        assert isinstance(board, ZooKeeperBoard)
+        path = f"{board.options.root}/jobs/2-0000000000000"
+        result = await board.zk.multi([Create(path, b"\x93written by another tool")])
+        assert result.ok
