@@ -139,7 +139,7 @@ DATA_CHANGED = protocol.WatchEvent.DATA_CHANGED
 def digest_acl(username: str, password: str) -> list[Any]:
     """An ACL giving every permission to the digest identity ``username:password`` only."""
     digest = base64.b64encode(hashlib.sha1(f"{username}:{password}".encode()).digest()).decode()
-    return [protocol.ACL.make(scheme="digest", id=f"{username}:{digest}", read=True, write=True,
+    return [protocol.acl.ACL.make(scheme="digest", id=f"{username}:{digest}", read=True, write=True,
                               create=True, delete=True, admin=True)]
 
 
