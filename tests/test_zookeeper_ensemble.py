@@ -21,55 +21,72 @@ CLAIMERS_PER_BOARD = 4
 KILL_AFTER = 300
 
 
+class Run:
+    """Claimers on several boards, counting every successful consume per job."""
+
+    def __init__(self, ensemble: ZooKeeperEnsemble, url: str) -> None:
+        self.ensemble, self.url = ensemble, url
+        self.consumed: Counter[str] = Counter()
+        self.retries: Counter[str] = Counter()
+        self.reached_kill_point = anyio.Event()
+        self.progressed = anyio.Event()
+
+    async def claimer(self, board: JobBoard, owner: str) -> None:
+        while len(self.consumed) < JOBS:
+            try:
+                claim = await board.claim_next(owner)
+                if claim is None:
+                    with anyio.move_on_after(0.5):
+                        await board.wait()
+                    continue
+                await board.consume(claim, owner)
+                self.count(claim.job.id)
+            except BackendUnavailable:
+                self.retries["backend unavailable"] += 1
+                await anyio.sleep(0.2)
+            except ClaimLost:
+                self.retries["claim lost"] += 1
+
+    def count(self, job_id: str) -> None:
+        self.consumed[job_id] += 1
+        if len(self.consumed) >= KILL_AFTER:
+            self.reached_kill_point.set()
+        if self.reached_kill_point.is_set() and len(self.consumed) > KILL_AFTER + 1:
+            self.progressed.set()
+
+    async def kill_the_leader(self) -> None:
+        await self.reached_kill_point.wait()
+        leader = self.ensemble.leader_index()
+        killed_at, before = time.monotonic(), len(self.consumed)
+        await anyio.to_thread.run_sync(self.ensemble.kill, leader)
+        await self.progressed.wait()
+        print(f"leader {leader} killed at {before} consumed; progress went on, "
+              f"{time.monotonic() - killed_at:.2f}s after the kill")
+
+    async def run(self) -> float:
+        started = time.monotonic()
+        async with AsyncExitStack() as boards, anyio.create_task_group() as group:
+            group.start_soon(self.kill_the_leader)
+            for index in range(BOARDS):
+                board = await boards.enter_async_context(open_board(self.url))
+                for slot in range(CLAIMERS_PER_BOARD):
+                    group.start_soon(self.claimer, board, f"b{index}-c{slot}")
+        return time.monotonic() - started
+
+
 async def test_leader_killed_mid_run_loses_nothing_and_doubles_nothing() -> None:
     with ZooKeeperEnsemble(3) as ensemble:
         url = f"zookeeper://{ensemble.hosts}/ensemble/{uuid.uuid4().hex}?session_timeout=10"
-        consumed: Counter[str] = Counter()
-        retries = Counter[str]()
         with anyio.fail_after(180):
             async with open_board(url) as producer:
                 posted = {(await producer.post("n", {"i": i})).id for i in range(JOBS)}
-
-            async def claimer(board: JobBoard, owner: str) -> None:
-                while len(consumed) < JOBS:
-                    try:
-                        claim = await board.claim_next(owner)
-                        if claim is None:
-                            await anyio.sleep(0.05)
-                            continue
-                        await board.consume(claim, owner)
-                        consumed[claim.job.id] += 1
-                    except BackendUnavailable:
-                        retries["backend unavailable"] += 1
-                        await anyio.sleep(0.2)
-                    except ClaimLost:
-                        retries["claim lost"] += 1
-
-            async def killer() -> None:
-                while len(consumed) < KILL_AFTER:
-                    await anyio.sleep(0.01)
-                leader = ensemble.leader_index()
-                killed_at = time.monotonic()
-                await anyio.to_thread.run_sync(ensemble.kill, leader)
-                before = len(consumed)
-                while len(consumed) == before:
-                    await anyio.sleep(0.01)
-                print(f"leader {leader} killed at {before} consumed; progress again after "
-                      f"{time.monotonic() - killed_at:.2f}s")
-
-            started = time.monotonic()
-            async with AsyncExitStack() as boards, anyio.create_task_group() as group:
-                group.start_soon(killer)
-                for index in range(BOARDS):
-                    board = await boards.enter_async_context(open_board(url))
-                    for slot in range(CLAIMERS_PER_BOARD):
-                        group.start_soon(claimer, board, f"b{index}-c{slot}")
-            elapsed = time.monotonic() - started
+            run = Run(ensemble, url)
+            elapsed = await run.run()
             async with open_board(url) as checker:
                 left = await checker.job_count()
-        doubled = [job for job, count in consumed.items() if count > 1]
-        print(f"{JOBS} jobs in {elapsed:.1f}s through a leader kill: lost {len(posted - set(consumed))}, "
-              f"consumed twice {len(doubled)}, left {left}, retries {dict(retries)}")
-        assert set(consumed) == posted
+        doubled = [job for job, count in run.consumed.items() if count > 1]
+        print(f"{JOBS} jobs in {elapsed:.1f}s through a leader kill: lost {len(posted - set(run.consumed))}, "
+              f"consumed twice {len(doubled)}, left {left}, retries {dict(run.retries)}")
+        assert set(run.consumed) == posted
         assert doubled == []
         assert left == 0
