@@ -10,6 +10,7 @@ session: if the session expires every claim is gone, the board reports
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
@@ -66,6 +67,8 @@ class ZooKeeperBoard(JobBoard):
         self._entities: dict[str, bytes] = {}
         self._epoch = 0
         self._reported: set[str] = set()
+        self._inflight: set[str] = set()
+        """Jobs this board is trying to claim now: concurrent claim_next calls spread out."""
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -172,8 +175,8 @@ class ZooKeeperBoard(JobBoard):
         if not depends_on:
             return [Create(self._paths.job(new_id), raw)]
         ops = [Create(self._paths.waiting(new_id), raw)]
-        for dependency in depends_on:
-            parent = await self._locate(dependency)
+        parents = await asyncio.gather(*map(self._locate, depends_on))
+        for dependency, parent in zip(depends_on, parents, strict=True):
             if parent is None:
                 raise InvalidJob(f"dependency {dependency} is not on the board (consumed, trashed or unknown)")
             ops.append(Create(f"{parent}/{new_id}"))
@@ -218,6 +221,7 @@ class ZooKeeperBoard(JobBoard):
                 stored = await self._settler.read(path)
             except MalformedEntry:
                 self._report_malformed(job)
+                self.view.skip_until(job, float("inf"))
                 return None
             if stored is not None:
                 return stored
@@ -322,14 +326,24 @@ class ZooKeeperBoard(JobBoard):
     async def claim_next(self, owner: str) -> Claim | None:
         self._ensure_open()
         owner = check_owner(owner)
-        for job in self.view.claimable_candidates():
-            stored = await self._stored(job)
-            if stored is None or stored.path != self._paths.job(job):
-                continue
-            outcome = await self._try_claim(job, stored, owner)
-            if isinstance(outcome, Claim):
+        for job in self.view.candidates(self._inflight):
+            self._inflight.add(job)
+            try:
+                outcome = await self._claim_candidate(job, owner)
+            finally:
+                self._inflight.discard(job)
+            if outcome is not None:
                 return outcome
         return None
+
+    async def _claim_candidate(self, job: str, owner: str) -> Claim | None:
+        stored = await self._stored(job)
+        if stored is None or stored.path != self._paths.job(job):
+            return None
+        outcome = await self._try_claim(job, stored, owner)
+        if outcome == "delayed" and stored.posting.not_before is not None:
+            self.view.skip_until(job, stored.posting.not_before)
+        return outcome if isinstance(outcome, Claim) else None
 
     async def consume(self, claim: Claim, result: Any = None) -> None:
         self._ensure_open()
@@ -352,7 +366,7 @@ class ZooKeeperBoard(JobBoard):
         while True:
             change = self.view.change()
             ready, delays = [], []
-            for job in self.view.claimable_candidates()[:READ_BATCH]:
+            for job in itertools.islice(self.view.candidates(set()), READ_BATCH):
                 stored = await self._stored(job)
                 if stored is None:
                     continue

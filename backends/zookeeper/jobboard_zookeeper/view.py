@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import bisect
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import anyio
 
@@ -47,6 +48,11 @@ class SortedIds:
         del self._ordered[bisect.bisect_left(self._ordered, job_id)]
         return True
 
+    def after(self, job_id: str) -> str | None:
+        """The first id after ``job_id`` in board order (``""`` starts at the head)."""
+        index = bisect.bisect_right(self._ordered, job_id)
+        return self._ordered[index] if index < len(self._ordered) else None
+
     def replace(self, job_ids: list[str]) -> None:
         self._members = set(job_ids)
         self._ordered = sorted(self._members)
@@ -72,12 +78,33 @@ class BoardView:
         self._recent_trash: OrderedDict[str, None] = OrderedDict()
         self._left_waiting: set[str] = set()
         self._waiters: list[anyio.Event] = []
+        self._skip: dict[str, float] = {}
         self._handlers = {"jobs": self._on_job, "waiting": self._on_waiting,
                           "locks": self._on_lock, "trash": self._on_trash}
 
-    def claimable_candidates(self) -> list[str]:
-        """Unclaimed jobs in board order (delays are not known here)."""
-        return [job_id for job_id in self.jobs.ordered() if job_id not in self.locks]
+    def candidates(self, skip: set[str]) -> Iterator[str]:
+        """Unclaimed jobs in board order, lazily: O(log n) a step, safe while the view changes.
+
+        Jobs in ``skip`` and jobs known to be delayed or malformed are passed over.
+        """
+        job_id = self.jobs.after("")
+        while job_id is not None:
+            if job_id not in self.locks and job_id not in skip and not self._skipped(job_id):
+                yield job_id
+            job_id = self.jobs.after(job_id)
+
+    def skip_until(self, job_id: str, until: float) -> None:
+        """Pass over ``job_id`` until ``until`` (epoch seconds) or until its node changes."""
+        self._skip[job_id] = until
+
+    def _skipped(self, job_id: str) -> bool:
+        until = self._skip.get(job_id)
+        if until is None:
+            return False
+        if until > time.time():
+            return True
+        del self._skip[job_id]
+        return False
 
     def change(self) -> anyio.Event:
         """An event set at the next change; take it *before* checking a condition."""
@@ -131,6 +158,7 @@ class BoardView:
         self.notify()
 
     def _on_job(self, kind: int, job_id: str) -> None:
+        self._skip.pop(job_id, None)
         if kind == CREATED and self.jobs.add(job_id):
             ready = job_id in self._left_waiting
             self._left_waiting.discard(job_id)
