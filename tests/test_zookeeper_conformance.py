@@ -9,7 +9,7 @@ import pytest
 from jobboard.board import JobBoard
 from jobboard.testing import JobBoardConformance
 from jobboard_zookeeper import ZooKeeperBoard
-from jobboard_zookeeper.zk import Create
+from jobboard_zookeeper.ops import Create
 
 
 class TestZooKeeperConformance(JobBoardConformance):

@@ -33,18 +33,18 @@ from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Ev
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
 from jobboard_zookeeper.layout import (
     DIRECTORIES,
-    EPOCH_SIZE,
     LockRecord,
     Paths,
     TrashRecord,
     is_job_id,
-    job_id,
 )
 from jobboard_zookeeper.layout import sequence_of as sequence_in
+from jobboard_zookeeper.ops import Create, Delete, SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
+from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.settle import Settler, Stored, not_found
 from jobboard_zookeeper.view import BoardView
-from jobboard_zookeeper.zk import Create, Delete, OutcomeUnknown, SessionEvent, ZooKeeper
+from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,6 @@ class ZooKeeperBoard(JobBoard):
         self._zk: ZooKeeper | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._entities: dict[str, bytes] = {}
-        self._epoch = 0
         self._reported: set[str] = set()
         self._inflight: set[str] = set()
         """Jobs this board is trying to claim now: concurrent claim_next calls spread out."""
@@ -85,7 +84,8 @@ class ZooKeeperBoard(JobBoard):
             self._settler = Settler(self._zk, self._paths, self.max_posting_bytes)
             self.view = BoardView(self._zk, self._paths, self._publish)
             await self.view.sync(report=False)
-            await self._find_epoch(self._zk)
+            self._poster = Poster(self._zk, self._paths)
+            await self._poster.open()
         except BaseException:
             await self._zk.close()
             raise
@@ -135,21 +135,6 @@ class ZooKeeperBoard(JobBoard):
 
     # -- posting -------------------------------------------------------------
 
-    async def _find_epoch(self, zk: ZooKeeper) -> None:
-        counters = await zk.children(self._paths.dir("counters"))
-        epochs = [int(name[2:]) for name in (counters[0] if counters else []) if name[2:].isdigit()]
-        self._epoch = max(epochs, default=0)
-        await zk.ensure_path(self._paths.counter(self._epoch))
-
-    async def _next_sequence(self) -> int:
-        while True:
-            epoch = self._epoch
-            version = await self.zk.bump(self._paths.counter(epoch))
-            if version < EPOCH_SIZE:
-                return epoch * EPOCH_SIZE + version
-            await self.zk.ensure_path(self._paths.counter(epoch + 1))
-            self._epoch = max(self._epoch, epoch + 1)
-
     async def post(
         self, name: str, details: Mapping[str, Any] | None = None, *,
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
@@ -163,53 +148,8 @@ class ZooKeeperBoard(JobBoard):
         )
         raw = encode_posting(posting)
         check_size(name, raw, self.max_posting_bytes)
-        sequence = await self._next_sequence()
-        new_id = job_id(posting.priority, sequence)
-        for _ in range(5):
-            ops = await self._post_ops(new_id, raw, posting.depends_on)
-            if await self._write_posting(new_id, ops, posting.token):
-                return posting.to_job(new_id, sequence)
-        raise InvalidJob(f"job {name!r}: its dependencies kept changing while it was posted")
-
-    async def _post_ops(self, new_id: str, raw: bytes, depends_on: tuple[str, ...]) -> list[Create]:
-        if not depends_on:
-            return [Create(self._paths.job(new_id), raw)]
-        ops = [Create(self._paths.waiting(new_id), raw)]
-        parents = await asyncio.gather(*map(self._locate, depends_on))
-        for dependency, parent in zip(depends_on, parents, strict=True):
-            if parent is None:
-                raise InvalidJob(f"dependency {dependency} is not on the board (consumed, trashed or unknown)")
-            ops.append(Create(f"{parent}/{new_id}"))
-        return ops
-
-    async def _locate(self, job: str) -> str | None:
-        for path in (self._paths.job(job), self._paths.waiting(job)):
-            if await self.zk.exists(path) is not None:
-                return path
-        return None
-
-    async def _write_posting(self, new_id: str, ops: list[Create], token: str) -> bool:
-        """True once the posting is stored (recognising our own earlier write)."""
-        try:
-            result = await self.zk.multi(ops)
-        except OutcomeUnknown:
-            return await self._posted(new_id, token)
-        failure = result.failure()
-        if failure is None:
-            return True
-        if failure[1] == "NodeExists" and failure[0] is ops[0]:
-            return await self._posted(new_id, token)
-        return False
-
-    async def _posted(self, new_id: str, token: str) -> bool:
-        for path in (self._paths.job(new_id), self._paths.waiting(new_id)):
-            try:
-                stored = await self._settler.read(path)
-            except MalformedEntry:
-                continue
-            if stored is not None and stored.posting.token == token:
-                return True
-        return False
+        new_id, sequence = await self._poster.post(posting, raw)
+        return posting.to_job(new_id, sequence)
 
     # -- reading ---------------------------------------------------------------
 
@@ -384,7 +324,7 @@ class ZooKeeperBoard(JobBoard):
         found = job_id_of(job)
         while True:
             change = self.view.change()
-            if await self._locate(found) is None:
+            if await self._poster.locate(found) is None:
                 return await self._outcome(found)
             await change.wait()
 

@@ -26,7 +26,8 @@ from jobboard.codec import MalformedEntry, Posting, decode_posting, encode_posti
 from jobboard.errors import BackendUnavailable, ClaimLost, JobNotFound, NotOwner
 from jobboard.job import Claim
 from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
-from jobboard_zookeeper.zk import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult, ZooKeeper
+from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
+from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,6 @@ import base64
 import hashlib
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiozk
@@ -24,95 +23,23 @@ from aiozk import exc, protocol
 from aiozk.protocol.primitives import Int, UString
 from aiozk.states import States
 
-from jobboard.errors import BackendUnavailable, JobBoardError
+from jobboard.errors import BackendUnavailable
+from jobboard_zookeeper.ops import (
+    Create,
+    Delete,
+    Op,
+    OutcomeUnknown,
+    SessionEvent,
+    SetData,
+    Stat,
+    TxnResult,
+    ZkError,
+)
 
 logger = logging.getLogger(__name__)
 
 
-class OutcomeUnknown(BackendUnavailable):
-    """The connection broke after a write was sent: it may or may not have been applied."""
-
-
-class ZkError(JobBoardError):
-    """A ZooKeeper error reply to a single (non-multi) request; ``code`` names it."""
-
-    def __init__(self, code: str, path: str) -> None:
-        super().__init__(f"ZooKeeper {code} on {path}")
-        self.code = code
-
-
-@dataclass(frozen=True, slots=True)
-class Create:
-    path: str
-    data: bytes = b""
-    ephemeral: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Delete:
-    path: str
-    version: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class SetData:
-    path: str
-    data: bytes
-    version: int
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    path: str
-    version: int
-
-
-Op = Create | Delete | SetData | Check
-
-
-@dataclass(frozen=True, slots=True)
-class Stat:
-    version: int
-    czxid: int
-    mzxid: int
-    num_children: int
-    ephemeral_owner: int
-
-
-@dataclass(frozen=True, slots=True)
-class TxnResult:
-    """Per-operation outcome of a multi: ``errors[i]`` is ``None`` or an error name."""
-
-    ops: tuple[Op, ...]
-    errors: tuple[str | None, ...]
-    versions: tuple[int | None, ...]
-    """New data version for each successful ``SetData``."""
-    zxid: int
-
-    @property
-    def ok(self) -> bool:
-        return all(error is None for error in self.errors)
-
-    def failure(self) -> tuple[Op, str] | None:
-        """The operation that made the multi fail, with its error name."""
-        for op, error in zip(self.ops, self.errors, strict=True):
-            if error not in (None, "RolledBack", "RuntimeInconsistency"):
-                return op, error
-        return None
-
-
-class SessionEvent:
-    CONNECTED = "connected"
-    """First connection, or a new session after an expiry."""
-    SUSPENDED = "suspended"
-    RECONNECTED = "reconnected"
-    """Back on the same session: ephemerals and watches survived."""
-    EXPIRED = "expired"
-    """The session is gone, and every ephemeral node it owned with it."""
-
-
 SessionListener = Callable[[str], None]
-WatchCallback = Callable[[str], None]
 TreeCallback = Callable[[int, str], None]
 """Called with the event type (CREATED, DELETED, DATA_CHANGED) and the node's path."""
 CREATED = protocol.WatchEvent.CREATED
@@ -132,8 +59,6 @@ class AddWatchResponse(protocol.response.Response):  # type: ignore[misc]
 
 
 PERSISTENT_RECURSIVE = 1
-CHILDREN_CHANGED = protocol.WatchEvent.CHILDREN_CHANGED
-DATA_CHANGED = protocol.WatchEvent.DATA_CHANGED
 
 
 def digest_acl(username: str, password: str) -> list[Any]:
@@ -195,10 +120,6 @@ class ZooKeeper:
     @property
     def session_id(self) -> int | None:
         return self._session_id
-
-    @property
-    def connected(self) -> bool:
-        return bool(self._session.state == States.CONNECTED)
 
     def add_session_listener(self, listener: SessionListener) -> None:
         self._listeners.append(listener)
@@ -420,15 +341,6 @@ class ZooKeeper:
 
     # -- watches -----------------------------------------------------------------
 
-    def add_watch(self, kind: int, path: str, callback: WatchCallback) -> None:
-        """Call ``callback(path)`` on every ``kind`` event for ``path``.
-
-        Arm the server watch with a read (``watch=True``) after each event.
-        ``DATA_CHANGED`` keys are restored after a reconnect (and fire on
-        deletion too); deletion-only keys would not be, so none is offered.
-        """
-        self._session.add_watch_callback(kind, path, callback)
-
     async def watch_tree(self, path: str, callback: TreeCallback) -> None:
         """Call ``callback(type, path)`` for every change under ``path``, in server order.
 
@@ -439,12 +351,6 @@ class ZooKeeper:
         """
         self._trees[path.rstrip("/") + "/"] = callback
         await self._call(AddWatchRequest(path=path, mode=PERSISTENT_RECURSIVE), retry=True)
-
-    def remove_watch(self, kind: int, path: str, callback: WatchCallback) -> None:
-        try:
-            self._session.remove_watch_callback(kind, path, callback)
-        except KeyError:
-            pass
 
 
 def _stat(raw: Any) -> Stat:
