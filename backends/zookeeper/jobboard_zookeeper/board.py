@@ -321,6 +321,7 @@ class ZooKeeperBoard(JobBoard):
                 await change.wait()
 
     async def wait_for_completion(self, job: JobRef) -> Outcome:
+        self._ensure_open()
         found = job_id_of(job)
         while True:
             change = self.view.change()
