@@ -1,0 +1,1 @@
+"""Helpers shared by real-server tests, fault tests and benchmarks."""

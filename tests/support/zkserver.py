@@ -1,0 +1,450 @@
+"""Throwaway ZooKeeper servers and a fault-injection TCP proxy, all on 127.0.0.1.
+
+Uses Debian's ``zookeeper`` package (jars in /usr/share/java); stdlib only.
+CLI: ``python -m tests.support.zkserver run -- CMD ARGS...`` runs CMD with
+``JOBBOARD_ZK_HOSTS`` set to a fresh standalone server and exits with its code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import functools
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from subprocess import DEVNULL, STDOUT
+from typing import Self, TypedDict, Unpack
+
+HOST = "127.0.0.1"
+LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
+ENV_VAR = "JOBBOARD_ZK_HOSTS"
+JAVA_DIR = Path("/usr/share/java")
+# zookeeper.jar's manifest Class-Path already lists its dependencies (jute,
+# netty, jetty, slf4j-api, ...); we only add an SLF4J binding (log4j 1.2).
+JARS = ("zookeeper.jar", "slf4j-log4j12.jar", "log4j-1.2.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+# Small heap; C1-only JIT and serial GC start fastest (measured ~0.25 s to serving).
+JVM_FLAGS = ("-Xmx256m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData")
+ZOO_CFG = """\
+tickTime={zk.tick_time}
+initLimit=10
+syncLimit=5
+dataDir={data}
+clientPortAddress=127.0.0.1
+clientPort={zk.port}
+minSessionTimeout={zk.min_session_timeout}
+maxSessionTimeout=60000
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=*
+preAllocSize=4096
+forceSync={sync}
+"""
+LOG4J = """\
+log4j.rootLogger=INFO, FILE
+log4j.appender.FILE=org.apache.log4j.FileAppender
+log4j.appender.FILE.File={log}
+log4j.appender.FILE.layout=org.apache.log4j.PatternLayout
+log4j.appender.FILE.layout.ConversionPattern=%d{{ISO8601}} %-5p [%t:%C{{1}}@%L] - %m%n
+"""
+
+
+class ServerOptions(TypedDict, total=False):
+    """Keyword options shared by ZooKeeperServer and ZooKeeperEnsemble."""
+
+    jute_maxbuffer: int | None
+    tick_time: int
+    fsync: bool
+
+
+_apt_updated = False
+_running: set[ZooKeeperServer] = set()
+
+
+def _missing_parts() -> list[str]:
+    missing = [jar for jar in JARS if not (JAVA_DIR / jar).is_file()]
+    return missing if shutil.which("java") else [*missing, "java"]
+
+
+def _apt(*args: str) -> None:
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = [*sudo, "apt-get", *args]
+    done = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=1200)
+    if done.returncode:
+        raise RuntimeError(f"apt-get {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
+def ensure_zookeeper_installed() -> None:
+    """Install Debian's ``zookeeper`` package if its jars (or java) are missing."""
+    global _apt_updated
+    if not _missing_parts():
+        return
+    if not _apt_updated:
+        _apt("update")
+        _apt_updated = True
+    _apt("install", "-y", "zookeeper")
+    if missing := _missing_parts():
+        raise RuntimeError(f"still missing after installing zookeeper: {', '.join(missing)}")
+
+
+def classpath() -> str:
+    """The server classpath: zookeeper.jar (deps via its manifest) plus log4j."""
+    return os.pathsep.join(str(JAVA_DIR / jar) for jar in JARS)
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct currently-free loopback ports."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((HOST, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def free_port() -> int:
+    """A currently-free loopback port."""
+    return free_ports(1)[0]
+
+
+def four_letter(port: int, command: str = "srvr", timeout: float = 1.0) -> str:
+    """Send a four-letter-word command to 127.0.0.1:port; return the reply."""
+    chunks = []
+    with socket.create_connection((HOST, port), timeout=timeout) as sock:
+        sock.sendall(command.encode())
+        while chunk := sock.recv(4096):
+            chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def probe_mode(port: int) -> str | None:
+    """``Mode:`` from ``srvr`` (standalone/leader/follower), None if not serving."""
+    try:
+        reply = four_letter(port, "srvr", timeout=0.5)
+    except OSError:
+        return None
+    for line in reply.splitlines():
+        if line.startswith("Mode:"):
+            return line.partition(":")[2].strip()
+    return None
+
+
+def _die_with_us() -> Callable[[], object] | None:
+    """A preexec_fn that has the kernel SIGKILL the JVM when we die, even by kill -9.
+
+    PR_SET_PDEATHSIG fires when the forking *thread* exits, so only the main thread uses it.
+    """
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    return functools.partial(ctypes.CDLL(None).prctl, 1, int(signal.SIGKILL))  # resolved before fork
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no file)"
+
+
+class ZooKeeperServer:
+    """One ZooKeeper JVM with its own temp dir; standalone unless given quorum config."""
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        jute_maxbuffer: int | None = None,
+        tick_time: int = 500,
+        fsync: bool = False,
+        start_timeout: float = 30.0,
+        extra_config: Mapping[str, object] | None = None,
+        myid: int | None = None,
+    ) -> None:
+        self.port = port or free_port()
+        self.jute_maxbuffer = jute_maxbuffer
+        self.tick_time = tick_time
+        self.min_session_timeout = 2 * tick_time  # ms; the server's lower bound for clients
+        self.fsync = fsync  # off by default: the data is throwaway, kill -9 still keeps it
+        self.start_timeout = start_timeout
+        self.extra_config = dict(extra_config or {})
+        self.myid = myid
+        self.dir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def hosts(self) -> str:
+        """``127.0.0.1:PORT``."""
+        return f"{HOST}:{self.port}"
+
+    def url(self, path: str = "") -> str:
+        """A board URL for this server."""
+        return f"zookeeper://{self.hosts}{path}"
+
+    @property
+    def running(self) -> bool:
+        """Whether the JVM is alive (not necessarily serving)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    def _write_files(self, root: Path) -> None:
+        (root / "data").mkdir(exist_ok=True)
+        if self.myid is not None:
+            (root / "data" / "myid").write_text(f"{self.myid}\n")
+        cfg = ZOO_CFG.format(zk=self, data=root / "data", sync="yes" if self.fsync else "no")
+        cfg += "".join(f"{key}={value}\n" for key, value in self.extra_config.items())
+        (root / "zoo.cfg").write_text(cfg)
+        (root / "log4j.properties").write_text(LOG4J.format(log=root / "zookeeper.log"))
+
+    def command_line(self) -> list[str]:
+        """The java command that runs this server."""
+        assert self.dir is not None
+        props = [f"-Dlog4j.configuration=file:{self.dir / 'log4j.properties'}"]
+        if self.jute_maxbuffer is not None:
+            props.append(f"-Djute.maxbuffer={self.jute_maxbuffer}")
+        return ["java", *JVM_FLAGS, *props, "-cp", classpath(), MAIN_CLASS, str(self.dir / "zoo.cfg")]
+
+    def spawn(self) -> None:
+        """Launch the JVM without waiting for it (no-op if running)."""
+        if self.running:
+            return
+        if self.dir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="jobboard-zk-"))
+        self._write_files(self.dir)
+        cmd = self.command_line()
+        with open(self.dir / "jvm.out", "ab") as out:  # own session: a terminal's Ctrl-C is ours to handle
+            self._proc = subprocess.Popen(
+                cmd,
+                stdin=DEVNULL,
+                stdout=out,
+                stderr=STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_us(),  # noqa: PLW1509
+            )
+        _running.add(self)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of the server log and of the JVM's own output."""
+        if self.dir is None:
+            return "(no data dir)"
+        log, out = _tail(self.dir / "zookeeper.log", lines), _tail(self.dir / "jvm.out", 10)
+        return f"{log}\n--- jvm.out ---\n{out}"
+
+    def wait_serving(self, timeout: float | None = None) -> str:
+        """Poll ``srvr`` until the server serves; return its mode."""
+        timeout = self.start_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while (mode := probe_mode(self.port)) is None:
+            if self._proc is None or self._proc.poll() is not None:
+                code = None if self._proc is None else self._proc.returncode
+                raise RuntimeError(f"ZooKeeper {self.hosts} exited ({code}):\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"ZooKeeper {self.hosts} not serving after {timeout}s:\n{self.log_tail()}")
+            time.sleep(0.01)
+        return mode
+
+    def start(self) -> Self:
+        """Start (again after kill()) and wait until it serves; the JVM is killed on failure."""
+        self.spawn()
+        try:
+            self.wait_serving()
+        except BaseException:
+            self._halt(signal.SIGKILL)
+            raise
+        return self
+
+    def _halt(self, sig: signal.Signals, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        _running.discard(self)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (SIGKILL after ``timeout`` s) and delete the temp dir."""
+        self._halt(signal.SIGTERM, timeout)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def kill(self) -> None:
+        """SIGKILL and wait; data dir and port are kept for start()."""
+        self._halt(signal.SIGKILL)
+
+    def restart(self) -> Self:
+        """Graceful stop, then start on the same data dir and port."""
+        self._halt(signal.SIGTERM)
+        return self.start()
+
+    def mode(self) -> str:
+        """``standalone``, ``leader`` or ``follower`` (via ``srvr``)."""
+        mode = probe_mode(self.port)
+        if mode is None:
+            raise RuntimeError(f"ZooKeeper {self.hosts} is not serving")
+        return mode
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ZooKeeperEnsemble:
+    """``n`` quorum members on loopback, each with its own ports and data dir."""
+
+    def __init__(self, n: int = 3, *, start_timeout: float = 60.0, **options: Unpack[ServerOptions]) -> None:
+        ports = free_ports(3 * n)
+        quorum = {f"server.{i + 1}": f"{HOST}:{ports[3 * i + 1]}:{ports[3 * i + 2]}" for i in range(n)}
+        self.start_timeout = start_timeout
+        self.members = [
+            ZooKeeperServer(
+                port=ports[3 * i], myid=i + 1, extra_config=quorum, start_timeout=start_timeout, **options
+            )
+            for i in range(n)
+        ]
+
+    @property
+    def hosts(self) -> str:
+        """``127.0.0.1:a,127.0.0.1:b,...``."""
+        return ",".join(member.hosts for member in self.members)
+
+    def url(self, path: str = "") -> str:
+        """A board URL listing every member."""
+        return f"zookeeper://{self.hosts}{path}"
+
+    def start(self) -> Self:
+        """Launch all members, wait until all serve and one leads."""
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            for member in self.members:
+                member.spawn()
+            for member in self.members:
+                member.wait_serving(max(0.0, deadline - time.monotonic()))
+            self.leader_index(max(0.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def leader_index(self, timeout: float = 10.0) -> int:
+        """Index of the member reporting ``Mode: leader``, waiting up to ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for index, member in enumerate(self.members):
+                if member.running and probe_mode(member.port) == "leader":
+                    return index
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no leader among {self.hosts} after {timeout}s")
+            time.sleep(0.02)
+
+    def kill(self, index: int) -> None:
+        """SIGKILL one member (its data is kept)."""
+        self.members[index].kill()
+
+    def start_member(self, index: int) -> None:
+        """(Re)start one member and wait until it serves."""
+        self.members[index].start()
+
+    def stop(self) -> None:
+        """Stop every member and delete their data."""
+        for member in self.members:
+            member.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@atexit.register
+def _reap_all() -> None:
+    for server in list(_running):
+        server.kill()
+        server.stop()
+
+
+def _exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _reap_child(child: subprocess.Popen[bytes]) -> int:
+    for action in (None, child.terminate, child.kill):
+        if action is not None:
+            action()
+        try:
+            return _exit_code(child.wait(5))
+        except subprocess.TimeoutExpired:
+            continue
+    return _exit_code(child.wait())
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM: cleaned up like Ctrl-C, but passed on to the child at once."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def run(cmd: Sequence[str], jute_maxbuffer: int | None = None) -> int:
+    """Run ``cmd`` against a fresh standalone server; return its exit code."""
+    ensure_zookeeper_installed()
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    with ZooKeeperServer(jute_maxbuffer=jute_maxbuffer) as server:
+        print(f"zkserver: ZooKeeper serving on {server.hosts}", file=sys.stderr, flush=True)
+        try:
+            child = subprocess.Popen(list(cmd), env={**os.environ, ENV_VAR: server.hosts})
+        except OSError as exc:
+            print(f"zkserver: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
+            return 127
+        try:
+            return _exit_code(child.wait())
+        except KeyboardInterrupt as exc:  # a terminal's Ctrl-C reaches the child by itself
+            if isinstance(exc, _Terminated):
+                child.terminate()
+            return _reap_child(child)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m tests.support.zkserver``."""
+    parser = argparse.ArgumentParser(prog="python -m tests.support.zkserver")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help="run CMD with JOBBOARD_ZK_HOSTS set")
+    run_parser.add_argument("--jute-maxbuffer", type=int, default=None)
+    run_parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    args = parser.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        parser.error("missing command: run -- CMD ARGS...")
+    try:
+        return run(cmd, args.jute_maxbuffer)
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"zkserver: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
