@@ -25,7 +25,8 @@ from jobboard import (
     open_board,
 )
 from jobboard_zookeeper import ZooKeeperBoard
-from tests.support.zkserver import TcpProxy, ZooKeeperServer
+from tests.support.tcpproxy import TcpProxy
+from tests.support.zkserver import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(90)
 
