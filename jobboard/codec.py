@@ -145,24 +145,27 @@ def check_size(name: str, encoded: bytes, limit: int) -> None:
 def _find_unencodable(value: Any, path: str) -> str | None:
     """Describe the first value under ``path`` that msgpack cannot carry, or ``None``."""
     if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, (str, int, bytes)):
-                return f"{path} has a key of type {type(key).__name__}: {key!r}"
-            found = _find_unencodable(item, f"{path}[{key!r}]")
-            if found:
-                return found
-        return None
+        return _find_in_mapping(value, path)
     if isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            found = _find_unencodable(item, f"{path}[{index}]")
-            if found:
-                return found
-        return None
+        found = (_find_unencodable(item, f"{path}[{index}]") for index, item in enumerate(value))
+        return next((problem for problem in found if problem), None)
     if value is None or isinstance(value, (bool, str, bytes, float)):
         return None
     if isinstance(value, int):
         return None if -(2**63) <= value < 2**64 else f"{path} is an integer out of 64-bit range"
     return f"{path} has a value of type {type(value).__name__} that msgpack cannot encode"
+
+
+def _find_in_mapping(value: Mapping[Any, Any], path: str) -> str | None:
+    if not isinstance(value, dict):
+        return f"{path} is a {type(value).__name__}; msgpack encodes only dict mappings"
+    for key, item in value.items():
+        if not isinstance(key, (str, int, bytes)):
+            return f"{path} has a key of type {type(key).__name__}: {key!r}"
+        found = _find_unencodable(item, f"{path}[{key!r}]")
+        if found:
+            return found
+    return None
 
 
 def encode_value(value: Any, *, what: str) -> bytes:
@@ -208,7 +211,8 @@ def decode_posting(data: bytes | None) -> Posting:
     if not data:
         raise MalformedEntry("empty posting")
     record = decode_value(data)
-    if not isinstance(record, dict) or record.get("v") != FORMAT_VERSION:
+    version = record.get("v") if isinstance(record, dict) else None
+    if type(version) is not int or version != FORMAT_VERSION:
         raise MalformedEntry(f"not a version-{FORMAT_VERSION} posting")
     try:
         return _posting_from_record(record)

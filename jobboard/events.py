@@ -53,7 +53,9 @@ class EventStream:
 
     It buffers at most ``maxlen`` events; when full, the oldest is discarded and
     the reader gets one ``DROPPED`` event with the count before the next one.
-    Iteration ends when the board closes or :meth:`aclose` is called.
+    Iteration ends when the board closes (after what was buffered) or at once
+    when :meth:`aclose` is called. One task should read a stream; give each
+    reader its own stream.
     """
 
     def __init__(self, hub: EventHub, maxlen: int) -> None:
@@ -89,8 +91,10 @@ class EventStream:
             await self._wakeup.wait()
 
     async def aclose(self) -> None:
-        """Stop receiving events."""
+        """Stop receiving events; what was buffered is discarded."""
         self._hub.unsubscribe(self)
+        self._buffer.clear()
+        self._dropped = 0
         self._end()
 
     async def __aenter__(self) -> Self:

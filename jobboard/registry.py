@@ -45,6 +45,8 @@ def open_board(url: str) -> JobBoard:
 def _load(entry: EntryPoint) -> BoardFactory:
     try:
         return cast(BoardFactory, entry.load())
+    except AttributeError as error:
+        raise BackendNotFound(f"the {entry.name}:// backend's entry point {entry.value!r} is broken: {error}") from error
     except ImportError as error:
         dist = entry.dist.name if entry.dist else "jobboard"
         extra = entry.name if dist == "jobboard" else None

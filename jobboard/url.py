@@ -39,6 +39,8 @@ def parse_url(url: str) -> BoardURL:
     if not isinstance(url, str) or "://" not in url:
         raise InvalidURL(f"not a board URL (expected scheme://...): {url!r}")
     parts = urlsplit(url)
+    if not parts.scheme:
+        raise InvalidURL(f"board URL {url!r} has no valid scheme (expected e.g. memory://name)")
     userinfo, _, hostinfo = parts.netloc.rpartition("@")
     username, password = _split_userinfo(userinfo)
     hosts = tuple(host for host in hostinfo.split(",") if host)

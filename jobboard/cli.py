@@ -1,0 +1,345 @@
+"""``jobboard``: a thin command-line front end to a board (``python -m jobboard``).
+
+Every subcommand is one :class:`Command` in :data:`COMMANDS`: its arguments,
+and either an async action run on the opened board (``--board URL``, default
+``$JOBBOARD_URL``) or a local runner that needs no board. Errors print one line
+``jobboard: error: ...`` and exit 1; usage errors exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+
+from jobboard.board import JobBoard
+from jobboard.errors import JobBoardError, JobNotFound
+from jobboard.job import Job, Priority, TrashedJob
+from jobboard.registry import open_board
+
+PROG = "jobboard"
+URL_ENV = "JOBBOARD_URL"
+DEFAULT_TRASH_REASON = "trashed from the command line"
+
+BoardAction = Callable[[JobBoard, argparse.Namespace], Awaitable[int]]
+"""Runs a command on the opened board; returns the exit status."""
+LocalAction = Callable[[argparse.Namespace], int]
+"""Runs a command that needs no board; returns the exit status."""
+
+
+class CommandError(Exception):
+    """A command's input is unusable (e.g. ``--details`` is not a JSON object)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One subcommand: its arguments and what runs it (exactly one of the actions)."""
+
+    name: str
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    on_board: BoardAction | None = None
+    local: LocalAction | None = None
+
+
+# -- output helpers ---------------------------------------------------------
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns separated by two spaces, without trailing blanks."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
+    lines = [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        for line in (headers, *rows)
+    ]
+    return "\n".join(lines)
+
+
+def format_time(timestamp: float | None) -> str:
+    """A wall-clock timestamp as ISO 8601 in UTC, or ``-``."""
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
+
+
+def plain(value: Any) -> Any:
+    """``value`` with what JSON cannot carry made printable (bytes, odd keys, tuples)."""
+    if isinstance(value, Mapping):
+        return {key if isinstance(key, (str, int, float, bool)) else repr(key): plain(item)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    return value
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(plain(value), indent=2, default=repr))
+
+
+def attempts_text(attempts: int, max_attempts: int | None) -> str:
+    """``attempts`` or ``attempts/max_attempts``."""
+    return str(attempts) if max_attempts is None else f"{attempts}/{max_attempts}"
+
+
+async def job_record(board: JobBoard, job: Job) -> dict[str, Any]:
+    """Every field of ``job`` plus its current state and owner."""
+    record = asdict(job)
+    record["priority"] = job.priority.name.lower()
+    record["state"] = (await board.state(job)).value
+    record["owner"] = await board.owner(job)
+    return record
+
+
+# -- commands ---------------------------------------------------------------
+
+
+def _post_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="what to do (a handler name)")
+    parser.add_argument("--details", default=None, metavar="JSON", help="job details, a JSON object")
+    parser.add_argument("--priority", type=_priority, default=Priority.NORMAL,
+                        help="very_low, low, normal (default), high or very_high (or -2..2)")
+    parser.add_argument("--max-attempts", type=int, default=None, metavar="N",
+                        help="times the job may be handed out (default: the board's)")
+    parser.add_argument("--after", nargs="+", action="extend", default=[], metavar="JOB_ID",
+                        help="jobs that must be consumed first")
+
+
+def _priority(text: str) -> Priority:
+    """A priority name or its integer value (``high``, ``1``)."""
+    try:
+        return Priority.parse(int(text) if text.strip().lstrip("+-").isdigit() else text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def parse_details(text: str | None) -> dict[str, Any]:
+    """:raises CommandError: ``text`` is not a JSON object."""
+    if text is None:
+        return {}
+    try:
+        details = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CommandError(f"--details is not valid JSON: {error}") from None
+    if not isinstance(details, dict):
+        raise CommandError(f"--details must be a JSON object, not {type(details).__name__}")
+    return details
+
+
+async def post(board: JobBoard, args: argparse.Namespace) -> int:
+    """Post one job and print its id."""
+    job = await board.post(
+        args.name, parse_details(args.details), priority=args.priority,
+        depends_on=args.after, max_attempts=args.max_attempts,
+    )
+    print(job.id)
+    return 0
+
+
+def _list_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--unclaimed", action="store_true", help="only jobs in state unclaimed")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+async def list_jobs(board: JobBoard, args: argparse.Namespace) -> int:
+    """Print the jobs on the board, in board order."""
+    records = [await job_record(board, job) async for job in board.iterjobs(only_unclaimed=args.unclaimed)]
+    if args.json:
+        print_json(records)
+        return 0
+    headers = ("id", "name", "priority", "state", "owner", "attempts")
+    rows = [
+        (r["id"], r["name"], r["priority"], r["state"], r["owner"] or "-",
+         attempts_text(r["attempts"], r["max_attempts"]))
+        for r in records
+    ]
+    print(format_table(headers, rows))
+    return 0
+
+
+def _show_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the job's id")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+async def find_job(board: JobBoard, job_id: str) -> tuple[Job, str | None]:
+    """The job on the board or in the trash, with its trash reason (``None`` if not trashed).
+
+    :raises JobNotFound: the job is in neither place.
+    """
+    try:
+        return await board.get(job_id), None
+    except JobNotFound:
+        async for item in board.trashed():
+            if item.job.id == job_id:
+                return item.job, item.reason
+        raise
+
+
+async def show(board: JobBoard, args: argparse.Namespace) -> int:
+    """Print every field of one job, its state and owner (and trash reason)."""
+    job, reason = await find_job(board, args.id)
+    record = await job_record(board, job)
+    if reason is not None:
+        record["trash_reason"] = reason
+    if args.json:
+        print_json(record)
+        return 0
+    record["created_at"] = format_time(job.created_at)
+    record["not_before"] = format_time(job.not_before)
+    record["details"] = json.dumps(plain(job.details), default=repr)
+    record["depends_on"] = ", ".join(job.depends_on) or "-"
+    width = max(len(key) for key in record)
+    for key, value in record.items():
+        print(f"{key + ':':<{width + 1}} {'-' if value is None else value}")
+    return 0
+
+
+def cli_owner() -> str:
+    """The owner name the CLI claims with: ``cli-<hostname>-<pid>``."""
+    return f"cli-{socket.gethostname()}-{os.getpid()}"
+
+
+def _trash_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the job's id")
+    parser.add_argument("--reason", default=DEFAULT_TRASH_REASON, help="why (kept with the job)")
+
+
+async def trash(board: JobBoard, args: argparse.Namespace) -> int:
+    """Claim one job and move it to the trash."""
+    claim = await board.claim(args.id, cli_owner())
+    await board.trash(claim, args.reason)
+    print(f"trashed {args.id}: {args.reason}")
+    return 0
+
+
+def _no_arguments(parser: argparse.ArgumentParser) -> None:
+    """A command without arguments."""
+
+
+async def list_trashed(board: JobBoard, args: argparse.Namespace) -> int:
+    """Print the trash, oldest first, with reasons."""
+    items: list[TrashedJob] = [item async for item in board.trashed()]
+    rows = [(i.job.id, i.job.name, format_time(i.trashed_at), i.reason) for i in items]
+    print(format_table(("id", "name", "trashed_at", "reason"), rows))
+    return 0
+
+
+def demo(args: argparse.Namespace) -> int:
+    """Run the README's demo (imported lazily: it is not needed by other commands)."""
+    from jobboard import demo as demo_module
+
+    return demo_module.main()
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command("post", "post a job and print its id", _post_arguments, on_board=post),
+    Command("list", "list the jobs on the board", _list_arguments, on_board=list_jobs),
+    Command("show", "show one job, its state and owner", _show_arguments, on_board=show),
+    Command("trash", "claim a job and move it to the trash", _trash_arguments, on_board=trash),
+    Command("trashed", "list the trash with reasons", _no_arguments, on_board=list_trashed),
+    Command("demo", "run a producer and three workers on memory://demo", _no_arguments, local=demo),
+)
+
+
+# -- entry point ------------------------------------------------------------
+
+
+def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
+    """The argument parser: global options plus one subparser per command."""
+    board_help = f"board URL, e.g. memory://name (default: ${URL_ENV})"
+    parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.")
+    parser.add_argument("--board", metavar="URL", default=None, help=board_help)
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="log debug messages, including the backend client library's")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    # Also accepted after the subcommand; SUPPRESS keeps it from clobbering the global one.
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--board", metavar="URL", default=argparse.SUPPRESS, help=board_help)
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    for command in commands:
+        sub = subparsers.add_parser(command.name, help=command.help, parents=[shared])
+        command.configure(sub)
+        sub.set_defaults(command=command)
+    return parser
+
+
+def _version() -> str:
+    from jobboard import __version__
+
+    return __version__
+
+
+QUIET_LOGGERS = ("aiozk",)
+"""Client libraries whose connection chatter is hidden unless ``--verbose``."""
+
+
+def configure_logging(verbose: bool) -> None:
+    """Log to stderr unless the host program already configured logging."""
+    if logging.getLogger().handlers:
+        return
+    logging.basicConfig(format=f"{PROG}: %(levelname)s: %(message)s",
+                        level=logging.DEBUG if verbose else logging.WARNING)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if verbose else logging.CRITICAL)
+
+
+def board_url(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """``--board`` or ``$JOBBOARD_URL``; a usage error (exit 2) when neither is set."""
+    url: str | None = args.board or os.environ.get(URL_ENV)
+    if not url:
+        parser.error(f"no board given: pass --board URL or set {URL_ENV}")
+    return url
+
+
+async def run_on_board(url: str, action: BoardAction, args: argparse.Namespace) -> int:
+    """Open the board, run ``action`` on it, close it."""
+    async with open_board(url) as board:
+        return await action(board, args)
+
+
+def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the parsed command."""
+    command: Command = args.command
+    if command.local is not None:
+        return command.local(args)
+    assert command.on_board is not None, f"command {command.name} has no action"
+    return anyio.run(run_on_board, board_url(parser, args), command.on_board, args)
+
+
+def one_line(error: BaseException) -> str:
+    """An error message squeezed onto one line."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def exit_status(code: object) -> int:
+    """The integer status of a ``SystemExit`` code (``None`` is success)."""
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (0 ok, 1 error, 2 usage)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        configure_logging(args.verbose)
+        return dispatch(parser, args)
+    except SystemExit as exit_:  # argparse: --help, --version, usage errors
+        return exit_status(exit_.code)
+    except (JobBoardError, CommandError) as error:
+        print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
