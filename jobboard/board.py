@@ -11,7 +11,7 @@ them (``aclose``, or a lost backend session), never silently.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -160,10 +160,22 @@ class JobBoard(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def claim_next(self, owner: str) -> Claim | None:
+    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
         """Claim the best claimable job (priority, then age), or return ``None`` if none.
 
         Never raises for contention: a job lost to another claimer is skipped.
+
+        :param names: only jobs with one of these names (a worker's handlers).
+        """
+
+    @abc.abstractmethod
+    async def watch_claim(self, claim: Claim) -> str:
+        """Wait until ``claim`` stops being current and return why.
+
+        Returns at once for a stale claim. A claim stops being current when it
+        is settled (through any board), released (its board closed, its session
+        expired) or the job is claimed again. A worker runs this beside the
+        handler and cancels the handler when it returns.
         """
 
     @abc.abstractmethod
@@ -197,10 +209,13 @@ class JobBoard(abc.ABC):
     # -- waiting and watching ----------------------------------------------
 
     @abc.abstractmethod
-    async def wait(self) -> list[Job]:
+    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
         """Return the claimable jobs once at least one exists (board order).
 
-        Event-driven, no timeout: bound it with ``anyio.fail_after``.
+        Event-driven, no timeout: bound it with ``anyio.fail_after``. Backends
+        may return only the first jobs of a long board.
+
+        :param names: only jobs with one of these names.
         """
 
     @abc.abstractmethod

@@ -30,6 +30,7 @@ class Run:
         self.retries: Counter[str] = Counter()
         self.reached_kill_point = anyio.Event()
         self.progressed = anyio.Event()
+        self.consumed_at_kill: int | None = None
 
     async def claimer(self, board: JobBoard, owner: str) -> None:
         while len(self.consumed) < JOBS:
@@ -51,17 +52,17 @@ class Run:
         self.consumed[job_id] += 1
         if len(self.consumed) >= KILL_AFTER:
             self.reached_kill_point.set()
-        if self.reached_kill_point.is_set() and len(self.consumed) > KILL_AFTER + 1:
+        if self.consumed_at_kill is not None and len(self.consumed) > self.consumed_at_kill:
             self.progressed.set()
 
     async def kill_the_leader(self) -> None:
         await self.reached_kill_point.wait()
         leader = self.ensemble.leader_index()
-        killed_at, before = time.monotonic(), len(self.consumed)
         await anyio.to_thread.run_sync(self.ensemble.kill, leader)
+        killed_at, self.consumed_at_kill = time.monotonic(), len(self.consumed)
         await self.progressed.wait()
-        print(f"leader {leader} killed at {before} consumed; progress went on, "
-              f"{time.monotonic() - killed_at:.2f}s after the kill")
+        print(f"leader {leader} dead (SIGKILL) at {self.consumed_at_kill} consumed; the next consume came "
+              f"{time.monotonic() - killed_at:.2f}s later")
 
     async def run(self) -> float:
         started = time.monotonic()

@@ -22,11 +22,12 @@ from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
 from jobboard.testing._basics import BasicsConformance
 from jobboard.testing._claims import ClaimsConformance
 from jobboard.testing._linked import LinkedConformance
+from jobboard.testing._routing import RoutingConformance
 from jobboard.testing._watching import WatchingConformance
 
 
 class JobBoardConformance(
-    BasicsConformance, ClaimsConformance, LinkedConformance, WatchingConformance
+    BasicsConformance, ClaimsConformance, LinkedConformance, RoutingConformance, WatchingConformance
 ):
     """Every conformance check; see the module docstring."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -146,9 +146,19 @@ class MemoryBoard(JobBoard):
     async def claim(self, job: JobRef, owner: str) -> Claim:
         return self._store.claim(job_id_of(job), check_owner(owner), self, wall_clock())
 
-    async def claim_next(self, owner: str) -> Claim | None:
+    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
         self._report_malformed()
-        return self._store.claim_next(check_owner(owner), self, wall_clock())
+        return self._store.claim_next(check_owner(owner), self, wall_clock(), names)
+
+    async def watch_claim(self, claim: Claim) -> str:
+        while True:
+            if not self._open:
+                return "board closed"
+            change = self._shared.change()
+            reason = self._store.lost_because(claim)
+            if reason is not None:
+                return reason
+            await change.wait()
 
     async def consume(self, claim: Claim, result: Any = None) -> None:
         self._store.consume(claim, result)
@@ -164,11 +174,11 @@ class MemoryBoard(JobBoard):
         entry = self._store.current(claim)
         self._store.move_to_trash(entry, str(reason), wall_clock())
 
-    async def wait(self) -> list[Job]:
+    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
         while True:
             change = self._shared.change()
             now = wall_clock()
-            jobs = self._store.claimable(now)
+            jobs = self._store.claimable(now, names)
             if jobs:
                 return jobs
             with anyio.move_on_after(self._store.next_wakeup(now) or float("inf")):

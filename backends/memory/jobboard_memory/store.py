@@ -11,7 +11,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,9 +119,9 @@ class Store:
         raw = self.kept_results.get(job_id)
         return Outcome(job_id, JobState.COMPLETE, result=None if raw is None else decode_value(raw))
 
-    def claimable(self, now: float) -> list[Job]:
+    def claimable(self, now: float, names: Collection[str] | None) -> list[Job]:
         return [e.job() for e in self.ordered() if e.state() is JobState.UNCLAIMED
-                and not _delayed(e, now)]
+                and not _delayed(e, now) and (names is None or e.posting.name in names)]
 
     def next_wakeup(self, now: float) -> float | None:
         """Seconds until the earliest delayed job becomes claimable, if any."""
@@ -151,7 +151,9 @@ class Store:
         results = tuple(decode_value(entry.results[dep]) for dep in entry.posting.depends_on)
         return Claim(entry.job(), owner, entry.generation, results)
 
-    def claim_next(self, owner: str, holder: object, now: float) -> Claim | None:
+    def claim_next(
+        self, owner: str, holder: object, now: float, names: Collection[str] | None,
+    ) -> Claim | None:
         """Claim the best claimable job, skipping stale heap items."""
         delayed: list[tuple[int, int, str]] = []
         try:
@@ -160,7 +162,7 @@ class Store:
                 entry = self.jobs.get(item[2])
                 if entry is None or entry.state() is not JobState.UNCLAIMED:
                     continue
-                if _delayed(entry, now):
+                if _delayed(entry, now) or (names is not None and entry.posting.name not in names):
                     delayed.append(item)
                     continue
                 try:
@@ -173,6 +175,15 @@ class Store:
                 heapq.heappush(self._ready, item)
 
     # -- settling ------------------------------------------------------------
+
+    def lost_because(self, claim: Claim) -> str | None:
+        """Why ``claim`` is not current any more, or ``None`` while it is."""
+        entry = self.jobs.get(claim.job.id)
+        if entry is None:
+            return "trashed" if claim.job.id in self.trash else "consumed"
+        if entry.generation != claim.generation:
+            return "claimed again" if entry.owner is not None else "released"
+        return "released" if entry.owner is None else None
 
     def current(self, claim: Claim) -> Entry:
         """The claimed entry, if ``claim`` is its current claim.

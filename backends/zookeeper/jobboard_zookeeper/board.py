@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -96,6 +96,7 @@ class ZooKeeperBoard(JobBoard):
         if not self._open:
             return
         self._open = False
+        self.view.notify()  # wake watch_claim / wait callers so that they see the board closed
         for task in self._tasks:
             task.cancel()
         assert self._zk is not None
@@ -115,7 +116,8 @@ class ZooKeeperBoard(JobBoard):
         if event in SESSION_EVENTS:
             self._publish(Event(SESSION_EVENTS[event], detail=f"ZooKeeper session {event}"))
         if event == SessionEvent.EXPIRED:
-            self._settler.held.clear()
+            self._settler.expire()
+            self.view.notify()
         if event in (SessionEvent.RECONNECTED, SessionEvent.CONNECTED):
             self._spawn(self._recover(new_session=event == SessionEvent.CONNECTED))
 
@@ -127,8 +129,11 @@ class ZooKeeperBoard(JobBoard):
     async def _recover(self, *, new_session: bool) -> None:
         try:
             if new_session:
+                self._settler.lost.clear()  # their locks died with the old session
                 for name, data in list(self._entities.items()):
                     await self._put_entity(name, data)
+            else:
+                await self._settler.release_orphans()
             await self.view.sync(report=True)
         except Exception:
             logger.exception("could not resynchronise %s after reconnecting", self.url)
@@ -164,6 +169,7 @@ class ZooKeeperBoard(JobBoard):
                 self.view.skip_until(job, float("inf"))
                 return None
             if stored is not None:
+                self.view.names[job] = stored.posting.name
                 return stored
         return None
 
@@ -263,22 +269,24 @@ class ZooKeeperBoard(JobBoard):
             return "exhausted (moved to the trash)"
         return await self._settler.claim(job, stored, owner)
 
-    async def claim_next(self, owner: str) -> Claim | None:
+    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
         self._ensure_open()
         owner = check_owner(owner)
-        for job in self.view.candidates(self._inflight):
+        for job in self.view.candidates(self._inflight, names):
             self._inflight.add(job)
             try:
-                outcome = await self._claim_candidate(job, owner)
+                outcome = await self._claim_candidate(job, owner, names)
             finally:
                 self._inflight.discard(job)
             if outcome is not None:
                 return outcome
         return None
 
-    async def _claim_candidate(self, job: str, owner: str) -> Claim | None:
+    async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
         stored = await self._stored(job)
         if stored is None or stored.path != self._paths.job(job):
+            return None
+        if names is not None and stored.posting.name not in names:
             return None
         outcome = await self._try_claim(job, stored, owner)
         if outcome == "delayed" and stored.posting.not_before is not None:
@@ -301,14 +309,14 @@ class ZooKeeperBoard(JobBoard):
 
     # -- waiting -------------------------------------------------------------------
 
-    async def wait(self) -> list[Job]:
+    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
         self._ensure_open()
         while True:
             change = self.view.change()
             ready, delays = [], []
-            for job in itertools.islice(self.view.candidates(set()), READ_BATCH):
+            for job in itertools.islice(self.view.candidates(set(), names), READ_BATCH):
                 stored = await self._stored(job)
-                if stored is None:
+                if stored is None or (names is not None and stored.posting.name not in names):
                     continue
                 not_before = stored.posting.not_before
                 if not_before is not None and not_before > time.time():
@@ -319,6 +327,21 @@ class ZooKeeperBoard(JobBoard):
                 return ready
             with anyio.move_on_after(min(delays, default=float("inf"))):
                 await change.wait()
+
+    async def watch_claim(self, claim: Claim) -> str:
+        job, seen = claim.job.id, None
+        while True:
+            if not self._open:
+                return "board closed"
+            change = self.view.change()
+            if (reason := self._settler.lost_reason(claim)) is not None:
+                return reason
+            changes = self.view.lock_changes.get(job)
+            if (seen is None or changes != seen or job not in self.view.jobs) and (
+                    reason := await self._settler.why_lost(claim)) is not None:
+                return reason
+            seen = changes
+            await change.wait()
 
     async def wait_for_completion(self, job: JobRef) -> Outcome:
         self._ensure_open()

@@ -62,6 +62,43 @@ class Settler:
         self._zk, self._paths = zk, paths
         self.max_posting_bytes = max_posting_bytes
         self.held: dict[str, Held] = {}
+        self.lost: dict[str, Held] = {}
+        """Claims of a session that expired (or was assumed expired), by job."""
+
+    def expire(self) -> None:
+        """The session is gone: every claim it held is lost."""
+        self.lost.update(self.held)
+        self.held.clear()
+
+    def lost_reason(self, claim: Claim) -> str | None:
+        lost = self.lost.get(claim.job.id)
+        if lost is not None and lost.generation == claim.generation:
+            return "session expired"
+        return None
+
+    async def why_lost(self, claim: Claim) -> str | None:
+        """Read whether ``claim`` is still current: ``None`` if it is, else why not."""
+        job_id = claim.job.id
+        lock = await self._zk.get(self._paths.lock(job_id))
+        stat = await self._zk.exists(self._paths.job(job_id))
+        if stat is None:
+            return "trashed" if await self._zk.exists(self._paths.trash(job_id)) else "consumed"
+        if stat.version != claim.generation:
+            return "claimed again"
+        if lock is None:
+            return "released"
+        held = self.held.get(job_id)
+        if held is not None and LockRecord.decode(lock[0]).nonce != held.nonce:
+            return "claimed again"
+        return None
+
+    async def release_orphans(self) -> None:
+        """After an assumed expiry the session came back: release the claims given up."""
+        for job_id, held in list(self.lost.items()):
+            ops: list[Op] = [Check(self._paths.job(job_id), held.generation), Delete(self._paths.lock(job_id))]
+            if (await self._zk.multi(ops, retry_safe=True)).ok:
+                logger.info("released orphaned claim of job %s", job_id)
+            del self.lost[job_id]
 
     async def read(self, path: str) -> Stored | None:
         """:raises MalformedEntry: the node holds no valid posting."""

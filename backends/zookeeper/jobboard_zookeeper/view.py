@@ -13,7 +13,7 @@ import bisect
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 
 import anyio
 
@@ -79,18 +79,25 @@ class BoardView:
         self._left_waiting: set[str] = set()
         self._waiters: list[anyio.Event] = []
         self._skip: dict[str, float] = {}
+        self.lock_changes: dict[str, int] = {}
+        """How many times each job's lock was created or deleted (cleared with the job)."""
+        self.names: dict[str, str] = {}
+        """Job names seen so far (a name never changes), to filter without reading."""
         self._handlers = {"jobs": self._on_job, "waiting": self._on_waiting,
                           "locks": self._on_lock, "trash": self._on_trash}
 
-    def candidates(self, skip: set[str]) -> Iterator[str]:
+    def candidates(self, skip: set[str], names: Collection[str] | None = None) -> Iterator[str]:
         """Unclaimed jobs in board order, lazily: O(log n) a step, safe while the view changes.
 
-        Jobs in ``skip`` and jobs known to be delayed or malformed are passed over.
+        Jobs in ``skip``, jobs known to be delayed or malformed, and jobs known
+        to have a name outside ``names`` are passed over.
         """
         job_id = self.jobs.after("")
         while job_id is not None:
             if job_id not in self.locks and job_id not in skip and not self._skipped(job_id):
-                yield job_id
+                name = self.names.get(job_id)
+                if names is None or name is None or name in names:
+                    yield job_id
             job_id = self.jobs.after(job_id)
 
     def skip_until(self, job_id: str, until: float) -> None:
@@ -164,6 +171,8 @@ class BoardView:
             self._left_waiting.discard(job_id)
             self._publish(Event(EventKind.READY if ready else EventKind.POSTED, job_id))
         elif kind == DELETED and self.jobs.discard(job_id):
+            self.names.pop(job_id, None)
+            self.lock_changes.pop(job_id, None)
             trashed = job_id in self._recent_trash
             self._publish(Event(EventKind.TRASHED if trashed else EventKind.CONSUMED, job_id))
 
@@ -177,6 +186,8 @@ class BoardView:
                 self._left_waiting.add(job_id)
 
     def _on_lock(self, kind: int, job_id: str) -> None:
+        if job_id in self.jobs:
+            self.lock_changes[job_id] = self.lock_changes.get(job_id, 0) + 1
         if kind == CREATED and job_id not in self.locks:
             self.locks.add(job_id)
             self._publish(Event(EventKind.CLAIMED, job_id))

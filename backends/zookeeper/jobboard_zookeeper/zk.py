@@ -88,6 +88,7 @@ class ZooKeeper:
         self._closing = False
         self._watchdog: asyncio.Task[None] | None = None
         self._trees: dict[str, TreeCallback] = {}
+        self._suspension: asyncio.TimerHandle | None = None
         self._hook_state_machine()
         self._hook_event_dispatch()
 
@@ -162,16 +163,27 @@ class ZooKeeper:
             return
         if after == States.SUSPENDED and before == States.CONNECTED:
             self._emit(SessionEvent.SUSPENDED)
+            self._suspension = asyncio.get_running_loop().call_later(
+                float(self._session.timeout), self._suspended_too_long)
         elif after == States.LOST and self._session_id is not None:
             self._report_expiry()
         elif after == States.CONNECTED:
             self._on_connected(self._session.session_id)
 
+    def _suspended_too_long(self) -> None:
+        """Disconnected for a whole session timeout: the server has expired the session."""
+        if self._session.state != States.CONNECTED:
+            logger.warning("no ZooKeeper server for a session timeout: assuming the session expired")
+            self._report_expiry()
+
     def _on_connected(self, session_id: int) -> None:
+        if self._suspension is not None:
+            self._suspension.cancel()
         previous, self._session_id = self._session_id, session_id
         if previous is None:
             self._emit(SessionEvent.CONNECTED)
         elif previous == session_id:
+            self._expiry_reported = False  # an assumed expiry that the server did not carry out
             self._emit(SessionEvent.RECONNECTED)
         else:
             self._report_expiry()

@@ -1,0 +1,85 @@
+"""Conformance: watching a claim, and filtering claims by job name."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from jobboard.board import JobBoard
+from jobboard.job import Claim
+from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
+
+
+async def reason_after(board: JobBoard, claim: Claim, act: Callable[[], Awaitable[object]]) -> str:
+    """Watch ``claim`` on ``board`` while ``act`` runs; the watch must end with a reason."""
+    reasons: list[str] = []
+
+    async def watch() -> None:
+        reasons.append(await board.watch_claim(claim))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        await anyio.sleep(0.1)
+        assert reasons == [], "watch_claim returned while the claim was current"
+        await act()
+    return reasons[0]
+
+
+class RoutingConformance(ConformanceBase):
+    @bounded
+    async def test_watch_claim_ends_when_another_board_settles(self, open_boards: BoardOpener) -> None:
+        owner, other = await open_boards(), await open_boards()
+        claim = await owner.claim(await owner.post("a"), "w1")
+        reason = await reason_after(owner, claim, lambda: other.consume(claim, "done elsewhere"))
+        assert reason == "consumed"
+
+    @bounded
+    async def test_watch_claim_ends_when_released_and_claimed_again(self, open_boards: BoardOpener) -> None:
+        owner, other = await open_boards(), await open_boards()
+        claim = await owner.claim(await owner.post("a"), "w1")
+
+        async def steal() -> None:
+            await other.abandon(claim)
+            await other.claim(claim.job, "w2")
+
+        assert await reason_after(owner, claim, steal) in ("released", "claimed again")
+        assert await owner.watch_claim(claim) == "claimed again"
+
+    @bounded
+    async def test_watch_claim_ends_when_its_board_closes(self, open_boards: BoardOpener) -> None:
+        owner = await open_boards()
+        claim = await owner.claim(await owner.post("a"), "w1")
+        assert await reason_after(owner, claim, owner.aclose) == "board closed"
+
+    @bounded
+    async def test_watch_claim_of_a_settled_claim_returns_at_once(self, board: JobBoard) -> None:
+        claim = await board.claim(await board.post("a"), "w1")
+        await board.trash(claim, "no")
+        assert await board.watch_claim(claim) == "trashed"
+
+    @bounded
+    async def test_claim_next_only_takes_the_names_asked_for(self, board: JobBoard) -> None:
+        await board.post("resize", priority="high")
+        wanted = await board.post("email")
+        claim = await board.claim_next("w1", names={"email", "sms"})
+        assert claim is not None and claim.job.id == wanted.id
+        assert await board.claim_next("w1", names={"email"}) is None
+        other = await board.claim_next("w1")
+        assert other is not None and other.job.name == "resize"
+
+    @bounded
+    async def test_wait_only_wakes_for_the_names_asked_for(self, open_boards: BoardOpener) -> None:
+        waiter, poster = await open_boards(), await open_boards()
+        await poster.post("resize")
+        found: list[str] = []
+
+        async def wait() -> None:
+            found.extend(job.name for job in await waiter.wait(names={"email"}))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            await anyio.sleep(0.2)
+            assert found == []
+            await poster.post("email")
+        assert found == ["email"]
