@@ -236,5 +236,9 @@ class JobBoard(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def unregister_entity(self, name: str) -> None:
+        """Remove an entity this board registered (nothing happens if it did not)."""
+
+    @abc.abstractmethod
     async def entities(self) -> list[Entity]:
         """The live participants registered on this board's storage, by name."""

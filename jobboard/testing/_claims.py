@@ -143,6 +143,24 @@ class ClaimsConformance(ConformanceBase):
         await board.consume(claim, {"fine": True})
 
     @bounded
+    async def test_oversized_result_keeps_the_claim(self, board: JobBoard) -> None:
+        claim = await board.claim(await board.post("a", keep_result=True), "w1")
+        await board.post("linked", depends_on=[claim.job])
+        with pytest.raises(InvalidJob, match=str(board.max_posting_bytes)):
+            await board.consume(claim, b"x" * (board.max_posting_bytes + 1))
+        assert await board.owner(claim.job) == "w1"
+        await board.consume(claim, b"small")
+
+    @bounded
+    async def test_only_unclaimed_listing_keeps_board_order(self, board: JobBoard) -> None:
+        low = await board.post("low", priority=Priority.LOW)
+        taken = await board.post("taken", priority=Priority.VERY_HIGH)
+        first, second = await board.post("n1"), await board.post("n2")
+        high = await board.post("high", priority=Priority.HIGH)
+        await board.claim(taken, "w1")
+        assert await listed_ids(board, only_unclaimed=True) == [high.id, first.id, second.id, low.id]
+
+    @bounded
     async def test_claim_next_takes_priority_then_age(self, board: JobBoard) -> None:
         normal = await board.post("normal")
         high_first = await board.post("h1", priority=Priority.HIGH)

@@ -130,6 +130,15 @@ class WatchingConformance(ConformanceBase):
         assert await observer.entities() == []
 
     @bounded
+    async def test_unregistered_entities_are_gone(self, open_boards: BoardOpener) -> None:
+        worker, other = await open_boards(), await open_boards()
+        await worker.register_entity("w1")
+        await worker.register_entity("w2", {"n": 2})
+        await other.unregister_entity("w1")  # not its registration: nothing happens
+        await worker.unregister_entity("w1")
+        assert [(e.name, dict(e.metadata)) for e in await other.entities()] == [("w2", {"n": 2})]
+
+    @bounded
     async def test_entity_with_unencodable_metadata_refused(self, board: JobBoard) -> None:
         with pytest.raises(InvalidJob):
             await board.register_entity("w", {"bad": object()})

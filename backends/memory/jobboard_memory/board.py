@@ -161,7 +161,7 @@ class MemoryBoard(JobBoard):
             await change.wait()
 
     async def consume(self, claim: Claim, result: Any = None) -> None:
-        self._store.consume(claim, result)
+        self._store.consume(claim, result, self.max_posting_bytes)
 
     async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
         if retry_after is not None and retry_after < 0:
@@ -201,6 +201,11 @@ class MemoryBoard(JobBoard):
         check_owner(name)
         encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
         self._shared.entities[name] = (Entity(name, dict(metadata or {})), self)
+
+    async def unregister_entity(self, name: str) -> None:
+        registered = self._shared.entities.get(name)
+        if registered is not None and registered[1] is self:
+            del self._shared.entities[name]
 
     async def entities(self) -> list[Entity]:
         return [entity for _, (entity, _) in sorted(self._shared.entities.items())]

@@ -198,9 +198,12 @@ class Store:
             raise NotOwner(f"job {claim.job.id} is owned by {entry.owner}, not {claim.owner}")
         return entry
 
-    def consume(self, claim: Claim, result: Any) -> None:
+    def consume(self, claim: Claim, result: Any, max_bytes: int) -> None:
         entry = self.current(claim)
         raw = encode_value(result, what=f"result of job {entry.job_id}")
+        if len(raw) > max_bytes:
+            raise InvalidJob(f"result of job {entry.job_id} is {len(raw)} bytes, over this board's limit "
+                             f"of {max_bytes} bytes (max_posting_bytes); store it elsewhere")
         del self.jobs[entry.job_id]
         if entry.posting.keep_result:
             self.kept_results[entry.job_id] = raw

@@ -158,10 +158,14 @@ class ZooKeeperBoard(JobBoard):
 
     # -- reading ---------------------------------------------------------------
 
-    async def _stored(self, job: str) -> Stored | None:
-        """The job's node in jobs/ or waiting/; malformed ones are reported and skipped."""
+    async def _stored(self, job: str, *, claimable_only: bool = False) -> Stored | None:
+        """The job's node in waiting/ or jobs/ (that order: see ``Poster.locate``).
+
+        Malformed nodes are reported and skipped.
+        """
         self._ensure_open()
-        for path in (self._paths.job(job), self._paths.waiting(job)):
+        paths = [self._paths.job(job)] if claimable_only else [self._paths.waiting(job), self._paths.job(job)]
+        for path in paths:
             try:
                 stored = await self._settler.read(path)
             except MalformedEntry:
@@ -194,7 +198,7 @@ class ZooKeeperBoard(JobBoard):
         jobs = await self._listing("jobs")
         if only_unclaimed:
             locked = set(await self._listing("locks"))
-            ids = [job for job in jobs if job not in locked]
+            ids = sorted(job for job in jobs if job not in locked)
         else:
             ids = sorted(jobs + await self._listing("waiting"))
         for start in range(0, len(ids), READ_BATCH):
@@ -228,7 +232,8 @@ class ZooKeeperBoard(JobBoard):
         return len(await self._listing("jobs")) + len(await self._listing("waiting"))
 
     async def trashed(self) -> AsyncIterator[TrashedJob]:
-        for job in sorted(await self._listing("trash"), key=sequence_in):
+        items = []
+        for job in await self._listing("trash"):
             found = await self.zk.get(self._paths.trash(job))
             if found is None:
                 continue
@@ -238,7 +243,9 @@ class ZooKeeperBoard(JobBoard):
             except MalformedEntry:
                 self._report_malformed(job)
                 continue
-            yield TrashedJob(posting.to_job(job, sequence_in(job)), record.reason, record.trashed_at)
+            items.append(TrashedJob(posting.to_job(job, sequence_in(job)), record.reason, record.trashed_at))
+        for item in sorted(items, key=lambda trashed: (trashed.trashed_at, trashed.job.sequence)):
+            yield item
 
     # -- claiming ----------------------------------------------------------------
 
@@ -283,8 +290,8 @@ class ZooKeeperBoard(JobBoard):
         return None
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
-        stored = await self._stored(job)
-        if stored is None or stored.path != self._paths.job(job):
+        stored = await self._stored(job, claimable_only=True)
+        if stored is None:
             return None
         if names is not None and stored.posting.name not in names:
             return None
@@ -315,7 +322,7 @@ class ZooKeeperBoard(JobBoard):
             change = self.view.change()
             ready, delays = [], []
             for job in itertools.islice(self.view.candidates(set(), names), READ_BATCH):
-                stored = await self._stored(job)
+                stored = await self._stored(job, claimable_only=True)
                 if stored is None or (names is not None and stored.posting.name not in names):
                     continue
                 not_before = stored.posting.not_before
@@ -378,6 +385,10 @@ class ZooKeeperBoard(JobBoard):
         result = await self.zk.multi([Create(path, data, ephemeral=True)], retry_safe=True)
         if not result.ok:  # a stale registration (ours or a dead worker's): replace it
             await self.zk.multi([Delete(path), Create(path, data, ephemeral=True)], retry_safe=True)
+
+    async def unregister_entity(self, name: str) -> None:
+        if self._entities.pop(name, None) is not None:
+            await self.zk.multi([Delete(self._paths.entity(name))], retry_safe=True)
 
     async def entities(self) -> list[Entity]:
         children = await self.zk.children(self._paths.dir("entities"))

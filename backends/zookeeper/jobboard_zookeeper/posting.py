@@ -69,8 +69,12 @@ class Poster:
         return ops
 
     async def locate(self, job: str) -> str | None:
-        """The path of a job on the board (``jobs/`` or ``waiting/``), or ``None``."""
-        for path in (self._paths.job(job), self._paths.waiting(job)):
+        """The path of a job on the board (``waiting/`` or ``jobs/``), or ``None``.
+
+        Jobs only move waiting -> jobs -> gone, so reading in that order cannot
+        miss a job that moves between the two reads.
+        """
+        for path in (self._paths.waiting(job), self._paths.job(job)):
             if await self._zk.exists(path) is not None:
                 return path
         return None

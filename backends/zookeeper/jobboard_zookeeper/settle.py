@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting, encode_posting, encode_value
-from jobboard.errors import BackendUnavailable, ClaimLost, JobNotFound, NotOwner
+from jobboard.errors import BackendUnavailable, ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import Claim
 from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
@@ -32,6 +32,8 @@ from jobboard_zookeeper.zk import ZooKeeper
 logger = logging.getLogger(__name__)
 
 MAX_CONFLICT_RETRIES = 20
+OP_OVERHEAD = 32
+"""Bytes a multi spends on each operation besides its path and data (header, version, ACL)."""
 MAX_ATTEMPTS_REASON = "max attempts exceeded"
 
 
@@ -217,6 +219,7 @@ class Settler:
         job_id = claim.job.id
         for _ in range(MAX_CONFLICT_RETRIES):
             ops = await build()
+            self._check_request_size(job_id, ops)
             try:
                 result = await self._zk.multi(ops)
             except OutcomeUnknown:
@@ -232,6 +235,15 @@ class Settler:
                 self.held.pop(job_id, None)
                 raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
         raise BackendUnavailable(f"settling job {job_id} kept conflicting with concurrent changes")
+
+    def _check_request_size(self, job_id: str, ops: list[Op]) -> None:
+        """:raises InvalidJob: the transaction would exceed what the server accepts (jute.maxbuffer)."""
+        size = sum(len(op.path) + len(getattr(op, "data", b"")) + OP_OVERHEAD for op in ops)
+        if size > self.max_posting_bytes:
+            raise InvalidJob(
+                f"settling job {job_id} needs a {size}-byte transaction, over this board's limit of "
+                f"{self.max_posting_bytes} bytes (jute_maxbuffer): the result is too large for "
+                f"{'the job and its dependents' if len(ops) > 4 else 'the board'}; store it elsewhere")
 
     def _job_gone(self, job_id: str) -> Callable[[], Awaitable[bool]]:
         async def check() -> bool:

@@ -1,0 +1,192 @@
+"""The worker on memory:// and on a real ZooKeeper: outcomes, retries, shutdown, idling, leases."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from jobboard import JobBoard, JobState, open_board
+from jobboard.handlers import Handlers, JobContext, Retry
+from jobboard.worker import Worker, WorkerConfig
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(params=["memory", "zookeeper"])
+def board_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return f"memory://worker-{uuid.uuid4().hex}"
+    hosts = request.getfixturevalue("zk_hosts")
+    return f"zookeeper://{hosts}/worker/{uuid.uuid4().hex}?session_timeout=4"
+
+
+@asynccontextmanager
+async def running(board: JobBoard, handler: Any, **config: Any) -> AsyncIterator[Worker]:
+    """A worker running in the background for the body of the ``with``; stopped after it."""
+    worker = Worker(board, handler, WorkerConfig(**config))
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        yield worker
+        worker.stop()
+
+
+async def test_worker_runs_registered_handlers_and_consumes_results(board_url: str) -> None:
+    handlers = Handlers()
+
+    @handlers.register("double")
+    async def double(ctx: JobContext) -> int:
+        return int(ctx.details["n"]) * 2
+
+    @handlers.register("sum")
+    async def total(ctx: JobContext) -> int:
+        return sum(ctx.dependency_results)
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            parts = [await board.post("double", {"n": n}) for n in range(1, 5)]
+            summary = await board.post("sum", depends_on=parts, keep_result=True)
+            stranger = await board.post("not-mine")
+            async with running(board, handlers, concurrency=3) as worker:
+                outcome = await board.wait_for_completion(summary)
+            assert outcome.result == 20
+            assert worker.stats.consumed == 5 and worker.stats.lost == 0
+            assert await board.state(stranger) is JobState.UNCLAIMED  # no handler: never claimed
+
+
+async def test_failing_handler_ends_in_the_trash_with_its_traceback(board_url: str) -> None:
+    async def broken(ctx: JobContext) -> None:
+        raise ValueError(f"cannot handle {ctx.details['file']}")
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            job = await board.post("convert", {"file": "x.doc"})
+            async with running(board, broken, max_attempts=3) as worker:
+                outcome = await board.wait_for_completion(job)
+            assert outcome.state is JobState.TRASHED
+            assert outcome.reason is not None
+            assert "ValueError: cannot handle x.doc" in outcome.reason
+            assert "Traceback" in outcome.reason and "attempt 3 of 3" in outcome.reason
+            assert (worker.stats.abandoned, worker.stats.trashed) == (2, 1)
+
+
+async def test_retry_delays_the_next_attempt(board_url: str) -> None:
+    attempts: list[float] = []
+
+    async def flaky(ctx: JobContext) -> str:
+        attempts.append(time.monotonic())
+        if ctx.attempt < 3:
+            raise Retry(0.4)
+        return "third time lucky"
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            job = await board.post("flaky", keep_result=True)
+            async with running(board, flaky):
+                outcome = await board.wait_for_completion(job)
+    assert outcome.result == "third time lucky"
+    gaps = [later - earlier for earlier, later in itertools.pairwise(attempts)]
+    assert len(gaps) == 2 and min(gaps) >= 0.4, gaps
+
+
+async def test_graceful_shutdown_finishes_then_abandons(board_url: str) -> None:
+    started = anyio.Event()
+
+    async def slow(ctx: JobContext) -> str:
+        if ctx.job.name == "quick" or ctx.attempt > 1:
+            await anyio.sleep(0.2)
+        else:
+            started.set()
+            await anyio.sleep(60)
+        return "done"
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            quick = await board.post("quick")
+            stuck = await board.post("stuck")
+            worker = Worker(board, slow, WorkerConfig(concurrency=2, grace_period=0.6))
+            async with anyio.create_task_group() as group:
+                group.start_soon(worker.run)
+                await started.wait()
+                worker.stop()
+            assert await board.state(quick) is JobState.COMPLETE  # finished within the grace period
+            assert await board.state(stuck) is JobState.UNCLAIMED  # cancelled, abandoned
+            assert worker.stats.abandoned_on_shutdown == 1
+            async with running(board, slow):
+                await board.wait_for_completion(stuck)
+
+
+async def test_stop_now_cancels_at_once(board_url: str) -> None:
+    started = anyio.Event()
+
+    async def forever(ctx: JobContext) -> None:
+        started.set()
+        await anyio.sleep(60)
+
+    with anyio.fail_after(20):
+        async with open_board(board_url) as board:
+            job = await board.post("forever")
+            worker = Worker(board, forever, WorkerConfig(grace_period=30))
+            async with anyio.create_task_group() as group:
+                group.start_soon(worker.run)
+                await started.wait()
+                began = time.monotonic()
+                worker.stop(now=True)
+            assert time.monotonic() - began < 2
+            assert await board.state(job) is JobState.UNCLAIMED
+
+
+async def test_idle_worker_wakes_on_a_post_and_burns_no_cpu(board_url: str) -> None:
+    woke: list[float] = []
+
+    async def note(ctx: JobContext) -> None:
+        woke.append(time.monotonic())
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board, open_board(board_url) as producer, running(board, note):
+            await anyio.sleep(0.3)
+            cpu_before, wall_before = time.process_time(), time.monotonic()
+            await anyio.sleep(2.0)
+            idle_cpu = (time.process_time() - cpu_before) / (time.monotonic() - wall_before)
+            posted_at = time.monotonic()
+            job = await producer.post("ping")
+            await producer.wait_for_completion(job)
+    latency = woke[0] - posted_at
+    print(f"{board_url.split(':')[0]}: woke {latency * 1000:.1f} ms after the post; idle CPU {idle_cpu:.2%}")
+    assert latency <= 0.1
+    assert idle_cpu < 0.02
+
+
+async def test_heartbeat_lease_gives_up_a_hung_handler(board_url: str) -> None:
+    async def hangs_first_time(ctx: JobContext) -> str:
+        if ctx.attempt == 1:
+            await anyio.sleep(60)  # hung: alive, but never heartbeats
+        ctx.heartbeat()
+        return "second worker"
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            job = await board.post("hang", keep_result=True)
+            async with running(board, hangs_first_time, lease=0.5, lease_renewal="heartbeat") as worker:
+                outcome = await board.wait_for_completion(job)
+            assert outcome.result == "second worker"
+            assert worker.stats.lost == 1
+
+
+async def test_auto_lease_keeps_a_slow_but_live_handler(board_url: str) -> None:
+    async def slow(ctx: JobContext) -> str:
+        await anyio.sleep(1.0)
+        return "kept"
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            job = await board.post("slow", keep_result=True)
+            async with running(board, slow, lease=0.3) as worker:
+                outcome = await board.wait_for_completion(job)
+            assert outcome.result == "kept" and worker.stats.lost == 0
