@@ -213,10 +213,16 @@ class Worker:
         return decide(context.claim, result=result)
 
     async def _watch_claim(self, job: RunningJob) -> None:
-        try:
-            reason = await self.board.watch_claim(job.claim)
-        except JobBoardError as error:
-            reason = f"could not watch the claim: {error}"
+        """Cancel the handler once the claim is lost; a transient outage is not a loss."""
+        while True:
+            try:
+                reason = await self.board.watch_claim(job.claim)
+                break
+            except BackendUnavailable:
+                await anyio.sleep(0.2)  # the session (and the claim) may well survive this
+            except JobBoardError as error:
+                reason = f"could not watch the claim: {error}"
+                break
         job.lose(reason)
 
     async def _keep_lease(self, job: RunningJob) -> None:
@@ -255,6 +261,7 @@ class Worker:
                 except InvalidJob as error:  # e.g. a result msgpack cannot encode
                     settlement = decide(claim, error=error, max_attempts=self.config.max_attempts)
                 except (BackendUnavailable, TimeoutError) as error:
+                    self.stats.backend_errors += 1
                     if backoff.attempts >= 8:
                         logger.error("%s: gave up settling job %s: %s", self.owner, claim.job.id, error)
                         return

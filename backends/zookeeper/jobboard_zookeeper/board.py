@@ -117,7 +117,7 @@ class ZooKeeperBoard(JobBoard):
             self._publish(Event(SESSION_EVENTS[event], detail=f"ZooKeeper session {event}"))
         if event == SessionEvent.EXPIRED:
             self._settler.expire()
-            self.view.notify()
+        self.view.notify()  # claim watchers re-evaluate on every session change
         if event in (SessionEvent.RECONNECTED, SessionEvent.CONNECTED):
             self._spawn(self._recover(new_session=event == SessionEvent.CONNECTED))
 
@@ -344,10 +344,11 @@ class ZooKeeperBoard(JobBoard):
             if (reason := self._settler.lost_reason(claim)) is not None:
                 return reason
             changes = self.view.lock_changes.get(job)
-            if (seen is None or changes != seen or job not in self.view.jobs) and (
-                    reason := await self._settler.why_lost(claim)) is not None:
-                return reason
-            seen = changes
+            stale = seen is None or changes != seen or job not in self.view.jobs
+            if stale and self.zk.connected:  # while disconnected, session events decide
+                if (reason := await self._settler.why_lost(claim)) is not None:
+                    return reason
+                seen = changes
             await change.wait()
 
     async def wait_for_completion(self, job: JobRef) -> Outcome:

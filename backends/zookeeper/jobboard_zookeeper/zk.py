@@ -122,6 +122,10 @@ class ZooKeeper:
     def session_id(self) -> int | None:
         return self._session_id
 
+    @property
+    def connected(self) -> bool:
+        return bool(self._session.state == States.CONNECTED)
+
     def add_session_listener(self, listener: SessionListener) -> None:
         self._listeners.append(listener)
 

@@ -1,0 +1,41 @@
+"""A worker process for fault tests.
+
+``python -m tests.support.worker_proc URL EFFECTS_FILE [CONCURRENCY]`` runs a
+worker whose ``work`` handler appends the job id to EFFECTS_FILE (the side
+effect) and sleeps a little. SIGTERM stops it gracefully.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import anyio
+
+from jobboard import open_board
+from jobboard.handlers import Handlers, JobContext
+from jobboard.worker import Worker, WorkerConfig
+
+handlers = Handlers()
+
+
+def main(url: str, effects: Path, concurrency: int) -> None:
+    @handlers.register("work")
+    async def work(ctx: JobContext) -> str:
+        with effects.open("a") as log:
+            log.write(f"{ctx.job.id}\n")
+        await anyio.sleep(random.uniform(0.05, 0.1))
+        return ctx.job.id
+
+    async def run() -> None:
+        async with open_board(url) as board:
+            worker = Worker(board, handlers, WorkerConfig(concurrency=concurrency, grace_period=5))
+            print("ready", flush=True)
+            await worker.run(handle_signals=True)
+
+    anyio.run(run)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 4)

@@ -1,0 +1,154 @@
+"""Workers under real faults on ZooKeeper: SIGKILLed processes, expired sessions, outages."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import anyio
+import pytest
+
+from jobboard import EventKind, JobBoard, JobState, open_board
+from jobboard.handlers import JobContext
+from jobboard.worker import Worker, WorkerConfig
+from tests.support.tcpproxy import TcpProxy
+
+pytestmark = pytest.mark.timeout(150)
+
+JOBS = 500
+PROCESSES = 4
+KILLS = 5
+
+
+async def spawn_worker(url: str, effects: Path) -> asyncio.subprocess.Process:
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tests.support.worker_proc", url, str(effects), stdout=asyncio.subprocess.PIPE)
+    assert child.stdout is not None
+    assert (await child.stdout.readline()).strip() == b"ready"
+    return child
+
+
+def read_effects(directory: Path) -> Counter[str]:
+    """How many times each job's side effect ran, over every worker's log."""
+    return Counter(line for log in directory.glob("w*.log") for line in log.read_text().split())
+
+
+async def count_consumed(board: JobBoard, consumed: Counter[str], done: anyio.Event) -> None:
+    async for event in board.events(maxlen=100_000):
+        if event.kind is EventKind.CONSUMED and event.job_id is not None:
+            consumed[event.job_id] += 1
+            if len(consumed) == JOBS:
+                done.set()
+
+
+async def test_500_jobs_four_processes_one_killed_five_times(zk_hosts: str, tmp_path: Path) -> None:
+    url = f"zookeeper://{zk_hosts}/processes/{uuid.uuid4().hex}?session_timeout=2"
+    consumed: Counter[str] = Counter()
+    done = anyio.Event()
+    with anyio.fail_after(120):
+        async with open_board(url) as board, anyio.create_task_group() as group:
+            group.start_soon(count_consumed, board, consumed, done)
+            posted = {(await board.post("work", {"i": i})).id for i in range(JOBS)}
+            started = time.monotonic()
+            workers = [await spawn_worker(url, tmp_path / f"w{n}.log") for n in range(PROCESSES)]
+            for _ in range(KILLS):
+                await anyio.sleep(0.6)
+                workers[0].kill()
+                await workers[0].wait()
+                workers[0] = await spawn_worker(url, tmp_path / "w0.log")
+            await done.wait()
+            elapsed = time.monotonic() - started
+            for child in workers:
+                child.send_signal(signal.SIGTERM)
+            codes = [await child.wait() for child in workers]
+            left, trashed = await board.job_count(), [t async for t in board.trashed()]
+            group.cancel_scope.cancel()
+    effects = read_effects(tmp_path)
+    reruns = sum(effects.values()) - len(effects)
+    print(f"{JOBS} jobs, {PROCESSES} worker processes, one SIGKILLed {KILLS} times: {elapsed:.1f}s, "
+          f"{reruns} side effects ran twice or more, consumed once each: {set(consumed.values()) == {1}}")
+    assert set(effects) == posted  # every job's side effect happened at least once
+    assert set(consumed) == posted and set(consumed.values()) == {1}  # consumed exactly once
+    assert left == 0 and trashed == []
+    assert codes == [0] * PROCESSES  # SIGTERM: a clean, graceful exit
+
+
+async def test_session_expiry_cancels_the_handler_and_another_worker_finishes(zk_hosts: str) -> None:
+    host, port = zk_hosts.rsplit(":", 1)
+    root = f"/expiry/{uuid.uuid4().hex}"
+    cancelled_at: list[float] = []
+    running = anyio.Event()
+
+    async def long_job(ctx: JobContext) -> str:
+        if ctx.attempt > 1:
+            return "finished by the survivor"
+        running.set()
+        try:
+            await anyio.sleep(60)
+        finally:
+            cancelled_at.append(time.monotonic())
+        return "never"
+
+    with anyio.fail_after(60):
+        async with TcpProxy(host, int(port)) as proxy, \
+                open_board(f"zookeeper://{proxy.hosts}{root}?session_timeout=2") as doomed, \
+                open_board(f"zookeeper://{zk_hosts}{root}?session_timeout=2") as survivor:
+            events = doomed.events()
+            job = await survivor.post("long", keep_result=True)
+            first = Worker(doomed, long_job, WorkerConfig(owner="doomed"))
+            async with anyio.create_task_group() as group:
+                group.start_soon(first.run)
+                await running.wait()
+                proxy.pause()
+                async for event in events:
+                    if event.kind is EventKind.SESSION_EXPIRED:
+                        detected_at = time.monotonic()
+                        break
+                second = Worker(survivor, long_job, WorkerConfig(owner="survivor"))
+                group.start_soon(second.run)
+                outcome = await survivor.wait_for_completion(job)
+                first.stop(now=True)
+                second.stop()
+                proxy.resume()
+    delay = cancelled_at[0] - detected_at
+    print(f"handler cancelled {delay * 1000:.0f} ms after the session loss was detected")
+    assert delay <= 2.0
+    assert outcome.result == "finished by the survivor"
+    assert first.stats.lost == 1 and first.stats.consumed == 0
+
+
+async def test_worker_rides_out_an_outage(zk_hosts: str) -> None:
+    host, port = zk_hosts.rsplit(":", 1)
+    root = f"/outage/{uuid.uuid4().hex}"
+    done: list[str] = []
+    first_done = anyio.Event()
+
+    async def slow(ctx: JobContext) -> None:
+        await anyio.sleep(0.3)
+        done.append(ctx.job.id)
+        first_done.set()
+
+    with anyio.fail_after(60):
+        async with TcpProxy(host, int(port)) as proxy, \
+                open_board(f"zookeeper://{proxy.hosts}{root}?session_timeout=10&connect_timeout=0.5") as board, \
+                open_board(f"zookeeper://{zk_hosts}{root}") as producer:
+            jobs = [await producer.post("slow", {"i": i}) for i in range(10)]
+            worker = Worker(board, slow, WorkerConfig(concurrency=2))
+            async with anyio.create_task_group() as group:
+                group.start_soon(worker.run)
+                await first_done.wait()
+                proxy.pause()  # settles and claims in flight now fail for 3 s
+                await anyio.sleep(3)
+                proxy.resume()
+                for job in jobs:
+                    await producer.wait_for_completion(job)
+                worker.stop()
+            assert [await producer.state(job) for job in jobs] == [JobState.COMPLETE] * 10
+    print(f"outage ridden out with {worker.stats.backend_errors} transient errors, {worker.stats.lost} lost")
+    assert worker.stats.backend_errors > 0
+    assert sorted(done) == sorted({job.id for job in jobs})
