@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard
+from jobboard.cli_worker import CommandError, check, check_arguments, run_worker, worker_arguments
 from jobboard.errors import JobBoardError, JobNotFound
 from jobboard.job import Job, Priority, TrashedJob
 from jobboard.registry import open_board
@@ -34,10 +35,6 @@ BoardAction = Callable[[JobBoard, argparse.Namespace], Awaitable[int]]
 """Runs a command on the opened board; returns the exit status."""
 LocalAction = Callable[[argparse.Namespace], int]
 """Runs a command that needs no board; returns the exit status."""
-
-
-class CommandError(Exception):
-    """A command's input is unusable (e.g. ``--details`` is not a JSON object)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +246,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("trash", "claim a job and move it to the trash", _trash_arguments, on_board=trash),
     Command("trashed", "list the trash with reasons", _no_arguments, on_board=list_trashed),
     Command("demo", "run a producer and three workers on memory://demo", _no_arguments, local=demo),
+    Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker),
+    Command("check", "exit 0 if a live worker is registered", check_arguments, on_board=check),
 )
 
 
@@ -296,7 +295,7 @@ def configure_logging(verbose: bool) -> None:
 
 def board_url(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """``--board`` or ``$JOBBOARD_URL``; a usage error (exit 2) when neither is set."""
-    url: str | None = args.board or os.environ.get(URL_ENV)
+    url: str | None = getattr(args, "url", None) or args.board or os.environ.get(URL_ENV)
     if not url:
         parser.error(f"no board given: pass --board URL or set {URL_ENV}")
     return url
