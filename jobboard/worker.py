@@ -93,6 +93,8 @@ class Worker:
         self._claiming = anyio.CancelScope()
         self._all_done = anyio.Event()
         self._work_seen = False
+        self.started = anyio.Event()
+        """Set once the worker is registered and about to claim."""
 
     @property
     def owner(self) -> str:
@@ -112,6 +114,7 @@ class Worker:
         :raises BoardClosed: the board was closed under the worker.
         """
         await self._register()
+        self.started.set()
         try:
             async with anyio.create_task_group() as side:
                 if handle_signals:

@@ -18,6 +18,13 @@ GUIDE = ROOT / "docs" / "index.md"
 TIMEOUT = 60
 
 EXPECTED: dict[str, list[str]] = {
+    "worker.py": [
+        "registered: ['worker-1']",
+        "upload: complete - uploaded cat.png at 64px",
+        "parse: trashed - failed on attempt 2 of 2: ValueError: notes.txt is not CSV",
+        "stats: consumed=2 abandoned=2 trashed=1 lost=0",
+        "after stop: [] True",
+    ],
     "quickstart.py": [
         "listed: job-0000000003 resize high {'image': 'b.png', 'width': 128}",
         "listed: job-0000000002 resize normal {'image': 'a.png', 'width': 128}",
