@@ -166,6 +166,8 @@ class JobBoard(abc.ABC):
         Never raises for contention: a job lost to another claimer is skipped.
 
         :param names: only jobs with one of these names (a worker's handlers).
+            Without it, every job except the library's internal ones
+            (names starting with ``jobboard.``).
         """
 
     @abc.abstractmethod
@@ -204,6 +206,16 @@ class JobBoard(abc.ABC):
 
         :raises ClaimLost: the claim is not current (nothing is changed).
         :raises NotOwner: the claim's owner does not hold the job.
+        """
+
+    @abc.abstractmethod
+    async def cancel(self, job: JobRef, reason: str) -> None:
+        """Move an unclaimed or waiting job to the trash with ``reason``, with its dependents.
+
+        Atomic, like ``trash``, but for a job nobody holds.
+
+        :raises AlreadyClaimed: the job is claimed (its owner settles it).
+        :raises JobNotFound: the job is not on the board.
         """
 
     # -- waiting and watching ----------------------------------------------

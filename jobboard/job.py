@@ -3,9 +3,20 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+INTERNAL_PREFIX = "jobboard."
+"""Jobs whose names start with this are the library's own (plan gates and records):
+``claim_next`` and ``wait`` never offer them unless asked for them by name."""
+
+
+def wanted(name: str, names: Collection[str] | None) -> bool:
+    """Whether a job called ``name`` is offered to a claimer asking for ``names``."""
+    if names is None:
+        return not name.startswith(INTERNAL_PREFIX)
+    return name in names
 
 
 class Priority(enum.IntEnum):

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import anyio
+import pytest
 
 from jobboard.board import JobBoard
-from jobboard.job import Claim
+from jobboard.errors import AlreadyClaimed, JobNotFound
+from jobboard.job import Claim, JobState
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
 
 
@@ -67,6 +69,43 @@ class RoutingConformance(ConformanceBase):
         assert await board.claim_next("w1", names={"email"}) is None
         other = await board.claim_next("w1")
         assert other is not None and other.job.name == "resize"
+
+    @bounded
+    async def test_internal_jobs_are_only_offered_by_name(self, board: JobBoard) -> None:
+        internal = await board.post("jobboard.bookkeeping", priority="very_high")
+        ordinary = await board.post("work")
+        claim = await board.claim_next("w1")
+        assert claim is not None and claim.job.id == ordinary.id
+        assert await board.claim_next("w1") is None
+        taken = await board.claim_next("w1", names={"jobboard.bookkeeping"})
+        assert taken is not None and taken.job.id == internal.id
+
+    @bounded
+    async def test_cancel_trashes_an_unclaimed_job_and_its_dependents(self, board: JobBoard) -> None:
+        root = await board.post("root")
+        child = await board.post("child", depends_on=[root])
+        await board.cancel(root, "not needed")
+        assert await board.state(root) is JobState.TRASHED and await board.state(child) is JobState.TRASHED
+        reasons = {t.job.id: t.reason async for t in board.trashed()}
+        assert reasons[root.id] == "not needed" and root.id in reasons[child.id]
+
+    @bounded
+    async def test_cancel_of_a_waiting_job_leaves_its_dependency(self, board: JobBoard) -> None:
+        root = await board.post("root")
+        child = await board.post("child", depends_on=[root])
+        await board.cancel(child, "changed my mind")
+        assert await board.state(child) is JobState.TRASHED
+        await board.consume(await board.claim(root, "w1"), "fine")
+        assert await board.job_count() == 0
+
+    @bounded
+    async def test_cancel_refuses_claimed_and_missing_jobs(self, board: JobBoard) -> None:
+        claim = await board.claim(await board.post("a"), "w1")
+        with pytest.raises(AlreadyClaimed):
+            await board.cancel(claim.job, "no")
+        assert await board.owner(claim.job) == "w1"
+        with pytest.raises(JobNotFound):
+            await board.cancel("job-that-does-not-exist", "no")
 
     @bounded
     async def test_wait_only_wakes_for_the_names_asked_for(self, open_boards: BoardOpener) -> None:

@@ -174,6 +174,9 @@ class MemoryBoard(JobBoard):
         entry = self._store.current(claim)
         self._store.move_to_trash(entry, str(reason), wall_clock())
 
+    async def cancel(self, job: JobRef, reason: str) -> None:
+        self._store.cancel(job_id_of(job), str(reason), wall_clock())
+
     async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
         while True:
             change = self._shared.change()

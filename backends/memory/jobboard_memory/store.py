@@ -18,7 +18,7 @@ from typing import Any
 from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
 from jobboard.errors import AlreadyClaimed, ClaimLost, InvalidJob, JobNotFound, NotClaimable, NotOwner
 from jobboard.events import Event, EventKind
-from jobboard.job import Claim, Job, JobState, Outcome, TrashedJob
+from jobboard.job import Claim, Job, JobState, Outcome, TrashedJob, wanted
 
 MAX_ATTEMPTS_REASON = "max attempts exceeded"
 
@@ -121,7 +121,7 @@ class Store:
 
     def claimable(self, now: float, names: Collection[str] | None) -> list[Job]:
         return [e.job() for e in self.ordered() if e.state() is JobState.UNCLAIMED
-                and not _delayed(e, now) and (names is None or e.posting.name in names)]
+                and not _delayed(e, now) and wanted(e.posting.name, names)]
 
     def next_wakeup(self, now: float) -> float | None:
         """Seconds until the earliest delayed job becomes claimable, if any."""
@@ -162,7 +162,7 @@ class Store:
                 entry = self.jobs.get(item[2])
                 if entry is None or entry.state() is not JobState.UNCLAIMED:
                     continue
-                if _delayed(entry, now) or (names is not None and entry.posting.name not in names):
+                if _delayed(entry, now) or not wanted(entry.posting.name, names):
                     delayed.append(item)
                     continue
                 try:
@@ -226,6 +226,13 @@ class Store:
         entry.owner, entry.holder = None, None
         self._make_ready(entry)
         self._publish(Event(EventKind.RELEASED, entry.job_id, why))
+
+    def cancel(self, job_id: str, reason: str, now: float) -> None:
+        """Trash an unclaimed or waiting job (see ``JobBoard.cancel``)."""
+        entry = self.entry(job_id)
+        if entry.owner is not None:
+            raise AlreadyClaimed(f"job {job_id} is claimed by {entry.owner}: its owner settles it")
+        self.move_to_trash(entry, reason, now)
 
     def move_to_trash(self, entry: Entry, reason: str, now: float) -> None:
         """Trash an entry and, recursively, every job that depends on it."""

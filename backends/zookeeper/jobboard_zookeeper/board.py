@@ -28,9 +28,9 @@ from jobboard.codec import (
     encode_posting,
     encode_value,
 )
-from jobboard.errors import AlreadyClaimed, InvalidJob, JobNotFound, NotClaimable
+from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, JobNotFound, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob, wanted
 from jobboard_zookeeper.layout import (
     DIRECTORIES,
     LockRecord,
@@ -293,12 +293,25 @@ class ZooKeeperBoard(JobBoard):
         stored = await self._stored(job, claimable_only=True)
         if stored is None:
             return None
-        if names is not None and stored.posting.name not in names:
+        if not wanted(stored.posting.name, names):
             return None
         outcome = await self._try_claim(job, stored, owner)
         if outcome == "delayed" and stored.posting.not_before is not None:
             self.view.skip_until(job, stored.posting.not_before)
         return outcome if isinstance(outcome, Claim) else None
+
+    async def cancel(self, job: JobRef, reason: str) -> None:
+        found = job_id_of(job)
+        for _ in range(5):
+            stored = await self._stored(found)
+            if stored is None:
+                raise not_found(found)
+            outcome = await self._settler.cancel(found, stored, str(reason))
+            if outcome == "claimed":
+                raise AlreadyClaimed(f"job {found} is claimed by {await self.owner(found)}: its owner settles it")
+            if outcome is None:
+                return
+        raise BackendUnavailable(f"cancelling job {found} kept conflicting with concurrent changes")
 
     async def consume(self, claim: Claim, result: Any = None) -> None:
         self._ensure_open()
@@ -323,7 +336,7 @@ class ZooKeeperBoard(JobBoard):
             ready, delays = [], []
             for job in itertools.islice(self.view.candidates(set(), names), READ_BATCH):
                 stored = await self._stored(job, claimable_only=True)
-                if stored is None or (names is not None and stored.posting.name not in names):
+                if stored is None or not wanted(stored.posting.name, names):
                     continue
                 not_before = stored.posting.not_before
                 if not_before is not None and not_before > time.time():

@@ -150,6 +150,22 @@ class Settler:
         except OutcomeUnknown:
             return await self._zk.exists(self._paths.trash(job_id)) is not None
 
+    async def cancel(self, job_id: str, stored: Stored, reason: str) -> str | None:
+        """Trash a job nobody holds; ``None`` if done, else ``claimed`` or ``changed``."""
+        ops: list[Op] = []
+        if stored.path == self._paths.job(job_id):  # nobody may hold it meanwhile
+            lock = self._paths.lock(job_id)
+            ops += [Create(lock, ephemeral=True), Delete(lock)]
+        ops += await self._trash_ops(job_id, stored, reason)
+        try:
+            result = await self._zk.multi(ops)
+        except OutcomeUnknown:
+            return None if await self._zk.exists(self._paths.trash(job_id)) else "changed"
+        failure = result.failure()
+        if failure is None:
+            return None
+        return "claimed" if failure[0] == ops[0] and failure[1] == "NodeExists" else "changed"
+
     # -- settling ----------------------------------------------------------------
 
     async def current(self, claim: Claim) -> Held:

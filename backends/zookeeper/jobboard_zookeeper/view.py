@@ -18,6 +18,7 @@ from collections.abc import Callable, Collection, Iterator
 import anyio
 
 from jobboard.events import Event, EventKind
+from jobboard.job import wanted
 from jobboard_zookeeper.layout import Paths, is_job_id
 from jobboard_zookeeper.zk import CREATED, DELETED, ZooKeeper
 
@@ -96,7 +97,7 @@ class BoardView:
         while job_id is not None:
             if job_id not in self.locks and job_id not in skip and not self._skipped(job_id):
                 name = self.names.get(job_id)
-                if names is None or name is None or name in names:
+                if name is None or wanted(name, names):
                     yield job_id
             job_id = self.jobs.after(job_id)
 
