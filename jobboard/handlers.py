@@ -59,7 +59,14 @@ class JobContext:
 
 
 Handler = Callable[[JobContext], Awaitable[Any]]
+TaskFunction = Callable[..., Awaitable[Any]]
+"""A plan task: called with its arguments, then its dependencies' results."""
 """An async callable taking a :class:`JobContext`, returning the (msgpack-encodable) result."""
+
+
+def task_arguments(args: list[Any], gate: str | None, job: Job, results: tuple[Any, ...]) -> list[Any]:
+    """A plan task's call arguments: its own, then its dependencies' results (the gate's left out)."""
+    return [*args, *(result for dep, result in zip(job.depends_on, results, strict=True) if dep != gate)]
 
 
 class Handlers:
@@ -97,6 +104,20 @@ class Handlers:
             return function
 
         return add if handler is None else add(handler)
+
+    def task(self, name: str) -> Callable[[TaskFunction], TaskFunction]:
+        """Register a plan task function, called as ``function(*args, *results of after)``."""
+        def add(function: TaskFunction) -> TaskFunction:
+            async def run(context: JobContext) -> Any:
+                details = context.details
+                arguments = task_arguments(list(details.get("args", [])), details.get("gate"),
+                                           context.job, context.dependency_results)
+                return await function(*arguments)
+
+            self.register(name, run)
+            return function
+
+        return add
 
     async def __call__(self, context: JobContext) -> Any:
         """Run the handler registered for the job's name.
