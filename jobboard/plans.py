@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from anyio.abc import TaskGroup
 
 from jobboard.board import JobBoard
 from jobboard.dag import Plan, Task
@@ -114,20 +115,28 @@ async def post_plan(board: JobBoard, plan: Plan, *, fail_fast: bool = False) -> 
 
 async def _post_tasks(board: JobBoard, plan: str, gate: str, generations: list[list[Task]]) -> dict[str, str]:
     ids: dict[str, str] = {}
+    errors: list[JobBoardError] = []
     limiter = anyio.CapacityLimiter(POST_CONCURRENCY)
 
-    async def post(task: Task) -> None:
+    async def post(task: Task, group: TaskGroup) -> None:
+        details = {"plan": plan, "gate": gate, "task": task.name, "args": list(task.args),
+                   "after": list(task.after)}
         async with limiter:
-            details = {"plan": plan, "gate": gate, "task": task.name, "args": list(task.args),
-                       "after": list(task.after)}
-            job = await board.post(task.handler, details, depends_on=[ids[d] for d in task.after] or [gate],
-                                   priority=task.priority, max_attempts=task.max_attempts, keep_result=True)
+            try:
+                job = await board.post(task.handler, details, depends_on=[ids[d] for d in task.after] or [gate],
+                                       priority=task.priority, max_attempts=task.max_attempts, keep_result=True)
+            except JobBoardError as error:  # raised as itself below, not as an exception group
+                errors.append(error)
+                group.cancel_scope.cancel()
+                return
             ids[task.name] = job.id
 
     for generation in generations:
         async with anyio.create_task_group() as group:
             for task in generation:
-                group.start_soon(post, task)
+                group.start_soon(post, task, group)
+        if errors:
+            raise errors[0]
     return ids
 
 

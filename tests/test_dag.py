@@ -11,10 +11,10 @@ from typing import Any
 import anyio
 import pytest
 
-from jobboard import JobState, open_board
+from jobboard import EventKind, InvalidJob, JobBoardError, JobState, open_board
 from jobboard.dag import InvalidPlan, Plan, to_dot, to_mermaid
 from jobboard.handlers import Handlers
-from jobboard.plans import post_plan
+from jobboard.plans import PlanHandle, post_plan
 from jobboard.worker import Worker, WorkerConfig
 from tests.support.plans import stress_plan
 
@@ -120,3 +120,107 @@ async def test_zk_plan_stress_ten_workers_hundred_tasks(board_url: str) -> None:
     assert outcome.state == "complete" and stress.violations == []
     assert outcome.results == {f"t{n}": n for n in range(100)}
     assert set(stress.ran) == set(range(100))
+
+
+async def run_plan(board_url: str, plan: Plan, handlers: Handlers, *, workers: int = 2,
+                   fail_fast: bool = False) -> tuple[PlanHandle, Any]:
+    async with AsyncExitStack() as boards:
+        board = await boards.enter_async_context(open_board(board_url))
+        handle = await post_plan(board, plan, fail_fast=fail_fast)
+        running = [Worker(await boards.enter_async_context(open_board(board_url)), handlers,
+                          WorkerConfig(max_attempts=2)) for _ in range(workers)]
+        async with anyio.create_task_group() as group:
+            for worker in running:
+                group.start_soon(worker.run)
+            outcome = await handle.wait()
+            for worker in running:
+                worker.stop()
+        return handle, outcome
+
+
+def failing_plan() -> tuple[Plan, Handlers]:
+    handlers = Handlers()
+
+    @handlers.task("ok")
+    async def ok(label: str, *inputs: str) -> str:
+        return "+".join([label, *inputs])
+
+    @handlers.task("boom")
+    async def boom(*inputs: str) -> str:
+        await anyio.sleep(0.3)
+        raise RuntimeError("boom")
+
+    plan = Plan("failing")
+    source = plan.task("ok", "source", name="source")
+    broken = plan.task("boom", name="broken", after=[source])
+    plan.task("ok", "after-broken", name="downstream", after=[broken])
+    side = plan.task("ok", "side", name="side")
+    plan.task("ok", "later", name="later", after=[side])
+    return plan, handlers
+
+
+async def test_failing_task_fails_the_plan_and_trashes_only_downstream(board_url: str) -> None:
+    plan, handlers = failing_plan()
+    with anyio.fail_after(60):
+        _, outcome = await run_plan(board_url, plan, handlers)
+    assert outcome.state == "failed"
+    assert outcome.results == {"source": "source", "side": "side", "later": "later+side"}
+    assert "RuntimeError: boom" in outcome.failed["broken"]
+    assert "dependency" in outcome.failed["downstream"] and "boom" in outcome.failed["downstream"]
+
+
+async def test_fail_fast_cancels_what_has_not_run(board_url: str) -> None:
+    plan, handlers = failing_plan()
+    blocker = Plan("failing")  # same tasks, but 'side' must wait for 'broken' to have failed
+    for task in plan.tasks.values():
+        after = [*task.after, "broken"] if task.name == "later" else list(task.after)
+        blocker.task(task.handler, *task.args, name=task.name, after=after)
+    with anyio.fail_after(60):
+        _, outcome = await run_plan(board_url, blocker, handlers, workers=1, fail_fast=True)
+    assert outcome.state in ("failed", "cancelled")
+    assert "later" in outcome.failed and "source" in outcome.results
+
+
+async def test_interrupted_post_leaves_nothing_runnable(board_url: str) -> None:
+    plan = Plan("too-big")
+    for number in range(20):
+        plan.task("ok", number, name=f"t{number}")
+    plan.task("ok", "x" * 2_000_000, name="huge")  # encodable, but over the posting limit
+    with anyio.fail_after(60):
+        async with open_board(board_url) as board:
+            with pytest.raises(InvalidJob, match="limit"):
+                await post_plan(board, plan)
+            assert await board.claim_next("w1") is None
+            assert await board.job_count() == 0
+            trashed = [item async for item in board.trashed()]  # the gate, and whatever was posted
+            assert trashed and all("interrupted" in item.reason for item in trashed)
+            assert {item.job.name for item in trashed} <= {"jobboard.plan-gate", "ok"}
+
+
+async def test_dead_poster_leaves_nothing_runnable_and_cleanup_removes_it(board_url: str) -> None:
+    from jobboard.plans import cleanup_interrupted_plans
+
+    plan = Plan("orphan")
+    for number in range(30):
+        plan.task("ok", number, name=f"t{number}", after=[f"t{number - 1}"] if number else [])
+    with anyio.fail_after(60):
+        async with open_board(board_url) as survivor:
+            poster = await open_board(board_url).__aenter__()
+
+            async def die_after_ten_posts() -> None:  # the poster's board (its session) goes away
+                seen = 0
+                async for event in survivor.events():
+                    seen += event.kind is EventKind.POSTED
+                    if seen == 10:
+                        await poster.aclose()
+                        return
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(die_after_ten_posts)
+                with pytest.raises(JobBoardError):
+                    await post_plan(poster, plan)
+            posted = await survivor.job_count()
+            assert posted > 0
+            assert await survivor.claim_next("w1") is None  # nothing of a half-posted plan runs
+            assert await cleanup_interrupted_plans(survivor) == 1
+            assert await survivor.job_count() == 0
