@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard
+from jobboard.cli_plan import plan_arguments, plan_command
 from jobboard.cli_worker import CommandError, check, check_arguments, run_worker, worker_arguments
 from jobboard.errors import JobBoardError, JobNotFound
 from jobboard.job import Job, Priority, TrashedJob
@@ -248,6 +249,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("demo", "run a producer and three workers on memory://demo", _no_arguments, local=demo),
     Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker),
     Command("check", "exit 0 if a live worker is registered", check_arguments, on_board=check),
+    Command("plan", "status, wait for, draw, cancel a plan; clean up interrupted ones", plan_arguments,
+            on_board=plan_command),
 )
 
 

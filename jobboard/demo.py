@@ -1,89 +1,100 @@
-"""The README's main job: a producer and three workers sharing a ``memory://`` board.
+"""The README's main job: a dependency plan run by three workers on a ``memory://`` board.
 
-Run it with ``python -m jobboard demo``. It posts thumbnail jobs (some urgent,
-one that always fails, a report linked to every other job), runs three
-in-process workers until the board is empty, and prints what happened.
+Run it with ``python -m jobboard demo``. It builds a plan of 27 tasks (download
+eight images, make a thumbnail and a tag list of each, build two albums, publish
+them), posts it as linked jobs, runs three in-process workers, shows progress,
+and prints the result. One download fails on its first attempt and is retried.
 """
 
 from __future__ import annotations
 
 import random
+import sys
 from typing import Any
 
 import anyio
 
-from jobboard import Claim, JobBoard, JobState, Priority, open_board
+from jobboard import open_board
+from jobboard.cli_plan import ProgressPrinter
+from jobboard.dag import Plan
+from jobboard.handlers import Handlers, Retry
+from jobboard.plans import post_plan
+from jobboard.worker import Worker, WorkerConfig
 
 BOARD_URL = "memory://demo"
-IMAGES = 24
+IMAGES = [f"img-{index:02d}.png" for index in range(8)]
+handlers = Handlers()
+_flaky_failed: set[str] = set()
 
 
-async def produce(board: JobBoard) -> list[str]:
-    """Post the work: thumbnails, one poisoned job, and a report that depends on all."""
-    posted = []
-    for index in range(IMAGES):
-        urgent = index % 8 == 0
-        job = await board.post("thumbnail", {"image": f"img-{index:02d}.png", "size": 128},
-                               priority=Priority.HIGH if urgent else Priority.NORMAL, max_attempts=3)
-        posted.append(job.id)
-    poisoned = await board.post("thumbnail", {"image": "corrupt.png", "size": 128}, max_attempts=3)
-    report = await board.post("report", {"title": "thumbnails"}, depends_on=posted, keep_result=True)
-    print(f"posted {IMAGES + 2} jobs: {IMAGES} thumbnails (3 urgent), 1 corrupt image, "
-          f"1 report waiting on {len(posted)} of them ({(await board.state(report)).value})")
-    return [*posted, poisoned.id, report.id]
+@handlers.task("download")
+async def download(image: str) -> dict[str, Any]:
+    await anyio.sleep(random.uniform(0.02, 0.06))
+    if image == "img-03.png" and image not in _flaky_failed:
+        _flaky_failed.add(image)
+        raise Retry(0.1, "server busy")
+    return {"image": image, "bytes": 20_000 + 1_000 * len(image)}
 
 
-async def handle(claim: Claim) -> Any:
-    """Do one job (simulated); raise to fail it."""
-    details = claim.job.details
-    if claim.job.name == "report":
-        pixels = sum(result["bytes"] for result in claim.dependency_results)
-        return {"images": len(claim.dependency_results), "total_bytes": pixels}
-    if details["image"] == "corrupt.png":
-        raise ValueError("cannot decode corrupt.png")
-    await anyio.sleep(random.uniform(0.005, 0.02))
-    return {"image": details["image"], "bytes": 1000 + len(details["image"]) * details["size"]}
+@handlers.task("thumbnail")
+async def thumbnail(size: int, original: dict[str, Any]) -> dict[str, Any]:
+    await anyio.sleep(random.uniform(0.02, 0.06))
+    return {"image": original["image"], "bytes": original["bytes"] * size // 1024}
 
 
-async def work(name: str, done: dict[str, list[str]]) -> None:
-    """A worker: claim the best job, run it, settle it; stop when the board is empty."""
-    async with open_board(BOARD_URL) as board:
-        while await board.job_count():
-            claim = await board.claim_next(name)
-            if claim is None:
-                with anyio.move_on_after(0.2):
-                    await board.wait()
-                continue
-            try:
-                result = await handle(claim)
-            except ValueError as error:
-                print(f"  {name}: {claim.job.details.get('image')} failed "
-                      f"(attempt {claim.attempt}/{claim.job.max_attempts}): {error}")
-                await board.abandon(claim, retry_after=0.05)
-                continue
-            await board.consume(claim, result)
-            done.setdefault(name, []).append(claim.job.name)
+@handlers.task("tag")
+async def tag(original: dict[str, Any]) -> list[str]:
+    await anyio.sleep(random.uniform(0.01, 0.03))
+    return ["cat" if int(original["image"][4:6]) % 2 else "dog", "outdoor"]
+
+
+@handlers.task("album")
+async def album(title: str, *parts: Any) -> dict[str, Any]:
+    thumbnails, tags = parts[: len(parts) // 2], parts[len(parts) // 2:]
+    return {"title": title, "images": len(thumbnails),
+            "bytes": sum(t["bytes"] for t in thumbnails), "tags": sorted({t for ts in tags for t in ts})}
+
+
+@handlers.task("publish")
+async def publish(*albums: dict[str, Any]) -> str:
+    return ", ".join(f"{a['title']} ({a['images']} images, {a['bytes']} bytes)" for a in albums)
+
+
+def build_plan() -> Plan:
+    """27 tasks: 8 downloads, 8 thumbnails, 8 tag lists, 2 albums, 1 publish."""
+    plan = Plan("thumbnails")
+    thumbs, tags = [], []
+    for image in IMAGES:
+        original = plan.task("download", image, name=f"download {image}")
+        thumbs.append(plan.task("thumbnail", 128, name=f"thumbnail {image}", after=[original]))
+        tags.append(plan.task("tag", name=f"tag {image}", after=[original]))
+    albums = [plan.task("album", title, name=f"album {title}", after=[*thumbs[i::2], *tags[i::2]])
+              for i, title in enumerate(("even", "odd"))]
+    plan.task("publish", name="publish", after=albums)
+    return plan
 
 
 async def run_demo() -> None:
+    plan = build_plan()
+    print(f"plan {plan.name!r}: {len(plan.tasks)} tasks (8 downloads -> 8 thumbnails + 8 tag lists "
+          f"-> 2 albums -> publish), 3 workers")
     async with open_board(BOARD_URL) as board:
-        job_ids = await produce(board)
-        done: dict[str, list[str]] = {}
-        with anyio.fail_after(30):
-            async with anyio.create_task_group() as workers:
-                for index in range(3):
-                    workers.start_soon(work, f"worker-{index + 1}", done)
-        for name, jobs in sorted(done.items()):
-            print(f"{name} consumed {len(jobs)} jobs")
-        outcome = await board.wait_for_completion(job_ids[-1])
-        print(f"report: {outcome.state.value}, result {outcome.result}")
-        trashed = [item async for item in board.trashed()]
-        for item in trashed:
-            print(f"trash: {item.job.details['image']}: {item.reason}")
-        states = [await board.state(job) for job in job_ids]
-        complete = states.count(JobState.COMPLETE)
-        print(f"done: {complete} complete, {states.count(JobState.TRASHED)} trashed, "
-              f"{await board.job_count()} left on the board")
+        handle = await post_plan(board, plan)
+        workers = [Worker(board, handlers, WorkerConfig(owner=f"worker-{n}", concurrency=2)) for n in (1, 2, 3)]
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                for worker in workers:
+                    group.start_soon(worker.run)
+                printer = ProgressPrinter(sys.stdout, prefix="  ")
+                outcome = await handle.wait(on_progress=printer)
+                for worker in workers:
+                    worker.stop()
+        printer.finish()
+        for worker in workers:
+            print(f"{worker.owner}: {worker.stats.consumed} tasks, {worker.stats.abandoned} retried")
+        print(f"plan {outcome.state}: {len(outcome.results)} of {len(plan.tasks)} tasks done")
+        print(f"published: {outcome.results['publish']}")
+        print(f"jobs left on the board: {await board.job_count()}")
 
 
 def main() -> int:
@@ -92,4 +103,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

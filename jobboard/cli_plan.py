@@ -1,0 +1,91 @@
+"""``jobboard plan status|wait|show|cancel|cleanup``: follow the plans on a board."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TextIO
+
+from jobboard.board import JobBoard
+from jobboard.cli_worker import CommandError
+from jobboard.dag import to_dot, to_mermaid
+from jobboard.plans import PlanHandle, PlanProgress, PlanStatus, cleanup_interrupted_plans
+
+BAR_WIDTH = 30
+
+
+def plan_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["status", "wait", "show", "cancel", "cleanup"])
+    parser.add_argument("plan_id", nargs="?", help="the plan's id (what post_plan returned)")
+    parser.add_argument("--format", choices=["mermaid", "dot"], default="mermaid", help="for show")
+
+
+async def plan_command(board: JobBoard, args: argparse.Namespace) -> int:
+    if args.action == "cleanup":
+        print(f"cleaned up {await cleanup_interrupted_plans(board)} interrupted plan(s)")
+        return 0
+    if not args.plan_id:
+        raise CommandError(f"plan {args.action} needs a plan id")
+    handle = await PlanHandle.open(board, args.plan_id)
+    if args.action == "status":
+        status = await handle.status()
+        print(status_table(status))
+        return 0 if status.state in ("running", "complete") else 1
+    if args.action == "wait":
+        printer = ProgressPrinter()
+        outcome = await handle.wait(on_progress=printer)
+        printer.finish()
+        print(f"plan {handle.name} ({handle.plan_id}): {outcome.state}")
+        return 0 if outcome.state == "complete" else 1
+    if args.action == "show":
+        states = (await handle.status()).states
+        print((to_dot if args.format == "dot" else to_mermaid)(handle.tasks, states))
+        return 0
+    print(f"cancelled {await handle.cancel()} task(s) of plan {handle.name}")
+    return 0
+
+
+def status_table(status: PlanStatus) -> str:
+    """A table of the tasks, then one summary line."""
+    from jobboard.cli import format_table
+
+    rows = []
+    for name, state in status.states.items():
+        note = status.owners.get(name) or status.reasons.get(name, "").split("\n")[0]
+        rows.append([name, state.value, note[:80]])
+    progress = status.progress()
+    summary = (f"plan {status.name} ({status.plan_id}): {status.state}, {progress.done}/{progress.total} "
+               f"complete, {progress.running} running, {progress.failed} failed")
+    return f"{format_table(['task', 'state', 'owner / reason'], rows)}\n{summary}"
+
+
+def progress_line(progress: PlanProgress) -> str:
+    filled = BAR_WIDTH * (progress.done + progress.failed) // max(progress.total, 1)
+    bar = "#" * filled + "." * (BAR_WIDTH - filled)
+    return (f"[{bar}] {progress.done}/{progress.total} done, {progress.running} running, "
+            f"{progress.failed} failed")
+
+
+class ProgressPrinter:
+    """Shows plan progress: redrawn in place on a terminal, a line per quarter otherwise."""
+
+    def __init__(self, stream: TextIO = sys.stderr, prefix: str = "") -> None:
+        self.stream, self.prefix = stream, prefix
+        self._last: PlanProgress | None = None
+        self._quarter = -1
+
+    def __call__(self, progress: PlanProgress) -> None:
+        if progress == self._last:
+            return
+        self._last = progress
+        if self.stream.isatty():
+            print(f"\r{self.prefix}{progress_line(progress)}", end="", file=self.stream, flush=True)
+            return
+        quarter = 4 * (progress.done + progress.failed) // max(progress.total, 1)
+        if quarter > self._quarter:
+            self._quarter = quarter
+            print(f"{self.prefix}{progress_line(progress)}", file=self.stream, flush=True)
+
+    def finish(self) -> None:
+        if self.stream.isatty():
+            print(file=self.stream)

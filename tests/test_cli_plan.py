@@ -1,0 +1,90 @@
+"""``jobboard plan ...`` and ``jobboard demo`` as real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+
+import anyio
+import pytest
+
+from jobboard import open_board
+from jobboard.dag import Plan
+from jobboard.handlers import Handlers
+from jobboard.plans import post_plan
+from jobboard.worker import Worker
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def jobboard(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jobboard", *args], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def small_plan() -> tuple[Plan, Handlers]:
+    handlers = Handlers()
+
+    @handlers.task("add")
+    async def add(n: int, *inputs: int) -> int:
+        await anyio.sleep(0.05)
+        return n + sum(inputs)
+
+    plan = Plan("sums")
+    first = [plan.task("add", n, name=f"a{n}") for n in range(4)]
+    plan.task("add", 100, name="total", after=first)
+    return plan, handlers
+
+
+async def test_plan_wait_status_and_show(zk_hosts: str) -> None:
+    url = f"zookeeper://{zk_hosts}/cli-plan/{uuid.uuid4().hex}"
+    plan, handlers = small_plan()
+    with anyio.fail_after(60):
+        async with open_board(url) as board:
+            handle = await post_plan(board, plan)
+            waiter = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "jobboard", "plan", "wait", handle.plan_id, "--board", url,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            worker = Worker(board, handlers)
+            async with anyio.create_task_group() as group:
+                group.start_soon(worker.run)
+                out, err = await waiter.communicate()
+                worker.stop()
+    assert waiter.returncode == 0, err
+    assert out.decode().strip() == f"plan sums ({handle.plan_id}): complete"
+    assert "5/5 done, 0 running, 0 failed" in err.decode()
+    status = await anyio.to_thread.run_sync(jobboard, "plan", "status", handle.plan_id, "--board", url)
+    assert status.returncode == 0
+    assert "total" in status.stdout and f"plan sums ({handle.plan_id}): complete, 5/5 complete" in status.stdout
+    dot = await anyio.to_thread.run_sync(jobboard, "plan", "show", handle.plan_id, "--format", "dot",
+                                         "--board", url)
+    assert dot.stdout.startswith("digraph plan {") and '"a0" -> "total";' in dot.stdout
+    mermaid = await anyio.to_thread.run_sync(jobboard, "plan", "show", handle.plan_id, "--board", url)
+    assert mermaid.stdout.startswith("flowchart LR") and ":::complete" in mermaid.stdout
+
+
+async def test_plan_cancel_and_unknown_plan(zk_hosts: str) -> None:
+    url = f"zookeeper://{zk_hosts}/cli-plan/{uuid.uuid4().hex}"
+    plan, _ = small_plan()
+    with anyio.fail_after(60):
+        async with open_board(url) as board:
+            handle = await post_plan(board, plan)
+            cancel = await anyio.to_thread.run_sync(jobboard, "plan", "cancel", handle.plan_id, "--board", url)
+            assert cancel.returncode == 0 and "cancelled" in cancel.stdout
+            status = await anyio.to_thread.run_sync(jobboard, "plan", "status", handle.plan_id, "--board", url)
+            assert status.returncode == 1 and ": cancelled, 0/5 complete" in status.stdout
+            assert await board.claim_next("w") is None
+    unknown = await anyio.to_thread.run_sync(jobboard, "plan", "status", "0-0000000999999", "--board", url)
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1 and "no plan" in unknown.stderr
+    cleanup = await anyio.to_thread.run_sync(jobboard, "plan", "cleanup", "--board", url)
+    assert cleanup.returncode == 0 and "cleaned up 0" in cleanup.stdout
+
+
+def test_demo_runs_a_plan_to_completion() -> None:
+    demo = jobboard("demo")
+    assert demo.returncode == 0, demo.stderr
+    assert "plan complete: 27 of 27 tasks done" in demo.stdout
+    assert "published: even (4 images" in demo.stdout
+    assert demo.stdout.rstrip().endswith("jobs left on the board: 0")
