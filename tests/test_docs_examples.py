@@ -18,6 +18,12 @@ GUIDE = ROOT / "docs" / "index.md"
 TIMEOUT = 60
 
 EXPECTED: dict[str, list[str]] = {
+    "plans.py": [
+        "plan: complete",
+        "merge: total: 19 bytes from 2 pages",
+        "flowchart LR",
+        "  t0 --> t2",
+    ],
     "worker.py": [
         "registered: ['worker-1']",
         "upload: complete - uploaded cat.png at 64px",
