@@ -21,6 +21,9 @@ from jobboard import open_board
 from jobboard.handlers import Handlers
 from jobboard.worker import Worker, WorkerConfig
 
+SLOW_TASK, SLOW_SECONDS = 50, 1.5
+"""Task t50 runs long enough for a test to SIGKILL its worker while it runs."""
+
 
 def main(url: str, directory: Path) -> None:
     handlers = Handlers()
@@ -35,7 +38,7 @@ def main(url: str, directory: Path) -> None:
             if list(results) != expected:
                 _append(directory / "violations.log", f"t{number} got {list(results)}, expected {expected}")
             _append(directory / "runs.log", f"t{number} {os.getpid()}")
-            await anyio.sleep(random.uniform(0.02, 0.05))
+            await anyio.sleep(SLOW_SECONDS if number == SLOW_TASK else random.uniform(0.02, 0.05))
         return number
 
     async def run() -> None:

@@ -345,6 +345,8 @@ class ZooKeeperBoard(JobBoard):
                     ready.append(stored.posting.to_job(job, sequence_in(job)))
             if ready:
                 return ready
+            known_delay = self.view.next_delay_end()
+            delays += [known_delay] if known_delay is not None else []
             with anyio.move_on_after(min(delays, default=float("inf"))):
                 await change.wait()
 

@@ -105,6 +105,11 @@ class BoardView:
         """Pass over ``job_id`` until ``until`` (epoch seconds) or until its node changes."""
         self._skip[job_id] = until
 
+    def next_delay_end(self) -> float | None:
+        """Seconds until the earliest known delay of a job on the board ends, if any."""
+        ends = [until for job_id, until in self._skip.items() if until != float("inf") and job_id in self.jobs]
+        return max(0.0, min(ends) - time.time()) if ends else None
+
     def _skipped(self, job_id: str) -> bool:
         until = self._skip.get(job_id)
         if until is None:
