@@ -35,6 +35,15 @@ class LinkedConformance(ConformanceBase):
         assert released.dependency_results == ([3], 1, {"two": 2})
 
     @bounded
+    async def test_dependent_posted_after_the_claim_gets_the_result(self, board: JobBoard) -> None:
+        claim = await board.claim(await board.post("dep"), "w1")
+        late = await board.post("late", depends_on=[claim.job])
+        await board.consume(claim, {"value": 7})
+        released = await board.claim_next("w1")
+        assert released is not None and released.job.id == late.id
+        assert released.dependency_results == ({"value": 7},)
+
+    @bounded
     async def test_chain_releases_step_by_step(self, board: JobBoard) -> None:
         step = await board.post("s0")
         chain = [step]

@@ -66,6 +66,8 @@ class ZooKeeperBoard(JobBoard):
         self._tasks: set[asyncio.Task[None]] = set()
         self._entities: dict[str, bytes] = {}
         self._reported: set[str] = set()
+        self.claim_conflicts = 0
+        """Claim attempts in ``claim_next`` that lost a race (for benchmarks)."""
         self._inflight: set[str] = set()
         """Jobs this board is trying to claim now: concurrent claim_next calls spread out."""
 
@@ -298,6 +300,8 @@ class ZooKeeperBoard(JobBoard):
         outcome = await self._try_claim(job, stored, owner)
         if outcome == "delayed" and stored.posting.not_before is not None:
             self.view.skip_until(job, stored.posting.not_before)
+        elif outcome in ("claimed", "changed", "gone", "lost"):
+            self.claim_conflicts += 1
         return outcome if isinstance(outcome, Claim) else None
 
     async def cancel(self, job: JobRef, reason: str) -> None:

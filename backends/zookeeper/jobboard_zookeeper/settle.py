@@ -45,6 +45,9 @@ class Held:
     generation: int
     nonce: str
     posting: bytes
+    had_links: bool = True
+    """Whether the job had dependents when claimed: if not, consume skips listing them
+    (a dependent posted since makes ``delete(job)`` fail with NotEmpty and the settle retry)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,7 @@ class Stored:
     raw: bytes
     posting: Posting
     version: int
+    num_children: int = 0
 
 
 class Settler:
@@ -108,7 +112,7 @@ class Settler:
         if found is None:
             return None
         raw, stat = found
-        return Stored(path, raw, decode_posting(raw), stat.version)
+        return Stored(path, raw, decode_posting(raw), stat.version, stat.num_children)
 
     # -- claim -----------------------------------------------------------------
 
@@ -128,7 +132,7 @@ class Settler:
         if not won:
             return _why_not(result)
         generation = stored.version + 1
-        self.held[job_id] = Held(owner, generation, lock.nonce, raw)
+        self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0)
         job = claimed.to_job(job_id, sequence_of(job_id))
         return Claim(job, owner, generation, claimed.dependency_results())
 
@@ -192,9 +196,14 @@ class Settler:
         raw_result = encode_value(result, what=f"result of job {job_id}")
         held = await self.current(claim)
 
+        attempts = 0
+
         async def build() -> list[Op]:
+            nonlocal attempts
+            attempts += 1
             ops: list[Op] = [Check(self._paths.job(job_id), claim.generation)]
-            ops += await self._delivery_ops(job_id, result)
+            if held.had_links or attempts > 1:
+                ops += await self._delivery_ops(job_id, result)
             ops.append(Delete(self._paths.job(job_id)))
             if claim.job.keep_result:
                 ops.append(Create(self._paths.result(job_id), raw_result))

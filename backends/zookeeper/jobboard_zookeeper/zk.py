@@ -89,6 +89,8 @@ class ZooKeeper:
         self._watchdog: asyncio.Task[None] | None = None
         self._trees: dict[str, TreeCallback] = {}
         self._suspension: asyncio.TimerHandle | None = None
+        self.requests_sent = 0
+        """Requests sent on this session (for benchmarks: requests per claim)."""
         self._hook_state_machine()
         self._hook_event_dispatch()
 
@@ -245,6 +247,7 @@ class ZooKeeper:
             await self._until_connected(deadline - loop.time())
             session = self._session
             session.xid = 1 if session.xid >= 0x7FFFFFFF else session.xid + 1
+            self.requests_sent += 1
             try:
                 zxid, response = await session.conn.send(request, xid=session.xid)
             except (exc.ConnectError, exc.TimeoutError, ConnectionError) as error:

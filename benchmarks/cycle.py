@@ -1,0 +1,200 @@
+"""Claim-cycle throughput of a jobboard board: post N jobs, then W claimers do
+claim_next -> consume until the board is empty.
+
+    python -m benchmarks.cycle --url zookeeper://127.0.0.1:2181/bench --jobs 2000 --workers 16 --repeat 3
+    python -m benchmarks.cycle --url memory://bench --jobs 2000 --workers 16
+    python -m benchmarks.cycle --url ... --interleaved       # producers post while workers consume
+    python -m benchmarks.cycle --url ... --processes 4       # W claimers split over 4 processes
+
+Prints one JSON line: per run and median, posts/s, cycles/s, claim latency
+p50/p99 (ms), failed claim attempts (lost races), ZooKeeper requests per cycle,
+CPU seconds of the benchmark process(es) and, with --zk-pid, of the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import time
+import uuid
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+
+from benchmarks.common import Stopwatch, child_cpu_seconds, median_of, percentile, process_cpu_seconds
+from jobboard import JobBoard, open_board
+
+POST_CONCURRENCY = 64
+
+
+def run_url(base: str) -> str:
+    """A fresh board under ``base`` for one run."""
+    if base.startswith("memory://"):
+        return f"{base}-{uuid.uuid4().hex[:8]}"
+    path, _, query = base.partition("?")
+    return f"{path.rstrip('/')}/{uuid.uuid4().hex[:8]}" + (f"?{query}" if query else "")
+
+
+def requests_sent(board: JobBoard) -> int:
+    zk = getattr(board, "zk", None)
+    return int(getattr(zk, "requests_sent", 0))
+
+
+async def post_jobs(board: JobBoard, count: int, name: str = "bench") -> float:
+    """Post ``count`` jobs, ``POST_CONCURRENCY`` at a time; returns posts per second."""
+    limiter = anyio.CapacityLimiter(POST_CONCURRENCY)
+    watch = Stopwatch()
+
+    async def post(index: int) -> None:
+        async with limiter:
+            await board.post(name, {"i": index})
+
+    async with anyio.create_task_group() as group:
+        for index in range(count):
+            group.start_soon(post, index)
+    return count / watch.elapsed()
+
+
+async def drain(board: JobBoard, owner: str, latencies: list[float], stop: anyio.Event | None = None) -> int:
+    """claim_next -> consume until the board is empty (or ``stop`` is set and it is empty)."""
+    done = 0
+    while True:
+        started = time.perf_counter()
+        claim = await board.claim_next(owner)
+        latencies.append(time.perf_counter() - started)
+        if claim is None:
+            if (stop is None or stop.is_set()) and await board.job_count() == 0:
+                return done
+            with anyio.move_on_after(0.05):
+                await board.wait()
+            continue
+        await board.consume(claim)
+        done += 1
+
+
+async def consume_phase(url: str, workers: int) -> dict[str, Any]:
+    """W claimers sharing one board (one session); returns the phase's figures."""
+    latencies: list[float] = []
+    async with open_board(url) as board:
+        requests_before, conflicts_before = requests_sent(board), getattr(board, "claim_conflicts", 0)
+        watch, cpu = Stopwatch(), process_cpu_seconds()
+        async with anyio.create_task_group() as group:
+            results: list[int] = []
+
+            async def claimer(index: int) -> None:
+                results.append(await drain(board, f"c{index}", latencies))
+
+            for index in range(workers):
+                group.start_soon(claimer, index)
+        elapsed = watch.elapsed()
+        return {"cycles": sum(results), "seconds": elapsed, "cpu_s": process_cpu_seconds() - cpu,
+                "requests": requests_sent(board) - requests_before,
+                "failed_claims": getattr(board, "claim_conflicts", 0) - conflicts_before,
+                "latencies": latencies}
+
+
+def _consume_in_child(url: str, workers: int, queue: Any) -> None:
+    result = anyio.run(consume_phase, url, workers)
+    result.pop("latencies")
+    queue.put(result)
+
+
+async def consume_in_processes(url: str, workers: int, processes: int) -> dict[str, Any]:
+    """The consume phase split over ``processes`` processes of W/processes claimers each."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    children = [context.Process(target=_consume_in_child, args=(url, max(1, workers // processes), queue))
+                for _ in range(processes)]
+    watch = Stopwatch()
+    for child in children:
+        child.start()
+    parts = [await anyio.to_thread.run_sync(queue.get, abandon_on_cancel=True) for _ in children]
+    for child in children:
+        await anyio.to_thread.run_sync(child.join)
+    return {"cycles": sum(p["cycles"] for p in parts), "seconds": watch.elapsed(),
+            "cpu_s": sum(p["cpu_s"] for p in parts), "requests": sum(p["requests"] for p in parts),
+            "failed_claims": sum(p["failed_claims"] for p in parts), "latencies": []}
+
+
+async def one_run(args: argparse.Namespace) -> dict[str, Any]:
+    url = run_url(args.url)
+    zk_cpu = child_cpu_seconds(args.zk_pid)
+    async with AsyncExitStack() as stack:
+        producer = await stack.enter_async_context(open_board(url))
+        if args.interleaved:
+            phase, posts_per_s = await interleaved(url, producer, args)
+        else:
+            posts_per_s = await post_jobs(producer, args.jobs)
+            if args.processes > 1:
+                phase = await consume_in_processes(url, args.workers, args.processes)
+            else:
+                phase = await consume_phase(url, args.workers)
+        left = await producer.job_count()
+    latencies = sorted(phase.pop("latencies"))
+    return {"posts_per_s": round(posts_per_s, 1), "cycles_per_s": round(phase["cycles"] / phase["seconds"], 1),
+            "claim_p50_ms": round(1000 * percentile(latencies, 50), 2) if latencies else None,
+            "claim_p99_ms": round(1000 * percentile(latencies, 99), 2) if latencies else None,
+            "failed_claims": phase["failed_claims"],
+            "zk_requests_per_cycle": round(phase["requests"] / max(phase["cycles"], 1), 2),
+            "cpu_s": round(phase["cpu_s"], 2),
+            "zk_cpu_s": round(child_cpu_seconds(args.zk_pid) - zk_cpu, 2) if args.zk_pid else None,
+            "left": left}
+
+
+async def interleaved(url: str, producer: JobBoard, args: argparse.Namespace) -> tuple[dict[str, Any], float]:
+    """Producers post while claimers consume; the phase ends when all are consumed."""
+    latencies: list[float] = []
+    stop = anyio.Event()
+    done: list[int] = []
+    async with open_board(url) as board:
+        watch, cpu, requests = Stopwatch(), process_cpu_seconds(), requests_sent(board)
+
+        async def produce() -> float:
+            rate = await post_jobs(producer, args.jobs)
+            stop.set()
+            return rate
+
+        async def claimer(index: int) -> None:
+            done.append(await drain(board, f"c{index}", latencies, stop))
+
+        rates: list[float] = []
+        async with anyio.create_task_group() as group:
+            for index in range(args.workers):
+                group.start_soon(claimer, index)
+            rates.append(await produce())
+        phase = {"cycles": sum(done), "seconds": watch.elapsed(), "cpu_s": process_cpu_seconds() - cpu,
+                 "requests": requests_sent(board) - requests, "latencies": latencies,
+                 "failed_claims": getattr(board, "claim_conflicts", 0)}
+    return phase, rates[0]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", default=None, help="board URL (memory://... or zookeeper://...)")
+    parser.add_argument("--hosts", default=None, help="ZooKeeper hosts, instead of --url")
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--interleaved", action="store_true")
+    parser.add_argument("--zk-pid", type=int, default=None, help="the ZooKeeper server's pid, to report its CPU")
+    args = parser.parse_args(argv)
+    args.url = args.url or f"zookeeper://{args.hosts or '127.0.0.1:2181'}/bench/cycle"
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    runs = [asyncio.run(one_run(args)) for _ in range(args.repeat)]
+    report = {"bench": "cycle", "system": "jobboard", "backend": args.url.split(":")[0], "jobs": args.jobs,
+              "workers": args.workers, "processes": args.processes, "interleaved": args.interleaved,
+              "repeat": args.repeat, "runs": runs, "median": median_of(runs)}
+    print(json.dumps(report), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()
