@@ -32,6 +32,11 @@ from jobboard.worker_support import Backoff, RunningJob, WorkerStats
 
 logger = logging.getLogger(__name__)
 
+SPIN_MISSES = 3
+"""Immediate wake-ups with nothing claimable before the worker starts backing off."""
+BLOCKED = 0.005
+"""A wait() that took longer than this (seconds) really slept."""
+
 
 def default_owner() -> str:
     """``host-pid-random``: unique per worker process and instance."""
@@ -92,7 +97,9 @@ class Worker:
         self._stopping = False
         self._claiming = anyio.CancelScope()
         self._all_done = anyio.Event()
-        self._work_seen = False
+        self._waiting_on_board = False
+        self._work_maybe = anyio.Event()
+        """Set when the claimer waiting on the board wakes up: the others try to claim too."""
         self.started = anyio.Event()
         """Set once the worker is registered and about to claim."""
 
@@ -130,17 +137,23 @@ class Worker:
     # -- claiming ----------------------------------------------------------------
 
     async def _claim_loop(self, jobs: TaskGroup) -> None:
-        backoff = Backoff(self.config.idle_backoff, self.config.idle_backoff_factor, self.config.idle_backoff_max)
+        """``concurrency`` claimers: claiming takes round trips, so free slots fill in parallel."""
         with self._claiming:
-            while not self._stopping:
-                await self._slots.acquire()
-                claim = await self._claim(backoff)
-                if claim is None:
-                    self._slots.release()
-                    continue
-                backoff.reset()
-                self.stats.claimed += 1
-                jobs.start_soon(self._run_job, claim)
+            async with anyio.create_task_group() as claimers:
+                for _ in range(self.config.concurrency):
+                    claimers.start_soon(self._claimer, jobs)
+
+    async def _claimer(self, jobs: TaskGroup) -> None:
+        backoff = Backoff(self.config.idle_backoff, self.config.idle_backoff_factor, self.config.idle_backoff_max)
+        while not self._stopping:
+            await self._slots.acquire()
+            claim = await self._claim(backoff)
+            if claim is None:
+                self._slots.release()
+                continue
+            backoff.reset()
+            self.stats.claimed += 1
+            jobs.start_soon(self._run_job, claim)
 
     async def _claim(self, backoff: Backoff) -> Claim | None:
         try:
@@ -159,18 +172,33 @@ class Worker:
     async def _idle(self, backoff: Backoff) -> None:
         """Sleep in ``board.wait()`` until there is work.
 
-        When the last wait said there was work and claiming still found none
-        (other workers were faster), back off first, so as not to spin.
+        Losing a race for a job is normal (another worker was faster) and costs
+        no sleep. Only a spin backs off: ``wait()`` saying at once, several times
+        in a row, that there is work which claiming then does not find.
         """
-        if self._work_seen:
+        if backoff.misses >= SPIN_MISSES:
             await anyio.sleep(backoff.next())
-        self._work_seen = False
+        started = anyio.current_time()
+        if self._waiting_on_board:  # one claimer waits on the board; the others wait for it
+            with anyio.move_on_after(self.config.idle_backoff_max):
+                await self._work_maybe.wait()
+            return
+        self._waiting_on_board = True
         try:
             with anyio.move_on_after(self.config.idle_backoff_max):
-                self._work_seen = bool(await self.board.wait(names=self.names))
+                found = bool(await self.board.wait(names=self.names))
         except BackendUnavailable as error:
             logger.warning("%s: board unavailable while idle (%s)", self.owner, error)
             await anyio.sleep(backoff.next())
+            return
+        finally:
+            self._waiting_on_board = False
+            woken, self._work_maybe = self._work_maybe, anyio.Event()
+            woken.set()
+        if found and anyio.current_time() - started < BLOCKED:
+            backoff.misses += 1
+        else:  # it really waited: new work came, this is no spin
+            backoff.reset()
 
     # -- running a job -------------------------------------------------------------
 

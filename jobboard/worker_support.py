@@ -16,6 +16,8 @@ class Backoff:
     def __init__(self, initial: float, factor: float, maximum: float) -> None:
         self.initial, self.factor, self.maximum = initial, factor, maximum
         self.attempts = 0
+        self.misses = 0
+        """Immediate wake-ups that found nothing to claim (see ``Worker._idle``)."""
 
     def next(self) -> float:
         delay = min(self.maximum, self.initial * self.factor ** self.attempts)
@@ -24,6 +26,7 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempts = 0
+        self.misses = 0
 
 
 class RunningJob:

@@ -43,7 +43,7 @@ from jobboard_zookeeper.ops import Create, Delete, SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.settle import Settler, Stored, not_found
-from jobboard_zookeeper.view import BoardView
+from jobboard_zookeeper.view import SETTLED, WORK, BoardView
 from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
@@ -336,30 +336,33 @@ class ZooKeeperBoard(JobBoard):
     async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
         self._ensure_open()
         while True:
-            change = self.view.change()
-            ready, delays = [], []
-            for job in itertools.islice(self.view.candidates(set(), names), READ_BATCH):
-                stored = await self._stored(job, claimable_only=True)
-                if stored is None or not wanted(stored.posting.name, names):
-                    continue
-                not_before = stored.posting.not_before
-                if not_before is not None and not_before > time.time():
-                    delays.append(not_before - time.time())
-                else:
-                    ready.append(stored.posting.to_job(job, sequence_in(job)))
-            if ready:
-                return ready
-            known_delay = self.view.next_delay_end()
-            delays += [known_delay] if known_delay is not None else []
-            with anyio.move_on_after(min(delays, default=float("inf"))):
+            change = self.view.change(WORK)
+            ready = await self._first_claimable(names)
+            if ready is not None:
+                return [ready]  # the first one found: callers claim, they need not read on
+            delay = self.view.next_delay_end()
+            with anyio.move_on_after(float("inf") if delay is None else delay):
                 await change.wait()
+
+    async def _first_claimable(self, names: Collection[str] | None) -> Job | None:
+        """The first claimable job in board order; delayed ones are remembered and passed over."""
+        for job in itertools.islice(self.view.candidates(set(), names), READ_BATCH):
+            stored = await self._stored(job, claimable_only=True)
+            if stored is None or not wanted(stored.posting.name, names):
+                continue
+            not_before = stored.posting.not_before
+            if not_before is not None and not_before > time.time():
+                self.view.skip_until(job, not_before)
+                continue
+            return stored.posting.to_job(job, sequence_in(job))
+        return None
 
     async def watch_claim(self, claim: Claim) -> str:
         job, seen = claim.job.id, None
         while True:
             if not self._open:
                 return "board closed"
-            change = self.view.change()
+            change = self.view.change(SETTLED)
             if (reason := self._settler.lost_reason(claim)) is not None:
                 return reason
             changes = self.view.lock_changes.get(job)
@@ -374,7 +377,7 @@ class ZooKeeperBoard(JobBoard):
         self._ensure_open()
         found = job_id_of(job)
         while True:
-            change = self.view.change()
+            change = self.view.change(SETTLED)
             if await self._poster.locate(found) is None:
                 return await self._outcome(found)
             await change.wait()

@@ -15,6 +15,7 @@ a release. A lost reply (:class:`OutcomeUnknown`) is resolved by reading back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -289,20 +290,20 @@ class Settler:
 
     async def _delivery_ops(self, job_id: str, result: Any) -> list[Op]:
         """Deliver ``result`` to every dependent; release those it was the last dependency of."""
-        ops: list[Op] = []
         job_path = self._paths.job(job_id)
-        for dependent_id in await self._links(job_path):
-            ops.append(Delete(f"{job_path}/{dependent_id}"))
-            dependent = await self._read_quietly(self._paths.waiting(dependent_id))
-            if dependent is None:
-                continue  # trashed along with another dependency
-            posting = dependent.posting.with_result(job_id, result)
-            raw = encode_posting(posting)
-            if posting.waiting_on:
-                ops.append(SetData(dependent.path, raw, dependent.version))
-            else:
-                ops += await self._release_ops(dependent_id, dependent, raw)
-        return ops
+        links = await self._links(job_path)
+        dependents = await asyncio.gather(*(self._read_quietly(self._paths.waiting(d)) for d in links))
+        parts = await asyncio.gather(*(self._deliver_to(job_id, dependent, result)
+                                       for dependent in dependents if dependent is not None))
+        ops: list[Op] = [Delete(f"{job_path}/{dependent_id}") for dependent_id in links]
+        return ops + [op for part in parts for op in part]  # None: trashed with another dependency
+
+    async def _deliver_to(self, job_id: str, dependent: Stored, result: Any) -> list[Op]:
+        posting = dependent.posting.with_result(job_id, result)
+        raw = encode_posting(posting)
+        if posting.waiting_on:
+            return [SetData(dependent.path, raw, dependent.version)]
+        return await self._release_ops(dependent.path.rsplit("/", 1)[1], dependent, raw)
 
     async def _release_ops(self, job_id: str, waiting: Stored, raw: bytes) -> list[Op]:
         """Move a waiting job (with its own links) to ``jobs/``."""

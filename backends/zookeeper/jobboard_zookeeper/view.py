@@ -25,6 +25,11 @@ from jobboard_zookeeper.zk import CREATED, DELETED, ZooKeeper
 logger = logging.getLogger(__name__)
 
 RECENT_TRASH = 10_000
+WORK = "work"
+"""Channel: a job became claimable (posted, released, ready)."""
+SETTLED = "settled"
+"""Channel: a job left the board, or a lock came or went."""
+CHANNELS = (WORK, SETTLED)
 WATCHED = ("jobs", "waiting", "locks", "trash")
 
 
@@ -78,7 +83,7 @@ class BoardView:
         self.locks: set[str] = set()
         self._recent_trash: OrderedDict[str, None] = OrderedDict()
         self._left_waiting: set[str] = set()
-        self._waiters: list[anyio.Event] = []
+        self._waiters: dict[str, list[anyio.Event]] = {channel: [] for channel in CHANNELS}
         self._skip: dict[str, float] = {}
         self.lock_changes: dict[str, int] = {}
         """How many times each job's lock was created or deleted (cleared with the job)."""
@@ -119,16 +124,21 @@ class BoardView:
         del self._skip[job_id]
         return False
 
-    def change(self) -> anyio.Event:
-        """An event set at the next change; take it *before* checking a condition."""
+    def change(self, channel: str) -> anyio.Event:
+        """An event set at the next change on ``channel`` (:data:`WORK` or :data:`SETTLED`).
+
+        Take it *before* checking a condition.
+        """
         waiter = anyio.Event()
-        self._waiters.append(waiter)
+        self._waiters[channel].append(waiter)
         return waiter
 
-    def notify(self) -> None:
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            waiter.set()
+    def notify(self, *channels: str) -> None:
+        """Wake the waiters of ``channels`` (all channels when none is named)."""
+        for channel in channels or CHANNELS:
+            waiters, self._waiters[channel] = self._waiters[channel], []
+            for waiter in waiters:
+                waiter.set()
 
     # -- synchronising -------------------------------------------------------
 
@@ -168,7 +178,6 @@ class BoardView:
         if len(relative) != 2 or relative[0] not in self._handlers or not is_job_id(relative[1]):
             return
         self._handlers[relative[0]](kind, relative[1])
-        self.notify()
 
     def _on_job(self, kind: int, job_id: str) -> None:
         self._skip.pop(job_id, None)
@@ -176,16 +185,19 @@ class BoardView:
             ready = job_id in self._left_waiting
             self._left_waiting.discard(job_id)
             self._publish(Event(EventKind.READY if ready else EventKind.POSTED, job_id))
+            self.notify(WORK)
         elif kind == DELETED and self.jobs.discard(job_id):
             self.names.pop(job_id, None)
             self.lock_changes.pop(job_id, None)
             trashed = job_id in self._recent_trash
             self._publish(Event(EventKind.TRASHED if trashed else EventKind.CONSUMED, job_id))
+            self.notify(SETTLED)
 
     def _on_waiting(self, kind: int, job_id: str) -> None:
         if kind == CREATED and self.waiting.add(job_id):
             self._publish(Event(EventKind.POSTED, job_id, "waiting for dependencies"))
         elif kind == DELETED and self.waiting.discard(job_id):
+            self.notify(SETTLED)
             if job_id in self._recent_trash:
                 self._publish(Event(EventKind.TRASHED, job_id))
             else:
@@ -197,10 +209,13 @@ class BoardView:
         if kind == CREATED and job_id not in self.locks:
             self.locks.add(job_id)
             self._publish(Event(EventKind.CLAIMED, job_id))
+            self.notify(SETTLED)
         elif kind == DELETED and job_id in self.locks:
             self.locks.discard(job_id)
             if job_id in self.jobs:  # settles delete the job before the lock
                 self._publish(Event(EventKind.RELEASED, job_id))
+                self.notify(WORK)
+            self.notify(SETTLED)
 
     def _on_trash(self, kind: int, job_id: str) -> None:
         if kind == CREATED:

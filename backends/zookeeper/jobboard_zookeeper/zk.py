@@ -15,7 +15,7 @@ import asyncio
 import base64
 import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aiozk
@@ -93,6 +93,7 @@ class ZooKeeper:
         """Requests sent on this session (for benchmarks: requests per claim)."""
         self._hook_state_machine()
         self._hook_event_dispatch()
+        self._hook_connections()
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -157,6 +158,18 @@ class ZooKeeper:
             original(event)
 
         self._session.event_dispatch = event_dispatch
+
+    def _hook_connections(self) -> None:
+        """Give every new connection a plain reader (see :func:`_plain_reader`)."""
+        original = self._session.make_connection
+
+        async def make_connection(host: str, port: int) -> Any:
+            conn = await original(host, port)
+            if conn is not None:
+                conn._read = _plain_reader(conn)
+            return conn
+
+        self._session.make_connection = make_connection
 
     def _send_auth(self) -> None:
         assert self._auth is not None
@@ -370,6 +383,20 @@ class ZooKeeper:
         """
         self._trees[path.rstrip("/") + "/"] = callback
         await self._call(AddWatchRequest(path=path, mode=PERSISTENT_RECURSIVE), retry=True)
+
+
+def _plain_reader(conn: Any) -> Callable[[int], Awaitable[bytes]]:
+    """aiozk wraps every chunk it reads in ``asyncio.wait_for`` (a task each on Python 3.11):
+    a quarter of the CPU of a busy board. A plain ``readexactly`` is enough here, because
+    the watchdog notices a stalled connection (its pings' replies stall behind the frame)."""
+
+    async def read(size: int = -1) -> bytes:
+        try:
+            return bytes(await conn.reader.readexactly(size))
+        except asyncio.IncompleteReadError as error:
+            raise exc.UnfinishedRead() from error  # aiozk's read loop aborts the connection
+
+    return read
 
 
 def _stat(raw: Any) -> Stat:
