@@ -6,7 +6,7 @@ above the same process before opening the board), claim_next -> consume
 throughput of W claimers over a fixed number of cycles, and ZooKeeper requests
 per cycle.
 
-    python -m benchmarks.scaling --hosts 127.0.0.1:2181 --backlogs 1000,10000,50000 --cycles 1000 --workers 16
+    python -m benchmarks.scaling --hosts 127.0.0.1:2181 --backlogs 1000,10000,50000 --cycles 500 --workers 16
 """
 
 from __future__ import annotations
@@ -82,13 +82,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", default="127.0.0.1:2181")
     parser.add_argument("--backlogs", default="1000,10000,50000")
-    parser.add_argument("--cycles", type=int, default=1000)
+    parser.add_argument("--cycles", type=int, default=500, help="at most half the smallest backlog")
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=None, help="ignored (the backlogs set the sizes)")
     args = parser.parse_args(argv)
     base = f"zookeeper://{args.hosts}/bench/scaling"
-    results = []
+    results: list[dict[str, Any]] = []
     for backlog in (int(size) for size in args.backlogs.split(",")):
         runs = [asyncio.run(one_backlog(base, backlog, args.cycles, args.workers)) for _ in range(args.repeat)]
         results.append({"backlog": backlog, "runs": runs, "median": median_of(runs)})

@@ -195,6 +195,11 @@ class ZooKeeperServer:
         return f"zookeeper://{self.hosts}{path}"
 
     @property
+    def pid(self) -> int | None:
+        """The JVM's process id while it runs."""
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    @property
     def running(self) -> bool:
         """Whether the JVM is alive (not necessarily serving)."""
         return self._proc is not None and self._proc.poll() is None

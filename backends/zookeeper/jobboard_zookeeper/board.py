@@ -43,12 +43,14 @@ from jobboard_zookeeper.ops import Create, Delete, SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.settle import Settler, Stored, not_found
-from jobboard_zookeeper.view import SETTLED, WORK, BoardView
+from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
 from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
 
 READ_BATCH = 256
+CONTENTION_MEMORY = 1.0
+"""Seconds after a lost race during which claim_next starts spread out."""
 SESSION_EVENTS = {SessionEvent.SUSPENDED: EventKind.SUSPENDED, SessionEvent.RECONNECTED: EventKind.RECONNECTED,
                   SessionEvent.EXPIRED: EventKind.SESSION_EXPIRED}
 
@@ -67,6 +69,7 @@ class ZooKeeperBoard(JobBoard):
         self._entities: dict[str, bytes] = {}
         self._reported: set[str] = set()
         self.claim_conflicts = 0
+        self._last_lost_race = float("-inf")
         """Claim attempts in ``claim_next`` that lost a race (for benchmarks)."""
         self._inflight: set[str] = set()
         """Jobs this board is trying to claim now: concurrent claim_next calls spread out."""
@@ -281,7 +284,9 @@ class ZooKeeperBoard(JobBoard):
     async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
         self._ensure_open()
         owner = check_owner(owner)
-        for job in self.view.candidates(self._inflight, names):
+        picker = CandidatePicker(self.view.candidates(self._inflight, names))
+        picker.contended = time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
+        while (job := picker.next(self.view.locks)) is not None:
             self._inflight.add(job)
             try:
                 outcome = await self._claim_candidate(job, owner, names)
@@ -289,6 +294,7 @@ class ZooKeeperBoard(JobBoard):
                 self._inflight.discard(job)
             if outcome is not None:
                 return outcome
+            picker.contended = True
         return None
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
@@ -302,6 +308,7 @@ class ZooKeeperBoard(JobBoard):
             self.view.skip_until(job, stored.posting.not_before)
         elif outcome in ("claimed", "changed", "gone", "lost"):
             self.claim_conflicts += 1
+            self._last_lost_race = time.monotonic()
         return outcome if isinstance(outcome, Claim) else None
 
     async def cancel(self, job: JobRef, reason: str) -> None:

@@ -1,0 +1,146 @@
+"""Render the benchmark results (one dict per benchmark run) as docs/benchmarks.md."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+TASKFLOW, KAZOO, CEILING = "taskflow-zookeeper", "kazoo-lockingqueue", "aiozk-ceiling"
+TASKFLOW_16_THREADS_REFERENCE = 12.9
+"""TaskFlow's board with 16 worker threads, from the issue's orientation figures (jobs/s)."""
+
+
+def value(result: dict[str, Any], key: str) -> float | None:
+    median = result.get("median", {})
+    found = median.get(key, median.get(key.replace("posts_", "post_")))
+    return float(found) if isinstance(found, (int, float)) else None
+
+
+def spread(result: dict[str, Any], key: str) -> str:
+    """``median (min–max)`` of a field."""
+    median = result.get("median", {})
+    middle = value(result, key)
+    if middle is None:
+        return "–"
+    low, high = median.get(f"{key}_range", median.get(f"{key.replace('posts_', 'post_')}_range", [middle, middle]))
+    return f"{middle:,.0f} ({low:,.0f}–{high:,.0f})" if middle >= 100 else f"{middle:.1f} ({low:.1f}–{high:.1f})"
+
+
+def label(result: dict[str, Any]) -> str:
+    name = {"jobboard": "jobboard", TASKFLOW: "TaskFlow ZookeeperJobBoard", KAZOO: "kazoo LockingQueue",
+            CEILING: "raw aiozk (ceiling)"}.get(str(result.get("system")), str(result.get("system")))
+    if result.get("backend") == "memory":
+        name += " (memory://)"
+    if result.get("processes", 1) > 1:
+        name += f", {result['processes']} processes"
+    if result.get("interleaved"):
+        name += ", interleaved"
+    return name
+
+
+def cycle_rows(results: Iterable[dict[str, Any]]) -> list[str]:
+    rows = [("| system | W | cycles/s median (min–max) | posts/s | claim p50 / p99 ms | failed claims | "
+            "ZK requests / cycle | bench CPU s | ZK CPU s |"), "|---|---|---|---|---|---|---|---|---|"]
+    for result in results:
+        median = result.get("median", {})
+        latency = (f"{median['claim_p50_ms']:.1f} / {median['claim_p99_ms']:.1f}"
+                   if median.get("claim_p50_ms") is not None else "–")
+        requests = median.get("zk_requests_per_cycle", median.get("zk_requests_per_job", "–"))
+        rows.append(f"| {label(result)} | {result.get('workers')} | {spread(result, 'cycles_per_s')} | "
+                    f"{spread(result, 'posts_per_s')} | {latency} | {median.get('failed_claims', '–')} | "
+                    f"{requests} | {median.get('cpu_s', '–')} | {median.get('zk_cpu_s', '–')} |")
+    return rows
+
+
+def find(results: list[dict[str, Any]], system: str, workers: int, processes: int = 1) -> dict[str, Any] | None:
+    for result in results:
+        if (result.get("system") == system and result.get("workers") == workers and result.get("backend") != "memory"
+                and result.get("processes", 1) == processes and not result.get("interleaved")):
+            return result
+    return None
+
+
+def ratio(ours: dict[str, Any] | None, theirs: dict[str, Any] | None, key: str = "cycles_per_s") -> float | None:
+    if not ours or not theirs:
+        return None
+    mine, other = value(ours, key), value(theirs, key)
+    return mine / other if mine and other else None
+
+
+def ratio_rows(results: list[dict[str, Any]]) -> list[str]:
+    rows = ["| W | jobboard cycles/s | ÷ TaskFlow | ÷ kazoo LockingQueue | ÷ raw-aiozk ceiling |", "|---|---|---|---|---|"]
+    for workers in sorted({int(r["workers"]) for r in results if r.get("system") == "jobboard" and "workers" in r}):
+        ours = find(results, "jobboard", workers)
+        if ours is None:
+            continue
+        cells = [f"{ratio(ours, find(results, peer, workers)):.1f}×" if ratio(ours, find(results, peer, workers))
+                 else "–" for peer in (TASKFLOW, KAZOO, CEILING)]
+        rows.append(f"| {workers} | {value(ours, 'cycles_per_s'):,.0f} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def scaling_rows(result: dict[str, Any]) -> list[str]:
+    rows = ["| backlog | open + list s | RSS with it listed MiB | cycles/s (min–max) | ZK requests / cycle |",
+            "|---|---|---|---|---|"]
+    for entry in result.get("results", []):
+        median = entry["median"]
+        rows.append(f"| {entry['backlog']:,} | {median['open_and_list_s']} | {median['rss_listed_mib']} | "
+                    f"{spread(entry, 'cycles_per_s')} | {median['zk_requests_per_cycle']} |")
+    return rows
+
+
+def targets(results: list[dict[str, Any]]) -> list[str]:
+    """The issue's targets, measured in this run."""
+    ours16, tf16 = find(results, "jobboard", 16), find(results, TASKFLOW, 16)
+    ceiling16, scaling = find(results, CEILING, 16), next((r for r in results if r.get("bench") == "scaling"), {})
+    lines = []
+    r = ratio(ours16, tf16)
+    lines.append(f"- full cycle, 16 workers, ≥ 100× TaskFlow with 16 threads: **{r:.0f}×** in this run"
+                 if r else "- full cycle vs TaskFlow at 16: not measured")
+    ours16_cycles = value(ours16, "cycles_per_s") if ours16 else None
+    if ours16_cycles:
+        lines.append(f"  (and {ours16_cycles / TASKFLOW_16_THREADS_REFERENCE:.0f}× the issue's "
+                     f"reference {TASKFLOW_16_THREADS_REFERENCE} jobs/s)")
+    r = ratio(ours16, ceiling16)
+    lines.append(f"- ≥ 60 % of the raw-aiozk ceiling at the same concurrency (16): **{100 * r:.0f} %**" if r else
+                 "- ceiling: not measured")
+    r = ratio(ours16, tf16, "posts_per_s")
+    lines.append(f"- posts ≥ 30× TaskFlow's: **{r:.0f}×**" if r else "- posts vs TaskFlow: not measured")
+    kazoo = [(w, ratio(find(results, "jobboard", w), find(results, KAZOO, w))) for w in (1, 4, 16)]
+    lines.append("- faster than kazoo's LockingQueue at every worker count: "
+                 + ", ".join(f"W={w}: **{k:.1f}×**" if k else f"W={w}: –" for w, k in kazoo))
+    if scaling:
+        lines.append(f"- throughput at the largest backlog ÷ the smallest: "
+                     f"**{scaling.get('throughput_ratio_largest_to_smallest')}** (target ≥ 0.8); requests "
+                     "per cycle: see the scaling table")
+    return lines
+
+
+def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -> str:
+    cycles = [r for r in results if "cycles_per_s" in r.get("median", {}) and r.get("bench") != "scaling"]
+    dag = next((r for r in results if r.get("bench") == "dag"), None)
+    scaling = next((r for r in results if r.get("bench") == "scaling"), None)
+    errors = [r for r in results if "error" in r]
+    parts = [
+        "# Benchmarks", "",
+        (f"Produced by `{command}` (see `benchmarks/`), on {facts['date']}: {facts['cores']} cores "
+        f"({facts['cpu']}), {facts['memory']}, Python {facts['python']}, ZooKeeper {facts['zookeeper']} "
+        "standalone on loopback, forceSync on (as shipped). Every system ran against the same server in "
+        "the same run. Medians of the repetitions, with min–max; W = concurrent claimers."), "",
+        "## Targets", "", *targets(results), "",
+        "## Claim cycle: post N jobs, then W claimers claim → consume until empty", "", *cycle_rows(cycles), "",
+        "## Ratios at the same W, same run", "", *ratio_rows(results), "",
+    ]
+    if scaling:
+        parts += ["## Scaling with the backlog", "",
+                  (f"{scaling.get('cycles')} claim → consume cycles by {scaling.get('workers')} claimers with the "
+                  "backlog already on the board; a new board's open time and memory are measured in a fresh "
+                  "process."), "", *scaling_rows(scaling), ""]
+    if dag:
+        parts += ["## Plans", "", (f"A 2000-task plan (40 layers × 50, fan-in 3) on {dag['workers']} workers "
+                  f"(concurrency {dag['concurrency']} each): **{spread(dag, 'tasks_per_s')} tasks/s**, "
+                  f"posting {dag['median'].get('post_s')} s."), ""]
+    parts += ["## Commands", "", *[f"- `{' '.join(r['command'])}`" for r in results if "command" in r], ""]
+    if errors:
+        parts += ["## Failed benchmarks", "", *[f"- `{e.get('command')}`: {e['error'][-300:]}" for e in errors], ""]
+    return "\n".join(parts)

@@ -1,0 +1,116 @@
+"""Run every benchmark against one fresh ZooKeeper server and write docs/benchmarks.md.
+
+    python -m benchmarks.run                     # the default set (a few minutes on 2 cores)
+    python -m benchmarks.run --quick             # one repetition, smaller sizes (a smoke run)
+
+It starts a standalone ZooKeeper 3.8 on a free loopback port (forceSync on, as
+ZooKeeper ships), runs each benchmark as its own process (``python -m
+benchmarks.<name> ...``), keeps every JSON line in docs/benchmarks.json and
+renders the medians, ranges and same-run ratios into docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.report import render
+from tests.support.zkserver import ZooKeeperServer, ensure_zookeeper_installed
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Plan:
+    """What one run of the whole set does."""
+
+    repeat: int = 3
+    jobs: int = 2000
+    taskflow_jobs: int = 200
+    kazoo_jobs: int = 500
+    workers: tuple[int, ...] = (1, 4, 16, 64)
+    taskflow_workers: tuple[int, ...] = (1, 4, 16)
+    backlogs: str = "1000,10000,50000"
+    commands: list[list[str]] = field(default_factory=list)
+
+
+def benchmarks(plan: Plan, hosts: str, zk_pid: int) -> list[list[str]]:
+    """Every benchmark command, in the order they run."""
+    common = ["--repeat", str(plan.repeat)]
+    ours = ["--hosts", hosts, "--jobs", str(plan.jobs), "--zk-pid", str(zk_pid), *common]
+    commands = [["cycle", "--url", "memory://bench", "--jobs", str(plan.jobs), "--workers", "16", *common]]
+    commands += [["cycle", *ours, "--workers", str(w)] for w in plan.workers]
+    commands += [["cycle", *ours, "--workers", str(w), "--processes", "4"] for w in (16, 64)]
+    commands += [["cycle", *ours, "--workers", "16", "--interleaved"]]
+    commands += [["peers.aiozk_ceiling", "--hosts", hosts, "--jobs", str(plan.jobs), "--workers", str(w), *common]
+                 for w in plan.workers]
+    commands += [["peers.taskflow_board", "--hosts", hosts, "--jobs", str(plan.taskflow_jobs),
+                  "--workers", str(w), *common] for w in plan.taskflow_workers]
+    commands += [["peers.kazoo_queue", "--hosts", hosts, "--jobs", str(plan.kazoo_jobs), "--workers", str(w),
+                  *common] for w in (1, 2, 4, 16)]
+    commands += [["scaling", "--hosts", hosts, "--backlogs", plan.backlogs, *common]]
+    commands += [["dag", "--hosts", hosts, "--workers", "4", *common]]
+    return commands
+
+
+def run_one(args: list[str]) -> dict[str, Any]:
+    command = [sys.executable, "-m", f"benchmarks.{args[0]}", *args[1:]]
+    started = time.monotonic()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"bench": args[0], "error": (done.stderr or done.stdout)[-2000:], "command": args}
+    result: dict[str, Any] = json.loads(lines[-1])
+    result["command"] = ["python", "-m", f"benchmarks.{args[0]}", *args[1:]]
+    result["seconds"] = round(time.monotonic() - started, 1)
+    print(f"  {' '.join(args)}: {result['seconds']}s", file=sys.stderr, flush=True)
+    return result
+
+
+def machine_facts(server: ZooKeeperServer) -> dict[str, str]:
+    def read(command: list[str]) -> str:
+        return subprocess.run(command, capture_output=True, text=True, check=False).stdout.strip()
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown")
+    memory = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
+    return {"cpu": cpu, "cores": read(["nproc"]), "memory": f"{int(memory) // 1024 // 1024} GiB",
+            "python": sys.version.split()[0], "zookeeper": _zk_version(server),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def _zk_version(server: ZooKeeperServer) -> str:
+    from tests.support.zkserver import four_letter
+
+    first = four_letter(server.port, "srvr").splitlines()[0]
+    return first.split(":", 1)[1].strip().split("-")[0] if ":" in first else first
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1 repetition, smaller sizes")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
+    options = parser.parse_args(argv)
+    plan = Plan()
+    if options.quick:
+        plan = Plan(repeat=1, jobs=500, taskflow_jobs=50, kazoo_jobs=200, backlogs="1000,10000")
+    ensure_zookeeper_installed()
+    with ZooKeeperServer(fsync=True) as server:
+        assert server.pid is not None
+        facts = machine_facts(server)
+        results = [run_one(args) for args in benchmarks(plan, server.hosts, server.pid)]
+    out = Path(options.out)
+    out.with_suffix(".json").write_text("\n".join(json.dumps(result) for result in results) + "\n")
+    out.write_text(render(results, facts, " ".join(["python", "-m", "benchmarks.run", *(argv or sys.argv[1:])])))
+    print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
+    return 0 if all("error" not in result for result in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
