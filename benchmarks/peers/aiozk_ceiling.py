@@ -39,7 +39,8 @@ class CountingZk:
         self.requests += 1
         return await self.client.send(request)
 
-    async def create(self, path: str, data: bytes, *, ephemeral: bool = False, sequential: bool = False) -> str:
+    async def create(self, path: str, data: bytes, *, ephemeral: bool = False,
+                     sequential: bool = False) -> str:
         request = protocol.Create2Request(path=path, data=data, acl=[protocol.UNRESTRICTED_ACCESS])
         request.set_flags(ephemeral, sequential, False)
         response = await self.send(request)

@@ -25,7 +25,8 @@ def make_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--jobs", type=int, default=500, help="jobs per run")
     parser.add_argument("--workers", type=int, default=4, help="concurrent claimers")
     parser.add_argument("--repeat", type=int, default=3, help="runs; the report gives their median")
-    parser.add_argument("--timeout", type=float, default=300.0, help="give up a run's consume phase after this")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds before a run's consume phase gives up")
     return parser
 
 
@@ -69,8 +70,8 @@ class ConsumePhase:
         self.cpu_s = process_cpu_seconds() - self.cpu_started
 
     def figures(self, tally: Tally) -> dict[str, Any]:
-        seconds = max(tally.last_done_at - self.started, 1e-9) if tally.done else float("nan")
-        return {"cycles": tally.done, "cycles_per_s": round(tally.done / seconds, 1),
+        seconds = max(tally.last_done_at - self.started, 1e-9)
+        return {"cycles": tally.done, "cycles_per_s": round(tally.done / seconds, 1) if tally.done else 0.0,
                 "failed_claims": tally.failed_claims, "cpu_s": round(self.cpu_s, 3)}
 
 

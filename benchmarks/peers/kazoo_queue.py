@@ -12,9 +12,9 @@ session; ``--client-per-worker`` gives each consumer its own client.
 
 Reported per run: post_per_s (puts per second); cycles_per_s from just before the first get to the last
 consume; failed_claims (a ``taken`` lock create that lost the race, or a consume that found its lock gone);
-zk_requests_per_job during the consume phase (every request a kazoo client queued, a multi counting once,
-pings not counted) and their mix by kind; cpu_s of this process (all threads) during the consume phase;
-left (entries still there afterwards, should be 0).
+zk_requests_per_job: requests in the consume phase per consumed job (every request a kazoo client queued, a
+multi counting once, pings not counted) and their mix by kind; cpu_s of this process (all threads) during the
+consume phase; left (entries still there afterwards, should be 0).
 """
 
 from __future__ import annotations
@@ -134,9 +134,9 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         requests = counter.take()
         left = len(queue)
     return {"post_per_s": round(posts_per_s, 1), **phase,
-            "zk_requests_per_job": per_job(sum(requests.values()), args.jobs),
+            "zk_requests_per_job": per_job(sum(requests.values()), phase["cycles"]),
             "post_requests_per_job": per_job(sum(post_requests.values()), args.jobs),
-            "zk_request_mix": request_mix(requests, args.jobs), "left": left}
+            "zk_request_mix": request_mix(requests, phase["cycles"]), "left": left}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

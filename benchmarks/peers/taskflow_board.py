@@ -12,13 +12,14 @@ claimer threads each run TaskFlow's conductor pattern until no unclaimed job is 
 
 By default the W claimers share one board and so one kazoo client (one session), like ``benchmarks.cycle``
 shares one jobboard session; ``--board-per-worker`` gives each claimer its own client and board, like W
-conductor processes (each board then loads every job through its own children watch before the phase starts).
+conductors (each board then loads every job through its own children watch before the phase starts; all of
+them still run in this one Python process, so at high W the GIL, not ZooKeeper, may be the limit).
 
-Reported per run: post_per_s; cycles_per_s from just before the first claim to the last consume;
-failed_claims (claims that lost a race); zk_requests_per_job during the consume phase (every request a kazoo
-client queued, a multi counting once, pings not counted) and their mix by kind; post_requests_per_job (posting,
-plus the boards' watch loading the jobs); cpu_s
-of this process (all threads) during the consume phase; left (job znodes still there afterwards, should be 0).
+Reported per run: post_per_s; cycles_per_s from just before the first claim to the last consume; failed_claims
+(claims that lost a race); zk_requests_per_job: requests in the consume phase per consumed job (every request
+a kazoo client queued, a multi counting once, pings not counted) and their mix by kind; post_requests_per_job
+(posting, plus the boards' watches loading the jobs); cpu_s of this process (all threads) during the consume
+phase; left (job znodes still there afterwards, should be 0).
 """
 
 from __future__ import annotations
@@ -51,13 +52,18 @@ LOST_RACE = (tf_exceptions.UnclaimableJob, tf_exceptions.NotFound)
 LOAD_TIMEOUT = 60.0
 
 
-def open_board(stack: ExitStack, hosts: str, path: str, counter: RequestCounter) -> Any:
-    """A connected TaskFlow board on its own counted kazoo client, closed by ``stack``."""
+def open_client(stack: ExitStack, hosts: str, counter: RequestCounter) -> Any:
+    """A started, counted kazoo client, stopped by ``stack``."""
     client = KazooClient(hosts=hosts, timeout=10.0)
     count_kazoo_requests(client, counter)
     client.start(timeout=10.0)
     stack.callback(client.close)
     stack.callback(client.stop)
+    return client
+
+
+def open_board(stack: ExitStack, client: Any, path: str) -> Any:
+    """A connected TaskFlow board on ``client``, closed by ``stack``."""
     board = ZookeeperJobBoard("bench", {"path": path}, client=client)
     board.connect()
     stack.callback(board.close)
@@ -119,31 +125,31 @@ def consume_phase(boards: list[Any], workers: int, timeout: float) -> dict[str, 
     return {**phase.figures(tally), "errors": errors, "stuck_threads": stuck}
 
 
-def jobs_left(board: Any) -> int:
-    children = board._client.get_children(board.path)
-    return sum(not child.endswith(ZookeeperJobBoard.LOCK_POSTFIX) for child in children)
+def jobs_left(client: Any, path: str) -> int:
+    return sum(not child.endswith(ZookeeperJobBoard.LOCK_POSTFIX) for child in client.get_children(path))
 
 
 def one_run(args: argparse.Namespace) -> dict[str, Any]:
-    root = unique_path("taskflow")
-    counter = RequestCounter()
+    root, counter = unique_path("taskflow"), RequestCounter()
     with ExitStack() as stack:
-        producer = open_board(stack, args.hosts, f"{root}/jobs", counter)
-        stack.callback(producer._client.delete, root, recursive=True)
+        client = open_client(stack, args.hosts, counter)
+        stack.callback(client.delete, root, recursive=True)
+        producer = open_board(stack, client, f"{root}/jobs")
         boards = [producer]
         if args.board_per_worker:
-            boards = [open_board(stack, args.hosts, f"{root}/jobs", counter) for _ in range(args.workers)]
+            boards = [open_board(stack, open_client(stack, args.hosts, counter), f"{root}/jobs")
+                      for _ in range(args.workers)]
         counter.take()
         posts_per_s = post_jobs(producer, args.jobs, args.workers)
         wait_loaded(boards, args.jobs)
         post_requests = counter.take()
         phase = consume_phase(boards, args.workers, args.timeout)
         requests = counter.take()
-        left = jobs_left(producer)
+        left = jobs_left(client, producer.path)
     return {"post_per_s": round(posts_per_s, 1), **phase,
-            "zk_requests_per_job": per_job(sum(requests.values()), args.jobs),
+            "zk_requests_per_job": per_job(sum(requests.values()), phase["cycles"]),
             "post_requests_per_job": per_job(sum(post_requests.values()), args.jobs),
-            "zk_request_mix": request_mix(requests, args.jobs), "left": left}
+            "zk_request_mix": request_mix(requests, phase["cycles"]), "left": left}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
