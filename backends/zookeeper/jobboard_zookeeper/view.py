@@ -37,43 +37,65 @@ SPREAD = 64
 
 
 class SortedIds:
-    """Job ids in board order (a sorted list plus a set for membership)."""
+    """Job ids in board order: a sorted list plus a set for membership.
+
+    Removal only drops the id from the set (O(1)); the list is compacted once
+    more than half of it is stale, so a consume does not shift a 50k-entry list.
+    New ids are nearly always the largest, so insertion appends.
+    """
 
     def __init__(self) -> None:
         self._ordered: list[str] = []
         self._members: set[str] = set()
+        self._head = 0
+        """Entries before this index are all stale (jobs are mostly taken from the head)."""
 
     def add(self, job_id: str) -> bool:
         if job_id in self._members:
             return False
         self._members.add(job_id)
-        bisect.insort(self._ordered, job_id)
+        index = bisect.bisect_left(self._ordered, job_id)
+        if index == len(self._ordered) or self._ordered[index] != job_id:  # else: a stale entry, reused
+            self._ordered.insert(index, job_id)
+        self._head = min(self._head, index)
         return True
 
     def discard(self, job_id: str) -> bool:
         if job_id not in self._members:
             return False
         self._members.discard(job_id)
-        del self._ordered[bisect.bisect_left(self._ordered, job_id)]
+        if len(self._ordered) > 64 and len(self._members) < len(self._ordered) // 2:
+            self._ordered = [job for job in self._ordered if job in self._members]
+            self._head = 0
         return True
 
     def after(self, job_id: str) -> str | None:
         """The first id after ``job_id`` in board order (``""`` starts at the head)."""
-        index = bisect.bisect_right(self._ordered, job_id)
-        return self._ordered[index] if index < len(self._ordered) else None
+        if job_id:
+            index = bisect.bisect_right(self._ordered, job_id)
+        else:
+            while self._head < len(self._ordered) and self._ordered[self._head] not in self._members:
+                self._head += 1
+            index = self._head
+        while index < len(self._ordered):
+            if self._ordered[index] in self._members:
+                return self._ordered[index]
+            index += 1
+        return None
 
     def replace(self, job_ids: list[str]) -> None:
         self._members = set(job_ids)
         self._ordered = sorted(self._members)
+        self._head = 0
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._members
 
     def __len__(self) -> int:
-        return len(self._ordered)
+        return len(self._members)
 
     def ordered(self) -> list[str]:
-        return list(self._ordered)
+        return [job for job in self._ordered if job in self._members]
 
 
 class BoardView:

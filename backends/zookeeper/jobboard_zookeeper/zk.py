@@ -79,7 +79,8 @@ class ZooKeeper:
         self._client = aiozk.ZKClient(hosts, session_timeout=session_timeout, read_timeout=ping_timeout * 3)
         self._session = self._client.session
         self.connect_timeout = connect_timeout
-        self._ping_interval, self._ping_timeout = ping_interval, ping_timeout
+        self._ping_interval = min(ping_interval, session_timeout / 3)  # it keeps the session alive
+        self._ping_timeout = ping_timeout
         self._auth = auth
         self.acl = digest_acl(*auth) if auth else [protocol.UNRESTRICTED_ACCESS]
         self._listeners: list[SessionListener] = []
@@ -94,6 +95,9 @@ class ZooKeeper:
         self._hook_state_machine()
         self._hook_event_dispatch()
         self._hook_connections()
+        # The watchdog is the only pinger: aiozk keys pending pings by one special xid, so a
+        # second ping in flight (its heartbeat and ours) makes its read loop die on a KeyError.
+        self._session.set_heartbeat = lambda: None
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -269,7 +273,6 @@ class ZooKeeper:
                     raise OutcomeUnknown(f"connection to ZooKeeper lost during a write: {error!r}") from error
                 continue
             session.last_zxid = zxid
-            session.set_heartbeat()
             return zxid, response
 
     async def _until_connected(self, remaining: float) -> None:
