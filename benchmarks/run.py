@@ -1,6 +1,6 @@
 """Run every benchmark against one fresh ZooKeeper server and write docs/benchmarks.md.
 
-    python -m benchmarks.run                     # the default set (a few minutes on 2 cores)
+    python -m benchmarks.run                     # the default set (about 9 minutes on 2 cores)
     python -m benchmarks.run --quick             # one repetition, smaller sizes (a smoke run)
 
 It starts a standalone ZooKeeper 3.8 on a free loopback port (forceSync on, as
@@ -32,9 +32,9 @@ class Plan:
 
     repeat: int = 3
     jobs: int = 2000
-    taskflow_jobs: int = 200
-    kazoo_jobs: int = 500
-    workers: tuple[int, ...] = (1, 4, 16, 64)
+    taskflow_jobs: int = 2000
+    kazoo_jobs: int = 2000
+    workers: tuple[int, ...] = (1, 2, 4, 16, 64)
     taskflow_workers: tuple[int, ...] = (1, 4, 16)
     backlogs: str = "1000,10000,50000"
     commands: list[list[str]] = field(default_factory=list)
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     plan = Plan()
     if options.quick:
-        plan = Plan(repeat=1, jobs=500, taskflow_jobs=50, kazoo_jobs=200, backlogs="1000,10000")
+        plan = Plan(repeat=1, jobs=500, taskflow_jobs=100, kazoo_jobs=200, backlogs="1000,10000")
     ensure_zookeeper_installed()
     with ZooKeeperServer(fsync=True) as server:
         assert server.pid is not None

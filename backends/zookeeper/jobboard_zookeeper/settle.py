@@ -69,6 +69,8 @@ class Settler:
         self._zk, self._paths = zk, paths
         self.max_posting_bytes = max_posting_bytes
         self.held: dict[str, Held] = {}
+        self.unsettled: dict[str, int] = {}
+        """Claims (job -> generation) whose last settle's reply was lost, outcome not read back yet."""
         self.lost: dict[str, Held] = {}
         """Claims of a session that expired (or was assumed expired), by job."""
 
@@ -241,17 +243,29 @@ class Settler:
         self, claim: Claim, held: Held, build: Callable[[], Awaitable[list[Op]]],
         applied: Callable[[], Awaitable[bool]],
     ) -> None:
-        """Run ``build()``'s multi until it applies; retry when only a dependent conflicted."""
+        """Run ``build()``'s multi until it applies; retry when only a dependent conflicted.
+
+        A settle whose reply was lost is remembered until its outcome is read back,
+        so that a caller retrying after ``BackendUnavailable`` gets the first
+        attempt's success instead of ``ClaimLost``.
+        """
         job_id = claim.job.id
+        if self.unsettled.get(job_id) == claim.generation and await applied():
+            self.unsettled.pop(job_id, None)
+            self.held.pop(job_id, None)
+            return
         for _ in range(MAX_CONFLICT_RETRIES):
             ops = await build()
             self._check_request_size(job_id, ops)
             try:
                 result = await self._zk.multi(ops)
             except OutcomeUnknown:
+                self.unsettled[job_id] = claim.generation
                 if await applied():
+                    self.unsettled.pop(job_id, None)
                     self.held.pop(job_id, None)
                     return
+                self.unsettled.pop(job_id, None)
                 await self.current(claim)
                 continue
             if result.ok:
