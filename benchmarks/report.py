@@ -104,8 +104,11 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
     r = ratio(ours16, ceiling16)
     lines.append(f"- ≥ 60 % of the raw-aiozk ceiling at the same concurrency (16): **{100 * r:.0f} %**" if r else
                  "- ceiling: not measured")
+    single = ratio(ours16, find(results, TASKFLOW, 1), "posts_per_s")
     r = ratio(ours16, tf16, "posts_per_s")
-    lines.append(f"- posts ≥ 30× TaskFlow's: **{r:.0f}×**" if r else "- posts vs TaskFlow: not measured")
+    lines.append(f"- posts ≥ 30× TaskFlow's: **{single:.0f}×** TaskFlow posting from one thread (the issue's "
+                 f"reference, ~100/s), **{r:.0f}×** TaskFlow posting from 16 threads" if single and r
+                 else "- posts vs TaskFlow: not measured")
     kazoo = [(w, ratio(find(results, "jobboard", w), find(results, KAZOO, w))) for w in (1, 4, 16)]
     lines.append("- faster than kazoo's LockingQueue at every worker count: "
                  + ", ".join(f"W={w}: **{k:.1f}×**" if k else f"W={w}: –" for w, k in kazoo))
@@ -114,6 +117,36 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
                      f"**{scaling.get('throughput_ratio_largest_to_smallest')}** (target ≥ 0.8); requests "
                      "per cycle: see the scaling table")
     return lines
+
+
+ANALYSIS = """## Reading these numbers
+
+- **Where a jobboard cycle goes.** A cycle is three requests: a `get` of the job (data and
+  version), the claim multi (`set_data` + ephemeral `create`) and the consume multi (`check`
+  + `delete` job + `delete` lock). The raw-aiozk ceiling does two requests (ephemeral
+  `create`, one `delete` multi) and skips reading the job, counting attempts, fencing, and
+  the watch-driven view. On these 2 cores the benchmark process and the ZooKeeper server
+  together keep both cores busy (compare bench CPU s and ZK CPU s to the run's time), so
+  each request saved is throughput gained. A claim without the `get` (attempts and
+  generation kept in nodes that can be bumped blindly) would make a cycle two requests;
+  that is the next step toward the ceiling at every W.
+- **TaskFlow gets slower with more workers.** Every thread scans the whole job list from
+  the oldest job. All threads race for the same first unclaimed job. And every claim
+  re-lists the directory, because its lock nodes live beside the jobs. Hence the failed
+  claims and the requests per job at W = 16.
+- **Posts.** jobboard posts with two requests: the id allocation (`set_data` on a
+  counter) and the multi that creates the job. That keeps a post recognisable after a lost
+  reply and lets linked jobs name their dependencies in one transaction. TaskFlow posts
+  with a single `create` (plus the watch re-listing it triggers). Both are bound by
+  ZooKeeper's write path, so the issue's target of 30 times TaskFlow's posts, which was set
+  against a reference of about 100 posts/s, cannot be met against a TaskFlow that posts
+  from W threads at thousands per second. The table shows both as measured.
+- **Several processes.** With 4 processes on 2 cores, every process keeps its own view of
+  the board and receives every watch event. Claimers in different processes also race for
+  the same jobs (contended `claim_next` spreads over the next 64 candidates, which cut lost
+  races about fivefold). One process with many claimers is faster here; on machines with
+  more cores than processes, the split costs less.
+"""
 
 
 def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -> str:
@@ -140,7 +173,7 @@ def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -
         parts += ["## Plans", "", (f"A 2000-task plan (40 layers × 50, fan-in 3) on {dag['workers']} workers "
                   f"(concurrency {dag['concurrency']} each): **{spread(dag, 'tasks_per_s')} tasks/s**, "
                   f"posting {dag['median'].get('post_s')} s."), ""]
-    parts += ["## Commands", "", *[f"- `{' '.join(r['command'])}`" for r in results if "command" in r], ""]
+    parts += [ANALYSIS, "## Commands", "", *[f"- `{' '.join(r['command'])}`" for r in results if "command" in r], ""]
     if errors:
         parts += ["## Failed benchmarks", "", *[f"- `{e.get('command')}`: {e['error'][-300:]}" for e in errors], ""]
     return "\n".join(parts)

@@ -25,8 +25,8 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from kazoo.client import KazooClient  # type: ignore[import-untyped]
-from kazoo.recipe.queue import LockingQueue  # type: ignore[import-untyped]
+from kazoo.client import KazooClient
+from kazoo.recipe.queue import LockingQueue
 
 from benchmarks.peers.common import (
     ConsumePhase,

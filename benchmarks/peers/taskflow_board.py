@@ -30,9 +30,9 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from kazoo.client import KazooClient  # type: ignore[import-untyped]
-from taskflow import exceptions as tf_exceptions  # type: ignore[import-untyped]
-from taskflow.jobs.backends.impl_zookeeper import ZookeeperJobBoard  # type: ignore[import-untyped]
+from kazoo.client import KazooClient
+from taskflow import exceptions as tf_exceptions
+from taskflow.jobs.backends.impl_zookeeper import ZookeeperJobBoard
 
 from benchmarks.peers.common import (
     ConsumePhase,

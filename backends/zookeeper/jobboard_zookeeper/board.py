@@ -23,25 +23,23 @@ from jobboard.codec import (
     MalformedEntry,
     build_posting,
     check_size,
-    decode_posting,
-    decode_value,
     encode_posting,
-    encode_value,
 )
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, JobNotFound, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob, wanted
+from jobboard_zookeeper.entities import Entities
 from jobboard_zookeeper.layout import (
     DIRECTORIES,
     LockRecord,
     Paths,
-    TrashRecord,
     is_job_id,
 )
 from jobboard_zookeeper.layout import sequence_of as sequence_in
-from jobboard_zookeeper.ops import Create, Delete, SessionEvent
+from jobboard_zookeeper.ops import SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
+from jobboard_zookeeper.reading import outcome, trash_items
 from jobboard_zookeeper.settle import Settler, Stored, not_found
 from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
 from jobboard_zookeeper.zk import ZooKeeper
@@ -66,7 +64,6 @@ class ZooKeeperBoard(JobBoard):
         self.hub = EventHub()
         self._zk: ZooKeeper | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._entities: dict[str, bytes] = {}
         self._reported: set[str] = set()
         self.claim_conflicts = 0
         self._last_lost_race = float("-inf")
@@ -90,6 +87,7 @@ class ZooKeeperBoard(JobBoard):
             self.view = BoardView(self._zk, self._paths, self._publish)
             await self.view.sync(report=False)
             self._poster = Poster(self._zk, self._paths)
+            self._entities = Entities(self._zk, self._paths)
             await self._poster.open()
         except BaseException:
             await self._zk.close()
@@ -135,8 +133,7 @@ class ZooKeeperBoard(JobBoard):
         try:
             if new_session:
                 self._settler.lost.clear()  # their locks died with the old session
-                for name, data in list(self._entities.items()):
-                    await self._put_entity(name, data)
+                await self._entities.restore()
             else:
                 await self._settler.release_orphans()
             await self.view.sync(report=True)
@@ -237,19 +234,7 @@ class ZooKeeperBoard(JobBoard):
         return len(await self._listing("jobs")) + len(await self._listing("waiting"))
 
     async def trashed(self) -> AsyncIterator[TrashedJob]:
-        items = []
-        for job in await self._listing("trash"):
-            found = await self.zk.get(self._paths.trash(job))
-            if found is None:
-                continue
-            try:
-                record = TrashRecord.decode(found[0])
-                posting = decode_posting(record.posting)
-            except MalformedEntry:
-                self._report_malformed(job)
-                continue
-            items.append(TrashedJob(posting.to_job(job, sequence_in(job)), record.reason, record.trashed_at))
-        for item in sorted(items, key=lambda trashed: (trashed.trashed_at, trashed.job.sequence)):
+        for item in await trash_items(self.zk, self._paths, await self._listing("trash"), self._report_malformed):
             yield item
 
     # -- claiming ----------------------------------------------------------------
@@ -386,15 +371,9 @@ class ZooKeeperBoard(JobBoard):
         while True:
             change = self.view.change(SETTLED)
             if await self._poster.locate(found) is None:
-                return await self._outcome(found)
+                return await outcome(self.zk, self._paths, found)
             await change.wait()
 
-    async def _outcome(self, job: str) -> Outcome:
-        trashed = await self.zk.get(self._paths.trash(job))
-        if trashed is not None:
-            return Outcome(job, JobState.TRASHED, reason=TrashRecord.decode(trashed[0]).reason)
-        kept = await self.zk.get(self._paths.result(job))
-        return Outcome(job, JobState.COMPLETE, result=decode_value(kept[0]) if kept else None)
 
     def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
         self._ensure_open()
@@ -403,31 +382,13 @@ class ZooKeeperBoard(JobBoard):
     # -- entities ------------------------------------------------------------------
 
     async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
-        check_owner(name)
-        if "/" in name:
-            raise InvalidJob(f"entity name {name!r} may not contain '/'")
-        data = encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
-        await self._put_entity(name, data)
-        self._entities[name] = data
-
-    async def _put_entity(self, name: str, data: bytes) -> None:
-        path = self._paths.entity(name)
-        result = await self.zk.multi([Create(path, data, ephemeral=True)], retry_safe=True)
-        if not result.ok:  # a stale registration (ours or a dead worker's): replace it
-            await self.zk.multi([Delete(path), Create(path, data, ephemeral=True)], retry_safe=True)
+        self._ensure_open()
+        await self._entities.register(name, metadata)
 
     async def unregister_entity(self, name: str) -> None:
-        if self._entities.pop(name, None) is not None:
-            await self.zk.multi([Delete(self._paths.entity(name))], retry_safe=True)
+        self._ensure_open()
+        await self._entities.unregister(name)
 
     async def entities(self) -> list[Entity]:
-        children = await self.zk.children(self._paths.dir("entities"))
-        found = []
-        for name in sorted(children[0] if children else []):
-            node = await self.zk.get(self._paths.entity(name))
-            if node is not None:
-                metadata = decode_value(node[0]) if node[0] else {}
-                found.append(Entity(name, metadata if isinstance(metadata, dict) else {}))
-        return found
-
-
+        self._ensure_open()
+        return await self._entities.listing()

@@ -1,4 +1,4 @@
-"""The only module that touches aiozk (0.32).
+"""The ZooKeeper session: with :mod:`jobboard_zookeeper.zk_protocol`, the only code touching aiozk (0.32).
 
 It sends every request itself, so aiozk's silent re-send of a write after a
 lost reply never happens: a write whose reply is lost raises
@@ -12,15 +12,12 @@ authentication that is re-sent on every connection before anything else.
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import aiozk
 from aiozk import exc, protocol
-from aiozk.protocol.primitives import Int, UString
 from aiozk.states import States
 
 from jobboard.errors import BackendUnavailable
@@ -35,6 +32,13 @@ from jobboard_zookeeper.ops import (
     TxnResult,
     ZkError,
 )
+from jobboard_zookeeper.zk_protocol import (
+    PERSISTENT_RECURSIVE,
+    AddWatchRequest,
+    digest_acl,
+    plain_reader,
+    stat_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,28 +48,6 @@ TreeCallback = Callable[[int, str], None]
 """Called with the event type (CREATED, DELETED, DATA_CHANGED) and the node's path."""
 CREATED = protocol.WatchEvent.CREATED
 DELETED = protocol.WatchEvent.DELETED
-
-
-class AddWatchRequest(protocol.request.Request):  # type: ignore[misc]
-    """ZooKeeper 3.6+ ``addWatch`` (opcode 106), which aiozk lacks."""
-
-    opcode = 106
-    parts = (("path", UString), ("mode", Int))
-
-
-class AddWatchResponse(protocol.response.Response):  # type: ignore[misc]
-    opcode = 106
-    parts = ()
-
-
-PERSISTENT_RECURSIVE = 1
-
-
-def digest_acl(username: str, password: str) -> list[Any]:
-    """An ACL giving every permission to the digest identity ``username:password`` only."""
-    digest = base64.b64encode(hashlib.sha1(f"{username}:{password}".encode()).digest()).decode()
-    return [protocol.acl.ACL.make(scheme="digest", id=f"{username}:{digest}", read=True, write=True,
-                              create=True, delete=True, admin=True)]
 
 
 class ZooKeeper:
@@ -170,7 +152,7 @@ class ZooKeeper:
         async def make_connection(host: str, port: int) -> Any:
             conn = await original(host, port)
             if conn is not None:
-                conn._read = _plain_reader(conn)
+                conn._read = plain_reader(conn)
             return conn
 
         self._session.make_connection = make_connection
@@ -303,7 +285,7 @@ class ZooKeeper:
             if error.code == "NoNode":
                 return None
             raise
-        return response.data or b"", _stat(response.stat)
+        return response.data or b"", stat_of(response.stat)
 
     async def children(self, path: str, *, watch: bool = False) -> tuple[list[str], int] | None:
         """The node's children and the zxid of the read, or ``None`` if it does not exist."""
@@ -323,7 +305,7 @@ class ZooKeeper:
             if error.code == "NoNode":
                 return None
             raise
-        return _stat(response.stat)
+        return stat_of(response.stat)
 
     async def bump(self, path: str) -> int:
         """Increment the node's data version (a server-side counter); returns the new version.
@@ -386,22 +368,3 @@ class ZooKeeper:
         """
         self._trees[path.rstrip("/") + "/"] = callback
         await self._call(AddWatchRequest(path=path, mode=PERSISTENT_RECURSIVE), retry=True)
-
-
-def _plain_reader(conn: Any) -> Callable[[int], Awaitable[bytes]]:
-    """aiozk wraps every chunk it reads in ``asyncio.wait_for`` (a task each on Python 3.11):
-    a quarter of the CPU of a busy board. A plain ``readexactly`` is enough here, because
-    the watchdog notices a stalled connection (its pings' replies stall behind the frame)."""
-
-    async def read(size: int = -1) -> bytes:
-        try:
-            return bytes(await conn.reader.readexactly(size))
-        except asyncio.IncompleteReadError as error:
-            raise exc.UnfinishedRead() from error  # aiozk's read loop aborts the connection
-
-    return read
-
-
-def _stat(raw: Any) -> Stat:
-    return Stat(version=int(raw.version), czxid=int(raw.created_zxid), mzxid=int(raw.last_modified_zxid),
-                num_children=int(raw.num_children), ephemeral_owner=int(raw.ephemeral_owner))
