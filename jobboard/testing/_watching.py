@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
 from jobboard.board import JobBoard
-from jobboard.errors import InvalidJob
+from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.events import Event, EventKind, EventStream
 from jobboard.job import JobState
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed_ids
@@ -57,6 +59,26 @@ class WatchingConformance(ConformanceBase):
         started = anyio.current_time()
         assert [j.id for j in await board.wait()] == [job.id]
         assert anyio.current_time() - started >= self.delay_unit * 0.8
+
+    @bounded
+    async def test_waiters_see_their_board_close(self, open_boards: BoardOpener) -> None:
+        board = await open_boards()
+        job = await board.post("a")
+        await board.claim(job, "w1")
+        failures: list[type[BaseException]] = []
+
+        async def wait_on(call: Any) -> None:
+            try:
+                await call()
+            except BoardClosed as error:
+                failures.append(type(error))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait_on, board.wait)
+            group.start_soon(wait_on, lambda: board.wait_for_completion(job))
+            await anyio.sleep(0.2)
+            await board.aclose()
+        assert failures == [BoardClosed, BoardClosed]
 
     @bounded
     async def test_wait_for_completion_returns_the_result(self, open_boards: BoardOpener) -> None:

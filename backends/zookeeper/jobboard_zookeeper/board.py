@@ -85,14 +85,14 @@ class ZooKeeperBoard(JobBoard):
                 await self._zk.ensure_path(self._paths.dir(name))
             self._settler = Settler(self._zk, self._paths, self.max_posting_bytes)
             self.view = BoardView(self._zk, self._paths, self._publish)
-            await self.view.sync(report=False)
             self._poster = Poster(self._zk, self._paths)
             self._entities = Entities(self._zk, self._paths)
+            self._zk.add_session_listener(self._on_session_event)  # a blip while opening re-syncs
+            await self.view.sync(report=False)
             await self._poster.open()
         except BaseException:
             await self._zk.close()
             raise
-        self._zk.add_session_listener(self._on_session_event)
         self._open = True
 
     async def aclose(self) -> None:
@@ -328,6 +328,7 @@ class ZooKeeperBoard(JobBoard):
     async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
         self._ensure_open()
         while True:
+            self._ensure_open()  # aclose() wakes waiters: they must not wait on
             change = self.view.change(WORK)
             ready = await self._first_claimable(names)
             if ready is not None:
@@ -369,6 +370,7 @@ class ZooKeeperBoard(JobBoard):
         self._ensure_open()
         found = job_id_of(job)
         while True:
+            self._ensure_open()
             change = self.view.change(SETTLED)
             if await self._poster.locate(found) is None:
                 return await outcome(self.zk, self._paths, found)

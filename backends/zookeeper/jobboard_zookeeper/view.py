@@ -110,6 +110,8 @@ class BoardView:
         self._left_waiting: set[str] = set()
         self._waiters: dict[str, list[anyio.Event]] = {channel: [] for channel in CHANNELS}
         self._skip: dict[str, float] = {}
+        self._sync_log: list[tuple[int, str]] | None = None
+        self._sync_lock = anyio.Lock()
         self.lock_changes: dict[str, int] = {}
         """How many times each job's lock was created or deleted (cleared with the job)."""
         self.names: dict[str, str] = {}
@@ -170,22 +172,37 @@ class BoardView:
     async def sync(self, *, report: bool) -> None:
         """(Re)add the watches, then re-list every directory once.
 
+        Events that arrive meanwhile are logged and replayed over the listings:
+        every change makes one event and events come in server order, so the last
+        event about a node decides its state, and the listing decides the rest.
+
         :param report: publish events for what changed since the last picture.
         """
+        async with self._sync_lock:
+            self._sync_log = []
+            try:
+                listed = await self._list_all()
+            finally:
+                log, self._sync_log = self._sync_log, None
+            if report:
+                self._report_differences(listed)
+            self.jobs.replace(listed["jobs"])
+            self.waiting.replace(listed["waiting"])
+            self.locks = set(listed["locks"])
+            for job_id in listed["trash"][-RECENT_TRASH:]:
+                self._remember_trash(job_id)
+            for kind, path in log:
+                self._on_event(kind, path)
+            self.notify()
+
+    async def _list_all(self) -> dict[str, list[str]]:
         for name in WATCHED:
             await self._zk.watch_tree(self._paths.dir(name), self._on_event)
         listed = {}
         for name in WATCHED:
             children = await self._zk.children(self._paths.dir(name))
             listed[name] = [c for c in (children[0] if children else []) if is_job_id(c)]
-        if report:
-            self._report_differences(listed)
-        self.jobs.replace(listed["jobs"])
-        self.waiting.replace(listed["waiting"])
-        self.locks = set(listed["locks"])
-        for job_id in listed["trash"][-RECENT_TRASH:]:
-            self._remember_trash(job_id)
-        self.notify()
+        return listed
 
     def _report_differences(self, listed: dict[str, list[str]]) -> None:
         now_present = set(listed["jobs"]) | set(listed["waiting"])
@@ -199,6 +216,9 @@ class BoardView:
     # -- watch events ----------------------------------------------------------
 
     def _on_event(self, kind: int, path: str) -> None:
+        if self._sync_log is not None:
+            self._sync_log.append((kind, path))
+            return
         relative = path[len(self._paths.root) + 1:].split("/")
         if len(relative) != 2 or relative[0] not in self._handlers or not is_job_id(relative[1]):
             return

@@ -43,6 +43,8 @@ from jobboard_zookeeper.zk_protocol import (
 logger = logging.getLogger(__name__)
 
 
+TRANSIENT = {"ConnectionLoss", "OperationTimeout", "SessionExpired", "SessionMoved", "ZKSystemError"}
+"""Server error replies that say nothing about the request itself."""
 SessionListener = Callable[[str], None]
 TreeCallback = Callable[[int, str], None]
 """Called with the event type (CREATED, DELETED, DATA_CHANGED) and the node's path."""
@@ -141,16 +143,23 @@ class ZooKeeper:
                 for prefix, callback in self._trees.items():
                     if event.path.startswith(prefix):
                         callback(event.type, event.path)
+                        return  # not aiozk's: its dispatch would add an empty callback entry per
+                        # node, which grows forever and is re-sent as one SetWatches on reconnect
             original(event)
 
         self._session.event_dispatch = event_dispatch
 
     def _hook_connections(self) -> None:
-        """Give every new connection a plain reader (see :func:`_plain_reader`)."""
+        """Bound connecting (a server that accepts but never answers must not stall the
+        reconnect loop) and give every new connection a plain reader."""
         original = self._session.make_connection
 
         async def make_connection(host: str, port: int) -> Any:
-            conn = await original(host, port)
+            try:
+                conn = await asyncio.wait_for(original(host, port), self._ping_timeout * 3)
+            except TimeoutError:
+                logger.warning("ZooKeeper server %s:%s accepted but did not answer; trying another", host, port)
+                return None
             if conn is not None:
                 conn._read = plain_reader(conn)
             return conn
@@ -273,7 +282,11 @@ class ZooKeeper:
         try:
             return await self._send(request, retry=retry)
         except exc.ResponseError as error:
-            raise ZkError(type(error).__name__, getattr(request, "path", "?")) from error
+            code, path = type(error).__name__, getattr(request, "path", "?")
+            if code in TRANSIENT:  # the server could not answer: as if the connection broke
+                failure = BackendUnavailable if retry else OutcomeUnknown
+                raise failure(f"ZooKeeper {code} on {path}") from error
+            raise ZkError(code, path) from error
 
     # -- operations --------------------------------------------------------------
 

@@ -1,0 +1,50 @@
+"""The ZooKeeper board's watched view: complete when opened mid-traffic, and no leak per job."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+
+from jobboard import open_board
+from jobboard_zookeeper import ZooKeeperBoard
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_a_board_opened_while_jobs_are_posted_sees_all_of_them(zk_hosts: str) -> None:
+    url = f"zookeeper://{zk_hosts}/view/{uuid.uuid4().hex}"
+    with anyio.fail_after(45):
+        async with open_board(url) as producer:
+            posted: list[str] = []
+
+            async def post_many() -> None:
+                for index in range(400):
+                    job = await producer.post("j", {"i": index})
+                    posted.append(job.id)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(post_many)
+                await anyio.sleep(0.05)
+                late = await open_board(url).__aenter__()  # opens (and lists) while posts go on
+            try:
+                claimed = []
+                while (claim := await late.claim_next("late")) is not None:
+                    await late.consume(claim)
+                    claimed.append(claim.job.id)
+                assert sorted(claimed) == sorted(posted)  # nothing missing from its view
+            finally:
+                await late.aclose()
+
+
+async def test_watch_events_leave_no_callback_entries_behind(zk_hosts: str) -> None:
+    url = f"zookeeper://{zk_hosts}/view/{uuid.uuid4().hex}"
+    with anyio.fail_after(45):
+        async with open_board(url) as board:
+            assert isinstance(board, ZooKeeperBoard)
+            for index in range(200):
+                claim = await board.claim(await board.post("j", {"i": index}), "w")
+                await board.consume(claim)
+            # aiozk re-sends every key here as one SetWatches after a reconnect; they must not pile up
+            assert len(board.zk._session.watch_callbacks) == 0
