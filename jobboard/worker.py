@@ -157,7 +157,8 @@ class Worker:
 
     async def _claim(self, backoff: Backoff) -> Claim | None:
         try:
-            claim = await self.board.claim_next(self.owner, names=self.names)
+            with anyio.CancelScope(shield=True):  # a claim made must not be lost to stop()
+                claim = await self.board.claim_next(self.owner, names=self.names)
         except BoardClosed:
             raise
         except BackendUnavailable as error:
@@ -206,7 +207,11 @@ class Worker:
         job = RunningJob(claim, self.config.lease)
         self.running[claim.job.id] = job
         try:
-            settlement = await self._execute(job)
+            try:
+                settlement = await self._execute(job)
+            except anyio.get_cancelled_exc_class():  # the worker itself was cancelled from outside
+                await self._settle(claim, Settlement(Action.ABANDON, reason="worker cancelled"))
+                raise
             if settlement is not None:
                 await self._settle(claim, settlement)
         finally:
@@ -263,15 +268,7 @@ class Worker:
             if self.config.lease_renewal == "auto" and job.lease_left() > 0:
                 job.heartbeat()  # on time: the event loop is alive
         job.lose(f"lease of {job.lease}s ran out")
-        with anyio.CancelScope(shield=True):
-            await self._release_lapsed(job.claim)
-
-    async def _release_lapsed(self, claim: Claim) -> None:
-        try:
-            with anyio.fail_after(self.config.settle_timeout):
-                await self.board.abandon(claim)
-        except (JobBoardError, TimeoutError) as error:
-            logger.warning("%s: could not release lapsed job %s: %s", self.owner, claim.job.id, error)
+        await self._settle(job.claim, Settlement(Action.ABANDON, reason="lease ran out"))  # retried, shielded
 
     # -- settling ----------------------------------------------------------------
 
@@ -289,8 +286,16 @@ class Worker:
                     self.stats.lost += 1
                     logger.warning("%s: could not settle job %s: %s", self.owner, claim.job.id, error)
                     return
-                except InvalidJob as error:  # e.g. a result msgpack cannot encode
-                    settlement = decide(claim, error=error, max_attempts=self.config.max_attempts)
+                except InvalidJob as error:  # a result msgpack cannot encode, a reason too large...
+                    if settlement.action is Action.ABANDON:
+                        logger.error("%s: could not abandon job %s: %s", self.owner, claim.job.id, error)
+                        return
+                    settlement = (decide(claim, error=error, max_attempts=self.config.max_attempts)
+                                  if settlement.action is Action.CONSUME
+                                  else Settlement(Action.ABANDON, reason=str(error)))  # at most one re-decision
+                except JobBoardError as error:
+                    logger.error("%s: could not settle job %s: %s", self.owner, claim.job.id, error)
+                    return
                 except (BackendUnavailable, TimeoutError) as error:
                     self.stats.backend_errors += 1
                     if backoff.attempts >= 8:

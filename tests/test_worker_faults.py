@@ -152,3 +152,39 @@ async def test_worker_rides_out_an_outage(zk_hosts: str) -> None:
     print(f"outage ridden out with {worker.stats.backend_errors} transient errors, {worker.stats.lost} lost")
     assert worker.stats.backend_errors > 0
     assert sorted(done) == sorted({job.id for job in jobs})
+
+
+async def test_an_unsettleable_trash_does_not_wedge_the_worker(zk_hosts: str) -> None:
+    url = f"zookeeper://{zk_hosts}/wedge/{uuid.uuid4().hex}?jute_maxbuffer=20000"
+
+    async def fails_loudly(ctx: JobContext) -> None:
+        raise ValueError("x" * 10_000)  # with the posting, too big a trash record for this server
+
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            job = await board.post("big", {"blob": "y" * 15_000}, max_attempts=1)
+            worker = Worker(board, fails_loudly)
+            async with anyio.create_task_group() as group:
+                group.start_soon(worker.run)
+                outcome = await board.wait_for_completion(job)  # abandoned, then trashed on the next claim
+                worker.stop(now=True)
+            assert outcome.state is JobState.TRASHED and "max attempts exceeded" in (outcome.reason or "")
+
+
+async def test_cancelling_the_worker_abandons_its_running_jobs(zk_hosts: str) -> None:
+    url = f"zookeeper://{zk_hosts}/cancelled/{uuid.uuid4().hex}"
+    started = anyio.Event()
+
+    async def slow(ctx: JobContext) -> None:
+        started.set()
+        await anyio.sleep(60)
+
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            job = await board.post("slow")
+            async with anyio.create_task_group() as group:
+                group.start_soon(Worker(board, slow).run)
+                await started.wait()
+                group.cancel_scope.cancel()  # cancelled from outside, not stopped
+            assert await board.state(job) is JobState.UNCLAIMED
+            assert (await board.get(job)).attempts == 1

@@ -253,8 +253,10 @@ class ZooKeeperBoard(JobBoard):
             raise AlreadyClaimed(f"job {found} is claimed by {await self.owner(found)}")
         if outcome == "delayed":
             raise NotClaimable(f"job {found} is delayed by retry_after")
-        if outcome == "changed" and await self.zk.exists(self._paths.lock(found)) is not None:
-            raise AlreadyClaimed(f"job {found} was just claimed by {await self.owner(found)}")
+        if outcome == "changed":
+            if await self.zk.exists(self._paths.lock(found)) is not None:
+                raise AlreadyClaimed(f"job {found} was just claimed by {await self.owner(found)}")
+            raise NotClaimable(f"job {found} changed while it was being claimed; try again")
         raise JobNotFound(f"job {found} is not claimable: {outcome}")
 
     async def _try_claim(self, job: str, stored: Stored, owner: str) -> Claim | str:
@@ -262,8 +264,9 @@ class ZooKeeperBoard(JobBoard):
         if posting.not_before is not None and posting.not_before > time.time():
             return "delayed"
         if posting.max_attempts is not None and posting.attempts >= posting.max_attempts:
-            await self._settler.exhaust(job, stored)
-            return "exhausted (moved to the trash)"
+            if await self._settler.exhaust(job, stored):
+                return "exhausted (moved to the trash)"
+            return "changed"  # held by someone, or changed meanwhile
         return await self._settler.claim(job, stored, owner)
 
     async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:

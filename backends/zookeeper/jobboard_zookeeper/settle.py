@@ -212,7 +212,7 @@ class Settler:
                 ops.append(Create(self._paths.result(job_id), raw_result))
             return [*ops, Delete(self._paths.lock(job_id))]
 
-        await self._settle(claim, held, build, applied=self._job_gone(job_id))
+        await self._settle(claim, held, build, applied=self._consumed(claim))
 
     async def abandon(self, claim: Claim, not_before: float | None) -> None:
         job_id = claim.job.id
@@ -237,7 +237,7 @@ class Settler:
             ops = await self._trash_ops(job_id, stored, reason)
             return [*ops, Delete(self._paths.lock(job_id))]
 
-        await self._settle(claim, held, build, applied=self._in_trash(job_id))
+        await self._settle(claim, held, build, applied=self._trashed(claim, reason))
 
     async def _settle(
         self, claim: Claim, held: Held, build: Callable[[], Awaitable[list[Op]]],
@@ -285,14 +285,24 @@ class Settler:
                 f"{self.max_posting_bytes} bytes (jute_maxbuffer): the result is too large for "
                 f"{'the job and its dependents' if len(ops) > 4 else 'the board'}; store it elsewhere")
 
-    def _job_gone(self, job_id: str) -> Callable[[], Awaitable[bool]]:
+    def _consumed(self, claim: Claim) -> Callable[[], Awaitable[bool]]:
+        """After a lost reply: gone, not trashed, and our session never lost the claim."""
+        job_id = claim.job.id
+
         async def check() -> bool:
-            return await self._zk.exists(self._paths.job(job_id)) is None
+            if self.lost_reason(claim) is not None:
+                return False  # someone else may have settled it: ClaimLost follows
+            gone = await self._zk.exists(self._paths.job(job_id)) is None
+            return gone and await self._zk.exists(self._paths.trash(job_id)) is None
         return check
 
-    def _in_trash(self, job_id: str) -> Callable[[], Awaitable[bool]]:
+    def _trashed(self, claim: Claim, reason: str) -> Callable[[], Awaitable[bool]]:
+        """After a lost reply: in the trash with our reason, and our session never lost the claim."""
         async def check() -> bool:
-            return await self._zk.exists(self._paths.trash(job_id)) is not None
+            found = await self._zk.get(self._paths.trash(claim.job.id))
+            if found is None or self.lost_reason(claim) is not None:
+                return False
+            return TrashRecord.decode(found[0]).reason == reason
         return check
 
     def _lock_not(self, job_id: str, nonce: str) -> Callable[[], Awaitable[bool]]:
