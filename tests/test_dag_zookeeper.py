@@ -41,6 +41,9 @@ async def test_stress_plan_survives_a_killed_worker_process(zk_hosts: str, tmp_p
                 """SIGKILL the process running the slow task t50 (1.5 s) while it runs."""
                 async for event in stream:
                     if event.kind is EventKind.CLAIMED and event.job_id == slow_job:
+                        with anyio.fail_after(10):  # its handler has started (claims precede runs)
+                            while "t50 " not in await anyio.Path(tmp_path / "runs.log").read_text():  # noqa: ASYNC110 - another process writes it
+                                await anyio.sleep(0.01)
                         owner = await board.owner(event.job_id)
                         victims = [n for n, w in enumerate(workers) if owner and f"-{w.pid}-" in owner]
                         if victims:
