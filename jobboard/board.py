@@ -11,10 +11,12 @@ them (``aclose``, or a lost backend session), never silently.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
+from jobboard.codec import Posting, build_posting, check_size, encode_posting
 from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
@@ -47,6 +49,8 @@ class JobBoard(abc.ABC):
 
     max_posting_bytes: int = 1024 * 1024
     """Largest encoded posting (name + details + options) the backend accepts."""
+    default_max_attempts: int | None = None
+    """``max_attempts`` for posts that give none (a URL option of the backends)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -108,6 +112,24 @@ class JobBoard(abc.ABC):
             :attr:`max_posting_bytes`; a dependency not on the board. Nothing
             is written in any of these cases.
         """
+
+    def _prepare_posting(
+        self, name: str, details: Mapping[str, Any] | None, priority: Priority | int | str,
+        depends_on: Sequence[JobRef], max_attempts: int | None, keep_result: bool,
+    ) -> tuple[Posting, bytes]:
+        """For backends' ``post``: validate, apply the board's defaults, encode, check the size.
+
+        :raises InvalidJob: as ``post`` documents.
+        """
+        self._ensure_open()
+        posting = build_posting(
+            name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
+            max_attempts=self.default_max_attempts if max_attempts is None else max_attempts,
+            keep_result=keep_result, created_at=time.time(),
+        )
+        raw = encode_posting(posting)
+        check_size(name, raw, self.max_posting_bytes)
+        return posting, raw
 
     # -- reading -----------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
-from jobboard.codec import MalformedEntry, build_posting, check_size, encode_posting, encode_value
+from jobboard.codec import MalformedEntry, encode_value
 from jobboard.errors import InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
@@ -104,14 +104,7 @@ class MemoryBoard(JobBoard):
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None, keep_result: bool = False,
     ) -> Job:
-        self._ensure_open()
-        posting = build_posting(
-            name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
-            max_attempts=self.default_max_attempts if max_attempts is None else max_attempts, keep_result=keep_result,
-            created_at=wall_clock(),
-        )
-        raw = encode_posting(posting)
-        check_size(name, raw, self.max_posting_bytes)
+        _, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result)
         return self._store.admit(raw)
 
     async def get(self, job: JobRef) -> Job:

@@ -21,9 +21,6 @@ import anyio
 from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
 from jobboard.codec import (
     MalformedEntry,
-    build_posting,
-    check_size,
-    encode_posting,
 )
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, JobNotFound, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
@@ -60,6 +57,7 @@ class ZooKeeperBoard(JobBoard):
         super().__init__(url)
         self.options = parse_zookeeper_url(url)
         self.max_posting_bytes = self.options.max_posting_bytes
+        self.default_max_attempts = self.options.max_attempts
         self._paths = Paths(self.options.root)
         self.hub = EventHub()
         self._zk: ZooKeeper | None = None
@@ -147,14 +145,7 @@ class ZooKeeperBoard(JobBoard):
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None, keep_result: bool = False,
     ) -> Job:
-        self._ensure_open()
-        posting = build_posting(
-            name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
-            max_attempts=self.options.max_attempts if max_attempts is None else max_attempts,
-            keep_result=keep_result, created_at=time.time(),
-        )
-        raw = encode_posting(posting)
-        check_size(name, raw, self.max_posting_bytes)
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result)
         new_id, sequence = await self._poster.post(posting, raw)
         return posting.to_job(new_id, sequence)
 
