@@ -141,6 +141,12 @@ ANALYSIS = """## Reading these numbers
   ZooKeeper's write path, so the issue's target of 30 times TaskFlow's posts, which was set
   against a reference of about 100 posts/s, cannot be met against a TaskFlow that posts
   from W threads at thousands per second. The table shows both as measured.
+- **Job count.** TaskFlow slows down as the job count grows (it re-lists every job per claim),
+  jobboard does not. The default set uses 1000 jobs per run to stay within about 5 minutes.
+  The same set at 2000 jobs per system (`python -m benchmarks.run --jobs 2000`, about
+  12 minutes) is in [benchmarks-2000-jobs.md](benchmarks-2000-jobs.md). There, TaskFlow
+  does about 30 cycles/s at W = 16 with about 30 000 failed claims, and the ratio to it is
+  correspondingly larger.
 - **Several processes.** With 4 processes on 2 cores, every process keeps its own view of
   the board and receives every watch event. Claimers in different processes also race for
   the same jobs (contended `claim_next` spreads over the next 64 candidates, which cut lost
