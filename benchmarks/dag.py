@@ -12,8 +12,6 @@ import uuid
 from contextlib import AsyncExitStack
 from typing import Any
 
-import anyio
-
 from benchmarks.common import Stopwatch, median_of
 from jobboard import open_board
 from jobboard.handlers import Handlers
@@ -38,12 +36,7 @@ async def one_run(url: str, layers: int, width: int, workers: int, concurrency: 
         posted = watch.elapsed()
         running = [Worker(await boards.enter_async_context(open_board(board.url)), handlers,
                           WorkerConfig(concurrency=concurrency)) for _ in range(workers)]
-        async with anyio.create_task_group() as group:
-            for worker in running:
-                group.start_soon(worker.run)
-            outcome = await handle.wait()
-            for worker in running:
-                worker.stop()
+        outcome = await handle.run_on(running)
         total = watch.elapsed()
     assert outcome.state == "complete", outcome.state
     tasks = len(plan.tasks)

@@ -81,14 +81,9 @@ async def run_demo() -> None:
     async with open_board(BOARD_URL) as board:
         handle = await post_plan(board, plan)
         workers = [Worker(board, handlers, WorkerConfig(owner=f"worker-{n}", concurrency=2)) for n in (1, 2, 3)]
+        printer = ProgressPrinter(sys.stdout, prefix="  ")
         with anyio.fail_after(60):
-            async with anyio.create_task_group() as group:
-                for worker in workers:
-                    group.start_soon(worker.run)
-                printer = ProgressPrinter(sys.stdout, prefix="  ")
-                outcome = await handle.wait(on_progress=printer)
-                for worker in workers:
-                    worker.stop()
+            outcome = await handle.run_on(workers, on_progress=printer)
         printer.finish()
         for worker in workers:
             print(f"{worker.owner}: {worker.stats.consumed} tasks, {worker.stats.abandoned} retried")

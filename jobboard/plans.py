@@ -13,9 +13,9 @@ claim them.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -25,6 +25,9 @@ from jobboard.dag import Plan, Task
 from jobboard.errors import AlreadyClaimed, JobBoardError, JobNotFound
 from jobboard.events import EventKind
 from jobboard.job import INTERNAL_PREFIX, Claim, JobState, Priority
+
+if TYPE_CHECKING:
+    from jobboard.worker import Worker
 
 GATE = f"{INTERNAL_PREFIX}plan-gate"
 RECORD = f"{INTERNAL_PREFIX}plan"
@@ -234,6 +237,22 @@ class PlanHandle:
         if self.manifest.get("fail_fast") and not self._cancelled and JobState.TRASHED in status.states.values():
             self._cancelled = True
             await self.cancel("plan cancelled: a task failed (fail_fast)")
+
+    async def run_on(self, workers: Sequence[Worker], on_progress: Progress | None = None) -> PlanOutcome:
+        """Run ``workers`` until the plan ends, then stop them; for scripts, demos and tests.
+
+        Services usually run their workers on their own and only ``wait()`` here.
+        """
+        outcomes: list[PlanOutcome] = []
+        async with anyio.create_task_group() as group:
+            for worker in workers:
+                group.start_soon(worker.run)
+            try:
+                outcomes.append(await self.wait(on_progress))
+            finally:
+                for worker in workers:
+                    worker.stop()
+        return outcomes[0]
 
     async def results(self) -> dict[str, Any]:
         """Results of the completed tasks, by task name."""

@@ -107,12 +107,7 @@ async def test_zk_plan_stress_ten_workers_hundred_tasks(board_url: str) -> None:
             handle = await post_plan(board, plan)
             workers = [Worker(await boards.enter_async_context(open_board(board_url)), stress.handlers,
                               WorkerConfig(owner=f"w{n}")) for n in range(10)]
-            async with anyio.create_task_group() as group:
-                for worker in workers:
-                    group.start_soon(worker.run)
-                outcome = await handle.wait()
-                for worker in workers:
-                    worker.stop()
+            outcome = await handle.run_on(workers)
             elapsed = time.monotonic() - started
             assert await board.job_count() == 0  # the plan's record is taken off too
     print(f"{board_url.split(':')[0]}: 100-task plan on 10 workers in {elapsed:.2f}s "
@@ -129,13 +124,7 @@ async def run_plan(board_url: str, plan: Plan, handlers: Handlers, *, workers: i
         handle = await post_plan(board, plan, fail_fast=fail_fast)
         running = [Worker(await boards.enter_async_context(open_board(board_url)), handlers,
                           WorkerConfig(max_attempts=2)) for _ in range(workers)]
-        async with anyio.create_task_group() as group:
-            for worker in running:
-                group.start_soon(worker.run)
-            outcome = await handle.wait()
-            for worker in running:
-                worker.stop()
-        return handle, outcome
+        return handle, await handle.run_on(running)
 
 
 def failing_plan() -> tuple[Plan, Handlers]:

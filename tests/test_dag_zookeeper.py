@@ -91,12 +91,7 @@ async def test_two_thousand_task_plan_on_four_workers(zk_hosts: str) -> None:
             posted = time.monotonic()
             workers = [Worker(await boards.enter_async_context(open_board(url)), handlers,
                               WorkerConfig(concurrency=8)) for _ in range(4)]
-            async with anyio.create_task_group() as group:
-                for worker in workers:
-                    group.start_soon(worker.run)
-                outcome = await handle.wait()
-                for worker in workers:
-                    worker.stop()
+            outcome = await handle.run_on(workers)
             finished = time.monotonic()
     run = finished - posted
     print(f"2000-task plan (40 layers x 50, fan-in 3) on 4 workers: posted in {posted - started:.1f}s, "
