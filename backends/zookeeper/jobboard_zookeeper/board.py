@@ -355,9 +355,13 @@ class ZooKeeperBoard(JobBoard):
             changes = self.view.lock_changes.get(job)
             stale = seen is None or changes != seen or job not in self.view.jobs
             if stale and self.zk.connected:  # while disconnected, session events decide
-                if (reason := await self._settler.why_lost(claim)) is not None:
-                    return reason
-                seen = changes
+                try:
+                    if (reason := await self._settler.why_lost(claim)) is not None:
+                        return reason
+                    seen = changes
+                except BackendUnavailable:  # the connection broke meanwhile: session events say more
+                    await anyio.sleep(0.05)
+                    continue
             await change.wait()
 
     async def wait_for_completion(self, job: JobRef) -> Outcome:

@@ -242,6 +242,7 @@ class BoardView:
         if kind == CREATED and self.waiting.add(job_id):
             self._publish(Event(EventKind.POSTED, job_id, "waiting for dependencies"))
         elif kind == DELETED and self.waiting.discard(job_id):
+            self.names.pop(job_id, None)
             self.notify(SETTLED)
             if job_id in self._recent_trash:
                 self._publish(Event(EventKind.TRASHED, job_id))

@@ -74,6 +74,8 @@ class ZooKeeper:
         self._watchdog: asyncio.Task[None] | None = None
         self._trees: dict[str, TreeCallback] = {}
         self._suspension: asyncio.TimerHandle | None = None
+        self._last_contact = 0.0
+        """Loop time of the last reply from the server (a ping's included)."""
         self.requests_sent = 0
         """Requests sent on this session (for benchmarks: requests per claim)."""
         self._hook_state_machine()
@@ -177,8 +179,10 @@ class ZooKeeper:
             return
         if after == States.SUSPENDED and before == States.CONNECTED:
             self._emit(SessionEvent.SUSPENDED)
-            self._suspension = asyncio.get_running_loop().call_later(
-                float(self._session.timeout), self._suspended_too_long)
+            loop = asyncio.get_running_loop()
+            silent_for = loop.time() - self._last_contact  # the server's clock started then
+            self._suspension = loop.call_later(max(0.0, float(self._session.timeout) - silent_for),
+                                               self._suspended_too_long)
         elif after == States.LOST and self._session_id is not None:
             self._report_expiry()
         elif after == States.CONNECTED:
@@ -191,6 +195,7 @@ class ZooKeeper:
             self._report_expiry()
 
     def _on_connected(self, session_id: int) -> None:
+        self._last_contact = asyncio.get_running_loop().time()
         if self._suspension is not None:
             self._suspension.cancel()
         previous, self._session_id = self._session_id, session_id
@@ -225,6 +230,7 @@ class ZooKeeper:
                 continue
             try:
                 await asyncio.wait_for(self._session.conn.send(protocol.PingRequest()), self._ping_timeout)
+                self._last_contact = asyncio.get_running_loop().time()
             except (TimeoutError, exc.ConnectError, ConnectionError):
                 logger.warning("ZooKeeper ping unanswered for %.1fs: dropping the connection",
                                self._ping_timeout)
@@ -264,6 +270,7 @@ class ZooKeeper:
                     raise OutcomeUnknown(f"connection to ZooKeeper lost during a write: {error!r}") from error
                 continue
             session.last_zxid = zxid
+            self._last_contact = asyncio.get_running_loop().time()
             return zxid, response
 
     async def _until_connected(self, remaining: float) -> None:
