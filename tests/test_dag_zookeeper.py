@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 import uuid
 from contextlib import AsyncExitStack
@@ -18,16 +17,13 @@ from jobboard.handlers import Handlers
 from jobboard.plans import post_plan
 from jobboard.worker import Worker, WorkerConfig
 from tests.support.plans import stress_plan, wide_and_deep_plan
+from tests.support.processes import spawn_ready
 
 pytestmark = pytest.mark.timeout(180)
 
 
 async def spawn(url: str, directory: Path) -> asyncio.subprocess.Process:
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.support.plan_worker", url, str(directory), stdout=asyncio.subprocess.PIPE)
-    assert child.stdout is not None
-    assert (await child.stdout.readline()).strip() == b"ready"
-    return child
+    return await spawn_ready("tests.support.plan_worker", url, str(directory))
 
 
 async def test_stress_plan_survives_a_killed_worker_process(zk_hosts: str, tmp_path: Path) -> None:

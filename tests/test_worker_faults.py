@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import time
 import uuid
 from collections import Counter
@@ -16,6 +15,7 @@ import pytest
 from jobboard import EventKind, JobBoard, JobState, open_board
 from jobboard.handlers import JobContext
 from jobboard.worker import Worker, WorkerConfig
+from tests.support.processes import spawn_ready
 from tests.support.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.timeout(150)
@@ -26,11 +26,7 @@ KILLS = 5
 
 
 async def spawn_worker(url: str, effects: Path) -> asyncio.subprocess.Process:
-    child = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.support.worker_proc", url, str(effects), stdout=asyncio.subprocess.PIPE)
-    assert child.stdout is not None
-    assert (await child.stdout.readline()).strip() == b"ready"
-    return child
+    return await spawn_ready("tests.support.worker_proc", url, str(effects))
 
 
 def read_effects(directory: Path) -> Counter[str]:

@@ -9,12 +9,15 @@ import threading
 import time
 import uuid
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
 
+from kazoo.client import KazooClient
+
 from benchmarks.common import Stopwatch, median_of, process_cpu_seconds
 
-__all__ = ["ConsumePhase", "RequestCounter", "Stopwatch", "Tally", "count_kazoo_requests", "make_parser",
+__all__ = ["ConsumePhase", "RequestCounter", "Stopwatch", "Tally", "count_kazoo_requests", "make_parser", "open_client",
            "per_job", "report", "request_mix", "run_threads", "unique_path"]
 
 
@@ -128,3 +131,13 @@ def report(bench: str, system: str, args: argparse.Namespace, runs: list[dict[st
             "repeat": args.repeat, **extra, "runs": runs, "median": median_of(runs)}
     print(json.dumps(line), flush=True)
     return line
+
+
+def open_client(stack: ExitStack, hosts: str, counter: RequestCounter) -> Any:
+    """A started, counted kazoo client, stopped by ``stack``."""
+    client = KazooClient(hosts=hosts, timeout=10.0)
+    count_kazoo_requests(client, counter)
+    client.start(timeout=10.0)
+    stack.callback(client.close)
+    stack.callback(client.stop)
+    return client

@@ -25,7 +25,6 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from kazoo.client import KazooClient
 from kazoo.recipe.queue import LockingQueue
 
 from benchmarks.peers.common import (
@@ -33,8 +32,8 @@ from benchmarks.peers.common import (
     RequestCounter,
     Stopwatch,
     Tally,
-    count_kazoo_requests,
     make_parser,
+    open_client,
     per_job,
     report,
     request_mix,
@@ -45,16 +44,6 @@ from benchmarks.peers.common import (
 GET_TIMEOUT = 0.2
 PUT_ALL_BATCH = 1000
 PUT_TIMEOUT = 300.0
-
-
-def open_client(stack: ExitStack, hosts: str, counter: RequestCounter) -> Any:
-    """A started, counted kazoo client, stopped by ``stack``."""
-    client = KazooClient(hosts=hosts, timeout=10.0)
-    count_kazoo_requests(client, counter)
-    client.start(timeout=10.0)
-    stack.callback(client.close)
-    stack.callback(client.stop)
-    return client
 
 
 def counting_lost_races(queue: Any, tally: Tally) -> Any:

@@ -30,7 +30,6 @@ import time
 from contextlib import ExitStack
 from typing import Any
 
-from kazoo.client import KazooClient
 from taskflow import exceptions as tf_exceptions
 from taskflow.jobs.backends.impl_zookeeper import ZookeeperJobBoard
 
@@ -39,8 +38,8 @@ from benchmarks.peers.common import (
     RequestCounter,
     Stopwatch,
     Tally,
-    count_kazoo_requests,
     make_parser,
+    open_client,
     per_job,
     report,
     request_mix,
@@ -50,16 +49,6 @@ from benchmarks.peers.common import (
 
 LOST_RACE = (tf_exceptions.UnclaimableJob, tf_exceptions.NotFound)
 LOAD_TIMEOUT = 60.0
-
-
-def open_client(stack: ExitStack, hosts: str, counter: RequestCounter) -> Any:
-    """A started, counted kazoo client, stopped by ``stack``."""
-    client = KazooClient(hosts=hosts, timeout=10.0)
-    count_kazoo_requests(client, counter)
-    client.start(timeout=10.0)
-    stack.callback(client.close)
-    stack.callback(client.stop)
-    return client
 
 
 def open_board(stack: ExitStack, client: Any, path: str) -> Any:
