@@ -12,6 +12,7 @@ from jobboard.errors import (
     BackendNotFound,
     BackendUnavailable,
     BoardClosed,
+    BoardConflict,
     ClaimLost,
     InvalidJob,
     InvalidURL,
@@ -19,6 +20,7 @@ from jobboard.errors import (
     JobNotFound,
     NotClaimable,
     NotOwner,
+    UnknownOutcome,
 )
 from jobboard.events import Event, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
@@ -27,8 +29,9 @@ from jobboard.registry import installed_schemes, open_board
 __version__ = "0.1.0"
 
 __all__ = [
-    "AlreadyClaimed", "BackendNotFound", "BackendUnavailable", "BoardClosed", "Claim",
+    "AlreadyClaimed", "BackendNotFound", "BackendUnavailable", "BoardClosed", "BoardConflict", "Claim",
     "ClaimLost", "Entity", "Event", "EventKind", "EventStream", "InvalidJob", "InvalidURL",
     "Job", "JobBoard", "JobBoardError", "JobNotFound", "JobRef", "JobState", "NotClaimable",
-    "NotOwner", "Outcome", "Priority", "TrashedJob", "installed_schemes", "open_board",
+    "NotOwner", "Outcome", "Priority", "TrashedJob", "UnknownOutcome", "installed_schemes",
+    "open_board",
 ]

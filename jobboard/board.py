@@ -51,6 +51,8 @@ class JobBoard(abc.ABC):
     """Largest encoded posting (name + details + options) the backend accepts."""
     default_max_attempts: int | None = None
     """``max_attempts`` for posts that give none (a URL option of the backends)."""
+    key_retention: float = 86400.0
+    """Seconds a settled job's idempotency key keeps finding it (URL option ``key_retention``)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -98,6 +100,7 @@ class JobBoard(abc.ABC):
         depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None,
         keep_result: bool = False,
+        key: str | None = None,
     ) -> Job:
         """Put a new job on the board, atomically: it is fully there or not at all.
 
@@ -105,17 +108,31 @@ class JobBoard(abc.ABC):
         with ``depends_on`` is ``WAITING`` until every dependency is consumed;
         it becomes claimable atomically with the last dependency's consume.
 
+        Exactly once: a post whose reply is lost is resolved by the backend, never
+        written twice. If it cannot be resolved, ``post`` raises (see below).
+
         :param max_attempts: times the job may be handed out (default: the board's).
         :param keep_result: keep the consume result for ``wait_for_completion``.
-        :raises InvalidJob: bad name, priority or options; details msgpack
+        :param key: an idempotency key. While a job posted with this key is on
+            the board, or was settled (consumed, trashed, cancelled) less than
+            :attr:`key_retention` seconds ago, ``post`` writes nothing and returns
+            that job (as it was posted, or as it was when settled). Concurrent
+            posts with one key make exactly one job.
+        :raises InvalidJob: bad name, priority, key or options; details msgpack
             cannot encode (naming the key); a posting over
             :attr:`max_posting_bytes`; a dependency not on the board. Nothing
             is written in any of these cases.
+        :raises BackendUnavailable: the backend could not be reached; with a
+            ``key``, posting again is safe and finds the first post if it was written.
+        :raises UnknownOutcome: the post was sent without a key and whether it
+            was written can no longer be told (the backend was unreachable for
+            longer than the backend's resolution window).
         """
 
     def _prepare_posting(
         self, name: str, details: Mapping[str, Any] | None, priority: Priority | int | str,
         depends_on: Sequence[JobRef], max_attempts: int | None, keep_result: bool,
+        key: str | None = None,
     ) -> tuple[Posting, bytes]:
         """For backends' ``post``: validate, apply the board's defaults, encode, check the size.
 
@@ -125,7 +142,7 @@ class JobBoard(abc.ABC):
         posting = build_posting(
             name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
             max_attempts=self.default_max_attempts if max_attempts is None else max_attempts,
-            keep_result=keep_result, created_at=time.time(),
+            keep_result=keep_result, created_at=time.time(), key=key,
         )
         raw = encode_posting(posting)
         check_size(name, raw, self.max_posting_bytes)

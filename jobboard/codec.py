@@ -42,6 +42,8 @@ class Posting:
     not_before: float | None = None
     results: Mapping[str, Any] = field(default_factory=dict)
     """Results delivered by consumed dependencies, by dependency id."""
+    key: str | None = None
+    """The idempotency key the job was posted with, if any."""
 
     @property
     def waiting_on(self) -> tuple[str, ...]:
@@ -61,7 +63,7 @@ class Posting:
             id=job_id, name=self.name, details=self.details, priority=self.priority,
             sequence=sequence, created_at=self.created_at, depends_on=self.depends_on,
             max_attempts=self.max_attempts, attempts=self.attempts,
-            not_before=self.not_before, keep_result=self.keep_result,
+            not_before=self.not_before, keep_result=self.keep_result, key=self.key,
         )
 
     def claimed(self) -> Posting:
@@ -82,6 +84,7 @@ def build_posting(
     max_attempts: int | None,
     keep_result: bool,
     created_at: float,
+    key: str | None = None,
 ) -> Posting:
     """Validate a post's arguments and make its posting.
 
@@ -100,11 +103,25 @@ def build_posting(
     if len(set(dependency_ids)) != len(dependency_ids):
         raise InvalidJob(f"job {name!r}: depends_on names a job twice")
     checked = check_details(name, details)
+    check_key(name, key)
     return Posting(
         name=name, details=checked, priority=parsed_priority, created_at=created_at,
         depends_on=dependency_ids, max_attempts=max_attempts, keep_result=keep_result,
-        token=uuid.uuid4().hex,
+        token=uuid.uuid4().hex, key=key,
     )
+
+
+MAX_KEY_LENGTH = 200
+
+
+def check_key(name: str, key: object) -> None:
+    """:raises InvalidJob: unless ``key`` is ``None`` or a non-empty string of at most 200 characters."""
+    if key is None:
+        return
+    if not isinstance(key, str) or not key:
+        raise InvalidJob(f"job {name!r}: key must be a non-empty string or None, not {key!r}")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidJob(f"job {name!r}: key is {len(key)} characters, over the limit of {MAX_KEY_LENGTH}")
 
 
 def check_name(name: object) -> None:
@@ -204,6 +221,8 @@ def encode_posting(posting: Posting) -> bytes:
         "attempts": posting.attempts, "not_before": posting.not_before,
         "results": dict(posting.results),
     }
+    if posting.key is not None:
+        record["key"] = posting.key
     try:
         return cast(bytes, msgpack.packb(record, use_bin_type=True))
     except (TypeError, ValueError, OverflowError):
@@ -241,4 +260,5 @@ def _posting_from_record(record: dict[str, Any]) -> Posting:
         attempts=int(record["attempts"]),
         not_before=None if not_before is None else float(not_before),
         results=dict(record.get("results") or {}),
+        key=None if record.get("key") is None else str(record["key"]),
     )

@@ -43,6 +43,19 @@ class BackendUnavailable(JobBoardError):
     """A transient backend failure (connection lost, timeout): retrying is fine."""
 
 
+class UnknownOutcome(JobBoardError):
+    """A write was sent, its reply was lost, and whether it was applied can no longer be told.
+
+    Not transient: repeating the call could do the work twice. A post made with a
+    ``key`` can be repeated safely (the key finds the first one if it was applied).
+    """
+
+
+class BoardConflict(JobBoardError):
+    """The board's stored state contradicts the operation in a way retrying cannot fix
+    (for example a kept result that already exists). The message names the node."""
+
+
 class BackendNotFound(JobBoardError):
     """No installed backend serves the URL's scheme, or its extra is missing."""
 

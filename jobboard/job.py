@@ -91,6 +91,8 @@ class Job:
     """Wall-clock time before which the job is not claimable (``retry_after``)."""
     keep_result: bool = False
     """Whether the board keeps the consume result for ``wait_for_completion``."""
+    key: str | None = None
+    """The idempotency key the job was posted with (see ``JobBoard.post``)."""
 
     def sort_key(self) -> tuple[int, int]:
         """The board order: higher priority first, then posting order."""

@@ -98,3 +98,10 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise ValueError("must be a positive number")
     return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0 or value == float("inf"):
+        raise ValueError("must be a finite number >= 0")
+    return value

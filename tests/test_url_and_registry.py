@@ -111,7 +111,7 @@ def test_unknown_scheme_lists_installed_schemes() -> None:
 
 
 def test_memory_backend_unknown_option_is_invalid_url() -> None:
-    with pytest.raises(InvalidURL, match="known: max_attempts, max_posting_bytes"):
+    with pytest.raises(InvalidURL, match="known: key_retention, max_attempts, max_posting_bytes"):
         open_board("memory://x?max_attempt=3")
 
 

@@ -4,12 +4,14 @@ Boards opened on the same name in one process share one :class:`Store`; a
 board's claims and entities behave like a remote session's: closing the board
 releases them. ``memory://`` without a name is a private board.
 
-URL options: ``max_attempts`` (default for posts), ``max_posting_bytes``.
+URL options: ``max_attempts`` (default for posts), ``max_posting_bytes``,
+``key_retention`` (seconds a settled job's idempotency key keeps finding it).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
@@ -21,12 +23,12 @@ from jobboard.codec import MalformedEntry, encode_value
 from jobboard.errors import InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
-from jobboard.url import parse_options, parse_url, positive_int
+from jobboard.url import non_negative_float, parse_options, parse_url, positive_int
 from jobboard_memory.store import Store, wall_clock
 
 logger = logging.getLogger(__name__)
 
-OPTIONS = {"max_attempts": positive_int, "max_posting_bytes": positive_int}
+OPTIONS = {"max_attempts": positive_int, "max_posting_bytes": positive_int, "key_retention": non_negative_float}
 
 
 class SharedState:
@@ -68,6 +70,7 @@ class MemoryBoard(JobBoard):
         options = parse_options(parsed, OPTIONS)
         self.default_max_attempts: int | None = options.get("max_attempts")
         self.max_posting_bytes = options.get("max_posting_bytes", self.max_posting_bytes)
+        self.key_retention = options.get("key_retention", self.key_retention)
         self._name = (parsed.host_string + parsed.path) or f"private-{uuid.uuid4().hex}"
         self.hub = EventHub()
         self._reported: set[str] = set()
@@ -102,10 +105,11 @@ class MemoryBoard(JobBoard):
     async def post(
         self, name: str, details: Mapping[str, Any] | None = None, *,
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-        max_attempts: int | None = None, keep_result: bool = False,
+        max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
     ) -> Job:
-        _, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result)
-        return self._store.admit(raw)
+        _, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
+        existing = self._store.keyed(key, time.monotonic(), self.key_retention)
+        return existing if existing is not None else self._store.admit(raw)
 
     async def get(self, job: JobRef) -> Job:
         return self._store.entry(job_id_of(job)).job()

@@ -50,6 +50,15 @@ class Entry:
         return (self.posting.priority.rank, self.sequence)
 
 
+@dataclass
+class KeyRecord:
+    """The job an idempotency key found, and when it was settled (``None``: on the board)."""
+
+    job_id: str
+    settled: Job | None = None
+    settled_at: float = 0.0
+
+
 class Store:
     """Jobs, trash, kept outcomes and entities of one named memory board."""
 
@@ -61,8 +70,21 @@ class Store:
         self._ready: list[tuple[int, int, str]] = []
         self._sequence = itertools.count(1)
         self._publish = publish
+        self.keys: dict[str, KeyRecord] = {}
 
     # -- posting -------------------------------------------------------------
+
+    def keyed(self, key: str | None, now: float, retention: float) -> Job | None:
+        """The job an idempotency key still finds (on the board, or settled within ``retention``)."""
+        record = self.keys.get(key) if key is not None else None
+        if record is None:
+            return None
+        if record.settled is None:
+            return self.jobs[record.job_id].job()
+        if now - record.settled_at < retention:
+            return record.settled
+        del self.keys[key]  # type: ignore[arg-type]
+        return None
 
     def admit(self, raw: bytes) -> Job:
         """Add an encoded posting; an undecodable one is kept aside as malformed.
@@ -85,8 +107,15 @@ class Store:
         for dep in posting.depends_on:
             self.jobs[dep].dependents.append(job_id)
         self._make_ready(entry)
+        if posting.key is not None:
+            self.keys[posting.key] = KeyRecord(job_id)
         self._publish(Event(EventKind.POSTED, job_id, posting.name))
         return entry.job()
+
+    def _settled(self, entry: Entry) -> None:
+        """Keep the job a key finds after it left the board (from now on)."""
+        if entry.posting.key is not None:
+            self.keys[entry.posting.key] = KeyRecord(entry.job_id, entry.job(), time.monotonic())
 
     def _make_ready(self, entry: Entry) -> None:
         if not entry.waiting_on and entry.owner is None:
@@ -205,6 +234,7 @@ class Store:
             raise InvalidJob(f"result of job {entry.job_id} is {len(raw)} bytes, over this board's limit "
                              f"of {max_bytes} bytes (max_posting_bytes); store it elsewhere")
         del self.jobs[entry.job_id]
+        self._settled(entry)
         if entry.posting.keep_result:
             self.kept_results[entry.job_id] = raw
         self._publish(Event(EventKind.CONSUMED, entry.job_id, entry.posting.name))
@@ -237,6 +267,7 @@ class Store:
     def move_to_trash(self, entry: Entry, reason: str, now: float) -> None:
         """Trash an entry and, recursively, every job that depends on it."""
         del self.jobs[entry.job_id]
+        self._settled(entry)
         self.trash[entry.job_id] = TrashedJob(entry.job(), reason, now)
         self._publish(Event(EventKind.TRASHED, entry.job_id, reason))
         for dependent_id in entry.dependents:

@@ -25,6 +25,7 @@ from jobboard.codec import (
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, JobNotFound, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob, wanted
+from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
 from jobboard_zookeeper.layout import (
     DIRECTORIES,
@@ -33,6 +34,7 @@ from jobboard_zookeeper.layout import (
     is_job_id,
 )
 from jobboard_zookeeper.layout import sequence_of as sequence_in
+from jobboard_zookeeper.markers import Markers
 from jobboard_zookeeper.ops import SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
@@ -58,6 +60,7 @@ class ZooKeeperBoard(JobBoard):
         self.options = parse_zookeeper_url(url)
         self.max_posting_bytes = self.options.max_posting_bytes
         self.default_max_attempts = self.options.max_attempts
+        self.key_retention = self.options.key_retention
         self._paths = Paths(self.options.root)
         self.hub = EventHub()
         self._zk: ZooKeeper | None = None
@@ -81,9 +84,10 @@ class ZooKeeperBoard(JobBoard):
         try:
             for name in DIRECTORIES:
                 await self._zk.ensure_path(self._paths.dir(name))
-            self._settler = Settler(self._zk, self._paths, self.max_posting_bytes)
+            self._markers = Markers(self._zk, self._paths)
+            self._settler = Settler(self._zk, self._paths, self._markers, self.max_posting_bytes)
             self.view = BoardView(self._zk, self._paths, self._publish)
-            self._poster = Poster(self._zk, self._paths)
+            self._poster = Poster(self._zk, self._paths, self._markers, self.key_retention)
             self._entities = Entities(self._zk, self._paths)
             self._zk.add_session_listener(self._on_session_event)  # a blip while opening re-syncs
             await self.view.sync(report=False)
@@ -92,6 +96,7 @@ class ZooKeeperBoard(JobBoard):
             await self._zk.close()
             raise
         self._open = True
+        self._spawn(collect_forever(self._zk, self._paths, self._markers, self.key_retention))
 
     async def aclose(self) -> None:
         if not self._open:
@@ -101,6 +106,7 @@ class ZooKeeperBoard(JobBoard):
         for task in self._tasks:
             task.cancel()
         assert self._zk is not None
+        await self._markers.close()
         await self._zk.close()
         self.hub.close()
 
@@ -143,11 +149,10 @@ class ZooKeeperBoard(JobBoard):
     async def post(
         self, name: str, details: Mapping[str, Any] | None = None, *,
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-        max_attempts: int | None = None, keep_result: bool = False,
+        max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
     ) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result)
-        new_id, sequence = await self._poster.post(posting, raw)
-        return posting.to_job(new_id, sequence)
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
+        return await self._poster.post(posting, raw)
 
     # -- reading ---------------------------------------------------------------
 

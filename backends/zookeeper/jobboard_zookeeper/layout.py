@@ -10,6 +10,10 @@
     <root>/trash/<id>           the posting, the reason and the time
     <root>/results/<id>         consume results of jobs posted with keep_result
     <root>/entities/<name>      ephemeral: live workers and their metadata
+    <root>/marks/<board>-<n>    write markers: one per post or settle until its outcome is
+                                known (see :mod:`jobboard_zookeeper.markers`)
+    <root>/keys/<key>           idempotency keys: the job posted with the key (see
+                                :mod:`jobboard_zookeeper.keys`)
 
 A job id is ``<rank>-<sequence>``, so a plain sort of ``jobs/`` is priority,
 then posting order; ids are allocated before the write, so every write names
@@ -21,11 +25,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 from jobboard.codec import MalformedEntry, decode_value, encode_value
 from jobboard.job import Priority
 
-DIRECTORIES = ("counters", "jobs", "waiting", "locks", "trash", "results", "entities")
+DIRECTORIES = ("counters", "jobs", "waiting", "locks", "trash", "results", "entities", "marks", "keys")
 EPOCH_SIZE = 2_000_000_000
 """A counter node's version is a 32-bit int: move to the next counter well before it overflows."""
 
@@ -79,6 +84,13 @@ class Paths:
 
     def entity(self, name: str) -> str:
         return f"{self.root}/entities/{name}"
+
+    def mark(self, name: str) -> str:
+        return f"{self.root}/marks/{name}"
+
+    def key(self, key: str) -> str:
+        """The node of an idempotency key (quoted: any string is a valid key)."""
+        return f"{self.root}/keys/k-{quote(key, safe='')}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,8 @@ class Stat:
     mzxid: int
     num_children: int
     ephemeral_owner: int
+    mtime: float = 0.0
+    """When the node was last written, by the server's clock (seconds since the epoch)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobboard.errors import InvalidURL
-from jobboard.url import parse_options, parse_url, positive_float, positive_int
+from jobboard.url import non_negative_float, parse_options, parse_url, positive_float, positive_int
 
 DEFAULT_ROOT = "/jobboard"
 JUTE_MAXBUFFER = 1024 * 1024
@@ -30,6 +30,8 @@ class ZooKeeperOptions:
     jute_maxbuffer: int = JUTE_MAXBUFFER
     """The servers' jute.maxbuffer: the largest node (and request) they accept."""
     max_attempts: int | None = None
+    key_retention: float = 86400.0
+    """Seconds a settled job's idempotency key keeps finding it."""
     username: str | None = None
     password: str | None = None
 
@@ -45,7 +47,7 @@ class ZooKeeperOptions:
 CONVERTERS = {
     "session_timeout": positive_float, "connect_timeout": positive_float,
     "ping_interval": positive_float, "ping_timeout": positive_float,
-    "jute_maxbuffer": positive_int, "max_attempts": positive_int,
+    "jute_maxbuffer": positive_int, "max_attempts": positive_int, "key_retention": non_negative_float,
 }
 
 

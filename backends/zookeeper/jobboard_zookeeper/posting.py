@@ -1,11 +1,14 @@
-"""Posting on ZooKeeper: ids allocated before the write, so every write is recognisable.
+"""Posting on ZooKeeper: exactly once, with ids allocated before the write.
 
 A job's sequence is the new data version of a counter node (one ``set_data``
 with version -1: cheap, never contended, a replay only skips a number). Its
 id names the nodes the post creates, all in one multi: ``jobs/<id>``, or for a
 linked job ``waiting/<id>`` plus a link ``<dependency>/<id>`` under each
-dependency (a dependency that is gone makes the whole multi fail). A lost reply
-is resolved by reading the node back and comparing the posting's token.
+dependency (a dependency that is gone makes the whole multi fail), the key node
+for a keyed post, and a write marker. A lost reply is resolved by the marker
+(:mod:`jobboard_zookeeper.markers`): the post is sent again only if the first
+one was certainly not applied, so a job consumed before the poster reads back is
+never posted twice.
 """
 
 from __future__ import annotations
@@ -13,19 +16,23 @@ from __future__ import annotations
 import asyncio
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting
-from jobboard.errors import InvalidJob
-from jobboard_zookeeper.layout import EPOCH_SIZE, Paths, job_id
-from jobboard_zookeeper.ops import Create, OutcomeUnknown
+from jobboard.errors import BackendUnavailable, BoardConflict, InvalidJob, UnknownOutcome
+from jobboard.job import Job
+from jobboard_zookeeper.keys import KeyRecord, expired
+from jobboard_zookeeper.layout import EPOCH_SIZE, Paths, job_id, sequence_of
+from jobboard_zookeeper.markers import Marker, Markers
+from jobboard_zookeeper.ops import Create, Delete, Op, OutcomeUnknown, TxnResult
 from jobboard_zookeeper.zk import ZooKeeper
 
-DEPENDENCY_RACE_RETRIES = 5
+RACE_RETRIES = 5
 
 
 class Poster:
     """Allocates job ids and writes postings for one board."""
 
-    def __init__(self, zk: ZooKeeper, paths: Paths) -> None:
-        self._zk, self._paths = zk, paths
+    def __init__(self, zk: ZooKeeper, paths: Paths, markers: Markers, key_retention: float) -> None:
+        self._zk, self._paths, self._markers = zk, paths, markers
+        self._key_retention = key_retention
         self._epoch = 0
 
     async def open(self) -> None:
@@ -44,29 +51,86 @@ class Poster:
             await self._zk.ensure_path(self._paths.counter(epoch + 1))
             self._epoch = max(self._epoch, epoch + 1)
 
-    async def post(self, posting: Posting, raw: bytes) -> tuple[str, int]:
-        """Store an encoded posting; returns its id and sequence.
+    async def post(self, posting: Posting, raw: bytes) -> Job:
+        """Store an encoded posting once; a keyed post may return the job its key finds.
 
         :raises InvalidJob: a dependency is not on the board (nothing is written).
+        :raises BackendUnavailable: not connected (a keyed post may be repeated safely).
+        :raises UnknownOutcome: a lost reply could not be resolved in time.
         """
         sequence = await self.next_sequence()
         new_id = job_id(posting.priority, sequence)
-        for _ in range(DEPENDENCY_RACE_RETRIES):
-            ops = await self._ops(new_id, raw, posting.depends_on)
-            if await self._write(new_id, ops, posting.token):
-                return new_id, sequence
-        raise InvalidJob(f"job {posting.name!r}: its dependencies kept changing while it was posted")
+        replaced: Delete | None = None  # an expired key this post takes over
+        for _ in range(RACE_RETRIES):
+            ops = await self._ops(new_id, posting, raw, replaced)
+            marker = self._markers.new()
+            try:
+                result = await self._zk.multi([*ops, marker.create()])
+            except OutcomeUnknown:
+                if await self._resolve(marker, posting):
+                    return posting.to_job(new_id, sequence)
+                continue  # certainly not applied: the same post again
+            if result.ok:
+                self._markers.done(marker)
+                return posting.to_job(new_id, sequence)
+            found = await self._key_conflict(posting, result)
+            if isinstance(found, Job):
+                return found
+            replaced = found
+        raise InvalidJob(f"job {posting.name!r}: its dependencies or key kept changing while it was posted")
 
-    async def _ops(self, new_id: str, raw: bytes, depends_on: tuple[str, ...]) -> list[Create]:
-        if not depends_on:
-            return [Create(self._paths.job(new_id), raw)]
-        ops = [Create(self._paths.waiting(new_id), raw)]
-        parents = await asyncio.gather(*map(self.locate, depends_on))
-        for dependency, parent in zip(depends_on, parents, strict=True):
+    async def _resolve(self, marker: Marker, posting: Posting) -> bool:
+        """Whether a post whose reply was lost was applied; unkeyed posts never say "retry"."""
+        try:
+            return await self._markers.applied(marker)
+        except BackendUnavailable as error:
+            if posting.key is not None:
+                raise  # posting again with the key finds the first post if it was applied
+            raise UnknownOutcome(
+                f"job {posting.name!r}: the reply to its post was lost and ZooKeeper stayed unreachable, "
+                f"so whether it was posted cannot be told ({error}); post with a key to retry safely"
+            ) from error
+
+    async def _ops(self, new_id: str, posting: Posting, raw: bytes, replaced: Delete | None) -> list[Op]:
+        ops: list[Op] = [] if replaced is None else [replaced]
+        if posting.key is not None:
+            ops.append(Create(self._paths.key(posting.key), KeyRecord(new_id).encode()))
+        if not posting.depends_on:
+            return [*ops, Create(self._paths.job(new_id), raw)]
+        ops.append(Create(self._paths.waiting(new_id), raw))
+        parents = await asyncio.gather(*map(self.locate, posting.depends_on))
+        for dependency, parent in zip(posting.depends_on, parents, strict=True):
             if parent is None:
                 raise InvalidJob(f"dependency {dependency} is not on the board (consumed, trashed or unknown)")
             ops.append(Create(f"{parent}/{new_id}"))
         return ops
+
+    async def _key_conflict(self, posting: Posting, result: TxnResult) -> Job | Delete | None:
+        """After a failed post: the job its key finds, the delete of an expired key, or ``None``."""
+        failure = result.failure()
+        if posting.key is None or failure is None or failure[0].path != self._paths.key(posting.key):
+            return None  # a dependency moved: build the post again
+        path = self._paths.key(posting.key)
+        if failure[1] != "NodeExists":
+            return None  # the expired key was replaced or collected meanwhile
+        found = await self._zk.get(path)
+        if found is None:
+            return None
+        try:
+            record = KeyRecord.decode(found[0])
+            if expired(found[1], record, self._key_retention):
+                return Delete(path, found[1].version)
+            return record.settled_job() if record.settled is not None else await self._live(record.job_id)
+        except MalformedEntry as error:
+            raise BoardConflict(f"key {posting.key!r} of job {posting.name!r}: {path} holds {error}") from None
+
+    async def _live(self, job: str) -> Job | None:
+        """The job on the board (``None`` if it was just settled: read the key again)."""
+        for path in (self._paths.waiting(job), self._paths.job(job)):
+            found = await self._zk.get(path)
+            if found is not None:
+                return decode_posting(found[0]).to_job(job, sequence_of(job))
+        return None
 
     async def locate(self, job: str) -> str | None:
         """The path of a job on the board (``waiting/`` or ``jobs/``), or ``None``.
@@ -78,26 +142,3 @@ class Poster:
             if await self._zk.exists(path) is not None:
                 return path
         return None
-
-    async def _write(self, new_id: str, ops: list[Create], token: str) -> bool:
-        """True once the posting is stored (recognising our own earlier write)."""
-        try:
-            result = await self._zk.multi(ops)
-        except OutcomeUnknown:
-            return await self._posted(new_id, token)
-        failure = result.failure()
-        if failure is None:
-            return True
-        if failure[1] == "NodeExists" and failure[0] is ops[0]:
-            return await self._posted(new_id, token)
-        return False
-
-    async def _posted(self, new_id: str, token: str) -> bool:
-        for path in (self._paths.job(new_id), self._paths.waiting(new_id)):
-            found = await self._zk.get(path)
-            try:
-                if found is not None and decode_posting(found[0]).token == token:
-                    return True
-            except MalformedEntry:
-                continue
-        return False

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting, encode_posting, encode_value
-from jobboard.errors import BackendUnavailable, ClaimLost, InvalidJob, JobNotFound, NotOwner
+from jobboard.errors import BackendUnavailable, BoardConflict, ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import Claim
+from jobboard_zookeeper.keys import settle_ops
 from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
+from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
 from jobboard_zookeeper.zk import ZooKeeper
 
@@ -49,6 +51,17 @@ class Held:
     had_links: bool = True
     """Whether the job had dependents when claimed: if not, consume skips listing them
     (a dependent posted since makes ``delete(job)`` fail with NotEmpty and the settle retry)."""
+    key: str | None = None
+    """The job's idempotency key: its settle records the outcome there."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unsettled:
+    """A settle whose reply was lost and whose marker could not be read back yet."""
+
+    generation: int
+    kind: str
+    marker: Marker
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +78,12 @@ class Stored:
 class Settler:
     """Runs the claim and settle transactions for one board."""
 
-    def __init__(self, zk: ZooKeeper, paths: Paths, max_posting_bytes: int) -> None:
-        self._zk, self._paths = zk, paths
+    def __init__(self, zk: ZooKeeper, paths: Paths, markers: Markers, max_posting_bytes: int) -> None:
+        self._zk, self._paths, self._markers = zk, paths, markers
         self.max_posting_bytes = max_posting_bytes
         self.held: dict[str, Held] = {}
-        self.unsettled: dict[str, int] = {}
-        """Claims (job -> generation) whose last settle's reply was lost, outcome not read back yet."""
+        self.unsettled: dict[str, Unsettled] = {}
+        """Settles whose reply was lost and whose outcome was not read back yet, by job."""
         self.lost: dict[str, Held] = {}
         """Claims of a session that expired (or was assumed expired), by job."""
 
@@ -135,7 +148,7 @@ class Settler:
         if not won:
             return _why_not(result)
         generation = stored.version + 1
-        self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0)
+        self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0, claimed.key)
         job = claimed.to_job(job_id, sequence_of(job_id))
         return Claim(job, owner, generation, claimed.dependency_results())
 
@@ -164,12 +177,14 @@ class Settler:
             lock = self._paths.lock(job_id)
             ops += [Create(lock, ephemeral=True), Delete(lock)]
         ops += await self._trash_ops(job_id, stored, reason)
+        marker = self._markers.new()
         try:
-            result = await self._zk.multi(ops)
+            result = await self._zk.multi([*ops, marker.create()])
         except OutcomeUnknown:
-            return None if await self._zk.exists(self._paths.trash(job_id)) else "changed"
+            return None if await self._markers.applied(marker) else "changed"
         failure = result.failure()
         if failure is None:
+            self._markers.done(marker)
             return None
         return "claimed" if failure[0] == ops[0] and failure[1] == "NodeExists" else "changed"
 
@@ -192,16 +207,14 @@ class Settler:
         record = LockRecord.decode(lock[0])
         if record.owner != claim.owner:
             raise NotOwner(f"job {job_id} is owned by {record.owner}, not {claim.owner}")
-        return Held(claim.owner, claim.generation, record.nonce, stored.raw)
+        return Held(claim.owner, claim.generation, record.nonce, stored.raw, key=stored.posting.key)
 
     async def consume(self, claim: Claim, result: Any) -> None:
         job_id = claim.job.id
         raw_result = encode_value(result, what=f"result of job {job_id}")
-        held = await self.current(claim)
-
         attempts = 0
 
-        async def build() -> list[Op]:
+        async def build(held: Held) -> list[Op]:
             nonlocal attempts
             attempts += 1
             ops: list[Op] = [Check(self._paths.job(job_id), claim.generation)]
@@ -210,71 +223,105 @@ class Settler:
             ops.append(Delete(self._paths.job(job_id)))
             if claim.job.keep_result:
                 ops.append(Create(self._paths.result(job_id), raw_result))
+            ops += self._key_ops(job_id, held)
             return [*ops, Delete(self._paths.lock(job_id))]
 
-        await self._settle(claim, held, build, applied=self._consumed(claim))
+        await self._settle(claim, "consume", build)
 
     async def abandon(self, claim: Claim, not_before: float | None) -> None:
         job_id = claim.job.id
-        held = await self.current(claim)
 
-        async def build() -> list[Op]:
+        async def build(held: Held) -> list[Op]:
             job, lock = self._paths.job(job_id), self._paths.lock(job_id)
             if not_before is None:
                 return [Check(job, claim.generation), Delete(lock)]
             raw = encode_posting(decode_posting(held.posting).delayed(not_before))
             return [SetData(job, raw, claim.generation), Delete(lock)]
 
-        await self._settle(claim, held, build, applied=self._lock_not(job_id, held.nonce))
+        await self._settle(claim, "abandon", build)
 
     async def trash(self, claim: Claim, reason: str) -> None:
         job_id = claim.job.id
-        held = await self.current(claim)
         path = self._paths.job(job_id)
 
-        async def build() -> list[Op]:
+        async def build(held: Held) -> list[Op]:
             stored = Stored(path, held.posting, decode_posting(held.posting), claim.generation)
             ops = await self._trash_ops(job_id, stored, reason)
             return [*ops, Delete(self._paths.lock(job_id))]
 
-        await self._settle(claim, held, build, applied=self._trashed(claim, reason))
+        await self._settle(claim, "trash", build)
 
-    async def _settle(
-        self, claim: Claim, held: Held, build: Callable[[], Awaitable[list[Op]]],
-        applied: Callable[[], Awaitable[bool]],
-    ) -> None:
-        """Run ``build()``'s multi until it applies; retry when only a dependent conflicted.
+    def _key_ops(self, job_id: str, held: Held) -> list[Op]:
+        if held.key is None:
+            return []
+        return settle_ops(self._paths, job_id, decode_posting(held.posting), held.posting)
 
-        A settle whose reply was lost is remembered until its outcome is read back,
-        so that a caller retrying after ``BackendUnavailable`` gets the first
-        attempt's success instead of ``ClaimLost``.
+    async def _settle(self, claim: Claim, kind: str, build: Callable[[Held], Awaitable[list[Op]]]) -> None:
+        """Run ``build(held)``'s multi, with a write marker, until it applies.
+
+        A lost reply is resolved by the marker: applied, or certainly not (then
+        the multi is built and sent again, and its checks refuse a claim that
+        went meanwhile). While the server cannot be asked, the pending marker is
+        remembered, so that the caller's retry after ``BackendUnavailable``
+        learns the first try's outcome instead of a false ``ClaimLost``.
         """
         job_id = claim.job.id
-        if self.unsettled.get(job_id) == claim.generation and await applied():
-            self.unsettled.pop(job_id, None)
-            self.held.pop(job_id, None)
+        if await self._resolved(claim, kind):
             return
+        held = await self.current(claim)
         for _ in range(MAX_CONFLICT_RETRIES):
-            ops = await build()
+            marker = self._markers.new()
+            ops = [*await build(held), marker.create()]
             self._check_request_size(job_id, ops)
             try:
                 result = await self._zk.multi(ops)
             except OutcomeUnknown:
-                self.unsettled[job_id] = claim.generation
-                if await applied():
-                    self.unsettled.pop(job_id, None)
-                    self.held.pop(job_id, None)
+                self.unsettled[job_id] = Unsettled(claim.generation, kind, marker)
+                if await self._resolved(claim, kind):
                     return
-                self.unsettled.pop(job_id, None)
-                await self.current(claim)
                 continue
             if result.ok:
+                self._markers.done(marker)
                 self.held.pop(job_id, None)
                 return
-            if _lost_claim(result, self._paths, job_id):
-                self.held.pop(job_id, None)
-                raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
-        raise BackendUnavailable(f"settling job {job_id} kept conflicting with concurrent changes")
+            self._refuse(result, claim)
+        raise BackendUnavailable(
+            f"settling job {job_id} kept conflicting with concurrent changes to its dependents; try again")
+
+    async def _resolved(self, claim: Claim, kind: str) -> bool:
+        """Whether an earlier try of this settle, whose reply was lost, was applied.
+
+        :raises ClaimLost: it was, but it was another kind of settle.
+        :raises BackendUnavailable: the server cannot be asked now (still pending).
+        """
+        pending = self.unsettled.get(claim.job.id)
+        if pending is None or pending.generation != claim.generation:
+            return False
+        applied = await self._markers.applied(pending.marker)
+        del self.unsettled[claim.job.id]
+        if not applied:
+            return False
+        self.held.pop(claim.job.id, None)
+        if pending.kind != kind:
+            raise ClaimLost(f"claim of job {claim.job.id} was already settled ({pending.kind})")
+        return True
+
+    def _refuse(self, result: TxnResult, claim: Claim) -> None:
+        """After a failed settle multi: raise unless only a dependent conflicted (then retry).
+
+        :raises ClaimLost: the claim itself is not current.
+        :raises BoardConflict: a node the settle must create exists already, or a
+            key it must update is gone: retrying cannot help.
+        """
+        job_id = claim.job.id
+        failure = result.failure()
+        if failure is None or _lost_claim(failure, self._paths, job_id):
+            self.held.pop(job_id, None)
+            raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
+        op, error = failure
+        if error == "NodeExists" or op.path.startswith(self._paths.dir("keys")):
+            raise BoardConflict(f"settling job {job_id}: ZooKeeper {error} on {op.path}; the board holds "
+                                "a node this settle must write (left by another tool or a bug)")
 
     def _check_request_size(self, job_id: str, ops: list[Op]) -> None:
         """:raises InvalidJob: the transaction would exceed what the server accepts (jute.maxbuffer)."""
@@ -284,31 +331,6 @@ class Settler:
                 f"settling job {job_id} needs a {size}-byte transaction, over this board's limit of "
                 f"{self.max_posting_bytes} bytes (jute_maxbuffer): the result is too large for "
                 f"{'the job and its dependents' if len(ops) > 4 else 'the board'}; store it elsewhere")
-
-    def _consumed(self, claim: Claim) -> Callable[[], Awaitable[bool]]:
-        """After a lost reply: gone, not trashed, and our session never lost the claim."""
-        job_id = claim.job.id
-
-        async def check() -> bool:
-            if self.lost_reason(claim) is not None:
-                return False  # someone else may have settled it: ClaimLost follows
-            gone = await self._zk.exists(self._paths.job(job_id)) is None
-            return gone and await self._zk.exists(self._paths.trash(job_id)) is None
-        return check
-
-    def _trashed(self, claim: Claim, reason: str) -> Callable[[], Awaitable[bool]]:
-        """After a lost reply: in the trash with our reason, and our session never lost the claim."""
-        async def check() -> bool:
-            found = await self._zk.get(self._paths.trash(claim.job.id))
-            if found is None or self.lost_reason(claim) is not None:
-                return False
-            return TrashRecord.decode(found[0]).reason == reason
-        return check
-
-    def _lock_not(self, job_id: str, nonce: str) -> Callable[[], Awaitable[bool]]:
-        async def check() -> bool:
-            return not await self._lock_is(job_id, nonce)
-        return check
 
     # -- linked jobs -------------------------------------------------------------
 
@@ -339,7 +361,8 @@ class Settler:
     async def _trash_ops(self, job_id: str, stored: Stored, reason: str) -> list[Op]:
         """Trash one job and, recursively, its dependents (without its lock)."""
         ops: list[Op] = [Check(stored.path, stored.version),
-                         Create(self._paths.trash(job_id), TrashRecord.now(stored.raw, reason).encode())]
+                         Create(self._paths.trash(job_id), TrashRecord.now(stored.raw, reason).encode()),
+                         *settle_ops(self._paths, job_id, stored.posting, stored.raw)]
         for dependent_id in await self._links(stored.path):
             ops.append(Delete(f"{stored.path}/{dependent_id}"))
             dependent = await self._read_quietly(self._paths.waiting(dependent_id))
@@ -370,11 +393,8 @@ def _why_not(result: TxnResult | None) -> str:
     return "gone" if error == "NoNode" else "changed"
 
 
-def _lost_claim(result: TxnResult, paths: Paths, job_id: str) -> bool:
+def _lost_claim(failure: tuple[Op, str], paths: Paths, job_id: str) -> bool:
     """Whether a failed settle failed on the claim itself (not on a dependent)."""
-    failure = result.failure()
-    if failure is None:
-        return True
     op, error = failure
     if op.path == paths.lock(job_id):
         return True

@@ -327,6 +327,11 @@ class ZooKeeper:
             raise
         return stat_of(response.stat)
 
+    async def sync(self, path: str) -> None:
+        """Bring this server up to date with the leader, so that the next read sees every
+        write applied before now (a lost write's reply is resolved after one)."""
+        await self._call(protocol.SyncRequest(path=path), retry=True)
+
     async def bump(self, path: str) -> int:
         """Increment the node's data version (a server-side counter); returns the new version.
 

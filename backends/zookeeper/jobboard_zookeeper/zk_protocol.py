@@ -55,4 +55,5 @@ def plain_reader(conn: Any) -> Callable[[int], Awaitable[bytes]]:
 
 def stat_of(raw: Any) -> Stat:
     return Stat(version=int(raw.version), czxid=int(raw.created_zxid), mzxid=int(raw.last_modified_zxid),
-                num_children=int(raw.num_children), ephemeral_owner=int(raw.ephemeral_owner))
+                num_children=int(raw.num_children), ephemeral_owner=int(raw.ephemeral_owner),
+                mtime=int(raw.modified) / 1000)

@@ -1,0 +1,187 @@
+"""zookeeper:// never reports a write it did not make, and never makes one twice.
+
+Each test reproduces an interleaving that once broke that promise:
+
+* the owner is frozen (its whole event loop blocked, as under SIGSTOP) past its
+  session timeout while another board takes the job over; on resume its settle
+  must raise ``ClaimLost``, not return normally;
+* a post's reply is lost after the server applied it, and the job is consumed or
+  trashed by another board before the poster reads back: the post must not be
+  written a second time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+from aiozk import exc, protocol
+
+from jobboard import ClaimLost, JobBoard, JobState, open_board
+from jobboard_zookeeper import ZooKeeperBoard
+from tests.test_zookeeper_faults import board_url
+
+pytestmark = pytest.mark.timeout(90)
+
+SESSION_TIMEOUT = 2.0
+
+
+def run_in_thread(work: Callable[[], Awaitable[None]]) -> tuple[threading.Thread, list[BaseException]]:
+    """Run ``work`` on its own event loop in a thread (it keeps going while ours is frozen)."""
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            asyncio.run(asyncio.wait_for(work(), 30))  # type: ignore[arg-type]
+        except BaseException as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+def freeze_until(thread: threading.Thread, errors: list[BaseException]) -> None:
+    """Block this thread's event loop (like SIGSTOP) until the rival is done."""
+    thread.join(timeout=40)
+    assert not thread.is_alive(), "the rival did not finish"
+    assert not errors, errors
+
+
+async def test_stale_consume_after_a_freeze_past_the_session_is_refused(zk_hosts: str) -> None:
+    url = board_url(zk_hosts, session_timeout=SESSION_TIMEOUT)
+    with anyio.fail_after(60):
+        async with open_board(url) as owner:
+            job = await owner.post("a")
+            stale = await owner.claim(job, "owner")
+
+            async def rival() -> None:
+                async with open_board(url) as board:
+                    await board.wait()  # the frozen owner's session expires, its lock goes
+                    claim = await board.claim(job, "rival")
+                    await board.consume(claim, "rival's")
+
+            freeze_until(*run_in_thread(rival))
+            with pytest.raises(ClaimLost):
+                await owner.consume(stale, "stale")
+            assert await owner.state(job) is JobState.COMPLETE
+
+
+async def test_stale_abandon_after_a_freeze_past_the_session_is_refused(zk_hosts: str) -> None:
+    url = board_url(zk_hosts, session_timeout=SESSION_TIMEOUT)
+    with anyio.fail_after(60):
+        async with open_board(url) as owner:
+            job = await owner.post("a")
+            stale = await owner.claim(job, "owner")
+
+            async def rival() -> None:
+                board = ZooKeeperBoard(url)
+                await board.open()  # left open: it holds the job on while the owner resumes
+                await board.wait()
+                await board.claim(job, "rival")
+                holders.append(board)
+
+            holders: list[ZooKeeperBoard] = []
+            freeze_until(*run_in_thread(rival))
+            with pytest.raises(ClaimLost):
+                await owner.abandon(stale, retry_after=30)
+            fresh = await owner.get(job)
+            assert fresh.not_before is None and fresh.attempts == 2  # the rival's claim stands
+            assert await owner.owner(job) == "rival"
+
+
+async def claim_soon(board: JobBoard) -> Any:
+    """Claim the next job once this board has seen it."""
+    while (claim := await board.claim_next("rival")) is None:
+        await board.wait()
+    return claim
+
+
+def lose_reply_while(board: JobBoard, meanwhile: Callable[[], Awaitable[None]]) -> list[int]:
+    """The next multi is applied but its reply lost; ``meanwhile`` runs before the poster learns it."""
+    assert isinstance(board, ZooKeeperBoard)
+    conn = board.zk._session.conn  # test-only reach into the client to break one reply
+    original = conn.send
+    lost = [0]
+
+    def send(request: Any, xid: Any = None) -> Any:
+        reply = original(request, xid=xid)
+        if not isinstance(request, protocol.TransactionRequest) or lost[0]:
+            return reply
+        lost[0] += 1
+        broken = asyncio.get_running_loop().create_future()
+
+        async def hide(_: Any) -> None:
+            conn.writer.transport.abort()
+            await meanwhile()
+            broken.set_exception(exc.ConnectError(conn.host, conn.port))
+
+        reply.add_done_callback(lambda answered: asyncio.ensure_future(hide(answered)))
+        return broken
+
+    conn.send = send
+    return lost
+
+
+@pytest.mark.parametrize("keep_result", [False, True])
+async def test_a_post_consumed_before_its_lost_reply_is_resolved_is_not_posted_again(
+    zk_hosts: str, keep_result: bool,
+) -> None:
+    url = board_url(zk_hosts, session_timeout=6)
+    with anyio.fail_after(30):
+        async with open_board(url) as poster, open_board(url) as rival:
+
+            async def consume_it() -> None:
+                claim = await claim_soon(rival)
+                await rival.consume(claim, "done")
+
+            lost = lose_reply_while(poster, consume_it)
+            job = await poster.post("once", {"k": 1}, keep_result=keep_result)
+            assert lost == [1]
+            assert await poster.job_count() == 0, "the post was written twice"
+            outcome = await poster.wait_for_completion(job)
+            assert outcome.state is JobState.COMPLETE
+            assert outcome.result == ("done" if keep_result else None)
+
+
+async def test_a_post_trashed_before_its_lost_reply_is_resolved_is_not_posted_again(zk_hosts: str) -> None:
+    url = board_url(zk_hosts, session_timeout=6)
+    with anyio.fail_after(30):
+        async with open_board(url) as poster, open_board(url) as rival:
+
+            async def trash_it() -> None:
+                claim = await claim_soon(rival)
+                await rival.trash(claim, "bad")
+
+            lose_reply_while(poster, trash_it)
+            job = await poster.post("once")
+            assert await poster.job_count() == 0, "the post was written twice"
+            assert await poster.state(job) is JobState.TRASHED
+            assert [t.reason async for t in poster.trashed()] == ["bad"]
+
+
+async def test_settles_with_lost_replies_are_recognised_as_ours(zk_hosts: str) -> None:
+    """The positive side: a settle whose own reply was lost returns normally (it was applied)."""
+    url = board_url(zk_hosts, session_timeout=6)
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            for settle in ("consume", "abandon", "trash"):
+                job = await board.post(settle)
+                claim = await board.claim(job, "me")
+                lost = lose_reply_while(board, lambda: anyio.sleep(0))
+                started = time.monotonic()
+                if settle == "consume":
+                    await board.consume(claim)
+                elif settle == "abandon":
+                    await board.abandon(claim, retry_after=30)
+                else:
+                    await board.trash(claim, "why")
+                assert lost == [1], settle
+                assert time.monotonic() - started < 10
+            states = {j.name: j async for j in board.iterjobs()}
+            assert set(states) == {"abandon"} and states["abandon"].not_before is not None
