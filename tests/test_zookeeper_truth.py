@@ -19,11 +19,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from aiozk import exc, protocol
 
-from jobboard import ClaimLost, JobBoard, JobState, open_board
-from jobboard_zookeeper import ZooKeeperBoard
+from jobboard import BoardConflict, ClaimLost, JobBoard, JobState, open_board
+from jobboard_zookeeper import ZooKeeperBoard, markers
+from jobboard_zookeeper.keys import collect_keys
+from jobboard_zookeeper.ops import Create
 from tests.test_zookeeper_faults import board_url
 
 pytestmark = pytest.mark.timeout(90)
@@ -31,14 +34,14 @@ pytestmark = pytest.mark.timeout(90)
 SESSION_TIMEOUT = 2.0
 
 
-def run_in_thread(work: Callable[[], Awaitable[None]]) -> tuple[threading.Thread, list[BaseException]]:
+def run_in_thread(work: Callable[[], Awaitable[None]]) -> tuple[threading.Thread, list[Exception]]:
     """Run ``work`` on its own event loop in a thread (it keeps going while ours is frozen)."""
-    errors: list[BaseException] = []
+    errors: list[Exception] = []
 
     def target() -> None:
         try:
             asyncio.run(asyncio.wait_for(work(), 30))  # type: ignore[arg-type]
-        except BaseException as error:
+        except Exception as error:  # noqa: BLE001 - reported to the test, which fails on it
             errors.append(error)
 
     thread = threading.Thread(target=target, daemon=True)
@@ -46,7 +49,7 @@ def run_in_thread(work: Callable[[], Awaitable[None]]) -> tuple[threading.Thread
     return thread, errors
 
 
-def freeze_until(thread: threading.Thread, errors: list[BaseException]) -> None:
+def freeze_until(thread: threading.Thread, errors: list[Exception]) -> None:
     """Block this thread's event loop (like SIGSTOP) until the rival is done."""
     thread.join(timeout=40)
     assert not thread.is_alive(), "the rival did not finish"
@@ -173,7 +176,7 @@ async def test_settles_with_lost_replies_are_recognised_as_ours(zk_hosts: str) -
             for settle in ("consume", "abandon", "trash"):
                 job = await board.post(settle)
                 claim = await board.claim(job, "me")
-                lost = lose_reply_while(board, lambda: anyio.sleep(0))
+                lost = lose_reply_while(board, lambda: anyio.lowlevel.checkpoint())
                 started = time.monotonic()
                 if settle == "consume":
                     await board.consume(claim)
@@ -185,3 +188,69 @@ async def test_settles_with_lost_replies_are_recognised_as_ours(zk_hosts: str) -
                 assert time.monotonic() - started < 10
             states = {j.name: j async for j in board.iterjobs()}
             assert set(states) == {"abandon"} and states["abandon"].not_before is not None
+
+
+async def test_a_conflict_retrying_cannot_fix_is_not_reported_as_transient(zk_hosts: str) -> None:
+    url = board_url(zk_hosts, session_timeout=6)
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            assert isinstance(board, ZooKeeperBoard)
+            job = await board.post("kept", keep_result=True)
+            stray = f"{board.options.root}/results/{job.id}"  # as another tool (or an old bug) left it
+            assert (await board.zk.multi([Create(stray, b"\x01")])).ok
+            claim = await board.claim(job, "me")
+            with pytest.raises(BoardConflict, match=f"NodeExists on {stray}"):
+                await board.consume(claim, "result")
+            assert await board.owner(job) == "me"  # nothing was changed
+
+
+async def marker_names(board: ZooKeeperBoard) -> list[str]:
+    listing = await board.zk.children(f"{board.options.root}/marks")
+    return sorted(listing[0]) if listing else []
+
+
+async def test_write_markers_are_deleted_once_resolved(zk_hosts: str) -> None:
+    url = board_url(zk_hosts, session_timeout=6)
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            assert isinstance(board, ZooKeeperBoard)
+            for _ in range(300):
+                claim = await board.claim(await board.post("x"), "me")
+                await board.consume(claim)
+            for _ in range(50):  # deleted in batches, within about a second
+                if not await marker_names(board):
+                    break
+                await anyio.sleep(0.1)
+            assert await marker_names(board) == []
+
+
+async def test_markers_of_a_dead_board_are_collected_after_the_grace(
+    zk_hosts: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(markers, "MARKER_GRACE", 0.5)
+    url = board_url(zk_hosts, session_timeout=6)
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            assert isinstance(board, ZooKeeperBoard)
+            left = [f"{board.options.root}/marks/deadbeef-{n:010d}" for n in range(3)]
+            assert (await board.zk.multi([Create(path) for path in left])).ok
+            collector = markers.Markers(board.zk, board._paths)
+            assert await collector.collect() == 0  # first seen now
+            assert await collector.collect() == 0  # not yet seen for the grace
+            await anyio.sleep(0.6)
+            assert await collector.collect() == 3
+            assert await marker_names(board) == []
+
+
+async def test_expired_keys_are_collected_and_live_ones_kept(zk_hosts: str) -> None:
+    url = board_url(zk_hosts, session_timeout=6, key_retention=0.3)
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            assert isinstance(board, ZooKeeperBoard)
+            await board.consume(await board.claim(await board.post("x", key="settled"), "me"))
+            living = await board.post("x", key="living")
+            await anyio.sleep(0.5)
+            assert await collect_keys(board.zk, board._paths, board.key_retention) == 1
+            listing = await board.zk.children(f"{board.options.root}/keys")
+            assert listing is not None and listing[0] == ["k-living"]
+            assert (await board.post("x", key="living")).id == living.id

@@ -34,12 +34,13 @@ from jobboard_zookeeper.layout import (
     is_job_id,
 )
 from jobboard_zookeeper.layout import sequence_of as sequence_in
+from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.markers import Markers
 from jobboard_zookeeper.ops import SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.reading import outcome, trash_items
-from jobboard_zookeeper.settle import Settler, Stored, not_found
+from jobboard_zookeeper.settle import Settler, not_found
 from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
 from jobboard_zookeeper.zk import ZooKeeper
 

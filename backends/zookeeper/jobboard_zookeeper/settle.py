@@ -15,7 +15,6 @@ a release. A lost reply (:class:`OutcomeUnknown`) is resolved by reading back.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 import uuid
@@ -23,11 +22,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jobboard.codec import MalformedEntry, Posting, decode_posting, encode_posting, encode_value
+from jobboard.codec import MalformedEntry, decode_posting, encode_posting, encode_value
 from jobboard.errors import BackendUnavailable, BoardConflict, ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import Claim
 from jobboard_zookeeper.keys import settle_ops
-from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
+from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
+from jobboard_zookeeper.linked import LinkedOps, Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
 from jobboard_zookeeper.zk import ZooKeeper
@@ -64,23 +64,13 @@ class Unsettled:
     marker: Marker
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """A job node as read: where, its bytes, its decoded posting and version."""
-
-    path: str
-    raw: bytes
-    posting: Posting
-    version: int
-    num_children: int = 0
-
-
 class Settler:
     """Runs the claim and settle transactions for one board."""
 
     def __init__(self, zk: ZooKeeper, paths: Paths, markers: Markers, max_posting_bytes: int) -> None:
         self._zk, self._paths, self._markers = zk, paths, markers
         self.max_posting_bytes = max_posting_bytes
+        self._linked = LinkedOps(zk, paths)
         self.held: dict[str, Held] = {}
         self.unsettled: dict[str, Unsettled] = {}
         """Settles whose reply was lost and whose outcome was not read back yet, by job."""
@@ -124,11 +114,7 @@ class Settler:
 
     async def read(self, path: str) -> Stored | None:
         """:raises MalformedEntry: the node holds no valid posting."""
-        found = await self._zk.get(path)
-        if found is None:
-            return None
-        raw, stat = found
-        return Stored(path, raw, decode_posting(raw), stat.version, stat.num_children)
+        return await self._linked.read(path)
 
     # -- claim -----------------------------------------------------------------
 
@@ -164,7 +150,7 @@ class Settler:
         limit = stored.posting.max_attempts
         lock = self._paths.lock(job_id)
         ops: list[Op] = [Check(stored.path, stored.version), Create(lock, ephemeral=True), Delete(lock)]
-        ops += await self._trash_ops(job_id, stored, f"{MAX_ATTEMPTS_REASON} ({limit})")
+        ops += await self._linked.trash_ops(job_id, stored, f"{MAX_ATTEMPTS_REASON} ({limit})")
         try:
             return (await self._zk.multi(ops)).ok
         except OutcomeUnknown:
@@ -176,7 +162,7 @@ class Settler:
         if stored.path == self._paths.job(job_id):  # nobody may hold it meanwhile
             lock = self._paths.lock(job_id)
             ops += [Create(lock, ephemeral=True), Delete(lock)]
-        ops += await self._trash_ops(job_id, stored, reason)
+        ops += await self._linked.trash_ops(job_id, stored, reason)
         marker = self._markers.new()
         try:
             result = await self._zk.multi([*ops, marker.create()])
@@ -219,7 +205,7 @@ class Settler:
             attempts += 1
             ops: list[Op] = [Check(self._paths.job(job_id), claim.generation)]
             if held.had_links or attempts > 1:
-                ops += await self._delivery_ops(job_id, result)
+                ops += await self._linked.delivery_ops(job_id, result)
             ops.append(Delete(self._paths.job(job_id)))
             if claim.job.keep_result:
                 ops.append(Create(self._paths.result(job_id), raw_result))
@@ -246,7 +232,7 @@ class Settler:
 
         async def build(held: Held) -> list[Op]:
             stored = Stored(path, held.posting, decode_posting(held.posting), claim.generation)
-            ops = await self._trash_ops(job_id, stored, reason)
+            ops = await self._linked.trash_ops(job_id, stored, reason)
             return [*ops, Delete(self._paths.lock(job_id))]
 
         await self._settle(claim, "trash", build)
@@ -331,57 +317,6 @@ class Settler:
                 f"settling job {job_id} needs a {size}-byte transaction, over this board's limit of "
                 f"{self.max_posting_bytes} bytes (jute_maxbuffer): the result is too large for "
                 f"{'the job and its dependents' if len(ops) > 4 else 'the board'}; store it elsewhere")
-
-    # -- linked jobs -------------------------------------------------------------
-
-    async def _delivery_ops(self, job_id: str, result: Any) -> list[Op]:
-        """Deliver ``result`` to every dependent; release those it was the last dependency of."""
-        job_path = self._paths.job(job_id)
-        links = await self._links(job_path)
-        dependents = await asyncio.gather(*(self._read_quietly(self._paths.waiting(d)) for d in links))
-        parts = await asyncio.gather(*(self._deliver_to(job_id, dependent, result)
-                                       for dependent in dependents if dependent is not None))
-        ops: list[Op] = [Delete(f"{job_path}/{dependent_id}") for dependent_id in links]
-        return ops + [op for part in parts for op in part]  # None: trashed with another dependency
-
-    async def _deliver_to(self, job_id: str, dependent: Stored, result: Any) -> list[Op]:
-        posting = dependent.posting.with_result(job_id, result)
-        raw = encode_posting(posting)
-        if posting.waiting_on:
-            return [SetData(dependent.path, raw, dependent.version)]
-        return await self._release_ops(dependent.path.rsplit("/", 1)[1], dependent, raw)
-
-    async def _release_ops(self, job_id: str, waiting: Stored, raw: bytes) -> list[Op]:
-        """Move a waiting job (with its own links) to ``jobs/``."""
-        links = await self._links(waiting.path)
-        ops: list[Op] = [Delete(f"{waiting.path}/{link}") for link in links]
-        ops += [Delete(waiting.path, waiting.version), Create(self._paths.job(job_id), raw)]
-        return ops + [Create(f"{self._paths.job(job_id)}/{link}") for link in links]
-
-    async def _trash_ops(self, job_id: str, stored: Stored, reason: str) -> list[Op]:
-        """Trash one job and, recursively, its dependents (without its lock)."""
-        ops: list[Op] = [Check(stored.path, stored.version),
-                         Create(self._paths.trash(job_id), TrashRecord.now(stored.raw, reason).encode()),
-                         *settle_ops(self._paths, job_id, stored.posting, stored.raw)]
-        for dependent_id in await self._links(stored.path):
-            ops.append(Delete(f"{stored.path}/{dependent_id}"))
-            dependent = await self._read_quietly(self._paths.waiting(dependent_id))
-            if dependent is not None:
-                cause = f"dependency {job_id} ({stored.posting.name}) was trashed: {reason}"
-                ops += await self._trash_ops(dependent_id, dependent, cause)
-        return [*ops, Delete(stored.path, stored.version)]
-
-    async def _links(self, path: str) -> list[str]:
-        children = await self._zk.children(path)
-        return sorted(children[0]) if children else []
-
-    async def _read_quietly(self, path: str) -> Stored | None:
-        try:
-            return await self.read(path)
-        except MalformedEntry:
-            logger.warning("malformed waiting job at %s is left alone", path)
-            return None
-
 
 def _why_not(result: TxnResult | None) -> str:
     failure = result.failure() if result else None

@@ -1,0 +1,98 @@
+"""The parts of a settle that reach beyond the job: its links, dependents and the trash.
+
+* consume delivers the result to each dependent (``set_data``), or moves a
+  dependent whose last dependency it was from ``waiting/`` to ``jobs/``;
+* trash (and cancel, and the max-attempts trash) moves the job and, recursively,
+  every dependent to ``trash/``.
+
+Only operations are built here; :mod:`jobboard_zookeeper.settle` runs them in its multi.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from jobboard.codec import MalformedEntry, Posting, decode_posting, encode_posting
+from jobboard_zookeeper.keys import settle_ops
+from jobboard_zookeeper.layout import Paths, TrashRecord
+from jobboard_zookeeper.ops import Check, Create, Delete, Op, SetData
+from jobboard_zookeeper.zk import ZooKeeper
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A job node as read: where, its bytes, its decoded posting and version."""
+
+    path: str
+    raw: bytes
+    posting: Posting
+    version: int
+    num_children: int = 0
+
+
+class LinkedOps:
+    """Reads jobs and builds the operations that reach their dependents."""
+
+    def __init__(self, zk: ZooKeeper, paths: Paths) -> None:
+        self._zk, self._paths = zk, paths
+
+    async def read(self, path: str) -> Stored | None:
+        """:raises MalformedEntry: the node holds no valid posting."""
+        found = await self._zk.get(path)
+        if found is None:
+            return None
+        raw, stat = found
+        return Stored(path, raw, decode_posting(raw), stat.version, stat.num_children)
+
+    async def delivery_ops(self, job_id: str, result: Any) -> list[Op]:
+        """Deliver ``result`` to every dependent; release those it was the last dependency of."""
+        job_path = self._paths.job(job_id)
+        links = await self._links(job_path)
+        dependents = await asyncio.gather(*(self._read_quietly(self._paths.waiting(d)) for d in links))
+        parts = await asyncio.gather(*(self._deliver_to(job_id, dependent, result)
+                                       for dependent in dependents if dependent is not None))
+        ops: list[Op] = [Delete(f"{job_path}/{dependent_id}") for dependent_id in links]
+        return ops + [op for part in parts for op in part]  # None: trashed with another dependency
+
+    async def _deliver_to(self, job_id: str, dependent: Stored, result: Any) -> list[Op]:
+        posting = dependent.posting.with_result(job_id, result)
+        raw = encode_posting(posting)
+        if posting.waiting_on:
+            return [SetData(dependent.path, raw, dependent.version)]
+        return await self._release_ops(dependent.path.rsplit("/", 1)[1], dependent, raw)
+
+    async def _release_ops(self, job_id: str, waiting: Stored, raw: bytes) -> list[Op]:
+        """Move a waiting job (with its own links) to ``jobs/``."""
+        links = await self._links(waiting.path)
+        ops: list[Op] = [Delete(f"{waiting.path}/{link}") for link in links]
+        ops += [Delete(waiting.path, waiting.version), Create(self._paths.job(job_id), raw)]
+        return ops + [Create(f"{self._paths.job(job_id)}/{link}") for link in links]
+
+    async def trash_ops(self, job_id: str, stored: Stored, reason: str) -> list[Op]:
+        """Trash one job and, recursively, its dependents (without its lock)."""
+        ops: list[Op] = [Check(stored.path, stored.version),
+                         Create(self._paths.trash(job_id), TrashRecord.now(stored.raw, reason).encode()),
+                         *settle_ops(self._paths, job_id, stored.posting, stored.raw)]
+        for dependent_id in await self._links(stored.path):
+            ops.append(Delete(f"{stored.path}/{dependent_id}"))
+            dependent = await self._read_quietly(self._paths.waiting(dependent_id))
+            if dependent is not None:
+                cause = f"dependency {job_id} ({stored.posting.name}) was trashed: {reason}"
+                ops += await self.trash_ops(dependent_id, dependent, cause)
+        return [*ops, Delete(stored.path, stored.version)]
+
+    async def _links(self, path: str) -> list[str]:
+        children = await self._zk.children(path)
+        return sorted(children[0]) if children else []
+
+    async def _read_quietly(self, path: str) -> Stored | None:
+        try:
+            return await self.read(path)
+        except MalformedEntry:
+            logger.warning("malformed waiting job at %s is left alone", path)
+            return None
