@@ -23,10 +23,19 @@ import anyio.lowlevel
 import pytest
 from aiozk import exc, protocol
 
-from jobboard import BoardConflict, ClaimLost, JobBoard, JobState, open_board
+from jobboard import (
+    BackendUnavailable,
+    BoardConflict,
+    ClaimLost,
+    JobBoard,
+    JobState,
+    UnknownOutcome,
+    open_board,
+)
 from jobboard_zookeeper import ZooKeeperBoard, markers
 from jobboard_zookeeper.keys import collect_keys
 from jobboard_zookeeper.ops import Create
+from tests.support.tcpproxy import TcpProxy
 from tests.test_zookeeper_faults import board_url
 
 pytestmark = pytest.mark.timeout(90)
@@ -254,3 +263,29 @@ async def test_expired_keys_are_collected_and_live_ones_kept(zk_hosts: str) -> N
             listing = await board.zk.children(f"{board.options.root}/keys")
             assert listing is not None and listing[0] == ["k-living"]
             assert (await board.post("x", key="living")).id == living.id
+
+
+@pytest.mark.parametrize("key", [None, "order-7"])
+async def test_a_post_that_cannot_be_resolved_says_so(zk_hosts: str, key: str | None) -> None:
+    """Unkeyed: UnknownOutcome (posting again could make a second job). Keyed: BackendUnavailable,
+    and posting again with the key finds the first job."""
+    host, port = zk_hosts.rsplit(":", 1)
+    with anyio.fail_after(40):
+        async with TcpProxy(host, int(port)) as proxy:
+            url = board_url(proxy.hosts, session_timeout=8, connect_timeout=1)
+            async with open_board(url) as board:
+
+                async def black_hole() -> None:
+                    proxy.pause()
+
+                lose_reply_while(board, black_hole)
+                expected = BackendUnavailable if key else UnknownOutcome
+                with pytest.raises(expected) as raised:
+                    await board.post("once", key=key)
+                assert isinstance(raised.value, UnknownOutcome) is (key is None)
+                proxy.resume()
+                if key is not None:
+                    again = await board.post("once", key=key)
+                    assert [j.id async for j in board.iterjobs()] == [again.id]
+                else:
+                    assert await board.job_count() == 1  # it was applied; nothing was written twice

@@ -22,7 +22,7 @@ from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
 from jobboard.codec import (
     MalformedEntry,
 )
-from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, JobNotFound, NotClaimable
+from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob, wanted
 from jobboard_zookeeper.collect import collect_forever
@@ -40,7 +40,7 @@ from jobboard_zookeeper.ops import SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.reading import outcome, trash_items
-from jobboard_zookeeper.settle import Settler, not_found
+from jobboard_zookeeper.settle import Settler, claim_refused, not_found
 from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
 from jobboard_zookeeper.zk import ZooKeeper
 
@@ -246,15 +246,9 @@ class ZooKeeperBoard(JobBoard):
         outcome = await self._try_claim(found, stored, owner)
         if isinstance(outcome, Claim):
             return outcome
-        if outcome == "claimed":
+        if outcome in ("claimed", "changed") and await self.zk.exists(self._paths.lock(found)) is not None:
             raise AlreadyClaimed(f"job {found} is claimed by {await self.owner(found)}")
-        if outcome == "delayed":
-            raise NotClaimable(f"job {found} is delayed by retry_after")
-        if outcome == "changed":
-            if await self.zk.exists(self._paths.lock(found)) is not None:
-                raise AlreadyClaimed(f"job {found} was just claimed by {await self.owner(found)}")
-            raise NotClaimable(f"job {found} changed while it was being claimed; try again")
-        raise JobNotFound(f"job {found} is not claimable: {outcome}")
+        raise claim_refused(found, outcome)
 
     async def _try_claim(self, job: str, stored: Stored, owner: str) -> Claim | str:
         posting = stored.posting
@@ -379,7 +373,6 @@ class ZooKeeperBoard(JobBoard):
             if await self._poster.locate(found) is None:
                 return await outcome(self.zk, self._paths, found)
             await change.wait()
-
 
     def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
         self._ensure_open()

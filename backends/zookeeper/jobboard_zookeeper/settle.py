@@ -23,7 +23,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobboard.codec import MalformedEntry, decode_posting, encode_posting, encode_value
-from jobboard.errors import BackendUnavailable, BoardConflict, ClaimLost, InvalidJob, JobNotFound, NotOwner
+from jobboard.errors import (
+    BackendUnavailable,
+    BoardConflict,
+    ClaimLost,
+    InvalidJob,
+    JobBoardError,
+    JobNotFound,
+    NotClaimable,
+    NotOwner,
+)
 from jobboard.job import Claim
 from jobboard_zookeeper.keys import settle_ops
 from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
@@ -334,6 +343,18 @@ def _lost_claim(failure: tuple[Op, str], paths: Paths, job_id: str) -> bool:
     if op.path == paths.lock(job_id):
         return True
     return op.path == paths.job(job_id) and error in ("BadVersion", "NoNode")
+
+
+def claim_refused(job_id: str, outcome: str) -> JobBoardError:
+    """The error for a claim that did not win (the job is not locked by anyone now)."""
+    if outcome == "delayed":
+        return NotClaimable(f"job {job_id} is delayed by retry_after")
+    if outcome in ("claimed", "changed"):
+        return NotClaimable(f"job {job_id} changed while it was being claimed; try again")
+    if outcome == "lost":
+        return BackendUnavailable(f"the reply to the claim of job {job_id} was lost and the claim did "
+                                  "not hold (its session ended meanwhile); try again")
+    return JobNotFound(f"job {job_id} is not claimable: {outcome}")
 
 
 def not_found(job_id: str) -> JobNotFound:
