@@ -73,6 +73,11 @@ EXPECTED: dict[str, list[str]] = {
         "entities: [('worker-7', {'host': 'build-3', 'pid': 4242})]",
         "entities after the worker's board closed: []",
     ],
+    "keys.py": [
+        "same job: True, jobs on the board: 1",
+        "after consume: True, attempts 1, jobs on the board: 0",
+        "another key: True, key 'order-43'",
+    ],
     "custom_backend.py": [
         "installed schemes: ...",
         "BackendNotFound: no job-board backend for etcd:// ...",
