@@ -105,3 +105,20 @@ async def test_a_post_whose_reply_is_lost_is_not_posted_twice_when_consumed_mean
             assert job.id == ready.id
             left = [(j.id, dict(j.details)) async for j in consumer.iterjobs()]
     assert left == [], f"the post was stored twice: {left} is on the board again after its consume"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 9: a permanent conflict is reported as BackendUnavailable")
+@pytest.mark.parametrize("how", ["trash", "cancel"])
+async def test_trashing_the_root_of_a_diamond_trashes_each_dependent_once(zk_hosts: str, how: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(board_url(zk_hosts)) as board:
+            root = await board.post("root")
+            left = await board.post("left", depends_on=[root])
+            right = await board.post("right", depends_on=[root])
+            await board.post("join", depends_on=[left, right])  # reached from root by two paths
+            if how == "trash":
+                await board.trash(await board.claim(root, "me"), "bad input")
+            else:
+                await board.cancel(root, "not needed")
+            assert sorted([t.job.name async for t in board.trashed()]) == ["join", "left", "right", "root"]
+            assert await board.job_count() == 0
