@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from jobboard import open_board
+from jobboard import JobNotFound, open_board
 from tests.support.faultproxy import FaultLink
 
 pytestmark = pytest.mark.timeout(90)
@@ -108,17 +108,21 @@ async def test_a_post_whose_reply_is_lost_is_not_posted_twice_when_consumed_mean
 
 
 @pytest.mark.xfail(strict=True, reason="issue 9: a permanent conflict is reported as BackendUnavailable")
-@pytest.mark.parametrize("how", ["trash", "cancel"])
+@pytest.mark.parametrize("how", ["trash", "cancel", "max_attempts"])
 async def test_trashing_the_root_of_a_diamond_trashes_each_dependent_once(zk_hosts: str, how: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(zk_hosts)) as board:
-            root = await board.post("root")
+            root = await board.post("root", max_attempts=1)
             left = await board.post("left", depends_on=[root])
             right = await board.post("right", depends_on=[root])
             await board.post("join", depends_on=[left, right])  # reached from root by two paths
             if how == "trash":
                 await board.trash(await board.claim(root, "me"), "bad input")
-            else:
+            elif how == "cancel":
                 await board.cancel(root, "not needed")
+            else:  # left unclaimable on the board for good, with its dependents
+                await board.abandon(await board.claim(root, "me"))
+                with pytest.raises(JobNotFound):  # its second attempt trashes it
+                    await board.claim(root, "me")
             assert sorted([t.job.name async for t in board.trashed()]) == ["join", "left", "right", "root"]
             assert await board.job_count() == 0

@@ -113,7 +113,8 @@ async def claimer(board: JobBoard, log: Log, rng: random.Random, stop: anyio.Eve
     while not stop.is_set():
         try:
             claim = await board.claim_next(log.proc, names=names)
-        except JobBoardError:
+        except JobBoardError as error:
+            log.event("claim-error", error=type(error).__name__)
             await anyio.sleep(0.2)
             continue
         except Exception as error:  # noqa: BLE001 - recorded: no other exception may escape
@@ -233,7 +234,16 @@ async def main(role: str, url: str, path: str, name: str, seed: int) -> None:
                 await claimer(board, log, rng, stop, drain=role == "drainer")
             group.cancel_scope.cancel()
     finally:
+        await close(board, log)
+
+
+async def close(board: JobBoard, log: Log) -> None:
+    try:
         await board.aclose()
+    except JobBoardError as error:
+        log.event("close-error", error=str(error))
+    except Exception as error:  # noqa: BLE001 - recorded: no other exception may escape
+        log.escape("aclose", error)
 
 
 async def opened(url: str) -> JobBoard:

@@ -70,12 +70,20 @@ def schedule(config: Config) -> list[Fault]:
     while at < config.duration:
         faults.append(_one(rng, at, config))
         at += rng.expovariate(1.0 / config.mean_gap)
+    for kind, target, seconds in _always(rng, config):  # in every run, whatever the seed
+        faults.append(Fault(round(rng.uniform(0.15, 0.45) * config.duration, 2), kind, target, seconds))
     kills = max(1, int(config.duration // LEADER_EVERY))
     for index in range(kills):
         window = config.duration / kills
         faults.append(Fault(window * index + rng.uniform(0.3, 0.6) * window, "leader_kill", "ensemble",
                             round(rng.uniform(1.0, 2.0), 2)))
     return sorted(faults, key=lambda fault: fault.at)
+
+
+def _always(rng: random.Random, config: Config) -> list[tuple[str, str, float]]:
+    """A lost post reply, and a claimer frozen past its session timeout."""
+    claimer = rng.choice(config.targets[1:])
+    return [("lose_reply", PRODUCER, 1.0), ("sigstop_long", claimer, round(config.session_timeout + 2.0, 2))]
 
 
 def _one(rng: random.Random, at: float, config: Config) -> Fault:
