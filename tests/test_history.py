@@ -218,3 +218,4 @@ def test_a_settle_that_stays_unavailable_without_faults_is_stuck() -> None:
     state = final({"a": "claimed"}, left=[{"job": "a", "tag": "tag-a"}])
     assert kinds(log, state, clean=["drain"]) == {"stuck": 1, "lost": 1, "left-on-board": 1}
     assert "stuck" not in kinds(log, state)  # under faults, a streak is not conclusive
+

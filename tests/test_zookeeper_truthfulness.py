@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from jobboard import JobNotFound, open_board
+from jobboard import JobBoardError, JobNotFound, open_board
 from tests.support.faultproxy import FaultLink
 
 pytestmark = pytest.mark.timeout(90)
@@ -54,7 +54,7 @@ async def link(zk_hosts: str) -> AsyncIterator[FaultLink]:
         yield running
 
 
-@pytest.mark.xfail(strict=True, reason="issue 9")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 9")
 @pytest.mark.parametrize("settle", ["consume", "abandon"])
 async def test_a_settle_after_sigstop_past_the_session_timeout_raises_claim_lost(
         zk_hosts: str, settle: str) -> None:
@@ -87,7 +87,7 @@ async def test_a_settle_after_sigstop_past_the_session_timeout_raises_claim_lost
     assert said == "ClaimLost", f"a stale {settle} (generation 1, the job now at 2) said {said!r}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 9")
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 9")
 @pytest.mark.parametrize("keep_result", [False, True])
 async def test_a_post_whose_reply_is_lost_is_not_posted_twice_when_consumed_meanwhile(
         link: FaultLink, zk_hosts: str, keep_result: bool) -> None:
@@ -107,7 +107,8 @@ async def test_a_post_whose_reply_is_lost_is_not_posted_twice_when_consumed_mean
     assert left == [], f"the post was stored twice: {left} is on the board again after its consume"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 9: a permanent conflict is reported as BackendUnavailable")
+@pytest.mark.xfail(strict=True, raises=(AssertionError, JobBoardError),
+                   reason="issue 9: a permanent conflict is reported as BackendUnavailable")
 @pytest.mark.parametrize("how", ["trash", "cancel", "max_attempts"])
 async def test_trashing_the_root_of_a_diamond_trashes_each_dependent_once(zk_hosts: str, how: str) -> None:
     with anyio.fail_after(30):

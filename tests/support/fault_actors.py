@@ -95,7 +95,7 @@ def result_of(claim: Claim, rng: random.Random) -> dict[str, Any]:
 
 async def work_on(board: JobBoard, log: Log, claim: Claim, rng: random.Random) -> None:
     """Work a little, then consume (mostly), abandon (with or without a delay) or trash."""
-    slow = rng.random() < 0.1
+    slow = rng.random() < 0.25  # holding a claim longer: more chances to be frozen or cut off with it
     await anyio.sleep(rng.uniform(0.5, 1.5) if slow else rng.uniform(0.02, 0.3))
     pick = rng.random()
     if pick < 0.8:
@@ -178,7 +178,7 @@ async def producer(board: JobBoard, log: Log, rng: random.Random, stop: anyio.Ev
         group += 1
         shape = rng.choices(list(SHAPES), weights=[2, 1, 1])[0]
         await post_group(board, log, rng, f"{log.proc}-g{group}", shape)
-        await anyio.sleep(rng.uniform(0.1, 0.4))
+        await anyio.sleep(rng.uniform(0.2, 0.6))  # about what the claimers keep up with
 
 
 async def post_group(board: JobBoard, log: Log, rng: random.Random, prefix: str, shape: str) -> None:
@@ -190,6 +190,8 @@ async def post_group(board: JobBoard, log: Log, rng: random.Random, prefix: str,
     for index, deps in enumerate(SHAPES[shape]):
         parents = [nodes[i] for i in deps] if deps else ([gate] if gate else [])
         options = {"keep_result": rng.random() < 0.3, "max_attempts": rng.choice([None, None, 2, 3])}
+        if shape == "single":  # urgent ones overtake a backlog: claimed as soon as posted
+            options["priority"] = rng.choice(["normal", "high"])
         job = await post(board, log, f"{prefix}-{shape}-{index}", WORK, parents, **options)
         if job is None:
             break

@@ -29,11 +29,30 @@ from jobboard import JobBoardError, open_board
 from tests.support import history
 from tests.support.fault_schedule import PRODUCER, Config, Fault, Report, schedule, seed_from_env
 from tests.support.faultproxy import FaultLink
-from tests.support.processes import spawn_ready
 from tests.support.zkserver import HOST, ZooKeeperEnsemble, ensure_zookeeper_installed
 
 ACTORS = "tests.support.fault_actors"
 STOP_TIMEOUT = 15.0
+READY_TIMEOUT = 60.0
+
+
+async def spawn_actor(logs: Path, name: str, role: str, url: str, seed: str) -> asyncio.subprocess.Process:
+    """Start an actor (its stderr to ``logs/NAME.err``) and wait for its ``ready``."""
+    with open(logs / f"{name}.err", "ab") as err:  # noqa: ASYNC230 - a local file, opened once
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", ACTORS, role, url, str(logs / f"{name}.jsonl"), name, seed,
+            stdout=asyncio.subprocess.PIPE, stderr=err)
+    assert child.stdout is not None
+    try:
+        line = await asyncio.wait_for(child.stdout.readline(), READY_TIMEOUT)
+    except TimeoutError:
+        line = b""
+    if line.strip() != b"ready":
+        child.kill()
+        await child.wait()
+        tail = (logs / f"{name}.err").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"actor {name} did not start:\n{tail}")
+    return child
 
 
 class Actor:
@@ -52,8 +71,8 @@ class Actor:
         self.name = f"{self.slot}.{self.incarnation}"
         role = "producer" if self.slot == PRODUCER else "claimer"
         timeout = run.config.session_timeout + (1.0 if role == "producer" else 0.0)
-        self.proc = await spawn_ready(ACTORS, role, run.url(self.link.hosts, timeout),
-                                      str(run.logs / f"{self.name}.jsonl"), self.name, str(run.config.seed))
+        self.proc = await spawn_actor(run.logs, self.name, role, run.url(self.link.hosts, timeout),
+                                      str(run.config.seed))
 
     def signal(self, sig: signal.Signals) -> None:
         if self.proc is not None and self.proc.returncode is None:
@@ -119,8 +138,8 @@ class Run:
                 await self.on_process(actor, fault)
 
     async def on_link(self, link: FaultLink, fault: Fault) -> None:
-        if fault.kind == "lose_reply":
-            link.lose_reply(hold=fault.seconds)
+        if fault.kind in ("lose_reply", "lose_post_reply"):
+            link.lose_reply(hold=fault.seconds, posts_only=fault.kind == "lose_post_reply")
         elif fault.kind == "lose_request":
             link.lose_request(hold=fault.seconds)
         elif fault.kind == "reset":
@@ -159,8 +178,7 @@ class Run:
     async def drain(self) -> None:
         """A clean claimer, straight to the ensemble, consumes whatever is left."""
         url = self.url(self.ensemble.hosts, self.config.session_timeout)
-        drainer = await spawn_ready(ACTORS, "drainer", url, str(self.logs / "drain.jsonl"), "drain",
-                                    str(self.config.seed))
+        drainer = await spawn_actor(self.logs, "drain", "drainer", url, str(self.config.seed))
         try:
             await asyncio.wait_for(drainer.wait(), self.config.drain_timeout)
         except TimeoutError:
@@ -172,7 +190,7 @@ class Run:
                 for actor in self.actors.values() for name, code in actor.exits]
 
 
-LINK_KINDS = frozenset({"lose_reply", "lose_request", "reset", "stall_short", "stall_long"})
+LINK_KINDS = frozenset({"lose_reply", "lose_post_reply", "lose_request", "reset", "stall_short", "stall_long"})
 
 
 def read_events(logs: Path) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-LINK_FAULTS = {"lose_reply": 4.0, "lose_request": 1.5, "reset": 1.5, "stall_short": 1.0, "stall_long": 1.5}
+LINK_FAULTS = {"lose_post_reply": 1.5, "lose_reply": 3.0, "lose_request": 1.5, "reset": 1.5, "stall_short": 1.0, "stall_long": 1.5}
 PROCESS_FAULTS = {"sigkill": 1.0, "sigstop_short": 1.0, "sigstop_long": 2.0}
 LEADER_EVERY = 45.0
 """Seconds of schedule per leader kill (at least one per run)."""
@@ -81,9 +81,10 @@ def schedule(config: Config) -> list[Fault]:
 
 
 def _always(rng: random.Random, config: Config) -> list[tuple[str, str, float]]:
-    """A lost post reply, and a claimer frozen past its session timeout."""
-    claimer = rng.choice(config.targets[1:])
-    return [("lose_reply", PRODUCER, 1.0), ("sigstop_long", claimer, round(config.session_timeout + 2.0, 2))]
+    """A lost post reply, and claimers frozen past their session timeout."""
+    frozen = round(config.session_timeout + 2.0, 2)
+    return [("lose_post_reply", PRODUCER, 1.5), ("sigstop_long", rng.choice(config.targets[1:]), frozen),
+            ("sigstop_long", rng.choice(config.targets[1:]), frozen)]
 
 
 def _one(rng: random.Random, at: float, config: Config) -> Fault:
@@ -91,12 +92,15 @@ def _one(rng: random.Random, at: float, config: Config) -> Fault:
     on_link = rng.random() < 0.6
     kinds = LINK_FAULTS if on_link else PROCESS_FAULTS
     kind = rng.choices(list(kinds), weights=list(kinds.values()))[0]
-    if on_link:  # the producer's link gets a share of the lost replies (lost posts)
-        target = PRODUCER if kind == "lose_reply" and rng.random() < 0.4 else rng.choice(config.targets)
+    if kind == "lose_post_reply":  # the reply to a post of a single job (one create)
+        target = PRODUCER
+    elif on_link:
+        target = rng.choice(config.targets)
     else:
         target = rng.choice(config.targets[1:])
     seconds = {
         "lose_reply": rng.uniform(0.3, 1.2),  # how long the client cannot reconnect afterwards
+        "lose_post_reply": rng.uniform(1.0, 2.0),  # below the producer's session timeout
         "lose_request": rng.uniform(0.0, 0.5),
         "stall_short": rng.uniform(0.3, 0.6) * timeout,
         "sigstop_short": rng.uniform(0.3, 0.6) * timeout,

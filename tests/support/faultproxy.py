@@ -29,6 +29,29 @@ MAX_FRAME = 64 * 1024 * 1024
 Pair = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
+def single_create(frame: bytes) -> bool:
+    """Whether a request frame is a multi of exactly one create (on a job board: a post)."""
+    try:
+        _, _, opcode, op_type, _, _ = struct.unpack_from(">iiiibi", frame)
+        if opcode != MULTI or op_type != 1:
+            return False
+        at = 21
+        for _ in range(2):  # path, data
+            (size,) = struct.unpack_from(">i", frame, at)
+            at += 4 + max(size, 0)
+        (acls,) = struct.unpack_from(">i", frame, at)
+        at += 4
+        for _ in range(acls):  # perms, scheme, id
+            at += 4
+            for _ in range(2):
+                (size,) = struct.unpack_from(">i", frame, at)
+                at += 4 + max(size, 0)
+        (next_type,) = struct.unpack_from(">i", frame, at + 4)  # after the flags: -1 ends the multi
+        return bool(next_type == -1)
+    except struct.error:
+        return False
+
+
 class _Reset(Exception):
     """Ends one proxied connection with a reset on both sides."""
 
@@ -42,6 +65,8 @@ class Faults:
     """Writes still to be forwarded with their reply dropped."""
     lose_requests: int = 0
     """Writes still to be dropped before the server sees them."""
+    posts_only: bool = False
+    """Lose only the replies of multis that are one create (posts of claimable jobs)."""
     hold_after: float = 0.0
     """Seconds the link stays black-holed after a lost reply or request (the client cannot reconnect)."""
     done: Counter[str] = field(default_factory=Counter)
@@ -122,7 +147,8 @@ class FrameProxy(TcpProxy):
                 faults.note("lost_request")
                 self.link.hold(faults.hold_after)
                 raise _Reset
-            if opcode in faults.opcodes and faults.lose_replies > 0:
+            if opcode in faults.opcodes and faults.lose_replies > 0 and (
+                    not faults.posts_only or single_create(frame)):
                 faults.lose_replies -= 1
                 doomed.add(xid)
             writer.write(frame)
@@ -171,10 +197,14 @@ class FaultLink:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    def lose_reply(self, count: int = 1, *, hold: float = 0.0) -> None:
-        """The next ``count`` writes reach the server; their replies are dropped and the link reset."""
+    def lose_reply(self, count: int = 1, *, hold: float = 0.0, posts_only: bool = False) -> None:
+        """The next ``count`` writes reach the server; their replies are dropped and the link reset.
+
+        :param posts_only: only writes that are a multi of one create.
+        """
         self.faults.lose_replies += count
         self.faults.hold_after = hold
+        self.faults.posts_only = posts_only
 
     def lose_request(self, count: int = 1, *, hold: float = 0.0) -> None:
         """The next ``count`` writes are dropped before the server sees them, and the link reset."""
