@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -105,6 +106,7 @@ class Run:
         self.injected: Counter[str] = Counter()
         self.locks: dict[str, asyncio.Lock] = {}
         self.actors: dict[str, Actor] = {}
+        self.started = time.monotonic()
 
     def url(self, hosts: str, session_timeout: float) -> str:
         return f"zookeeper://{hosts}{self.root}?session_timeout={session_timeout}"
@@ -117,7 +119,7 @@ class Run:
             await actor.spawn(self)
 
     async def inject(self, faults: list[Fault]) -> None:
-        started = time.monotonic()
+        self.started = started = time.monotonic()
         async with anyio.create_task_group() as group:
             for fault in faults:
                 await anyio.sleep(max(0.0, fault.at - (time.monotonic() - started)))
@@ -126,6 +128,9 @@ class Run:
 
     async def one(self, fault: Fault) -> None:
         async with self.locks.setdefault(fault.target, asyncio.Lock()):
+            if time.monotonic() - self.started > self.config.duration:  # its target was busy until the end
+                self.injected["skipped"] += 1
+                return
             self.injected[fault.kind] += 1
             print(f"fault {fault.describe()}", file=sys.stderr, flush=True)
             if fault.target == "ensemble":
@@ -241,8 +246,11 @@ async def run(config: Config) -> Report:
             await current.wind_down()
         await current.drain()
         report.timings["drain"] = time.monotonic() - mark
-        events = read_events(logs) + current.harness_events()
+        with open(logs / "harness.jsonl", "a") as out:  # noqa: ASYNC230 - local, small
+            out.writelines(json.dumps(event) + "\n" for event in current.harness_events())
+        events = read_events(logs)
         final = await final_state(current.url(ensemble.hosts, 10.0), events)
+        (logs / "final.json").write_text(json.dumps(final, default=repr, indent=1))
     finally:
         await anyio.to_thread.run_sync(ensemble.stop)
     report.injected = dict(current.injected)
@@ -257,6 +265,8 @@ def summarise(report: Report, events: list[dict[str, Any]], final: dict[str, Any
     report.posts = dict(Counter(e["outcome"] for e in events if e["ev"] == "post"))
     report.jobs = len(final["states"])
     outcomes = {(e["proc"], e["id"]): e["outcome"] for e in events if e["ev"] == "done"}
+    report.errors = dict(Counter(re.sub(r"\d-\d{13}", "<id>", e["error"])[:100]
+                                 for e in events if e["ev"] == "done" and e.get("error")))
     report.settles = dict(Counter(f"{e['kind']} {outcomes.get((e['proc'], e['id']), 'unknown')}"
                                   for e in events if e["ev"] == "call"))
 
@@ -270,7 +280,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mean-gap", type=float, default=1.2, help="mean seconds between faults")
     parser.add_argument("--logs", default=None, help="directory for the JSON-lines logs")
     parser.add_argument("--schedule-only", action="store_true", help="print the schedule and exit")
+    parser.add_argument("--check", metavar="LOGS", help="only check the logs (and final.json) of a past run")
     args = parser.parse_args(argv)
+    if args.check:
+        logs = Path(args.check)
+        found = history.check(read_events(logs), json.loads((logs / "final.json").read_text()), clean=["drain"])
+        print("\n".join(f"{v.kind} {v.job}: {v.detail}" for v in found), f"\n{history.summary(found)}")
+        return 1 if found else 0
     seed = seed_from_env() if args.seed is None else args.seed
     config = Config(seed=seed, duration=args.duration, claimers=args.claimers,
                     session_timeout=args.session_timeout, mean_gap=args.mean_gap, logs=args.logs)

@@ -125,6 +125,8 @@ class Report:
     """Distinct jobs seen (posted or claimed)."""
     settles: dict[str, int] = field(default_factory=dict)
     """Settle call outcomes by kind and outcome."""
+    errors: dict[str, int] = field(default_factory=dict)
+    """The messages of the errors settles raised (job ids left out), with their counts."""
     violations: list[Any] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     logs: str = ""
@@ -141,6 +143,7 @@ class Report:
             f"fault schedule seed {self.seed} (replay: FAULT_SEED={self.seed}); logs in {self.logs}",
             f"  jobs {self.jobs}; posts {self.posts}; settles {self.settles}",
             f"  faults injected {self.injected}; proxy {self.proxy}",
+            f"  settle errors {self.errors}",
             f"  timings {{{', '.join(f'{k}: {v:.1f}s' for k, v in self.timings.items())}}}",
             f"  violations {len(self.violations)} {self.by_kind}",
         ]
