@@ -6,6 +6,8 @@ Longer runs: ``scripts/soak``.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.support.fault_run import run
@@ -27,8 +29,8 @@ def test_a_seed_gives_one_schedule() -> None:
 
 
 @pytest.mark.xfail(strict=False, reason="issue 9: fixes pending")
-async def test_a_fault_schedule_keeps_every_promise() -> None:
-    config = Config(seed=seed_from_env(), duration=SUITE_DURATION)
+async def test_a_fault_schedule_keeps_every_promise(tmp_path: Path) -> None:
+    config = Config(seed=seed_from_env(), duration=SUITE_DURATION, logs=str(tmp_path))
     print(f"fault schedule seed {config.seed} (replay: FAULT_SEED={config.seed})", flush=True)
     report = await run(config)
     print(report.text())

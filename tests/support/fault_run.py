@@ -265,10 +265,15 @@ def summarise(report: Report, events: list[dict[str, Any]], final: dict[str, Any
     report.posts = dict(Counter(e["outcome"] for e in events if e["ev"] == "post"))
     report.jobs = len(final["states"])
     outcomes = {(e["proc"], e["id"]): e["outcome"] for e in events if e["ev"] == "done"}
-    report.errors = dict(Counter(re.sub(r"\d-\d{13}", "<id>", e["error"])[:100]
+    report.errors = dict(Counter(_generic(e["error"])
                                  for e in events if e["ev"] == "done" and e.get("error")))
     report.settles = dict(Counter(f"{e['kind']} {outcomes.get((e['proc'], e['id']), 'unknown')}"
                                   for e in events if e["ev"] == "call"))
+
+
+def _generic(message: str) -> str:
+    """An error message without its job ids and host lists (so that they can be counted)."""
+    return re.sub(r"\(127\.0\.0\.1:[^)]*\)", "(<hosts>)", re.sub(r"\d-\d{13}", "<id>", message))[:100]
 
 
 def main(argv: list[str] | None = None) -> int:
