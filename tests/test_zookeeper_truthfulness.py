@@ -1,7 +1,7 @@
 """Issue 9 reproducers: zookeeper:// must never report a settle it did not have, nor post twice.
 
-Both are expected to fail until the fixes land (``xfail(strict=True)``: they then XPASS
-and fail the run, so that the mark is removed with the fix).
+Each failed on the product before issue 9's fixes (write markers), with real processes and
+a real fault proxy; tests/test_zookeeper_truth.py has in-process versions of the same cases.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ async def link(zk_hosts: str) -> AsyncIterator[FaultLink]:
         yield running
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 9")
 @pytest.mark.parametrize("settle", ["consume", "abandon"])
 async def test_a_settle_after_sigstop_past_the_session_timeout_raises_claim_lost(
         zk_hosts: str, settle: str) -> None:
@@ -87,7 +86,6 @@ async def test_a_settle_after_sigstop_past_the_session_timeout_raises_claim_lost
     assert said == "ClaimLost", f"a stale {settle} (generation 1, the job now at 2) said {said!r}"
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="issue 9")
 @pytest.mark.parametrize("keep_result", [False, True])
 async def test_a_post_whose_reply_is_lost_is_not_posted_twice_when_consumed_meanwhile(
         link: FaultLink, zk_hosts: str, keep_result: bool) -> None:
