@@ -175,8 +175,6 @@ async def test_cancel_refused_by_a_node_it_must_create_is_a_board_conflict(zk_ho
             assert await board.job_count() == 1
 
 
-@pytest.mark.xfail(strict=True, reason="review: trashing the root of a diamond lists the shared dependent "
-                   "twice in one multi: BackendUnavailable after 20 tries, never trashed")
 @pytest.mark.parametrize("how", ["trash", "cancel"])
 async def test_trashing_a_diamond_trashes_the_shared_dependent_once(zk_hosts: str, how: str) -> None:
     with anyio.fail_after(30):
