@@ -33,7 +33,6 @@ from tests.test_zookeeper_truth import lose_reply_while
 pytestmark = pytest.mark.timeout(90)
 
 
-@pytest.mark.xfail(strict=True, reason="review: two settles of one claim resolving one lost reply: KeyError")
 async def test_two_settles_of_one_claim_resolving_one_lost_reply_raise_no_native_error(zk_hosts: str) -> None:
     """Task 1's consume loses its reply; task 2 consumes the same claim while task 1 reads back.
     Both read the marker; the second ``del self.unsettled[job]`` in ``_resolved`` raises KeyError."""

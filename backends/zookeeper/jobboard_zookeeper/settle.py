@@ -293,7 +293,8 @@ class Settler:
         if pending is None or pending.generation != claim.generation:
             return False
         applied = await self._markers.applied(pending.marker)
-        del self.unsettled[claim.job.id]
+        if self.unsettled.get(claim.job.id) is pending:  # a concurrent settle may have resolved it
+            del self.unsettled[claim.job.id]
         if not applied:
             return False
         self.held.pop(claim.job.id, None)
