@@ -94,7 +94,7 @@ class Markers:
         """Delete what is queued (best effort; a leftover is collected later by any board)."""
         if self._flusher is not None:
             self._flusher.cancel()
-        with contextlib.suppress(BackendUnavailable):
+        with contextlib.suppress(BackendUnavailable, TimeoutError):
             await asyncio.wait_for(self._flush(), 1.0)
 
     async def _flush_soon(self) -> None:
