@@ -158,8 +158,6 @@ async def test_the_key_collector_never_deletes_a_key_settled_within_the_retentio
             assert (await rival.post("x", key="k")).id == fresh[0]  # settled a moment ago
 
 
-@pytest.mark.xfail(strict=True, reason="review: cancel refused by a stray trash node retries 5 times and "
-                   "raises BackendUnavailable (a permanent failure reported as transient)")
 async def test_cancel_refused_by_a_node_it_must_create_is_a_board_conflict(zk_hosts: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(zk_hosts, session_timeout=6)) as board:

@@ -166,7 +166,10 @@ class Settler:
             return await self._zk.exists(self._paths.trash(job_id)) is not None
 
     async def cancel(self, job_id: str, stored: Stored, reason: str) -> str | None:
-        """Trash a job nobody holds; ``None`` if done, else ``claimed`` or ``changed``."""
+        """Trash a job nobody holds; ``None`` if done, else ``claimed`` or ``changed``.
+
+        :raises BoardConflict: a node the cancel must create exists already.
+        """
         ops: list[Op] = []
         if stored.path == self._paths.job(job_id):  # nobody may hold it meanwhile
             lock = self._paths.lock(job_id)
@@ -177,11 +180,16 @@ class Settler:
             result = await self._zk.multi([*ops, marker.create()])
         except OutcomeUnknown:
             return None if await self._markers.applied(marker) else "changed"
-        failure = result.failure()
-        if failure is None:
+        if result.ok:
             self._markers.done(marker)
             return None
-        return "claimed" if failure[0] == ops[0] and failure[1] == "NodeExists" else "changed"
+        failure = result.failure()
+        if failure is None or failure[1] != "NodeExists":
+            return "changed"
+        if failure[0] == ops[0]:
+            return "claimed"
+        raise BoardConflict(f"cancelling job {job_id}: ZooKeeper NodeExists on {failure[0].path}; the board "
+                            "holds a node the cancel must write (left by another tool or a bug)")
 
     # -- settling ----------------------------------------------------------------
 
