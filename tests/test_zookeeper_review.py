@@ -215,8 +215,6 @@ async def test_a_post_lost_five_times_is_reported_as_transient(zk_hosts: str) ->
             assert await board.job_count() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="review: a write that completes while its board closes restarts the "
-                   "marker flusher, which then retries on the closed client every second, forever")
 async def test_no_marker_flusher_outlives_its_board(zk_hosts: str) -> None:
     with anyio.fail_after(30):
         board = ZooKeeperBoard(board_url(zk_hosts, session_timeout=6))
