@@ -188,8 +188,6 @@ async def test_trashing_a_diamond_trashes_the_shared_dependent_once(zk_hosts: st
             assert (await board.post("bottom", key="bottom")).id == bottom.id
 
 
-@pytest.mark.xfail(strict=True, reason="review: a post whose requests were lost (certainly not applied) five "
-                   "times raises InvalidJob, a permanent error, instead of BackendUnavailable")
 async def test_a_post_lost_five_times_is_reported_as_transient(zk_hosts: str) -> None:
     """Each try's request is lost before the server saw it: the marker is absent, the post is
     sent again; after ``RACE_RETRIES`` tries ``Poster.post`` raises InvalidJob ("its

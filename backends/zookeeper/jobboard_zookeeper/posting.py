@@ -61,6 +61,7 @@ class Poster:
         sequence = await self.next_sequence()
         new_id = job_id(posting.priority, sequence)
         replaced: Delete | None = None  # an expired key this post takes over
+        lost = False
         for _ in range(RACE_RETRIES):
             ops = await self._ops(new_id, posting, raw, replaced)
             marker = self._markers.new()
@@ -69,7 +70,9 @@ class Poster:
             except OutcomeUnknown:
                 if await self._resolve(marker, posting):
                     return posting.to_job(new_id, sequence)
+                lost = True
                 continue  # certainly not applied: the same post again
+            lost = False
             if result.ok:
                 self._markers.done(marker)
                 return posting.to_job(new_id, sequence)
@@ -77,6 +80,9 @@ class Poster:
             if isinstance(found, Job):
                 return found
             replaced = found
+        if lost:
+            raise BackendUnavailable(f"job {posting.name!r}: the post was lost {RACE_RETRIES} times on its way "
+                                     "(certainly not written); try again")
         raise InvalidJob(f"job {posting.name!r}: its dependencies or key kept changing while it was posted")
 
     async def _resolve(self, marker: Marker, posting: Posting) -> bool:
