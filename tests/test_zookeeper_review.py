@@ -66,8 +66,6 @@ async def test_two_settles_of_one_claim_resolving_one_lost_reply_raise_no_native
             assert await board.state(job) is JobState.COMPLETE
 
 
-@pytest.mark.xfail(strict=True, reason="review: a keyed post retried after its dependency was consumed "
-                   "raises InvalidJob instead of finding the job (memory:// finds it)")
 async def test_a_keyed_post_retried_after_its_dependency_went_finds_the_job(zk_hosts: str) -> None:
     """The doc promises a keyed post may be repeated after BackendUnavailable. If the first
     post was applied and its dependency consumed meanwhile, the repeat must find the job:
