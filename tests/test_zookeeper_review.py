@@ -98,8 +98,6 @@ async def test_closing_while_zookeeper_does_not_answer_raises_no_native_error(
             assert not board.is_open
 
 
-@pytest.mark.xfail(strict=True, reason="review: a claim whose reply was lost and whose read-back failed "
-                   "leaves the job locked by this live session, handed to nobody")
 async def test_a_claim_whose_read_back_failed_does_not_wedge_the_job(zk_hosts: str) -> None:
     """The claim multi is applied, its reply lost, and ``_lock_is`` cannot reach the server
     (BackendUnavailable). The session survives: its ephemeral lock stays, no Claim holds it,

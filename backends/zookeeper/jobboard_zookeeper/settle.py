@@ -114,8 +114,12 @@ class Settler:
         return None
 
     async def release_orphans(self) -> None:
-        """After an assumed expiry the session came back: release the claims given up."""
+        """After an assumed expiry the session came back: release the claims given up
+        (and claims whose reply was lost and never read back: those whose lock is ours)."""
         for job_id, held in list(self.lost.items()):
+            if not await self._lock_is(job_id, held.nonce):
+                del self.lost[job_id]
+                continue
             ops: list[Op] = [Check(self._paths.job(job_id), held.generation), Delete(self._paths.lock(job_id))]
             if (await self._zk.multi(ops, retry_safe=True)).ok:
                 logger.info("released orphaned claim of job %s", job_id)
@@ -138,11 +142,16 @@ class Settler:
             result = await self._zk.multi(ops)
             won = result.ok
         except OutcomeUnknown:
-            won = await self._lock_is(job_id, lock.nonce)
             result = None
+            try:
+                won = await self._lock_is(job_id, lock.nonce)
+            except BackendUnavailable:  # if it was applied, nobody holds it: release it once back
+                self.lost[job_id] = Held(owner, stored.version + 1, lock.nonce, raw)
+                raise
         if not won:
             return _why_not(result)
         generation = stored.version + 1
+        self.lost.pop(job_id, None)  # whatever this board held of the job before, it is gone
         self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0, claimed.key)
         job = claimed.to_job(job_id, sequence_of(job_id))
         return Claim(job, owner, generation, claimed.dependency_results())
