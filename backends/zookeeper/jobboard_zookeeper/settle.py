@@ -117,13 +117,12 @@ class Settler:
         """After an assumed expiry the session came back: release the claims given up
         (and claims whose reply was lost and never read back: those whose lock is ours)."""
         for job_id, held in list(self.lost.items()):
-            if not await self._lock_is(job_id, held.nonce):
+            if await self._lock_is(job_id, held.nonce):
+                ops: list[Op] = [Check(self._paths.job(job_id), held.generation), Delete(self._paths.lock(job_id))]
+                if (await self._zk.multi(ops, retry_safe=True)).ok:
+                    logger.info("released orphaned claim of job %s", job_id)
+            if self.lost.get(job_id) is held:  # a claim made meanwhile replaced it
                 del self.lost[job_id]
-                continue
-            ops: list[Op] = [Check(self._paths.job(job_id), held.generation), Delete(self._paths.lock(job_id))]
-            if (await self._zk.multi(ops, retry_safe=True)).ok:
-                logger.info("released orphaned claim of job %s", job_id)
-            del self.lost[job_id]
 
     async def read(self, path: str) -> Stored | None:
         """:raises MalformedEntry: the node holds no valid posting."""
