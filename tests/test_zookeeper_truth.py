@@ -114,8 +114,15 @@ async def claim_soon(board: JobBoard) -> Any:
     return claim
 
 
+def housekeeping(request: Any) -> bool:
+    """Whether a multi is the board's own background work (marker deletions, the collector's node)."""
+    return all(isinstance(op, protocol.DeleteRequest) and "/marks/" in op.path
+               or op.path.endswith("/collector") for op in request.requests)
+
+
 def lose_reply_while(board: JobBoard, meanwhile: Callable[[], Awaitable[None]]) -> list[int]:
-    """The next multi is applied but its reply lost; ``meanwhile`` runs before the poster learns it."""
+    """The next post, claim or settle multi is applied but its reply lost; ``meanwhile`` runs
+    before the poster learns it (background multis, see ``housekeeping``, pass untouched)."""
     assert isinstance(board, ZooKeeperBoard)
     conn = board.zk._session.conn  # test-only reach into the client to break one reply
     original = conn.send
@@ -123,7 +130,7 @@ def lose_reply_while(board: JobBoard, meanwhile: Callable[[], Awaitable[None]]) 
 
     def send(request: Any, xid: Any = None) -> Any:
         reply = original(request, xid=xid)
-        if not isinstance(request, protocol.TransactionRequest) or lost[0]:
+        if not isinstance(request, protocol.TransactionRequest) or housekeeping(request) or lost[0]:
             return reply
         lost[0] += 1
         broken = asyncio.get_running_loop().create_future()

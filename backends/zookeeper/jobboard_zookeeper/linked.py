@@ -73,17 +73,25 @@ class LinkedOps:
         ops += [Delete(waiting.path, waiting.version), Create(self._paths.job(job_id), raw)]
         return ops + [Create(f"{self._paths.job(job_id)}/{link}") for link in links]
 
-    async def trash_ops(self, job_id: str, stored: Stored, reason: str) -> list[Op]:
-        """Trash one job and, recursively, its dependents (without its lock)."""
+    async def trash_ops(self, job_id: str, stored: Stored, reason: str, trashed: set[str] | None = None) -> list[Op]:
+        """Trash one job and, recursively, its dependents (without its lock).
+
+        ``trashed`` collects the jobs already in the ops, so that a dependent reached
+        through two dependencies (a diamond) is trashed once.
+        """
+        trashed = set() if trashed is None else trashed
+        trashed.add(job_id)
         ops: list[Op] = [Check(stored.path, stored.version),
                          Create(self._paths.trash(job_id), TrashRecord.now(stored.raw, reason).encode()),
                          *settle_ops(self._paths, job_id, stored.posting, stored.raw)]
         for dependent_id in await self._links(stored.path):
             ops.append(Delete(f"{stored.path}/{dependent_id}"))
+            if dependent_id in trashed:
+                continue
             dependent = await self._read_quietly(self._paths.waiting(dependent_id))
             if dependent is not None:
                 cause = f"dependency {job_id} ({stored.posting.name}) was trashed: {reason}"
-                ops += await self.trash_ops(dependent_id, dependent, cause)
+                ops += await self.trash_ops(dependent_id, dependent, cause, trashed)
         return [*ops, Delete(stored.path, stored.version)]
 
     async def _links(self, path: str) -> list[str]:

@@ -61,6 +61,7 @@ class Markers:
         self._doomed: list[str] = []
         self._flusher: asyncio.Task[None] | None = None
         self._seen_orphans: tuple[float, set[str]] | None = None
+        self._closed = False
 
     def new(self) -> Marker:
         """A fresh marker for one write (include ``marker.create()`` in its multi)."""
@@ -70,6 +71,8 @@ class Markers:
     def done(self, marker: Marker) -> None:
         """The write applied and its outcome is known: the marker may go."""
         self._doomed.append(marker.path)
+        if self._closed:
+            return  # a write that finished while the board closed: the collector takes its marker
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
 
@@ -92,9 +95,10 @@ class Markers:
 
     async def close(self) -> None:
         """Delete what is queued (best effort; a leftover is collected later by any board)."""
+        self._closed = True
         if self._flusher is not None:
             self._flusher.cancel()
-        with contextlib.suppress(BackendUnavailable):
+        with contextlib.suppress(BackendUnavailable, TimeoutError):
             await asyncio.wait_for(self._flush(), 1.0)
 
     async def _flush_soon(self) -> None:

@@ -61,15 +61,24 @@ class Poster:
         sequence = await self.next_sequence()
         new_id = job_id(posting.priority, sequence)
         replaced: Delete | None = None  # an expired key this post takes over
+        lost = False
         for _ in range(RACE_RETRIES):
-            ops = await self._ops(new_id, posting, raw, replaced)
+            try:
+                ops = await self._ops(new_id, posting, raw, replaced)
+            except InvalidJob:  # a dependency went: the key may still find the job posted before
+                found = await self._keyed(posting) if posting.key is not None else None
+                if isinstance(found, Job):
+                    return found
+                raise
             marker = self._markers.new()
             try:
                 result = await self._zk.multi([*ops, marker.create()])
             except OutcomeUnknown:
                 if await self._resolve(marker, posting):
                     return posting.to_job(new_id, sequence)
+                lost = True
                 continue  # certainly not applied: the same post again
+            lost = False
             if result.ok:
                 self._markers.done(marker)
                 return posting.to_job(new_id, sequence)
@@ -77,6 +86,9 @@ class Poster:
             if isinstance(found, Job):
                 return found
             replaced = found
+        if lost:
+            raise BackendUnavailable(f"job {posting.name!r}: the post was lost {RACE_RETRIES} times on its way "
+                                     "(certainly not written); try again")
         raise InvalidJob(f"job {posting.name!r}: its dependencies or key kept changing while it was posted")
 
     async def _resolve(self, marker: Marker, posting: Posting) -> bool:
@@ -110,9 +122,14 @@ class Poster:
         failure = result.failure()
         if posting.key is None or failure is None or failure[0].path != self._paths.key(posting.key):
             return None  # a dependency moved: build the post again
-        path = self._paths.key(posting.key)
         if failure[1] != "NodeExists":
             return None  # the expired key was replaced or collected meanwhile
+        return await self._keyed(posting)
+
+    async def _keyed(self, posting: Posting) -> Job | Delete | None:
+        """What the post's key finds: its job, the delete of an expired key, or ``None`` (no key)."""
+        assert posting.key is not None
+        path = self._paths.key(posting.key)
         found = await self._zk.get(path)
         if found is None:
             return None

@@ -114,12 +114,15 @@ class Settler:
         return None
 
     async def release_orphans(self) -> None:
-        """After an assumed expiry the session came back: release the claims given up."""
+        """After an assumed expiry the session came back: release the claims given up
+        (and claims whose reply was lost and never read back: those whose lock is ours)."""
         for job_id, held in list(self.lost.items()):
-            ops: list[Op] = [Check(self._paths.job(job_id), held.generation), Delete(self._paths.lock(job_id))]
-            if (await self._zk.multi(ops, retry_safe=True)).ok:
-                logger.info("released orphaned claim of job %s", job_id)
-            del self.lost[job_id]
+            if await self._lock_is(job_id, held.nonce):
+                ops: list[Op] = [Check(self._paths.job(job_id), held.generation), Delete(self._paths.lock(job_id))]
+                if (await self._zk.multi(ops, retry_safe=True)).ok:
+                    logger.info("released orphaned claim of job %s", job_id)
+            if self.lost.get(job_id) is held:  # a claim made meanwhile replaced it
+                del self.lost[job_id]
 
     async def read(self, path: str) -> Stored | None:
         """:raises MalformedEntry: the node holds no valid posting."""
@@ -138,11 +141,16 @@ class Settler:
             result = await self._zk.multi(ops)
             won = result.ok
         except OutcomeUnknown:
-            won = await self._lock_is(job_id, lock.nonce)
             result = None
+            try:
+                won = await self._lock_is(job_id, lock.nonce)
+            except BackendUnavailable:  # if it was applied, nobody holds it: release it once back
+                self.lost[job_id] = Held(owner, stored.version + 1, lock.nonce, raw)
+                raise
         if not won:
             return _why_not(result)
         generation = stored.version + 1
+        self.lost.pop(job_id, None)  # whatever this board held of the job before, it is gone
         self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0, claimed.key)
         job = claimed.to_job(job_id, sequence_of(job_id))
         return Claim(job, owner, generation, claimed.dependency_results())
@@ -166,7 +174,10 @@ class Settler:
             return await self._zk.exists(self._paths.trash(job_id)) is not None
 
     async def cancel(self, job_id: str, stored: Stored, reason: str) -> str | None:
-        """Trash a job nobody holds; ``None`` if done, else ``claimed`` or ``changed``."""
+        """Trash a job nobody holds; ``None`` if done, else ``claimed`` or ``changed``.
+
+        :raises BoardConflict: a node the cancel must create exists already.
+        """
         ops: list[Op] = []
         if stored.path == self._paths.job(job_id):  # nobody may hold it meanwhile
             lock = self._paths.lock(job_id)
@@ -177,11 +188,16 @@ class Settler:
             result = await self._zk.multi([*ops, marker.create()])
         except OutcomeUnknown:
             return None if await self._markers.applied(marker) else "changed"
-        failure = result.failure()
-        if failure is None:
+        if result.ok:
             self._markers.done(marker)
             return None
-        return "claimed" if failure[0] == ops[0] and failure[1] == "NodeExists" else "changed"
+        failure = result.failure()
+        if failure is None or failure[1] != "NodeExists":
+            return "changed"
+        if failure[0] == ops[0]:
+            return "claimed"
+        raise BoardConflict(f"cancelling job {job_id}: ZooKeeper NodeExists on {failure[0].path}; the board "
+                            "holds a node the cancel must write (left by another tool or a bug)")
 
     # -- settling ----------------------------------------------------------------
 
@@ -293,7 +309,8 @@ class Settler:
         if pending is None or pending.generation != claim.generation:
             return False
         applied = await self._markers.applied(pending.marker)
-        del self.unsettled[claim.job.id]
+        if self.unsettled.get(claim.job.id) is pending:  # a concurrent settle may have resolved it
+            del self.unsettled[claim.job.id]
         if not applied:
             return False
         self.held.pop(claim.job.id, None)
