@@ -28,7 +28,6 @@ def test_a_seed_gives_one_schedule() -> None:
     assert seed_from_env({"FAULT_SEED": "123"}) == 123
 
 
-@pytest.mark.xfail(strict=False, reason="issue 9: fixes pending")
 async def test_a_fault_schedule_keeps_every_promise(tmp_path: Path) -> None:
     config = Config(seed=seed_from_env(), duration=SUITE_DURATION, logs=str(tmp_path))
     print(f"fault schedule seed {config.seed} (replay: FAULT_SEED={config.seed})", flush=True)

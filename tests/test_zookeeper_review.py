@@ -8,6 +8,7 @@ write, a black-holed proxy) or by running a rival's writes at a chosen point.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import anyio
@@ -127,11 +128,10 @@ async def test_a_claim_whose_read_back_failed_does_not_wedge_the_job(zk_hosts: s
                 assert claim is not None, f"job still locked by {await board.owner(job)!r}, by nobody's claim"
 
 
-@pytest.mark.xfail(strict=True, reason="review: the key collector deletes a fresh key whose node reached "
-                   "the version it read (ABA): a keyed post within the retention makes a second job")
 async def test_the_key_collector_never_deletes_a_key_settled_within_the_retention(zk_hosts: str) -> None:
     """The collector reads an expired key (version 1). Before its ``Delete(key, 1)``, a post
-    replaces the key (delete + create: version 0) and its job is consumed (version 1 again)."""
+    replaces the key and its job is consumed: were the key deleted and created again, its version
+    would be 1 again (ABA); it is taken over with set_data, so its version only grows."""
     retention = 2.0
     url = board_url(zk_hosts, session_timeout=6, key_retention=retention)
     with anyio.fail_after(40):
@@ -151,7 +151,7 @@ async def test_the_key_collector_never_deletes_a_key_settled_within_the_retentio
                 return await original(ops, **kwargs)
 
             collector.zk.multi = multi  # type: ignore[method-assign]
-            await collect_keys(collector.zk, collector._paths, retention)
+            await collect_keys(collector.zk, collector._paths, retention, time.time())
             assert fresh
             assert (await rival.post("x", key="k")).id == fresh[0]  # settled a moment ago
 
@@ -237,13 +237,11 @@ async def test_no_marker_flusher_outlives_its_board(zk_hosts: str) -> None:
         assert not running, "the flusher still runs on a closed board"
 
 
-@pytest.mark.xfail(strict=True, reason="review: trashing a keyed job writes its posting twice (trash record "
-                   "+ key record): a keyed post the board accepted, over about half the limit, cannot be trashed")
 @pytest.mark.parametrize("how", ["trash", "cancel"])
 async def test_a_keyed_job_the_board_accepted_can_be_trashed(zk_hosts: str, how: str) -> None:
-    """The post is checked against ``max_posting_bytes``; the trash of a keyed job writes the
-    posting into ``trash/<id>`` and again into ``keys/<key>``: trash refuses its own transaction
-    (InvalidJob), cancel sends it and the server drops the connection, five times."""
+    """The post is checked against ``max_posting_bytes``; the trash of a keyed job once wrote the
+    posting into ``trash/<id>`` and again into ``keys/<key>``: trash refused its own transaction
+    (InvalidJob), cancel sent it and the server dropped the connection, five times."""
     with anyio.fail_after(60):
         async with open_board(board_url(zk_hosts, session_timeout=6)) as board:
             blob = "a" * int(board.max_posting_bytes * 0.6)

@@ -266,7 +266,8 @@ async def test_expired_keys_are_collected_and_live_ones_kept(zk_hosts: str) -> N
             await board.consume(await board.claim(await board.post("x", key="settled"), "me"))
             living = await board.post("x", key="living")
             await anyio.sleep(0.5)
-            assert await collect_keys(board.zk, board._paths, board.key_retention) == 1
+            server_now = (await board.zk.bump(board._paths.counter(0))).mtime
+            assert await collect_keys(board.zk, board._paths, board.key_retention, server_now) == 1
             listing = await board.zk.children(f"{board.options.root}/keys")
             assert listing is not None and listing[0] == ["k-living"]
             assert (await board.post("x", key="living")).id == living.id

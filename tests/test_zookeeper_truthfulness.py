@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from jobboard import JobBoardError, JobNotFound, open_board
+from jobboard import JobNotFound, open_board
 from tests.support.faultproxy import FaultLink
 
 pytestmark = pytest.mark.timeout(90)
@@ -105,8 +105,6 @@ async def test_a_post_whose_reply_is_lost_is_not_posted_twice_when_consumed_mean
     assert left == [], f"the post was stored twice: {left} is on the board again after its consume"
 
 
-@pytest.mark.xfail(strict=True, raises=(AssertionError, JobBoardError),
-                   reason="issue 9: a permanent conflict is reported as BackendUnavailable")
 @pytest.mark.parametrize("how", ["trash", "cancel", "max_attempts"])
 async def test_trashing_the_root_of_a_diamond_trashes_each_dependent_once(zk_hosts: str, how: str) -> None:
     with anyio.fail_after(30):

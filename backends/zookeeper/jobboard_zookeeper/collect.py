@@ -30,7 +30,8 @@ async def collect_forever(zk: ZooKeeper, paths: Paths, markers: Markers, key_ret
         try:
             if await _is_collector(zk, collector):
                 await markers.collect()
-                removed = await collect_keys(zk, paths, key_retention)
+                server_now = (await zk.bump(collector)).mtime
+                removed = await collect_keys(zk, paths, key_retention, server_now)
                 if removed:
                     logger.info("collected %d expired idempotency keys", removed)
         except JobBoardError as error:

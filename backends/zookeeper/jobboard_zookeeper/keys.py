@@ -2,22 +2,22 @@
 
 While the job is on the board the node holds ``{"job": id}``. The settle that
 removes the job (consume, trash, cancel, or a trash cascade) rewrites it in the
-same multi to ``{"job": id, "settled": <posting>}``; that write sets the node's
-mtime, from which the retention window counts (by the server's clock). A post
-that finds an expired settled key replaces it in its own multi (delete at the
-read version), so expiry is exact whenever collection runs; collection only
-frees the space.
+same multi to ``{"job": id, "settled": <posting>}`` (consumed) or ``{"job": id,
+"trashed": true}`` (the posting is in ``trash/<id>``); that write sets the node's
+mtime, from which the retention window counts (by the server's clock, read from
+the reply to a write just before). A post that finds an expired settled key
+takes it over in its own multi (``set_data`` at the version read, so a version
+never repeats and the collector's delete at an old version fails), so expiry is
+exact whenever collection runs; collection only frees the space.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
-from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
-from jobboard.job import Job
-from jobboard_zookeeper.layout import Paths, sequence_of
+from jobboard.codec import MalformedEntry, decode_value, encode_value
+from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.ops import Delete, Op, SetData, Stat
 from jobboard_zookeeper.zk import ZooKeeper
 
@@ -26,15 +26,23 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
-    """What a key node holds: the job, and its posting once settled."""
+    """What a key node holds: the job; once consumed its posting, once trashed a mark
+    (the posting is then in ``trash/<id>``: a keyed job's posting is never written twice)."""
 
     job_id: str
     settled: bytes | None = None
+    trashed: bool = False
+
+    @property
+    def is_settled(self) -> bool:
+        return self.settled is not None or self.trashed
 
     def encode(self) -> bytes:
         record: dict[str, object] = {"job": self.job_id}
         if self.settled is not None:
             record["settled"] = self.settled
+        if self.trashed:
+            record["trashed"] = True
         return encode_value(record, what="key record")
 
     @classmethod
@@ -43,26 +51,28 @@ class KeyRecord:
         if not isinstance(record, dict) or not isinstance(record.get("job"), str):
             raise MalformedEntry("key record is not a map with a job id")
         settled = record.get("settled")
-        return cls(record["job"], settled if isinstance(settled, bytes) else None)
-
-    def settled_job(self) -> Job:
-        """The job as it was when settled. :raises MalformedEntry: no valid posting."""
-        return decode_posting(self.settled).to_job(self.job_id, sequence_of(self.job_id))
+        return cls(record["job"], settled if isinstance(settled, bytes) else None, record.get("trashed") is True)
 
 
-def expired(stat: Stat, record: KeyRecord, retention: float) -> bool:
-    return record.settled is not None and time.time() - stat.mtime >= retention
+def expired(stat: Stat, record: KeyRecord, retention: float, server_now: float) -> bool:
+    """Whether a settled key is past its retention (both times by the server's clock)."""
+    return record.is_settled and server_now - stat.mtime >= retention
 
 
-def settle_ops(paths: Paths, job_id: str, posting: Posting, raw: bytes) -> list[Op]:
+def settle_ops(paths: Paths, job_id: str, key: str | None, raw: bytes, *, trashed: bool) -> list[Op]:
     """What a settle that removes a keyed job adds to its multi (nothing for unkeyed jobs)."""
-    if posting.key is None:
+    if key is None:
         return []
-    return [SetData(paths.key(posting.key), KeyRecord(job_id, raw).encode(), -1)]
+    record = KeyRecord(job_id, trashed=True) if trashed else KeyRecord(job_id, raw)
+    return [SetData(paths.key(key), record.encode(), -1)]
 
 
-async def collect_keys(zk: ZooKeeper, paths: Paths, retention: float) -> int:
-    """Delete the keys of jobs settled more than ``retention`` ago; returns how many."""
+async def collect_keys(zk: ZooKeeper, paths: Paths, retention: float, server_now: float) -> int:
+    """Delete the keys of jobs settled more than ``retention`` ago; returns how many.
+
+    Deletes at the version read: a key taken over meanwhile (``set_data`` by a post)
+    has a higher version and is kept.
+    """
     listing = await zk.children(paths.dir("keys"))
     removed = 0
     for name in listing[0] if listing else []:
@@ -75,7 +85,7 @@ async def collect_keys(zk: ZooKeeper, paths: Paths, retention: float) -> int:
         except MalformedEntry:
             logger.warning("malformed key record %s is left alone", path)
             continue
-        if expired(found[1], record, retention):
+        if expired(found[1], record, retention, server_now):
             result = await zk.multi([Delete(path, found[1].version)], retry_safe=True)
             removed += result.ok
     return removed

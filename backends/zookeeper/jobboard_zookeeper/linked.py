@@ -83,7 +83,7 @@ class LinkedOps:
         trashed.add(job_id)
         ops: list[Op] = [Check(stored.path, stored.version),
                          Create(self._paths.trash(job_id), TrashRecord.now(stored.raw, reason).encode()),
-                         *settle_ops(self._paths, job_id, stored.posting, stored.raw)]
+                         *settle_ops(self._paths, job_id, stored.posting.key, stored.raw, trashed=True)]
         for dependent_id in await self._links(stored.path):
             ops.append(Delete(f"{stored.path}/{dependent_id}"))
             if dependent_id in trashed:

@@ -19,9 +19,9 @@ from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, BoardConflict, InvalidJob, UnknownOutcome
 from jobboard.job import Job
 from jobboard_zookeeper.keys import KeyRecord, expired
-from jobboard_zookeeper.layout import EPOCH_SIZE, Paths, job_id, sequence_of
+from jobboard_zookeeper.layout import EPOCH_SIZE, Paths, TrashRecord, job_id, sequence_of
 from jobboard_zookeeper.markers import Marker, Markers
-from jobboard_zookeeper.ops import Create, Delete, Op, OutcomeUnknown, TxnResult
+from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown, SetData, TxnResult
 from jobboard_zookeeper.zk import ZooKeeper
 
 RACE_RETRIES = 5
@@ -34,6 +34,8 @@ class Poster:
         self._zk, self._paths, self._markers = zk, paths, markers
         self._key_retention = key_retention
         self._epoch = 0
+        self._server_now = 0.0
+        """The server's clock at the last counter bump (key retention is judged by it)."""
 
     async def open(self) -> None:
         """Find the current counter (a new one is started before a version could overflow)."""
@@ -45,7 +47,8 @@ class Poster:
     async def next_sequence(self) -> int:
         while True:
             epoch = self._epoch
-            version = await self._zk.bump(self._paths.counter(epoch))
+            stat = await self._zk.bump(self._paths.counter(epoch))
+            self._server_now, version = stat.mtime, stat.version
             if version < EPOCH_SIZE:
                 return epoch * EPOCH_SIZE + version
             await self._zk.ensure_path(self._paths.counter(epoch + 1))
@@ -60,11 +63,11 @@ class Poster:
         """
         sequence = await self.next_sequence()
         new_id = job_id(posting.priority, sequence)
-        replaced: Delete | None = None  # an expired key this post takes over
+        takeover: int | None = None  # the version of an expired key this post takes over
         lost = False
         for _ in range(RACE_RETRIES):
             try:
-                ops = await self._ops(new_id, posting, raw, replaced)
+                ops = await self._ops(new_id, posting, raw, takeover)
             except InvalidJob:  # a dependency went: the key may still find the job posted before
                 found = await self._keyed(posting) if posting.key is not None else None
                 if isinstance(found, Job):
@@ -85,7 +88,7 @@ class Poster:
             found = await self._key_conflict(posting, result)
             if isinstance(found, Job):
                 return found
-            replaced = found
+            takeover = found
         if lost:
             raise BackendUnavailable(f"job {posting.name!r}: the post was lost {RACE_RETRIES} times on its way "
                                      "(certainly not written); try again")
@@ -103,10 +106,11 @@ class Poster:
                 f"so whether it was posted cannot be told ({error}); post with a key to retry safely"
             ) from error
 
-    async def _ops(self, new_id: str, posting: Posting, raw: bytes, replaced: Delete | None) -> list[Op]:
-        ops: list[Op] = [] if replaced is None else [replaced]
+    async def _ops(self, new_id: str, posting: Posting, raw: bytes, takeover: int | None) -> list[Op]:
+        ops: list[Op] = []
         if posting.key is not None:
-            ops.append(Create(self._paths.key(posting.key), KeyRecord(new_id).encode()))
+            path, record = self._paths.key(posting.key), KeyRecord(new_id).encode()
+            ops.append(Create(path, record) if takeover is None else SetData(path, record, takeover))
         if not posting.depends_on:
             return [*ops, Create(self._paths.job(new_id), raw)]
         ops.append(Create(self._paths.waiting(new_id), raw))
@@ -117,8 +121,8 @@ class Poster:
             ops.append(Create(f"{parent}/{new_id}"))
         return ops
 
-    async def _key_conflict(self, posting: Posting, result: TxnResult) -> Job | Delete | None:
-        """After a failed post: the job its key finds, the delete of an expired key, or ``None``."""
+    async def _key_conflict(self, posting: Posting, result: TxnResult) -> Job | int | None:
+        """After a failed post: the job its key finds, the version of an expired key, or ``None``."""
         failure = result.failure()
         if posting.key is None or failure is None or failure[0].path != self._paths.key(posting.key):
             return None  # a dependency moved: build the post again
@@ -126,8 +130,8 @@ class Poster:
             return None  # the expired key was replaced or collected meanwhile
         return await self._keyed(posting)
 
-    async def _keyed(self, posting: Posting) -> Job | Delete | None:
-        """What the post's key finds: its job, the delete of an expired key, or ``None`` (no key)."""
+    async def _keyed(self, posting: Posting) -> Job | int | None:
+        """What the post's key finds: its job, the version of an expired key, or ``None`` (no key)."""
         assert posting.key is not None
         path = self._paths.key(posting.key)
         found = await self._zk.get(path)
@@ -135,11 +139,20 @@ class Poster:
             return None
         try:
             record = KeyRecord.decode(found[0])
-            if expired(found[1], record, self._key_retention):
-                return Delete(path, found[1].version)
-            return record.settled_job() if record.settled is not None else await self._live(record.job_id)
+            if expired(found[1], record, self._key_retention, self._server_now):
+                return found[1].version
+            if record.settled is not None:
+                return decode_posting(record.settled).to_job(record.job_id, sequence_of(record.job_id))
+            return await (self._trashed(record.job_id) if record.trashed else self._live(record.job_id))
         except MalformedEntry as error:
             raise BoardConflict(f"key {posting.key!r} of job {posting.name!r}: {path} holds {error}") from None
+
+    async def _trashed(self, job: str) -> Job | None:
+        """The job as it went to the trash (``None`` if its trash entry is gone)."""
+        found = await self._zk.get(self._paths.trash(job))
+        if found is None:
+            return None
+        return decode_posting(TrashRecord.decode(found[0]).posting).to_job(job, sequence_of(job))
 
     async def _live(self, job: str) -> Job | None:
         """The job on the board (``None`` if it was just settled: read the key again)."""

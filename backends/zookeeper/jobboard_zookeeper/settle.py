@@ -234,7 +234,7 @@ class Settler:
             ops.append(Delete(self._paths.job(job_id)))
             if claim.job.keep_result:
                 ops.append(Create(self._paths.result(job_id), raw_result))
-            ops += self._key_ops(job_id, held)
+            ops += settle_ops(self._paths, job_id, held.key, held.posting, trashed=False)
             return [*ops, Delete(self._paths.lock(job_id))]
 
         await self._settle(claim, "consume", build)
@@ -261,11 +261,6 @@ class Settler:
             return [*ops, Delete(self._paths.lock(job_id))]
 
         await self._settle(claim, "trash", build)
-
-    def _key_ops(self, job_id: str, held: Held) -> list[Op]:
-        if held.key is None:
-            return []
-        return settle_ops(self._paths, job_id, decode_posting(held.posting), held.posting)
 
     async def _settle(self, claim: Claim, kind: str, build: Callable[[Held], Awaitable[list[Op]]]) -> None:
         """Run ``build(held)``'s multi, with a write marker, until it applies.

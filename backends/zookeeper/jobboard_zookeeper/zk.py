@@ -332,14 +332,15 @@ class ZooKeeper:
         write applied before now (a lost write's reply is resolved after one)."""
         await self._call(protocol.SyncRequest(path=path), retry=True)
 
-    async def bump(self, path: str) -> int:
-        """Increment the node's data version (a server-side counter); returns the new version.
+    async def bump(self, path: str) -> Stat:
+        """Increment the node's data version (a server-side counter); returns its new stat
+        (``version``, and ``mtime``: the server's clock now).
 
         A replay after a lost reply only skips a number, so this is retried.
         """
         request = protocol.SetDataRequest(path=path, data=b"", version=-1)
         _, response = await self._call(request, retry=True)
-        return int(response.stat.version)
+        return stat_of(response.stat)
 
     async def ensure_path(self, path: str) -> None:
         """Create ``path`` and its parents as persistent nodes if missing."""
