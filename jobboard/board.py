@@ -42,9 +42,13 @@ class JobBoard(abc.ABC):
 
     Every method raises :class:`~jobboard.errors.BoardClosed` before ``open``
     and after ``aclose``, and :class:`~jobboard.errors.BackendUnavailable` on a
-    transient backend failure (the operation may or may not have happened;
-    retrying a settle then raises ``ClaimLost`` if it had). No exception of a
-    backend's client library ever escapes: everything is a ``JobBoardError``.
+    transient backend failure: the operation may or may not have happened, and
+    repeating the same call finds out (a settle repeated after it returns
+    normally if the first one was applied). A write whose outcome can no longer
+    be told raises :class:`~jobboard.errors.UnknownOutcome` instead (never for a
+    keyed post within its retention, see ``post``); a conflict retrying cannot
+    fix raises :class:`~jobboard.errors.BoardConflict` naming it. No exception
+    of a backend's client library ever escapes: everything is a ``JobBoardError``.
     """
 
     max_posting_bytes: int = 1024 * 1024

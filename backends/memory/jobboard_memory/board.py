@@ -11,7 +11,6 @@ URL options: ``max_attempts`` (default for posts), ``max_posting_bytes``,
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
@@ -108,7 +107,7 @@ class MemoryBoard(JobBoard):
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
     ) -> Job:
         _, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
-        existing = self._store.keyed(key, time.monotonic(), self.key_retention)
+        existing = self._store.keyed(key, self.key_retention)
         return existing if existing is not None else self._store.admit(raw)
 
     async def get(self, job: JobRef) -> Job:

@@ -52,11 +52,10 @@ class Entry:
 
 @dataclass
 class KeyRecord:
-    """The job an idempotency key found, and when it was settled (``None``: on the board)."""
+    """The job an idempotency key finds, and the job as settled (``None``: on the board)."""
 
     job_id: str
     settled: Job | None = None
-    settled_at: float = 0.0
 
 
 class Store:
@@ -71,20 +70,26 @@ class Store:
         self._sequence = itertools.count(1)
         self._publish = publish
         self.keys: dict[str, KeyRecord] = {}
+        self._settled_keys: dict[str, float] = {}
+        """Keys of settled jobs and when they were settled (monotonic), oldest first."""
 
     # -- posting -------------------------------------------------------------
 
-    def keyed(self, key: str | None, now: float, retention: float) -> Job | None:
-        """The job an idempotency key still finds (on the board, or settled within ``retention``)."""
+    def keyed(self, key: str | None, retention: float) -> Job | None:
+        """The job an idempotency key still finds (on the board, or settled within ``retention``).
+
+        Keys settled longer ago are dropped here, oldest first, so they never pile up.
+        """
+        now = time.monotonic()
+        while self._settled_keys:
+            oldest, settled_at = next(iter(self._settled_keys.items()))
+            if now - settled_at < retention:
+                break
+            del self._settled_keys[oldest], self.keys[oldest]
         record = self.keys.get(key) if key is not None else None
         if record is None:
             return None
-        if record.settled is None:
-            return self.jobs[record.job_id].job()
-        if now - record.settled_at < retention:
-            return record.settled
-        del self.keys[key]  # type: ignore[arg-type]
-        return None
+        return self.jobs[record.job_id].job() if record.settled is None else record.settled
 
     def admit(self, raw: bytes) -> Job:
         """Add an encoded posting; an undecodable one is kept aside as malformed.
@@ -114,8 +119,11 @@ class Store:
 
     def _settled(self, entry: Entry) -> None:
         """Keep the job a key finds after it left the board (from now on)."""
-        if entry.posting.key is not None:
-            self.keys[entry.posting.key] = KeyRecord(entry.job_id, entry.job(), time.monotonic())
+        key = entry.posting.key
+        if key is not None:
+            self.keys[key] = KeyRecord(entry.job_id, entry.job())
+            self._settled_keys.pop(key, None)
+            self._settled_keys[key] = time.monotonic()  # settle order: the oldest first
 
     def _make_ready(self, entry: Entry) -> None:
         if not entry.waiting_on and entry.owner is None:

@@ -285,7 +285,7 @@ class ZooKeeperBoard(JobBoard):
         outcome = await self._try_claim(job, stored, owner)
         if outcome == "delayed" and stored.posting.not_before is not None:
             self.view.skip_until(job, stored.posting.not_before)
-        elif outcome in ("claimed", "changed", "gone", "lost"):
+        elif outcome in ("claimed", "changed", "gone"):  # lost races ("lost": a lost reply, not one)
             self.claim_conflicts += 1
             self._last_lost_race = time.monotonic()
         return outcome if isinstance(outcome, Claim) else None

@@ -156,7 +156,11 @@ class Settler:
         return Claim(job, owner, generation, claimed.dependency_results())
 
     async def _lock_is(self, job_id: str, nonce: str) -> bool:
-        found = await self._zk.get(self._paths.lock(job_id))
+        """After a lost claim reply: whether the lock holds this claim's nonce (read after a sync,
+        so a follower that lags behind the leader cannot hide an applied claim)."""
+        path = self._paths.lock(job_id)
+        await self._zk.sync(path)
+        found = await self._zk.get(path)
         try:
             return found is not None and LockRecord.decode(found[0]).nonce == nonce
         except MalformedEntry:
@@ -171,6 +175,7 @@ class Settler:
         try:
             return (await self._zk.multi(ops)).ok
         except OutcomeUnknown:
+            await self._zk.sync(self._paths.trash(job_id))
             return await self._zk.exists(self._paths.trash(job_id)) is not None
 
     async def cancel(self, job_id: str, stored: Stored, reason: str) -> str | None:
@@ -292,7 +297,8 @@ class Settler:
                 return
             self._refuse(result, claim)
         raise BackendUnavailable(
-            f"settling job {job_id} kept conflicting with concurrent changes to its dependents; try again")
+            f"settling job {job_id} failed {MAX_CONFLICT_RETRIES} times (replies lost, or its dependents "
+            "changed concurrently each time); try again")
 
     async def _resolved(self, claim: Claim, kind: str) -> bool:
         """Whether an earlier try of this settle, whose reply was lost, was applied.
@@ -364,8 +370,8 @@ def claim_refused(job_id: str, outcome: str) -> JobBoardError:
     if outcome in ("claimed", "changed"):
         return NotClaimable(f"job {job_id} changed while it was being claimed; try again")
     if outcome == "lost":
-        return BackendUnavailable(f"the reply to the claim of job {job_id} was lost and the claim did "
-                                  "not hold (its session ended meanwhile); try again")
+        return BackendUnavailable(f"the reply to the claim of job {job_id} was lost and the claim does "
+                                  "not hold; try again")
     return JobNotFound(f"job {job_id} is not claimable: {outcome}")
 
 
