@@ -3,22 +3,23 @@
 In the suite: a fixed seed, bounded examples, no shrinking. A longer run by hand::
 
     JOBBOARD_MODEL_EXAMPLES=500 .venv/bin/python -m tests.support.zkserver run -- \\
-        .venv/bin/python -m pytest tests/test_model_based.py -s -p no:timeout
+        .venv/bin/python -m pytest tests/test_model_based.py -s
 
-draws a random seed and prints it; ``JOBBOARD_MODEL_SEED=<seed>`` replays a run,
+draws a random seed and prints it (and has no time limit); ``JOBBOARD_MODEL_SEED=<seed>`` replays a run,
 ``JOBBOARD_MODEL_SHRINK=1`` shrinks a failure to a minimal sequence of steps,
 ``JOBBOARD_MODEL_STEPS`` sets the steps per example (default 30).
 """
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import pytest
 
 from jobboard.testing.stateful import run_model_test
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(0 if "JOBBOARD_MODEL_EXAMPLES" in os.environ else 240)
 
 
 def test_memory_board_follows_the_model() -> None:

@@ -272,32 +272,20 @@ class JobBoardMachine(MachineBase):
 
     # -- boards ------------------------------------------------------------------
 
-    @rule(pick=PICK, probe=st.sampled_from(
-        ("close or reopen", "unknown job", "close or reopen", "closed board", "pending outcome")))
+    @rule(pick=PICK, probe=st.sampled_from(("close or reopen", "unknown job", "close or reopen", "closed board",
+                                            "pending outcome", "watch a claim", "wait")))
     def probe(self, pick: int, probe: str) -> None:
         """Close a board (its claims go back on the board, attempts counted) or reopen a closed
-        slot; or reads and refusals that change nothing."""
-        _, board = self.board_at(pick)
+        slot; or reads, waits and refusals that change nothing."""
         if probe == "close or reopen":
             self.close_or_reopen(pick % SLOTS)
             return
-        if probe == "unknown job":
-            self.expect_error(JobNotFound, lambda: board.claim(UNKNOWN_JOB, "w1"))
-            self.expect_error(JobNotFound, lambda: board.cancel(UNKNOWN_JOB, "r"))
-            self.expect_error(JobNotFound, lambda: board.get(UNKNOWN_JOB))
-            assert self.call(lambda: board.state(UNKNOWN_JOB)) is JobState.COMPLETE
-            assert self.call(lambda: board.owner(UNKNOWN_JOB)) is None
-        elif probe == "closed board" and self.closed:
-            closed = self.closed[pick % len(self.closed)]
-            self.call(closed.aclose)  # idempotent
-            self.expect_error(BoardClosed, lambda: closed.claim_next("w1"))
-            self.expect_error(BoardClosed, lambda: closed.post("a"))
-            self.expect_error(BoardClosed, closed.job_count)
-        elif probe == "pending outcome" and self.model.board():
-            self.pending_outcome(board, self.ids[self.job_at(pick, anywhere=False)])
-        else:
-            return
-        self.note(f"probe: {probe}")
+        probes: dict[str, Callable[[JobBoard, int], bool]] = {
+            "unknown job": self.unknown_job, "closed board": self.closed_board,
+            "pending outcome": self.pending_outcome, "watch a claim": self.watch_a_claim, "wait": self.wait,
+        }
+        if probes[probe](self.board_at(pick)[1], pick):
+            self.note(f"probe: {probe}")
 
     def close_or_reopen(self, slot: int) -> None:
         if self.boards[slot] is None:
@@ -307,16 +295,67 @@ class JobBoardMachine(MachineBase):
             self.note("close a board")
             self.close_slot(slot)
 
-    def pending_outcome(self, board: JobBoard, job_id: str) -> None:
-        """``wait_for_completion`` of a job on the board does not return."""
+    def returns_soon(self, work: Callable[[], Awaitable[object]]) -> bool:
+        """Whether ``work()`` returns within 50 ms (for calls that must block)."""
 
         async def returns() -> bool:
             with anyio.move_on_after(0.05):
-                await board.wait_for_completion(job_id)
+                await work()
                 return True
             return False
 
-        assert not self.call(returns), f"wait_for_completion({job_id}) returned for a job on the board"
+        return self.call(returns)
+
+    def unknown_job(self, board: JobBoard, pick: int) -> bool:
+        self.expect_error(JobNotFound, lambda: board.claim(UNKNOWN_JOB, "w1"))
+        self.expect_error(JobNotFound, lambda: board.cancel(UNKNOWN_JOB, "r"))
+        self.expect_error(JobNotFound, lambda: board.get(UNKNOWN_JOB))
+        assert self.call(lambda: board.state(UNKNOWN_JOB)) is JobState.COMPLETE
+        assert self.call(lambda: board.owner(UNKNOWN_JOB)) is None
+        return True
+
+    def closed_board(self, board: JobBoard, pick: int) -> bool:
+        if not self.closed:
+            return False
+        closed = self.closed[pick % len(self.closed)]
+        self.call(closed.aclose)  # idempotent
+        self.expect_error(BoardClosed, lambda: closed.claim_next("w1"))
+        self.expect_error(BoardClosed, lambda: closed.post("a"))
+        self.expect_error(BoardClosed, closed.job_count)
+        return True
+
+    def pending_outcome(self, board: JobBoard, pick: int) -> bool:
+        """``wait_for_completion`` of a job on the board does not return."""
+        if not self.model.board():
+            return False
+        job_id = self.ids[self.job_at(pick, anywhere=False)]
+        assert not self.returns_soon(lambda: board.wait_for_completion(job_id)), (
+            f"wait_for_completion({job_id}) returned for a job on the board")
+        return True
+
+    def watch_a_claim(self, board: JobBoard, pick: int) -> bool:
+        """``watch_claim`` returns at once for a stale claim and waits while the claim is current."""
+        if not self.claims:
+            return False
+        expected, claim = self.claims[pick % len(self.claims)]
+        if self.is_current(expected):
+            assert not self.returns_soon(lambda: board.watch_claim(claim)), (
+                f"watch_claim returned for the current claim of {claim.job.id}")
+        else:
+            reason = self.call(lambda: board.watch_claim(claim))
+            assert isinstance(reason, str) and reason, f"watch_claim of a stale claim returned {reason!r}"
+        return True
+
+    def wait(self, board: JobBoard, pick: int) -> bool:
+        """``wait`` returns claimable jobs in board order (maybe only the first), or waits for one."""
+        names = NAME_FILTERS[pick % len(NAME_FILTERS)]
+        claimable = [self.ids[job.index] for job in self.model.candidates(names)]
+        if not claimable:
+            assert not self.returns_soon(lambda: board.wait(names=names)), f"wait(names={names}) found work"
+            return True
+        found = [job.id for job in self.call(lambda: board.wait(names=names))]
+        assert found and found == claimable[:len(found)], f"wait(names={names}): {found}, the model says {claimable}"
+        return True
 
     # -- checking --------------------------------------------------------------
 
