@@ -119,15 +119,18 @@ class ContractModel:
         job = self.jobs[index]
         return tuple(job.results[dep] for dep in job.depends_on)
 
-    def lineage(self, index: int) -> set[int]:
-        """``index`` and every job on the board it depends on, directly or not."""
-        found, todo = set(), [index]
+    def reaches_twice(self, index: int) -> bool:
+        """Whether trashing job ``index`` reaches some dependent along two paths (a diamond)."""
+        paths: dict[int, int] = {}
+        todo = [index]
         while todo:
-            job = self.jobs[todo.pop()]
-            if job.on_board and job.index not in found:
-                found.add(job.index)
-                todo.extend(job.depends_on)
-        return found
+            for dependent in self.jobs[todo.pop()].dependents:
+                if self.jobs[dependent].on_board:
+                    paths[dependent] = paths.get(dependent, 0) + 1
+                    if paths[dependent] > 1:
+                        return True
+                    todo.append(dependent)
+        return False
 
     def candidates(self, names: Collection[str] | None) -> list[ModelJob]:
         """What ``claim_next(names=names)`` looks at, in order: unclaimed, not delayed, offered."""
