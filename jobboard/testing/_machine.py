@@ -24,6 +24,8 @@ T = TypeVar("T")
 M = TypeVar("M")
 
 SLOTS = 3
+NAME_FILTERS: tuple[tuple[str, ...] | None, ...] = (None, ("a",), ("a", "b"), ("c", "jobboard.gate"))
+"""The ``names`` a claimer asks for (``jobboard.gate`` is an internal name: only asked for by name)."""
 
 
 class MachineBase(RuleBasedStateMachine):

@@ -78,7 +78,8 @@ def check_reason(reason: str | None, job: ModelJob, ids: Ids) -> None:
     """A reason given by a caller is kept as given; derived ones name their cause (as the conformance
     suite asks: the contract does not fix their wording)."""
     job_id, wanted = ids[job.index], job.reason
-    assert reason is not None and wanted is not None, f"job {job_id}: reason {reason!r}, the model says {wanted!r}"
+    assert reason is not None and wanted is not None, (
+        f"job {job_id}: reason {reason!r}, the model says {wanted!r}")
     if job.cause is not None:
         assert ids[job.cause] in reason, f"job {job_id}: reason {reason!r} does not name {ids[job.cause]}"
     if wanted.startswith(EXHAUSTED):
@@ -98,7 +99,9 @@ async def check_board(board: JobBoard, model: ContractModel, ids: Ids) -> None:
     for job, wanted in zip(listing, expected, strict=True):
         check_job(job, wanted, ids, "iterjobs")
     unclaimed = [job.id async for job in board.iterjobs(only_unclaimed=True)]
-    assert unclaimed == [ids[job.index] for job in model.unclaimed()], f"iterjobs(only_unclaimed): {unclaimed}"
+    expected_unclaimed = [ids[job.index] for job in model.unclaimed()]
+    assert unclaimed == expected_unclaimed, (
+        f"iterjobs(only_unclaimed): {unclaimed}, the model says {expected_unclaimed}")
     assert await board.job_count() == len(expected)
     for modelled in model.jobs:
         await check_one(board, modelled, ids)
@@ -137,9 +140,11 @@ async def check_outcome(board: JobBoard, job: ModelJob, ids: Ids) -> None:
     """``wait_for_completion`` of a job that left the board returns how it ended (the caller bounds it)."""
     job_id = ids[job.index]
     outcome: Outcome = await board.wait_for_completion(job_id)
-    assert (outcome.job_id, outcome.state) == (job_id, job.state), f"outcome {outcome}, the model says {job.state}"
+    assert (outcome.job_id, outcome.state) == (job_id, job.state), (
+        f"outcome {outcome}, the model says {job.state}")
     if job.state is JobState.COMPLETE:
         kept = job.result if job.keep_result else None
-        assert outcome.result == kept, f"outcome of {job_id}: result {outcome.result!r}, the model says {kept!r}"
+        assert outcome.result == kept, (
+            f"outcome of {job_id}: result {outcome.result!r}, the model says {kept!r}")
     else:
         check_reason(outcome.reason, job, ids)

@@ -30,24 +30,21 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Collection
 from typing import Any, ClassVar
 
-import anyio
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import seed as use_seed
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
 
 from jobboard.board import JobBoard
-from jobboard.errors import BoardClosed, JobNotFound
 from jobboard.job import Claim, Job, JobState, Priority
 from jobboard.testing import _model_checks as checks
-from jobboard.testing._machine import SLOTS, MachineBase
+from jobboard.testing._machine import NAME_FILTERS, SLOTS, MachineBase
+from jobboard.testing._probes import Probes
 from jobboard.testing.model import ModelClaim, ModelJob
 
 NAMES = ("a", "b", "c", "jobboard.gate")
-NAME_FILTERS: tuple[tuple[str, ...] | None, ...] = (None, ("a",), ("a", "b"), ("c", "jobboard.gate"))
 LONG_DELAY = 3600.0
 """A ``retry_after`` that does not end during a test: the job stays unclaimable."""
-UNKNOWN_JOB = "no-such-job"
 KEYS = ("k1", "k2", "k3")
 
 SLOT = st.integers(0, SLOTS - 1)
@@ -73,8 +70,9 @@ class PostSpec:
 
 POSTS = st.builds(
     PostSpec, name=st.sampled_from(NAMES), priority=st.sampled_from(Priority),
-    deps=st.one_of(st.just(()), st.lists(PICK, min_size=1, max_size=3).map(tuple)), max_attempts=st.sampled_from((None, 1, 2, 3)),
-    keep_result=st.booleans(), details=st.one_of(st.just({}), st.fixed_dictionaries({"n": st.integers(0, 99)})),
+    deps=st.one_of(st.just(()), st.lists(PICK, min_size=1, max_size=3).map(tuple)),
+    max_attempts=st.sampled_from((None, 1, 2, 3)), keep_result=st.booleans(),
+    details=st.one_of(st.just({}), st.fixed_dictionaries({"n": st.integers(0, 99)})),
 )
 
 
@@ -91,7 +89,7 @@ SETTLES = st.builds(Settle, action=st.sampled_from(("consume", "consume", "aband
 THEN = st.one_of(st.none(), SETTLES)
 
 
-class JobBoardMachine(MachineBase):
+class JobBoardMachine(Probes):
     """Drives three boards on one fresh URL and a :class:`ContractModel` side by side.
 
     Subclass it (or use :func:`run_model_test`) and set ``url_factory``.
@@ -137,7 +135,8 @@ class JobBoardMachine(MachineBase):
             depends = (gone[spec.deps[0] % len(gone)] if spec.deps else gone[0],)
         else:
             bad = None
-            depends = tuple(dict.fromkeys(on_board[dep % len(on_board)] for dep in spec.deps)) if on_board else ()
+            picked = [on_board[dep % len(on_board)] for dep in spec.deps] if on_board else []
+            depends = tuple(dict.fromkeys(picked))
         both = self.expect(
             f"post ({bad or 'linked' if depends else 'single'})",
             lambda: self.model.post(spec.name, priority=spec.priority, depends_on=depends,
@@ -161,7 +160,8 @@ class JobBoardMachine(MachineBase):
         keyed_post: Any = board.post  # ``key`` is newer than some backends
         job = self.call(lambda: keyed_post(spec.name, spec.details, priority=spec.priority, key=key))
         if known:
-            assert job.id == self.ids[expected.index], f"post(key={key!r}) made {job.id}, not the existing job"
+            assert job.id == self.ids[expected.index], (
+                f"post(key={key!r}) made {job.id}, not the existing job")
         else:
             self.record(expected, job)
 
@@ -200,7 +200,9 @@ class JobBoardMachine(MachineBase):
         if taken is not None and then is not None:
             self.settle_one(pick + 1, *taken, then, "")
 
-    def take_next(self, pick: int, owner: str, names: tuple[str, ...] | None) -> tuple[ModelClaim, Claim] | None:
+    def take_next(
+        self, pick: int, owner: str, names: tuple[str, ...] | None,
+    ) -> tuple[ModelClaim, Claim] | None:
         slot, board = self.board_at(pick)
         if self.avoided([job.index for job in self.model.candidates(names) if job.exhausted]):
             return None
@@ -258,7 +260,8 @@ class JobBoardMachine(MachineBase):
         if how.action == "trash" and self.is_current(expected) and self.avoided([expected.job]):
             return
         steps: dict[str, tuple[Callable[[], None], Callable[[], Awaitable[None]]]] = {
-            "consume": (lambda: self.model.consume(expected, how.result), lambda: board.consume(claim, how.result)),
+            "consume": (lambda: self.model.consume(expected, how.result),
+                        lambda: board.consume(claim, how.result)),
             "abandon": (lambda: self.model.abandon(expected, delayed=bool(how.delay)),
                         lambda: board.abandon(claim, retry_after=how.delay)),
             "trash": (lambda: self.model.trash(expected, how.reason), lambda: board.trash(claim, how.reason)),
@@ -272,12 +275,13 @@ class JobBoardMachine(MachineBase):
         index = self.job_at(job, anywhere)
         if self.avoided([index]):
             return
-        self.expect("cancel", lambda: self.model.cancel(index, reason), lambda: board.cancel(self.ids[index], reason))
+        self.expect("cancel", lambda: self.model.cancel(index, reason),
+                    lambda: board.cancel(self.ids[index], reason))
 
     # -- boards ------------------------------------------------------------------
 
-    @rule(pick=PICK, probe=st.sampled_from(("close or reopen", "unknown job", "close or reopen", "closed board",
-                                            "pending outcome", "watch a claim", "wait")))
+    @rule(pick=PICK, probe=st.sampled_from(("close or reopen", "unknown job", "close or reopen",
+                                            "closed board", "pending outcome", "watch a claim", "wait")))
     def probe(self, pick: int, probe: str) -> None:
         """Close a board (its claims go back on the board, attempts counted) or reopen a closed
         slot; or reads, waits and refusals that change nothing."""
@@ -290,76 +294,6 @@ class JobBoardMachine(MachineBase):
         }
         if probes[probe](self.board_at(pick)[1], pick):
             self.note(f"probe: {probe}")
-
-    def close_or_reopen(self, slot: int) -> None:
-        if self.boards[slot] is None:
-            self.note("reopen a board")
-            self.open_slot(slot)
-        elif len(self.open_boards()) > 1:
-            self.note("close a board")
-            self.close_slot(slot)
-
-    def returns_soon(self, work: Callable[[], Awaitable[object]]) -> bool:
-        """Whether ``work()`` returns within 50 ms (for calls that must block)."""
-
-        async def returns() -> bool:
-            with anyio.move_on_after(0.05):
-                await work()
-                return True
-            return False
-
-        return self.call(returns)
-
-    def unknown_job(self, board: JobBoard, pick: int) -> bool:
-        self.expect_error(JobNotFound, lambda: board.claim(UNKNOWN_JOB, "w1"))
-        self.expect_error(JobNotFound, lambda: board.cancel(UNKNOWN_JOB, "r"))
-        self.expect_error(JobNotFound, lambda: board.get(UNKNOWN_JOB))
-        assert self.call(lambda: board.state(UNKNOWN_JOB)) is JobState.COMPLETE
-        assert self.call(lambda: board.owner(UNKNOWN_JOB)) is None
-        return True
-
-    def closed_board(self, board: JobBoard, pick: int) -> bool:
-        if not self.closed:
-            return False
-        closed = self.closed[pick % len(self.closed)]
-        self.call(closed.aclose)  # idempotent
-        self.expect_error(BoardClosed, lambda: closed.claim_next("w1"))
-        self.expect_error(BoardClosed, lambda: closed.post("a"))
-        self.expect_error(BoardClosed, closed.job_count)
-        return True
-
-    def pending_outcome(self, board: JobBoard, pick: int) -> bool:
-        """``wait_for_completion`` of a job on the board does not return."""
-        if not self.model.board():
-            return False
-        job_id = self.ids[self.job_at(pick, anywhere=False)]
-        assert not self.returns_soon(lambda: board.wait_for_completion(job_id)), (
-            f"wait_for_completion({job_id}) returned for a job on the board")
-        return True
-
-    def watch_a_claim(self, board: JobBoard, pick: int) -> bool:
-        """``watch_claim`` returns at once for a stale claim and waits while the claim is current."""
-        if not self.claims:
-            return False
-        expected, claim = self.claims[pick % len(self.claims)]
-        if self.is_current(expected):
-            assert not self.returns_soon(lambda: board.watch_claim(claim)), (
-                f"watch_claim returned for the current claim of {claim.job.id}")
-        else:
-            reason = self.call(lambda: board.watch_claim(claim))
-            assert isinstance(reason, str) and reason, f"watch_claim of a stale claim returned {reason!r}"
-        return True
-
-    def wait(self, board: JobBoard, pick: int) -> bool:
-        """``wait`` returns claimable jobs in board order (maybe only the first), or waits for one."""
-        names = NAME_FILTERS[pick % len(NAME_FILTERS)]
-        claimable = [self.ids[job.index] for job in self.model.candidates(names)]
-        if not claimable:
-            assert not self.returns_soon(lambda: board.wait(names=names)), f"wait(names={names}) found work"
-            return True
-        found = [job.id for job in self.call(lambda: board.wait(names=names))]
-        assert found and found == claimable[:len(found)], f"wait(names={names}): {found}, the model says {claimable}"
-        return True
 
     # -- checking --------------------------------------------------------------
 
@@ -421,7 +355,8 @@ def run_model_test(
     runner = use_seed(seed)(type(f"{machine.__name__}Run", (machine,), attributes))
     started = time.monotonic()
     try:
-        run_state_machine_as_test(runner, settings=model_settings(examples=wanted, steps=steps, shrink=shrink))
+        run_state_machine_as_test(
+            runner, settings=model_settings(examples=wanted, steps=steps, shrink=shrink))
     finally:
         print(f"jobboard model test: {tally['example']} examples, {tally['step']} steps "  # noqa: T201
               f"in {time.monotonic() - started:.1f} s; "
