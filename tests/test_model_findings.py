@@ -24,8 +24,8 @@ pytestmark = pytest.mark.timeout(60)
 DIAMOND_TRASH = (
     "zookeeper://: trashing a job that reaches one dependent along two paths (a diamond) puts that "
     "dependent's trash ops twice in one multi, which always fails: cancel and trash retry it and raise "
-    "BackendUnavailable (a permanent failure reported as transient); an exhausted root is never moved "
-    "to the trash (claim_next passes over it for ever); nothing is trashed")
+    "BackendUnavailable (a permanent failure reported as transient); an exhausted root stays on the "
+    "board for ever (claim_next passes over it, claim raises NotClaimable 'try again'); nothing is trashed")
 CLAIM_NEXT_ORDER = (
     "zookeeper://: once claim_next passes over a job in a call (name not wanted, delayed, or "
     "exhausted and trashed), CandidatePicker turns 'contended' and picks at random among the next "
