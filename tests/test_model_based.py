@@ -1,0 +1,36 @@
+"""The model-based test of the contract (jobboard.testing.stateful) on memory:// and zookeeper://.
+
+In the suite: a fixed seed, bounded examples, no shrinking. A longer run by hand::
+
+    JOBBOARD_MODEL_EXAMPLES=500 .venv/bin/python -m tests.support.zkserver run -- \\
+        .venv/bin/python -m pytest tests/test_model_based.py -s
+
+draws a random seed and prints it (and has no time limit); ``JOBBOARD_MODEL_SEED=<seed>`` replays a run,
+``JOBBOARD_MODEL_SHRINK=1`` shrinks a failure to a minimal sequence of steps,
+``JOBBOARD_MODEL_STEPS`` sets the steps per example (default 30).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from jobboard.testing.stateful import run_model_test
+
+pytestmark = pytest.mark.timeout(0 if "JOBBOARD_MODEL_EXAMPLES" in os.environ else 240)
+
+
+def test_memory_board_follows_the_model() -> None:
+    run_model_test(lambda: f"memory://model-{uuid.uuid4().hex}", examples=60)
+
+
+def test_zookeeper_board_follows_the_model(zk_hosts: str) -> None:
+    run_model_test(
+        lambda: f"zookeeper://{zk_hosts}/model/{uuid.uuid4().hex}?session_timeout=4", examples=40,
+        # Known bugs, routed around until fixed; each has an xfail(strict) test in
+        # tests/test_model_findings.py:
+        claim_next_best_first=False,  # test_claim_next_hands_out_the_best_job_after_passing_one_over
+        trash_diamonds=False,  # test_trashing_the_root_of_a_diamond
+    )
