@@ -29,8 +29,4 @@ def test_memory_board_follows_the_model() -> None:
 def test_zookeeper_board_follows_the_model(zk_hosts: str) -> None:
     run_model_test(
         lambda: f"zookeeper://{zk_hosts}/model/{uuid.uuid4().hex}?session_timeout=4", examples=40,
-        # Known bugs, routed around until fixed; each has an xfail(strict) test in
-        # tests/test_model_findings.py:
-        claim_next_best_first=False,  # test_claim_next_hands_out_the_best_job_after_passing_one_over
-        trash_diamonds=False,  # test_trashing_the_root_of_a_diamond
     )

@@ -1,9 +1,10 @@
 """What the model-based test (tests/test_model_based.py) found, each as a small deterministic test.
 
-Each runs on memory:// (which gets it right) and on zookeeper://. Those still
-failing on zookeeper:// are marked ``xfail(strict=True)``: once fixed, the XPASS
-fails the suite, so remove the marker and the matching avoidance in
-tests/test_model_based.py.
+Each runs on memory:// (which got it right) and on zookeeper://, where each failed until
+fixed: trashing the root of a diamond of linked jobs put the shared dependent's trash
+operations twice in one multi (nothing could be trashed); claim_next, once it had passed
+over a job in a call (name not wanted, delayed, exhausted), picked at random among the next
+64 candidates instead of the best.
 """
 
 from __future__ import annotations
@@ -21,20 +22,8 @@ from jobboard.job import JobState, Priority
 
 pytestmark = pytest.mark.timeout(60)
 
-DIAMOND_TRASH = (
-    "zookeeper://: trashing a job that reaches one dependent along two paths (a diamond) puts that "
-    "dependent's trash ops twice in one multi, which always fails: cancel and trash retry it and raise "
-    "BackendUnavailable (a permanent failure reported as transient); an exhausted root stays on the "
-    "board for ever (claim_next passes over it, claim raises NotClaimable 'try again'); nothing is trashed")
-CLAIM_NEXT_ORDER = (
-    "zookeeper://: once claim_next passes over a job in a call (name not wanted, delayed, or "
-    "exhausted and trashed), CandidatePicker turns 'contended' and picks at random among the next "
-    "64 candidates instead of the best claimable job")
-
-
-def on(backend: str, xfail: str | None = None) -> object:
-    marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []
-    return pytest.param(backend, id=backend, marks=marks)
+def on(backend: str) -> object:
+    return pytest.param(backend, id=backend)
 
 
 @pytest.fixture
@@ -49,7 +38,7 @@ async def board(request: pytest.FixtureRequest) -> AsyncIterator[JobBoard]:
 
 
 @pytest.mark.parametrize("how", ["cancel", "trash", "exhausted"])
-@pytest.mark.parametrize("board", [on("memory"), on("zookeeper", DIAMOND_TRASH)], indirect=True)
+@pytest.mark.parametrize("board", [on("memory"), on("zookeeper")], indirect=True)
 async def test_trashing_the_root_of_a_diamond(board: JobBoard, how: str) -> None:
     """root <- middle <- bottom, and bottom also depends on root: trashing root trashes all three."""
     with anyio.fail_after(30):
@@ -78,7 +67,7 @@ async def passed_over_first(board: JobBoard, case: str) -> None:
 
 
 @pytest.mark.parametrize("case", ["name not wanted", "delayed", "exhausted"])
-@pytest.mark.parametrize("board", [on("memory"), on("zookeeper", CLAIM_NEXT_ORDER)], indirect=True)
+@pytest.mark.parametrize("board", [on("memory"), on("zookeeper")], indirect=True)
 async def test_claim_next_hands_out_the_best_job_after_passing_one_over(board: JobBoard, case: str) -> None:
     with anyio.fail_after(30):
         await passed_over_first(board, case)

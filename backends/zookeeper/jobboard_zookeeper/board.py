@@ -266,6 +266,7 @@ class ZooKeeperBoard(JobBoard):
         picker = CandidatePicker(self.view.candidates(self._inflight, names))
         picker.contended = time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
         while (job := picker.next(self.view.locks)) is not None:
+            conflicts = self.claim_conflicts
             self._inflight.add(job)
             try:
                 outcome = await self._claim_candidate(job, owner, names)
@@ -273,7 +274,7 @@ class ZooKeeperBoard(JobBoard):
                 self._inflight.discard(job)
             if outcome is not None:
                 return outcome
-            picker.contended = True
+            picker.contended |= self.claim_conflicts > conflicts  # only a lost race spreads out
         return None
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
