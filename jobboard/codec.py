@@ -15,7 +15,7 @@ from typing import Any, cast
 import msgpack
 
 from jobboard.errors import InvalidJob, JobBoardError
-from jobboard.job import Job, Priority
+from jobboard.job import Job, LastError, Priority
 
 FORMAT_VERSION = 1
 MAX_NAME_LENGTH = 200
@@ -42,6 +42,7 @@ class Posting:
     not_before: float | None = None
     results: Mapping[str, Any] = field(default_factory=dict)
     """Results delivered by consumed dependencies, by dependency id."""
+    last_error: LastError | None = None
 
     @property
     def waiting_on(self) -> tuple[str, ...]:
@@ -61,7 +62,7 @@ class Posting:
             id=job_id, name=self.name, details=self.details, priority=self.priority,
             sequence=sequence, created_at=self.created_at, depends_on=self.depends_on,
             max_attempts=self.max_attempts, attempts=self.attempts,
-            not_before=self.not_before, keep_result=self.keep_result,
+            not_before=self.not_before, keep_result=self.keep_result, last_error=self.last_error,
         )
 
     def claimed(self) -> Posting:
@@ -71,6 +72,10 @@ class Posting:
     def delayed(self, not_before: float | None) -> Posting:
         """The posting made unclaimable until ``not_before`` (or claimable now: ``None``)."""
         return replace(self, not_before=not_before)
+
+    def failed(self, error: LastError | None) -> Posting:
+        """The posting with ``error`` as its last error (unchanged for ``None``)."""
+        return self if error is None else replace(self, last_error=error)
 
 
 def build_posting(
@@ -204,6 +209,10 @@ def encode_posting(posting: Posting) -> bytes:
         "attempts": posting.attempts, "not_before": posting.not_before,
         "results": dict(posting.results),
     }
+    if posting.last_error is not None:
+        error = posting.last_error
+        record["last_error"] = {"type": error.type, "message": error.message, "traceback": error.traceback,
+                                "attempt": error.attempt, "at": error.at}
     try:
         return cast(bytes, msgpack.packb(record, use_bin_type=True))
     except (TypeError, ValueError, OverflowError):
@@ -241,4 +250,15 @@ def _posting_from_record(record: dict[str, Any]) -> Posting:
         attempts=int(record["attempts"]),
         not_before=None if not_before is None else float(not_before),
         results=dict(record.get("results") or {}),
+        last_error=_last_error(record.get("last_error")),
     )
+
+
+def _last_error(record: Any) -> LastError | None:
+    """The optional ``last_error`` map (absent in postings that never failed)."""
+    if record is None:
+        return None
+    if not isinstance(record, dict):
+        raise TypeError("last_error must be a map")
+    return LastError(str(record["type"]), str(record["message"]), str(record.get("traceback", "")),
+                     int(record.get("attempt", 0)), float(record.get("at", 0.0)))

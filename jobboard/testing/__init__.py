@@ -21,13 +21,15 @@ from __future__ import annotations
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
 from jobboard.testing._basics import BasicsConformance
 from jobboard.testing._claims import ClaimsConformance
+from jobboard.testing._failures import FailuresConformance
 from jobboard.testing._linked import LinkedConformance
 from jobboard.testing._routing import RoutingConformance
 from jobboard.testing._watching import WatchingConformance
 
 
 class JobBoardConformance(
-    BasicsConformance, ClaimsConformance, LinkedConformance, RoutingConformance, WatchingConformance
+    BasicsConformance, ClaimsConformance, FailuresConformance, LinkedConformance, RoutingConformance,
+    WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""
 

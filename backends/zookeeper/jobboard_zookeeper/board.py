@@ -24,7 +24,7 @@ from jobboard.codec import (
 )
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, JobNotFound, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob, wanted
+from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob, wanted
 from jobboard_zookeeper.entities import Entities
 from jobboard_zookeeper.layout import (
     DIRECTORIES,
@@ -37,6 +37,7 @@ from jobboard_zookeeper.ops import SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.reading import outcome, trash_items
+from jobboard_zookeeper.revoke import cancel_claimed
 from jobboard_zookeeper.settle import Settler, Stored, not_found
 from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
 from jobboard_zookeeper.zk import ZooKeeper
@@ -297,8 +298,8 @@ class ZooKeeperBoard(JobBoard):
             if stored is None:
                 raise not_found(found)
             outcome = await self._settler.cancel(found, stored, str(reason))
-            if outcome == "claimed":
-                raise AlreadyClaimed(f"job {found} is claimed by {await self.owner(found)}: its owner settles it")
+            if outcome == "claimed":  # revoke the claim in the same write
+                outcome = await cancel_claimed(self._settler, found, stored, str(reason))
             if outcome is None:
                 return
         raise BackendUnavailable(f"cancelling job {found} kept conflicting with concurrent changes")
@@ -307,15 +308,17 @@ class ZooKeeperBoard(JobBoard):
         self._ensure_open()
         await self._settler.consume(claim, result)
 
-    async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
+    async def abandon(
+        self, claim: Claim, *, retry_after: float | None = None, error: LastError | None = None,
+    ) -> None:
         self._ensure_open()
         if retry_after is not None and retry_after < 0:
             raise InvalidJob("retry_after must be >= 0 seconds")
-        await self._settler.abandon(claim, time.time() + retry_after if retry_after else None)
+        await self._settler.abandon(claim, time.time() + retry_after if retry_after else None, error)
 
-    async def trash(self, claim: Claim, reason: str) -> None:
+    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
         self._ensure_open()
-        await self._settler.trash(claim, str(reason))
+        await self._settler.trash(claim, str(reason), error)
 
     # -- waiting -------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting, encode_posting, encode_value
 from jobboard.errors import BackendUnavailable, ClaimLost, InvalidJob, JobNotFound, NotOwner
-from jobboard.job import Claim
+from jobboard.job import Claim, LastError
 from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
 from jobboard_zookeeper.zk import ZooKeeper
@@ -214,26 +214,28 @@ class Settler:
 
         await self._settle(claim, held, build, applied=self._consumed(claim))
 
-    async def abandon(self, claim: Claim, not_before: float | None) -> None:
+    async def abandon(self, claim: Claim, not_before: float | None, error: LastError | None = None) -> None:
         job_id = claim.job.id
         held = await self.current(claim)
 
         async def build() -> list[Op]:
             job, lock = self._paths.job(job_id), self._paths.lock(job_id)
-            if not_before is None:
+            if not_before is None and error is None:
                 return [Check(job, claim.generation), Delete(lock)]
-            raw = encode_posting(decode_posting(held.posting).delayed(not_before))
+            raw = encode_posting(decode_posting(held.posting).delayed(not_before).failed(error))
             return [SetData(job, raw, claim.generation), Delete(lock)]
 
         await self._settle(claim, held, build, applied=self._lock_not(job_id, held.nonce))
 
-    async def trash(self, claim: Claim, reason: str) -> None:
+    async def trash(self, claim: Claim, reason: str, error: LastError | None = None) -> None:
         job_id = claim.job.id
         held = await self.current(claim)
         path = self._paths.job(job_id)
 
         async def build() -> list[Op]:
-            stored = Stored(path, held.posting, decode_posting(held.posting), claim.generation)
+            posting = decode_posting(held.posting).failed(error)
+            raw = held.posting if error is None else encode_posting(posting)
+            stored = Stored(path, raw, posting, claim.generation)
             ops = await self._trash_ops(job_id, stored, reason)
             return [*ops, Delete(self._paths.lock(job_id))]
 
