@@ -114,6 +114,7 @@ class Worker:
         self._slots = anyio.Semaphore(self.config.concurrency)
         self._stopping_since: float | None = None
         self._claiming = anyio.CancelScope()
+        self._registering = anyio.CancelScope()
         self._all_done = anyio.Event()
         self._job_done = anyio.Event()
         self._waiting_on_board = False
@@ -140,6 +141,7 @@ class Worker:
         if self._stopping_since is None:
             self._stopping_since = anyio.current_time()
         self._claiming.cancel()
+        self._registering.cancel()
         if now:
             for job in list(self.running.values()):
                 job.cancel("worker stopping now")
@@ -169,8 +171,7 @@ class Worker:
 
     async def _work(self) -> None:
         await self._run_hooks(self.on_startup, "on_startup")
-        with anyio.fail_after(self.config.settle_timeout):
-            await self.board.register_entity(self.owner, self._metadata())
+        await self._register()
         try:
             self.started.set()
             logger.info("%s claiming %s on %s (concurrency %d)", self.owner,
@@ -326,6 +327,22 @@ class Worker:
         return {"host": socket.gethostname(), "pid": os.getpid(), "concurrency": self.config.concurrency,
                 "names": sorted(self.names) if self.names is not None else None,
                 "started_at": time.time(), **self.config.metadata}
+
+    async def _register(self) -> None:
+        """Register the worker's entity, riding out transient errors (``stop()`` ends the attempts)."""
+        backoff = Backoff(self.config.idle_backoff, 2.0, self.config.idle_backoff_max, jitter=0.2)
+        with self._registering:
+            while not self._stopping:
+                try:
+                    with anyio.fail_after(self.config.settle_timeout):
+                        await self.board.register_entity(self.owner, self._metadata())
+                    return
+                except (BackendUnavailable, TimeoutError) as error:
+                    self.stats.backend_errors += 1
+                    delay = backoff.next()
+                    logger.warning("%s: could not register (%s); retrying in %.1fs", self.owner,
+                                   error or type(error).__name__, delay)
+                    await anyio.sleep(delay)
 
     async def _unregister(self) -> None:
         with anyio.CancelScope(shield=True):

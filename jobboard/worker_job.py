@@ -123,7 +123,11 @@ class JobRunner:
         return await self.middleware[index](context, lambda: self._call(context, index + 1))
 
     async def _watch_claim(self, job: RunningJob) -> None:
-        """Cancel the handler once the claim is lost; a transient outage is not a loss."""
+        """Cancel the handler once the claim is lost; a transient outage is not a loss.
+
+        A watch that fails for good is no loss either: the handler goes on and its
+        settle finds out (giving the job up here would leave it claimed).
+        """
         while True:
             try:
                 reason = await self.board.watch_claim(job.claim)
@@ -131,8 +135,9 @@ class JobRunner:
             except (BackendUnavailable, TimeoutError):
                 await anyio.sleep(0.2)  # the session (and the claim) may well survive this
             except JobBoardError as error:
-                reason = f"could not watch the claim: {error}"
-                break
+                logger.warning("%s: cannot watch the claim of job %s (%s); its settle will tell",
+                               self.settings.owner, job.claim.job.id, error)
+                return
         job.lose(reason)
 
     async def _keep_lease(self, job: RunningJob) -> None:
