@@ -17,13 +17,14 @@ chosen by a ``random.Random(seed)``, in one of these ways:
 
 :attr:`injected` counts the faults by ``(method, kind)``; :attr:`applied`
 records every settle that reached the inner board and returned, as
-``(method, job id, generation)``, so tests can check what really happened.
+``(method, job id, generation, time.monotonic())``, so tests can check what really happened.
 For tests and for trying a worker's resilience; never for production.
 """
 
 from __future__ import annotations
 
 import random
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
@@ -56,7 +57,9 @@ class FaultyBoard(JobBoard):
         self.enabled = True
         self.random = random.Random(seed)
         self.injected: Counter[tuple[str, str]] = Counter()
-        self.applied: list[tuple[str, str, int]] = []
+        self.applied: list[tuple[str, str, int, float]] = []
+        self.lost_replies: Counter[str] = Counter()
+        """Calls that applied but whose caller got ``BackendUnavailable``, by method."""
         self.max_posting_bytes = inner.max_posting_bytes
         self.default_max_attempts = inner.default_max_attempts
 
@@ -79,8 +82,9 @@ class FaultyBoard(JobBoard):
             raise ClaimLost(f"injected: claim of job {settle.job.id} lost (seed {self.seed})")
         result = await call()
         if settle is not None:
-            self.applied.append((method, settle.job.id, settle.generation))
+            self.applied.append((method, settle.job.id, settle.generation, time.monotonic()))
         if kind == "lost_reply":
+            self.lost_replies[method] += 1
             raise BackendUnavailable(f"injected: the reply to {method} was lost (seed {self.seed})")
         return result
 

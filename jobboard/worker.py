@@ -110,7 +110,9 @@ class Worker:
         self.shared: dict[str, Any] = {}
         """State shared by the hooks and every job (``ctx.shared``)."""
         self.stats = WorkerStats()
-        self.running: dict[str, RunningJob] = {}
+        self.running: dict[tuple[str, int], RunningJob] = {}
+        """Jobs in hand by (job id, generation): after a lost reply, the same job may be claimed
+        again while its earlier claim is still being settled."""
         self._slots = anyio.Semaphore(self.config.concurrency)
         self._stopping_since: float | None = None
         self._claiming = anyio.CancelScope()
@@ -211,7 +213,7 @@ class Worker:
             backoff.reset()
             self.stats.claimed += 1
             job = RunningJob(claim, self.config.lease)
-            self.running[claim.job.id] = job
+            self.running[(claim.job.id, claim.generation)] = job
             jobs.start_soon(self._run_job, job)
 
     async def _claim(self, backoff: Backoff) -> Claim | None:
@@ -225,7 +227,7 @@ class Worker:
             self.stats.backend_errors += 1
             delay = backoff.next()
             log = logger.warning if isinstance(error, (BackendUnavailable, TimeoutError)) else logger.error
-            log("%s: claiming failed (%s); retrying in %.1fs", self.owner, error or type(error).__name__, delay)
+            log("%s: claiming failed (%s); retrying in %.1fs", self.owner, str(error) or type(error).__name__, delay)
             await anyio.sleep(delay)
             return None
         if claim is None:
@@ -285,7 +287,7 @@ class Worker:
         try:
             await self._runner.run(job)
         finally:
-            del self.running[job.claim.job.id]
+            del self.running[(job.claim.job.id, job.claim.generation)]
             self._slots.release()
             done, self._job_done = self._job_done, anyio.Event()
             done.set()
@@ -341,7 +343,7 @@ class Worker:
                     self.stats.backend_errors += 1
                     delay = backoff.next()
                     logger.warning("%s: could not register (%s); retrying in %.1fs", self.owner,
-                                   error or type(error).__name__, delay)
+                                   str(error) or type(error).__name__, delay)
                     await anyio.sleep(delay)
 
     async def _unregister(self) -> None:

@@ -184,7 +184,7 @@ class JobRunner:
                         return None, settlement
                     delay = backoff.next()
                     logger.warning("%s: settling job %s met %s; retrying in %.1fs", self.settings.owner,
-                                   claim.job.id, error or type(error).__name__, delay)
+                                   claim.job.id, str(error) or type(error).__name__, delay)
                     await anyio.sleep(delay)
                 except InvalidJob as error:  # a result msgpack cannot encode, a reason too large...
                     if settlement.action is Action.ABANDON:
