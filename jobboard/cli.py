@@ -9,6 +9,7 @@ and either an async action run on the opened board (``--board URL``, default
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -27,7 +28,6 @@ from jobboard.cli_worker import CommandError, check, check_arguments, run_worker
 from jobboard.errors import JobBoardError, JobNotFound
 from jobboard.job import Job, Priority, TrashedJob
 from jobboard.registry import open_board
-from jobboard.worker_support import catch_early_signals
 
 PROG = "jobboard"
 URL_ENV = "JOBBOARD_URL"
@@ -365,10 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if getattr(args, "catch_signals", False):  # a worker: SIGTERM while starting is a clean stop
-            catch_early_signals()
-        configure_logging(args.verbose)
-        return dispatch(parser, args)
+        prepare = getattr(args, "prepare", None)  # e.g. the worker: signals and logging before connecting
+        with prepare(args) if prepare is not None else contextlib.nullcontext():
+            configure_logging(args.verbose)
+            return dispatch(parser, args)
     except SystemExit as exit_:  # argparse: --help, --version, usage errors
         return exit_status(exit_.code)
     except (JobBoardError, CommandError) as error:

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any, cast
 
 from jobboard import logs
@@ -13,6 +17,7 @@ from jobboard.board import JobBoard
 from jobboard.handlers import Handler
 from jobboard.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from jobboard.worker import Worker, WorkerConfig, default_owner
+from jobboard.worker_support import catch_early_signals
 
 
 class CommandError(Exception):
@@ -77,7 +82,26 @@ def worker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="debug, info (default), warning or error; debug shows the backend client's chatter")
     parser.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="text lines (default) or one JSON object per line")
-    parser.set_defaults(catch_signals=True)
+    parser.set_defaults(prepare=prepare_worker)
+
+
+@contextlib.contextmanager
+def prepare_worker(args: argparse.Namespace) -> Iterator[None]:
+    """Around the whole command: a SIGTERM from now on is a clean stop; logging as asked.
+
+    Logging and SIGINT are restored afterwards (for ``main()`` called in-process);
+    SIGTERM stays caught, so that one arriving as the process exits does no harm.
+    """
+    root = logging.getLogger()
+    handlers, level_before, sigint = list(root.handlers), root.level, signal.getsignal(signal.SIGINT)
+    catch_early_signals()
+    level = args.log_level if args.log_level is not None else (logging.DEBUG if args.verbose else logging.INFO)
+    logs.configure(level, args.log_format)
+    try:
+        yield
+    finally:
+        logs.restore(handlers, level_before)
+        signal.signal(signal.SIGINT, sigint)
 
 
 def worker_config(args: argparse.Namespace) -> WorkerConfig:
@@ -93,10 +117,6 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
 
 async def run_worker(board: JobBoard, args: argparse.Namespace) -> int:
     """Run a worker until SIGTERM/SIGINT (a second signal stops at once), or ``--burst`` is done."""
-    import logging
-
-    level = args.log_level if args.log_level is not None else (logging.DEBUG if args.verbose else logging.INFO)
-    logs.configure(level, args.log_format)
     handler = load_handler(args.handlers)
     config = worker_config(args)
     worker = Worker(board, handler, config)

@@ -77,3 +77,13 @@ def configure(level: int = logging.INFO, fmt: LogFormat = "text", *, stream: Any
     root.setLevel(level)
     for name in CLIENT_LOGGERS:  # let their records reach the filter, which demotes them
         logging.getLogger(name).setLevel(logging.DEBUG if level <= logging.DEBUG else logging.WARNING)
+
+
+def restore(handlers: list[logging.Handler], level: int) -> None:
+    """Put back the root logger's ``handlers`` and ``level`` (undoing :func:`configure`)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)

@@ -11,6 +11,7 @@ claiming and idling back off, settling retries until it applies.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -30,7 +31,14 @@ from jobboard.handlers import Handler, Handlers, Hook, Middleware, as_async
 from jobboard.job import Claim
 from jobboard.retry import RetryPolicy
 from jobboard.worker_job import JobRunner, JobSettings
-from jobboard.worker_support import EARLY_SIGNALS, Backoff, RunningJob, WorkerStats
+from jobboard.worker_support import (
+    EARLY_SIGNALS,
+    SIGNAL_WAKERS,
+    Backoff,
+    RunningJob,
+    WorkerStats,
+    catching_early_signals,
+)
 
 logger = logging.getLogger("jobboard.worker")
 
@@ -308,12 +316,32 @@ class Worker:
             job.cancel(f"worker stopped; grace period of {self.config.grace_period}s over")
 
     async def _stop_on_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        if catching_early_signals():  # the process's own handler stays in place: no moment of default action
+            await self._stop_on_recorded_signals(task_status)
+            return
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             task_status.started()
-            if EARLY_SIGNALS:
-                self._on_signal(EARLY_SIGNALS.pop())
             async for number in signals:
                 self._on_signal(number)
+
+    async def _stop_on_recorded_signals(self, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Hear signals through :func:`~jobboard.worker_support.catch_early_signals`' handler."""
+        loop = asyncio.get_running_loop()
+        arrived = [anyio.Event()]
+
+        def wake() -> None:  # runs in the signal handler: the self-pipe write wakes a sleeping loop
+            loop.call_soon_threadsafe(arrived[0].set)
+
+        SIGNAL_WAKERS.append(wake)
+        try:
+            task_status.started()
+            while True:
+                while EARLY_SIGNALS:
+                    self._on_signal(EARLY_SIGNALS.pop(0))
+                await arrived[0].wait()
+                arrived[0] = anyio.Event()
+        finally:
+            SIGNAL_WAKERS.remove(wake)
 
     def _on_signal(self, number: int) -> None:
         name = signal.Signals(number).name

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import random
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from types import FrameType
 
@@ -23,11 +25,36 @@ def catch_early_signals() -> None:
     thing, so that a signal during start-up (imports, connecting) or after the
     worker stopped listening (closing the board) is a graceful stop, not exit -15.
     """
-    def remember(number: int, frame: FrameType | None) -> None:
-        EARLY_SIGNALS.append(number)
-
+    if not _CAUGHT[0]:
+        atexit.register(_ignore_signals_at_exit)
+    _CAUGHT[0] = True
     for number in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(number, remember)
+        signal.signal(number, _remember)
+
+
+def _ignore_signals_at_exit() -> None:
+    """Python resets handlers to the default (death) while it finalizes: a signal then would turn a
+    clean exit into -15. Ignored signals stay ignored through finalization."""
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, signal.SIG_IGN)
+
+
+def _remember(number: int, frame: FrameType | None) -> None:
+    EARLY_SIGNALS.append(number)
+    for wake in SIGNAL_WAKERS:
+        wake()
+
+
+SIGNAL_WAKERS: list[Callable[[], None]] = []
+"""Called (from the signal handler) after a signal was recorded: a running worker's way to hear of it."""
+
+
+def catching_early_signals() -> bool:
+    """Whether :func:`catch_early_signals` was called in this process."""
+    return signal.getsignal(signal.SIGTERM) is _remember or _CAUGHT[0]
+
+
+_CAUGHT = [False]
 
 
 class Backoff:
