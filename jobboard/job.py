@@ -45,6 +45,11 @@ class LastError:
         return cls(type(error).__name__, str(error)[:1000], cut_traceback(text), attempt,
                    time.time() if at is None else at)
 
+    def summary_line(self) -> str:
+        """``Type: message`` on one line (the message cut to 500 characters)."""
+        message = " ".join(self.message.split())
+        return f"{self.type}: {message[:500]}" if message else self.type
+
     def summary(self) -> str:
         """``Type: message (attempt N)`` on one line."""
         message = " ".join(self.message.split())

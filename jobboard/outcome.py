@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import enum
 import time
-import traceback
 from dataclasses import dataclass
 from typing import Any
 
 from jobboard.job import Claim, LastError
 from jobboard.retry import Fail, Retry, RetryPolicy
 
-MAX_REASON_LENGTH = 8000
 DEFAULT_POLICY = RetryPolicy()
 
 
@@ -49,7 +47,8 @@ def decide(
     * it raised :class:`Fail`, or an error the policy does not retry: trash at once;
     * it raised anything else: abandon after the policy's back-off delay; on the
       last allowed attempt (the job's ``max_attempts``, else the policy's) trash
-      it. The reason is the error type and message, then the traceback.
+      it. The reason is the error type and message on one line; the traceback is
+      in the settlement's ``error`` (the job's ``last_error``).
     """
     if error is None:
         return Settlement(Action.CONSUME, result=result)
@@ -58,7 +57,7 @@ def decide(
         return Settlement(Action.ABANDON, retry_after=error.delay, reason=str(error), error=last)
     if isinstance(error, Fail):
         return Settlement(Action.TRASH, reason=f"failed: {error.reason}", error=last)
-    reason = describe(error)
+    reason = last.summary_line()
     if not policy.retries(error):
         return Settlement(Action.TRASH, reason=f"failed on attempt {claim.attempt}, not retried: {reason}",
                           error=last)
@@ -67,10 +66,3 @@ def decide(
         return Settlement(Action.TRASH, reason=f"failed on attempt {claim.attempt} of {limit}: {reason}",
                           error=last)
     return Settlement(Action.ABANDON, retry_after=policy.delay(claim.attempt) or None, reason=reason, error=last)
-
-
-def describe(error: BaseException) -> str:
-    """``Type: message`` then the traceback, cut to a size a trash record can carry."""
-    lines = traceback.format_exception(type(error), error, error.__traceback__)
-    text = f"{type(error).__name__}: {error}\n{''.join(lines)}"
-    return text if len(text) <= MAX_REASON_LENGTH else text[:MAX_REASON_LENGTH] + "\n[cut]"

@@ -12,6 +12,7 @@ claiming and idling back off, settling retries until it applies.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -44,6 +45,8 @@ logger = logging.getLogger("jobboard.worker")
 
 SPIN_MISSES = 3
 """Immediate wake-ups with nothing claimable before the worker starts backing off."""
+BURST_RETRY_SLACK = 1.0
+"""Seconds a burst worker waits past a retry's due time for the board to offer the job."""
 BLOCKED = 0.005
 """A wait() that took longer than this (seconds) really slept."""
 
@@ -128,6 +131,8 @@ class Worker:
         self._all_done = anyio.Event()
         self._job_done = anyio.Event()
         self._waiting_on_board = False
+        self._claims_in_flight = 0
+        """Claims being made: a burst worker does not stop while another of its claimers may get a job."""
         self._work_maybe = anyio.Event()
         """Set when the claimer waiting on the board wakes up: the others try to claim too."""
         self.started = anyio.Event()
@@ -219,6 +224,7 @@ class Worker:
                 self._slots.release()
                 continue
             backoff.reset()
+            self._runner.retries_due.pop(claim.job.id, None)
             self.stats.claimed += 1
             job = RunningJob(claim, self.config.lease)
             self.running[(claim.job.id, claim.generation)] = job
@@ -226,18 +232,21 @@ class Worker:
 
     async def _claim(self, backoff: Backoff) -> Claim | None:
         try:
+            self._claims_in_flight += 1
             with anyio.CancelScope(shield=True):  # a claim made must not be lost to stop()
                 with anyio.fail_after(self.config.settle_timeout):
                     claim = await self.board.claim_next(self.owner, names=self.names)
         except BoardClosed:
             raise
         except (JobBoardError, TimeoutError) as error:  # BackendUnavailable, or worse: never die of it
+            self._claim_done()
             self.stats.backend_errors += 1
             delay = backoff.next()
             log = logger.warning if isinstance(error, (BackendUnavailable, TimeoutError)) else logger.error
             log("%s: claiming failed (%s); retrying in %.1fs", self.owner, str(error) or type(error).__name__, delay)
             await anyio.sleep(delay)
             return None
+        self._claim_done()
         if claim is None:
             if self.config.burst:
                 await self._burst_idle()
@@ -245,13 +254,34 @@ class Worker:
                 await self._idle(backoff)
         return claim
 
+    def _claim_done(self) -> None:
+        self._claims_in_flight -= 1
+        self._wake_burst()
+
+    def _wake_burst(self) -> None:
+        """A job ended or a claim attempt did: a burst claimer re-checks whether to stop."""
+        done, self._job_done = self._job_done, anyio.Event()
+        done.set()
+
     async def _burst_idle(self) -> None:
-        """Burst mode: stop if nothing runs (nothing claimable is left), else wait for a job to end."""
-        if not self.running:
+        """Burst mode: stop once nothing is claimable, nothing runs and no retry of ours is due.
+
+        A job this worker put back for a retry is waited for (until its delay
+        ends), so that a burst run finishes its own retries.
+        """
+        now = anyio.current_time()
+        due = [at for at in self._runner.retries_due.values() if at + BURST_RETRY_SLACK > now]
+        if not self.running and not due and not self._claims_in_flight:
             logger.info("%s: nothing claimable is left (burst): stopping", self.owner)
             self.stop()
             return
-        await self._job_done.wait()
+        later = [at for at in due if at > now]
+        with anyio.move_on_after(min(later) - now if later else BURST_RETRY_SLACK):
+            if later or self.running or self._claims_in_flight:
+                await self._job_done.wait()
+            else:  # a retry is due: wait for the board to offer it (or for the slack to pass)
+                with contextlib.suppress(JobBoardError):
+                    await self.board.wait(names=self.names)
 
     async def _idle(self, backoff: Backoff) -> None:
         """Sleep in ``board.wait()`` until there is work, waking at least every ``idle_backoff_max``.
@@ -297,8 +327,7 @@ class Worker:
         finally:
             del self.running[(job.claim.job.id, job.claim.generation)]
             self._slots.release()
-            done, self._job_done = self._job_done, anyio.Event()
-            done.set()
+            self._wake_burst()
             if not self.running:
                 self._all_done.set()
 

@@ -54,6 +54,8 @@ class JobRunner:
         self.board, self.handler, self.settings, self.stats = board, handler, settings, stats
         self.middleware, self.shared = list(middleware), shared
         self._stopping_since = stopping
+        self.retries_due: dict[str, float] = {}
+        """When jobs this worker put back for a retry become claimable (``anyio.current_time()``)."""
         """When the worker began stopping (``anyio.current_time()``), or ``None`` while it runs."""
 
     async def run(self, job: RunningJob) -> None:
@@ -165,6 +167,8 @@ class JobRunner:
                 outcome = settlement.outcome  # a settle refused as InvalidJob may be re-decided
             self.stats.count(outcome)
             self.log(job, outcome, settlement=settlement)
+            if outcome == "retried":
+                self.retries_due[job.claim.job.id] = anyio.current_time() + (settlement.retry_after or 0.0)
 
     async def _apply_with_retries(self, claim: Claim, settlement: Settlement) -> tuple[bool | None, Settlement]:
         """``True`` once applied, ``False`` if the claim was lost, ``None`` if given up."""

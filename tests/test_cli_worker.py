@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobboard import JobState, open_board
+from jobboard import EventKind, EventStream, JobState, open_board
 from jobboard.cli import main
 
 pytestmark = pytest.mark.timeout(60)
@@ -59,6 +59,13 @@ def test_worker_command_refuses_bad_handler_specs(
     assert main(["worker", f"memory://{uuid.uuid4().hex}", "--handlers", spec]) == 1
     error = capsys.readouterr().err
     assert error.startswith("jobboard: error:") and message in error and error.count("\n") == 1
+
+
+async def claimed(events: EventStream, job_id: str) -> None:
+    """Until the stream shows ``job_id`` claimed."""
+    async for event in events:
+        if event.kind is EventKind.CLAIMED and event.job_id == job_id:
+            return
 
 
 def test_a_sigterm_while_the_worker_starts_is_a_clean_stop() -> None:
@@ -108,9 +115,9 @@ async def test_worker_logs_a_json_line_per_job_a_drain_line_and_a_summary(zk_hos
             failing = await board.post("fail")
             await board.wait_for_completion(done)
             await board.wait_for_completion(failing)
+            events = board.events()
             slow = await board.post("sleep", {"s": 1.0})
-            while await board.owner(slow) is None:
-                await anyio.sleep(0.02)
+            await claimed(events, slow.id)
             child.send_signal(signal.SIGTERM)
             lines = [json.loads(await child.stderr.readline()) for _ in range(6)]
             draining = next(line for line in lines if "SIGTERM received" in line["message"])
@@ -137,9 +144,9 @@ async def test_cancel_command_stops_a_running_job(zk_hosts: str) -> None:
     await child.stdout.readline()
     with anyio.fail_after(30):
         async with open_board(url) as board:
+            events = board.events()
             job = await board.post("sleep", {"s": 60})
-            while await board.owner(job) is None:
-                await anyio.sleep(0.02)
+            await claimed(events, job.id)
             done = await anyio.to_thread.run_sync(jobboard, "cancel", job.id, "--board", url, "--reason", "enough")
             assert done.returncode == 0 and "claim by" in done.stdout and "revoked" in done.stdout
             outcome = await board.wait_for_completion(job)

@@ -70,9 +70,9 @@ async def test_failing_handler_ends_in_the_trash_with_its_traceback(board_url: s
             async with running(board, broken, retry=RetryPolicy(max_attempts=3, initial_delay=0)) as worker:
                 outcome = await board.wait_for_completion(job)
             assert outcome.state is JobState.TRASHED
-            assert outcome.reason is not None
-            assert "ValueError: cannot handle x.doc" in outcome.reason
-            assert "Traceback" in outcome.reason and "attempt 3 of 3" in outcome.reason
+            assert outcome.reason == "failed on attempt 3 of 3: ValueError: cannot handle x.doc"
+            [trashed] = [item async for item in board.trashed()]
+            assert trashed.job.last_error is not None and "Traceback" in trashed.job.last_error.traceback
             assert (worker.stats.abandoned, worker.stats.trashed) == (2, 1)
 
 

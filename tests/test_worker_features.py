@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from jobboard import JobBoard, JobState, open_board
-from jobboard.handlers import TIMEOUT_KEY, Fail, Handlers, JobContext, RetryPolicy
+from jobboard.handlers import TIMEOUT_KEY, Fail, Handlers, JobContext, Retry, RetryPolicy
 from jobboard.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -187,16 +187,18 @@ async def test_burst_stops_once_nothing_claimable_is_left(board_url: str) -> Non
     @handlers.register("quick")
     async def quick(ctx: JobContext) -> None:
         await anyio.sleep(0.01)
+        if ctx.details["retry"] and ctx.attempt == 1:
+            raise Retry(0.3)  # a burst run waits for its own retries
 
     with anyio.fail_after(30):
         async with open_board(board_url) as board:
-            jobs = [await board.post("quick") for _ in range(5)]
+            jobs = [await board.post("quick", {"retry": n == 4}) for n in range(5)]
             other = await board.post("not-mine")
             worker = Worker(board, handlers, WorkerConfig(concurrency=2, burst=True))
             stats = await worker.run()
             states = [await board.state(job) for job in jobs]
             assert await board.state(other) is JobState.UNCLAIMED
-    assert states == [JobState.COMPLETE] * 5 and stats.consumed == 5 and stats.claimed == 5
+    assert states == [JobState.COMPLETE] * 5 and (stats.consumed, stats.retried, stats.claimed) == (5, 1, 6)
 
 
 async def test_worker_level_policy_and_timeout_apply_to_plain_handlers(board_url: str) -> None:
