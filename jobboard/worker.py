@@ -336,8 +336,8 @@ class Worker:
     async def _drain(self) -> None:
         """Give running jobs the grace period, then cancel (and abandon) the rest."""
         if self.running:
-            logger.info("%s: draining: %d running job(s) get up to %ss to finish", self.owner, len(self.running),
-                        self.config.grace_period)
+            logger.info("%s: draining: %d running job(s) get up to %ss to finish (a second SIGTERM: now)",
+                        self.owner, len(self.running), self.config.grace_period)
             self._all_done = anyio.Event()
             with anyio.move_on_after(self.config.grace_period):
                 await self._all_done.wait()
@@ -378,8 +378,7 @@ class Worker:
             logger.warning("%s: %s received again: cancelling %d running job(s) now", self.owner, name,
                            len(self.running))
         else:
-            logger.info("%s: %s received: no new claims; draining %d running job(s) (grace period %ss)",
-                        self.owner, name, len(self.running), self.config.grace_period)
+            logger.info("%s: %s received: stopping (no new claims)", self.owner, name)
         self.stop(now=self._stopping)
 
     def _metadata(self) -> dict[str, Any]:

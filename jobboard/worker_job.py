@@ -86,7 +86,7 @@ class JobRunner:
         if job.lost is not None:
             cancelled = job.lost == "trashed"  # only the owner trashes a claimed job, or a cancel
             self.stats.count("cancelled" if cancelled else "lost")
-            self.log(job, "cancelled" if cancelled else "lost", level=logging.WARNING,
+            self.log(job, "cancelled" if cancelled else "lost", level=logging.INFO if cancelled else logging.WARNING,
                      reason=job.lost if not cancelled else "cancelled from outside (board.cancel)")
             return None
         if settlement is None:  # cancelled: the worker is stopping
@@ -230,7 +230,7 @@ class JobRunner:
                                  "duration": round(job.duration(), 6)}
         detail = reason or ""
         if settlement is not None and settlement.error is not None:
-            extra["error"] = settlement.error.summary()
+            extra["error"] = settlement.error.summary_line()
             detail = f"{settlement.error.type}: {' '.join(settlement.error.message.split())[:200]}"
         if settlement is not None and settlement.action is Action.ABANDON and settlement.retry_after:
             extra["retry_in"] = round(settlement.retry_after, 3)
