@@ -11,17 +11,14 @@ claiming and idling back off, settling retries until it applies.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import signal
 import socket
 import time
-import uuid
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -30,73 +27,18 @@ from jobboard.board import JobBoard
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError
 from jobboard.handlers import Handler, Handlers, Hook, Middleware, as_async
 from jobboard.job import Claim
-from jobboard.retry import RetryPolicy
+from jobboard.worker_config import WorkerConfig, default_owner
+from jobboard.worker_idle import Idler
 from jobboard.worker_job import JobRunner, JobSettings
-from jobboard.worker_support import (
-    EARLY_SIGNALS,
-    SIGNAL_WAKERS,
-    Backoff,
-    RunningJob,
-    WorkerStats,
-    catching_early_signals,
-)
+from jobboard.worker_signals import listen_for_signals
+from jobboard.worker_support import Backoff, RunningJob, WorkerStats
+
+__all__ = ["Worker", "WorkerConfig", "WorkerStats", "default_owner"]
 
 logger = logging.getLogger("jobboard.worker")
 
-SPIN_MISSES = 3
-"""Immediate wake-ups with nothing claimable before the worker starts backing off."""
 BURST_RETRY_SLACK = 1.0
 """Seconds a burst worker waits past a retry's due time for the board to offer the job."""
-BLOCKED = 0.005
-"""A wait() that took longer than this (seconds) really slept."""
-
-
-def default_owner() -> str:
-    """``host-pid-random``: unique per worker process and instance."""
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerConfig:
-    """How a worker behaves. Every duration is in seconds."""
-
-    owner: str = field(default_factory=default_owner)
-    concurrency: int = 1
-    """Jobs in flight at once."""
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    """What happens to a job whose handler fails (a handler's own policy wins): by default
-    at most 5 attempts, 1 s, 2 s, 4 s, 8 s apart (with jitter), then the trash."""
-    timeout: float | None = None
-    """Seconds a handler may run before it is cancelled (a handler's or job's own timeout wins)."""
-    idle_backoff: float = 0.1
-    idle_backoff_factor: float = 1.5
-    idle_backoff_max: float = 10.0
-    """An idle worker sleeps in ``board.wait()``, waking at least every ``idle_backoff_max``;
-    it backs off (zk-plan's defaults) when the board says there is work that it then
-    fails to claim, or when the board is unavailable."""
-    grace_period: float = 30.0
-    """On shutdown, how long running jobs may take before they are cancelled and abandoned."""
-    lease: float | None = None
-    """Seconds a claim may go unrenewed before this worker gives it up as lost."""
-    lease_renewal: Literal["auto", "heartbeat"] = "auto"
-    """``auto``: the worker renews while the handler runs (catches a blocked event
-    loop); ``heartbeat``: only ``ctx.heartbeat()`` renews (catches a hung handler)."""
-    settle_timeout: float = 30.0
-    """Bound on each claim or settle call; one that takes longer is retried."""
-    burst: bool = False
-    """Stop (``run()`` returns) once nothing claimable is left and no job is running."""
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    """Published with the worker's entity registration."""
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if self.lease is not None and self.lease <= 0:
-            raise ValueError("lease must be a positive number of seconds")
-        if self.timeout is not None and self.timeout <= 0:
-            raise ValueError("timeout must be a positive number of seconds")
-        if self.idle_backoff_max <= 0 or self.settle_timeout <= 0:
-            raise ValueError("idle_backoff_max and settle_timeout must be positive")
 
 
 class Worker:
@@ -130,15 +72,13 @@ class Worker:
         self._registering = anyio.CancelScope()
         self._all_done = anyio.Event()
         self._job_done = anyio.Event()
-        self._waiting_on_board = False
         self._claims_in_flight = 0
         """Claims being made: a burst worker does not stop while another of its claimers may get a job."""
-        self._work_maybe = anyio.Event()
-        """Set when the claimer waiting on the board wakes up: the others try to claim too."""
         self.started = anyio.Event()
         """Set once the worker is registered, its start-up hooks ran, and it is about to claim."""
         settings = JobSettings(self.config.owner, self.config.retry, self.config.timeout, self.config.lease,
                                self.config.lease_renewal, self.config.settle_timeout, self.config.grace_period)
+        self._idler = Idler(board, self.names, self.config, self.stats)
         self._runner = JobRunner(board, self.handler, settings, self.stats,
                                  [*(registry.middleware if registry else ()), *middleware], self.shared,
                                  lambda: self._stopping_since)
@@ -174,7 +114,7 @@ class Worker:
         started = time.monotonic()
         async with anyio.create_task_group() as side:
             if handle_signals:
-                await side.start(self._stop_on_signals)
+                await side.start(listen_for_signals, self._on_signal)
             try:
                 await self._work()
             finally:
@@ -251,7 +191,7 @@ class Worker:
             if self.config.burst:
                 await self._burst_idle()
             else:
-                await self._idle(backoff)
+                await self._idler.idle(backoff)
         return claim
 
     def _claim_done(self) -> None:
@@ -283,41 +223,6 @@ class Worker:
                 with contextlib.suppress(JobBoardError):
                     await self.board.wait(names=self.names)
 
-    async def _idle(self, backoff: Backoff) -> None:
-        """Sleep in ``board.wait()`` until there is work, waking at least every ``idle_backoff_max``.
-
-        Losing a race for a job is normal (another worker was faster) and costs
-        no sleep. Only a spin backs off: ``wait()`` saying at once, several times
-        in a row, that there is work which claiming then does not find.
-        """
-        if backoff.misses >= SPIN_MISSES:
-            await anyio.sleep(backoff.next())
-        started = anyio.current_time()
-        if self._waiting_on_board:  # one claimer waits on the board; the others wait for it
-            with anyio.move_on_after(self.config.idle_backoff_max):
-                await self._work_maybe.wait()
-            return
-        self._waiting_on_board = True
-        found = False  # stays False when the wait times out: an idle board is no error
-        try:
-            with anyio.move_on_after(self.config.idle_backoff_max):
-                found = bool(await self.board.wait(names=self.names))
-        except BoardClosed:
-            raise
-        except JobBoardError as error:
-            self.stats.backend_errors += 1
-            delay = backoff.next()
-            logger.warning("%s: board unavailable while idle (%s); retrying in %.1fs", self.owner, error, delay)
-            await anyio.sleep(delay)
-            return
-        finally:
-            self._waiting_on_board = False
-            woken, self._work_maybe = self._work_maybe, anyio.Event()
-            woken.set()
-        if found and anyio.current_time() - started < BLOCKED:
-            backoff.misses += 1
-        else:  # it really waited: new work came (or none), this is no spin
-            backoff.reset()
 
     # -- running a job -------------------------------------------------------------
 
@@ -343,34 +248,6 @@ class Worker:
                 await self._all_done.wait()
         for job in list(self.running.values()):
             job.cancel(f"worker stopped; grace period of {self.config.grace_period}s over")
-
-    async def _stop_on_signals(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        if catching_early_signals():  # the process's own handler stays in place: no moment of default action
-            await self._stop_on_recorded_signals(task_status)
-            return
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            task_status.started()
-            async for number in signals:
-                self._on_signal(number)
-
-    async def _stop_on_recorded_signals(self, task_status: anyio.abc.TaskStatus[None]) -> None:
-        """Hear signals through :func:`~jobboard.worker_support.catch_early_signals`' handler."""
-        loop = asyncio.get_running_loop()
-        arrived = [anyio.Event()]
-
-        def wake() -> None:  # runs in the signal handler: the self-pipe write wakes a sleeping loop
-            loop.call_soon_threadsafe(arrived[0].set)
-
-        SIGNAL_WAKERS.append(wake)
-        try:
-            task_status.started()
-            while True:
-                while EARLY_SIGNALS:
-                    self._on_signal(EARLY_SIGNALS.pop(0))
-                await arrived[0].wait()
-                arrived[0] = anyio.Event()
-        finally:
-            SIGNAL_WAKERS.remove(wake)
 
     def _on_signal(self, number: int) -> None:
         name = signal.Signals(number).name
