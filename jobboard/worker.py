@@ -220,7 +220,7 @@ class Worker:
             if later or self.running or self._claims_in_flight:
                 await self._job_done.wait()
             else:  # a retry is due: wait for the board to offer it (or for the slack to pass)
-                with contextlib.suppress(JobBoardError):
+                with contextlib.suppress(JobBoardError, TimeoutError):
                     await self.board.wait(names=self.names)
 
 

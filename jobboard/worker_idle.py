@@ -51,10 +51,11 @@ class Idler:
                 found = bool(await self.board.wait(names=self.names))
         except BoardClosed:
             raise
-        except JobBoardError as error:
+        except (JobBoardError, TimeoutError) as error:  # BackendUnavailable, or worse: never die of it
             self.stats.backend_errors += 1
             delay = backoff.next()
-            logger.warning("%s: board unavailable while idle (%s); retrying in %.1fs", self.config.owner, error, delay)
+            logger.warning("%s: board unavailable while idle (%s); retrying in %.1fs", self.config.owner,
+                           str(error) or type(error).__name__, delay)
             await anyio.sleep(delay)
             return
         finally:

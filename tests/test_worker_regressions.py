@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -140,3 +141,41 @@ async def test_a_settle_that_meets_backend_unavailable_is_retried(board_url: str
     assert board.injected[("consume", "unavailable")] == 3
     assert (worker.stats.consumed, worker.stats.lost, worker.stats.unsettled) == (1, 0, 0)
     assert worker.stats.backend_errors == 3
+
+
+@pytest.mark.skipif(not os.environ.get("JOBBOARD_LONG_TESTS"), reason="22 s per backend: set JOBBOARD_LONG_TESTS=1")
+@pytest.mark.timeout(90)
+async def test_an_idle_worker_survives_more_than_twice_the_default_idle_backoff_max(board_url: str) -> None:
+    """Bug 1 at the defaults: idle for 2.2 x idle_backoff_max (10 s), then a job."""
+    async def echo(ctx: JobContext) -> str:
+        return "ok"
+
+    idle = 2.2 * WorkerConfig().idle_backoff_max
+    with anyio.fail_after(idle + 30):
+        async with open_board(board_url) as board, running(board, echo) as worker:
+            await anyio.sleep(idle)
+            job = await board.post("ping", keep_result=True)
+            assert (await board.wait_for_completion(job)).result == "ok"
+    assert worker.stats.consumed == 1 and worker.stats.backend_errors == 0
+
+
+async def test_an_idle_worker_rides_out_failing_and_hanging_waits(board_url: str) -> None:
+    """Found by the fault-injection run: a TimeoutError out of ``board.wait()`` killed an idle worker."""
+    async def echo(ctx: JobContext) -> str:
+        return "ok"
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as inner:
+            board = FaultyBoard(inner, seed=5, rate=1.0, hang_for=0.5, methods={"wait"},
+                                kinds=("timeout", "unavailable", "hang"), budget=12)
+            await board.open()
+            async with running(board, echo, idle_backoff=0.01, idle_backoff_max=0.2) as worker:
+                for _ in range(400):  # until every fault was injected (the board offers no event for it)
+                    if not board.budget:
+                        break
+                    await anyio.sleep(0.05)
+                job = await board.post("ping", keep_result=True)
+                assert (await board.wait_for_completion(job)).result == "ok"
+    assert sum(board.injected.values()) == 12 and len({kind for _, kind in board.injected}) == 3
+    errors = sum(n for (_, kind), n in board.injected.items() if kind != "hang")  # a hang is an idle timeout
+    assert worker.stats.consumed == 1 and worker.stats.backend_errors == errors
