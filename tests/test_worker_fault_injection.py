@@ -3,7 +3,8 @@
 Invariants: the worker never dies; no job is settled twice; every settle
 applies within a bound after its handler finished; every job ends consumed or
 trashed; the worker's counters add up and match what the board saw.
-Replay a failure with ``JOBBOARD_FAULT_SEED=<seed printed>``.
+Replay a failure with ``JOBBOARD_FAULT_SEED=<seed printed>``: the faults drawn are seeded, though the
+interleaving of the concurrent jobs (and so which call meets which fault) also depends on timing.
 """
 
 from __future__ import annotations
