@@ -9,6 +9,7 @@ grace period is over (then the board's close releases the claim).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -191,12 +192,18 @@ class JobRunner:
                                    claim.job.id, str(error) or type(error).__name__, delay)
                     await anyio.sleep(delay)
                 except InvalidJob as error:  # a result msgpack cannot encode, a reason too large...
+                    if settlement.error is not None and settlement.action is not Action.CONSUME:
+                        logger.warning("%s: settling job %s with its error record failed (%s); settling without it",
+                                       self.settings.owner, claim.job.id, error)
+                        settlement = dataclasses.replace(settlement, error=None)
+                        continue
                     if settlement.action is Action.ABANDON:
                         logger.error("%s: could not abandon job %s: %s", self.settings.owner, claim.job.id, error)
                         return None, settlement
                     settlement = (decide(claim, error=error, policy=self.settings.retry)
-                                  if settlement.action is Action.CONSUME
-                                  else Settlement(Action.ABANDON, reason=str(error)))  # at most one re-decision
+                                  if settlement.action is Action.CONSUME  # at most one re-decision:
+                                  else Settlement(Action.ABANDON, reason=str(error),  # untrashable, not spun
+                                                  retry_after=self.settings.retry.max_delay))
                 except BoardClosed as error:
                     logger.error("%s: could not settle job %s: %s", self.settings.owner, claim.job.id, error)
                     return None, settlement

@@ -179,3 +179,20 @@ async def test_an_idle_worker_rides_out_failing_and_hanging_waits(board_url: str
     assert sum(board.injected.values()) == 12 and len({kind for _, kind in board.injected}) == 3
     errors = sum(n for (_, kind), n in board.injected.items() if kind != "hang")  # a hang is an idle timeout
     assert worker.stats.consumed == 1 and worker.stats.backend_errors == errors
+
+
+async def test_a_job_too_large_to_carry_its_error_record_is_still_settled(zk_hosts: str) -> None:
+    """The error record makes an abandon (or trash) larger than the board accepts: settle without it."""
+    async def broken(ctx: JobContext) -> None:
+        raise ValueError("x" * 900)
+
+    url = f"zookeeper://{zk_hosts}/regress/{uuid.uuid4().hex}?jute_maxbuffer=8192"
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            job = await board.post("big", {"blob": "y" * (board.max_posting_bytes - 2600)})
+            policy = RetryPolicy(max_attempts=2, initial_delay=0.01)
+            async with running(board, broken, retry=policy) as worker:
+                outcome = await board.wait_for_completion(job)
+    assert outcome.state is JobState.TRASHED and outcome.reason is not None
+    assert outcome.reason.startswith("failed on attempt 2 of 2: ValueError: xxx")
+    assert (worker.stats.retried, worker.stats.failed, worker.stats.unsettled) == (1, 1, 0)
