@@ -19,7 +19,7 @@ from typing import Any, Self
 from jobboard.codec import Posting, build_posting, check_size, encode_posting
 from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
 
 JobRef = Job | str
 """A job or its id."""
@@ -236,16 +236,23 @@ class JobBoard(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
+    async def abandon(
+        self, claim: Claim, *, retry_after: float | None = None, error: LastError | None = None,
+    ) -> None:
         """Put the job back on the board, unclaimable for ``retry_after`` seconds.
+
+        ``error`` (why the attempt failed) becomes the job's ``last_error``, in
+        the same atomic write as the release.
 
         :raises ClaimLost: the claim is not current (nothing is changed).
         :raises NotOwner: the claim's owner does not hold the job.
         """
 
     @abc.abstractmethod
-    async def trash(self, claim: Claim, reason: str) -> None:
+    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
         """Remove the job to the trash with ``reason``; its dependents follow it there.
+
+        ``error`` is kept as the trashed job's ``last_error``.
 
         :raises ClaimLost: the claim is not current (nothing is changed).
         :raises NotOwner: the claim's owner does not hold the job.
@@ -253,11 +260,12 @@ class JobBoard(abc.ABC):
 
     @abc.abstractmethod
     async def cancel(self, job: JobRef, reason: str) -> None:
-        """Move an unclaimed or waiting job to the trash with ``reason``, with its dependents.
+        """Move a job to the trash with ``reason``, with its dependents, whoever holds it.
 
-        Atomic, like ``trash``, but for a job nobody holds.
+        Atomic, like ``trash``. A claimed job's claim is revoked in the same
+        write: its owner's ``watch_claim`` returns (a worker cancels the
+        handler) and settling that claim raises ``ClaimLost``.
 
-        :raises AlreadyClaimed: the job is claimed (its owner settles it).
         :raises JobNotFound: the job is not on the board.
         """
 

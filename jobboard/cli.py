@@ -9,6 +9,7 @@ and either an async action run on the opened board (``--board URL``, default
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from jobboard.registry import open_board
 PROG = "jobboard"
 URL_ENV = "JOBBOARD_URL"
 DEFAULT_TRASH_REASON = "trashed from the command line"
+DEFAULT_CANCEL_REASON = "cancelled from the command line"
 
 BoardAction = Callable[[JobBoard, argparse.Namespace], Awaitable[int]]
 """Runs a command on the opened board; returns the exit status."""
@@ -155,14 +157,22 @@ async def list_jobs(board: JobBoard, args: argparse.Namespace) -> int:
     if args.json:
         print_json(records)
         return 0
-    headers = ("id", "name", "priority", "state", "owner", "attempts")
+    headers = ("id", "name", "priority", "state", "owner", "attempts", "last_error")
     rows = [
         (r["id"], r["name"], r["priority"], r["state"], r["owner"] or "-",
-         attempts_text(r["attempts"], r["max_attempts"]))
+         attempts_text(r["attempts"], r["max_attempts"]), _error_cell(r["last_error"]))
         for r in records
     ]
     print(format_table(headers, rows))
     return 0
+
+
+def _error_cell(error: Mapping[str, Any] | None) -> str:
+    """A job record's last error as a short table cell (``-`` if none)."""
+    if not error:
+        return "-"
+    text = f"{error['type']}: {' '.join(str(error['message']).split())}"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _show_arguments(parser: argparse.ArgumentParser) -> None:
@@ -197,6 +207,10 @@ async def show(board: JobBoard, args: argparse.Namespace) -> int:
     record["not_before"] = format_time(job.not_before)
     record["details"] = json.dumps(plain(job.details), default=repr)
     record["depends_on"] = ", ".join(job.depends_on) or "-"
+    record["last_error"] = job.last_error.summary() if job.last_error else None
+    if job.last_error is not None:
+        record["last_error_at"] = format_time(job.last_error.at)
+        record["last_traceback"] = "\n  " + job.last_error.traceback.rstrip().replace("\n", "\n  ")
     width = max(len(key) for key in record)
     for key, value in record.items():
         print(f"{key + ':':<{width + 1}} {'-' if value is None else value}")
@@ -218,6 +232,19 @@ async def trash(board: JobBoard, args: argparse.Namespace) -> int:
     claim = await board.claim(args.id, cli_owner())
     await board.trash(claim, args.reason)
     print(f"trashed {args.id}: {args.reason}")
+    return 0
+
+
+def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("id", help="the job's id")
+    parser.add_argument("--reason", default=DEFAULT_CANCEL_REASON, help="why (kept with the job)")
+
+
+async def cancel(board: JobBoard, args: argparse.Namespace) -> int:
+    """Move a job to the trash, even while a worker runs it (its handler is cancelled)."""
+    running = await board.owner(args.id)
+    await board.cancel(args.id, args.reason)
+    print(f"cancelled {args.id}" + (f" (its claim by {running} revoked)" if running else "") + f": {args.reason}")
     return 0
 
 
@@ -245,6 +272,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("list", "list the jobs on the board", _list_arguments, on_board=list_jobs),
     Command("show", "show one job, its state and owner", _show_arguments, on_board=show),
     Command("trash", "claim a job and move it to the trash", _trash_arguments, on_board=trash),
+    Command("cancel", "move a job to the trash, cancelling it if a worker runs it", _cancel_arguments,
+            on_board=cancel),
     Command("trashed", "list the trash with reasons", _no_arguments, on_board=list_trashed),
     Command("demo", "run a producer and three workers on memory://demo", _no_arguments, local=demo),
     Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker),
@@ -336,8 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        configure_logging(args.verbose)
-        return dispatch(parser, args)
+        prepare = getattr(args, "prepare", None)  # e.g. the worker: signals and logging before connecting
+        with prepare(args) if prepare is not None else contextlib.nullcontext():
+            configure_logging(args.verbose)
+            return dispatch(parser, args)
     except SystemExit as exit_:  # argparse: --help, --version, usage errors
         return exit_status(exit_.code)
     except (JobBoardError, CommandError) as error:

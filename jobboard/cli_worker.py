@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
+import os
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any, cast
 
+from jobboard import logs
 from jobboard.board import JobBoard
 from jobboard.handlers import Handler
+from jobboard.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from jobboard.worker import Worker, WorkerConfig, default_owner
+from jobboard.worker_support import catch_early_signals
 
 
 class CommandError(Exception):
@@ -19,45 +27,102 @@ class CommandError(Exception):
 def load_handler(spec: str) -> Handler:
     """Import ``module:attribute`` (a :class:`~jobboard.handlers.Handlers` or an async callable).
 
-    :raises CommandError: the module or attribute is missing, or it is not callable.
+    The current directory is searched first, as ``python -m`` does (a console
+    script would not find ``app.jobs`` next to the user otherwise).
+
+    :raises CommandError: the module or attribute is missing, the module does
+        not import (its error on one line), or it is not callable.
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise CommandError(f"--handlers takes module:attribute, not {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
     try:
         found: Any = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
         raise CommandError(f"cannot load handlers {spec!r}: {error}") from error
+    except SyntaxError as error:
+        where = f"{error.filename}, line {error.lineno}" if error.filename else "its source"
+        raise CommandError(f"cannot load handlers {spec!r}: syntax error in {where}: {error.msg}") from error
+    except Exception as error:
+        raise CommandError(f"cannot load handlers {spec!r}: importing it raised "
+                           f"{type(error).__name__}: {error}") from error
     if not callable(found):
         raise CommandError(f"{spec!r} is not callable (a Handlers registry or an async handler)")
     return cast(Handler, found)
 
 
+def _level(text: str) -> int:
+    try:
+        return logs.parse_level(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", nargs="?", help="board URL (or --board / $JOBBOARD_URL)")
     parser.add_argument("--handlers", required=True, metavar="MODULE:NAME",
-                        help="a Handlers registry (or one async handler) to import")
+                        help="a Handlers registry (or one handler) to import; the current directory is searched")
     parser.add_argument("--concurrency", type=int, default=1, help="jobs in flight (default 1)")
     parser.add_argument("--owner", default=None, help="worker name (default host-pid-random)")
     parser.add_argument("--lease", type=float, default=None, help="claim lease in seconds")
     parser.add_argument("--grace-period", type=float, default=30.0, help="seconds to finish jobs on SIGTERM")
-    parser.add_argument("--max-attempts", type=int, default=None,
-                        help="trash a failing job after this many attempts (when it has no limit of its own)")
+    parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
+                        help=f"trash a failing job after N attempts, when it has no limit of its own "
+                             f"(default {DEFAULT_MAX_ATTEMPTS}; 0: no limit)")
+    parser.add_argument("--retry-delay", type=float, default=1.0, metavar="SECONDS",
+                        help="back-off after the first failure, doubled each time up to 300 s (default 1)")
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
+                        help="cancel a handler running longer (a handler's or job's own timeout wins)")
+    parser.add_argument("--idle-backoff-max", type=float, default=10.0, metavar="SECONDS",
+                        help="an idle worker re-checks the board at least this often (default 10)")
+    parser.add_argument("--burst", action="store_true", help="exit 0 once nothing claimable is left")
+    parser.add_argument("--log-level", type=_level, default=None, metavar="LEVEL",
+                        help="debug, info (default), warning or error; debug shows the backend client's chatter")
+    parser.add_argument("--log-format", choices=("text", "json"), default="text",
+                        help="text lines (default) or one JSON object per line")
+    parser.set_defaults(prepare=prepare_worker)
+
+
+@contextlib.contextmanager
+def prepare_worker(args: argparse.Namespace) -> Iterator[None]:
+    """Around the whole command: a SIGTERM from now on is a clean stop; logging as asked.
+
+    Logging and SIGINT are restored afterwards (for ``main()`` called in-process);
+    SIGTERM stays caught, so that one arriving as the process exits does no harm.
+    """
+    root = logging.getLogger()
+    handlers, level_before, sigint = list(root.handlers), root.level, signal.getsignal(signal.SIGINT)
+    catch_early_signals()
+    level = args.log_level if args.log_level is not None else (logging.DEBUG if args.verbose else logging.INFO)
+    logs.configure(level, args.log_format)
+    try:
+        yield
+    finally:
+        logs.restore(handlers, level_before)
+        signal.signal(signal.SIGINT, sigint)
+
+
+def worker_config(args: argparse.Namespace) -> WorkerConfig:
+    """:raises CommandError: an option is out of range."""
+    try:
+        retry = RetryPolicy(max_attempts=args.max_attempts or None, initial_delay=args.retry_delay)
+        return WorkerConfig(owner=args.owner or default_owner(), concurrency=args.concurrency,
+                            lease=args.lease, grace_period=args.grace_period, retry=retry,
+                            timeout=args.timeout, idle_backoff_max=args.idle_backoff_max, burst=args.burst)
+    except ValueError as error:
+        raise CommandError(str(error)) from error
 
 
 async def run_worker(board: JobBoard, args: argparse.Namespace) -> int:
-    """Run a worker until SIGTERM/SIGINT (a second signal stops at once)."""
+    """Run a worker until SIGTERM/SIGINT (a second signal stops at once), or ``--burst`` is done."""
     handler = load_handler(args.handlers)
-    try:
-        config = WorkerConfig(owner=args.owner or default_owner(), concurrency=args.concurrency,
-                              lease=args.lease, grace_period=args.grace_period,
-                              max_attempts=args.max_attempts)
-    except ValueError as error:
-        raise CommandError(str(error)) from error
+    config = worker_config(args)
     worker = Worker(board, handler, config)
     print(f"worker {worker.owner} on {board.url} (concurrency {config.concurrency})", flush=True)
     stats = await worker.run(handle_signals=True)
-    print(f"worker {worker.owner} stopped: {stats}", flush=True)
+    print(f"worker {worker.owner} stopped: {stats.summary()}", flush=True)
     return 0
 
 

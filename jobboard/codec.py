@@ -15,7 +15,7 @@ from typing import Any, cast
 import msgpack
 
 from jobboard.errors import InvalidJob, JobBoardError
-from jobboard.job import Job, Priority
+from jobboard.job import Job, LastError, Priority
 
 FORMAT_VERSION = 1
 MAX_NAME_LENGTH = 200
@@ -44,6 +44,7 @@ class Posting:
     """Results delivered by consumed dependencies, by dependency id."""
     key: str | None = None
     """The idempotency key the job was posted with, if any."""
+    last_error: LastError | None = None
 
     @property
     def waiting_on(self) -> tuple[str, ...]:
@@ -64,6 +65,7 @@ class Posting:
             sequence=sequence, created_at=self.created_at, depends_on=self.depends_on,
             max_attempts=self.max_attempts, attempts=self.attempts,
             not_before=self.not_before, keep_result=self.keep_result, key=self.key,
+            last_error=self.last_error,
         )
 
     def claimed(self) -> Posting:
@@ -73,6 +75,10 @@ class Posting:
     def delayed(self, not_before: float | None) -> Posting:
         """The posting made unclaimable until ``not_before`` (or claimable now: ``None``)."""
         return replace(self, not_before=not_before)
+
+    def failed(self, error: LastError | None) -> Posting:
+        """The posting with ``error`` as its last error (unchanged for ``None``)."""
+        return self if error is None else replace(self, last_error=error)
 
 
 def build_posting(
@@ -223,6 +229,10 @@ def encode_posting(posting: Posting) -> bytes:
     }
     if posting.key is not None:
         record["key"] = posting.key
+    if posting.last_error is not None:
+        error = posting.last_error
+        record["last_error"] = {"type": error.type, "message": error.message, "traceback": error.traceback,
+                                "attempt": error.attempt, "at": error.at}
     try:
         return cast(bytes, msgpack.packb(record, use_bin_type=True))
     except (TypeError, ValueError, OverflowError):
@@ -261,4 +271,15 @@ def _posting_from_record(record: dict[str, Any]) -> Posting:
         not_before=None if not_before is None else float(not_before),
         results=dict(record.get("results") or {}),
         key=None if record.get("key") is None else str(record["key"]),
+        last_error=_last_error(record.get("last_error")),
     )
+
+
+def _last_error(record: Any) -> LastError | None:
+    """The optional ``last_error`` map (absent in postings that never failed)."""
+    if record is None:
+        return None
+    if not isinstance(record, dict):
+        raise TypeError("last_error must be a map")
+    return LastError(str(record["type"]), str(record["message"]), str(record.get("traceback", "")),
+                     int(record.get("attempt", 0)), float(record.get("at", 0.0)))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import time
+import traceback
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +19,50 @@ def wanted(name: str, names: Collection[str] | None) -> bool:
     if names is None:
         return not name.startswith(INTERNAL_PREFIX)
     return name in names
+
+
+MAX_TRACEBACK_BYTES = 4096
+"""A :class:`LastError`'s traceback is cut to this many bytes (its end kept: the raise)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LastError:
+    """The error of a job's last failed attempt, stored with the job when it is abandoned or trashed."""
+
+    type: str
+    """The exception's class name, e.g. ``ValueError``."""
+    message: str
+    traceback: str = ""
+    """The formatted traceback, at most :data:`MAX_TRACEBACK_BYTES` (its start cut off)."""
+    attempt: int = 0
+    at: float = 0.0
+    """Wall-clock time of the failure (seconds since the epoch)."""
+
+    @classmethod
+    def from_exception(cls, error: BaseException, attempt: int, at: float | None = None) -> LastError:
+        """Describe ``error`` (message cut to 1 000 characters, traceback to 4 KB)."""
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return cls(type(error).__name__, str(error)[:1000], cut_traceback(text), attempt,
+                   time.time() if at is None else at)
+
+    def summary_line(self) -> str:
+        """``Type: message`` on one line (the message cut to 500 characters)."""
+        message = " ".join(self.message.split())
+        return f"{self.type}: {message[:500]}" if message else self.type
+
+    def summary(self) -> str:
+        """``Type: message (attempt N)`` on one line."""
+        message = " ".join(self.message.split())
+        return f"{self.type}: {message} (attempt {self.attempt})" if message else f"{self.type} (attempt {self.attempt})"
+
+
+def cut_traceback(text: str, limit: int = MAX_TRACEBACK_BYTES) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, keeping its end (where the error was raised)."""
+    raw = text.encode("utf-8", "replace")
+    if len(raw) <= limit:
+        return text
+    marker = "[cut]\n"
+    return marker + raw[len(raw) - limit + len(marker):].decode("utf-8", "ignore")
 
 
 class Priority(enum.IntEnum):
@@ -93,6 +139,8 @@ class Job:
     """Whether the board keeps the consume result for ``wait_for_completion``."""
     key: str | None = None
     """The idempotency key the job was posted with (see ``JobBoard.post``)."""
+    last_error: LastError | None = None
+    """The error of the last failed attempt, when a worker abandoned or trashed the job with one."""
 
     def sort_key(self) -> tuple[int, int]:
         """The board order: higher priority first, then posting order."""

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import enum
-import traceback
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from jobboard.handlers import Retry
-from jobboard.job import Claim
+from jobboard.job import Claim, LastError
+from jobboard.retry import Fail, Retry, RetryPolicy
 
-MAX_REASON_LENGTH = 8000
+DEFAULT_POLICY = RetryPolicy()
 
 
 class Action(enum.Enum):
@@ -27,33 +27,42 @@ class Settlement:
     result: Any = None
     retry_after: float | None = None
     reason: str = ""
+    error: LastError | None = None
+    """Stored with the job as its ``last_error`` (abandon and trash)."""
+
+    @property
+    def outcome(self) -> str:
+        """The word logged for this settlement: ``consumed``, ``retried`` or ``failed``."""
+        return {Action.CONSUME: "consumed", Action.ABANDON: "retried", Action.TRASH: "failed"}[self.action]
 
 
 def decide(
     claim: Claim, *, result: Any = None, error: BaseException | None = None,
-    max_attempts: int | None = None, failure_delay: float = 0.0,
+    policy: RetryPolicy = DEFAULT_POLICY, now: float | None = None,
 ) -> Settlement:
     """Turn a handler's result or exception into a settlement.
 
     * it returned: consume with the result;
     * it raised :class:`Retry`: abandon, claimable again after ``Retry.delay``;
-    * it raised anything else: abandon after ``failure_delay``; on the last
-      allowed attempt (the job's ``max_attempts``, else ``max_attempts`` here)
-      trash it, with the error type, message and traceback as the reason.
+    * it raised :class:`Fail`, or an error the policy does not retry: trash at once;
+    * it raised anything else: abandon after the policy's back-off delay; on the
+      last allowed attempt (the job's ``max_attempts``, else the policy's) trash
+      it. The reason is the error type and message on one line; the traceback is
+      in the settlement's ``error`` (the job's ``last_error``).
     """
     if error is None:
         return Settlement(Action.CONSUME, result=result)
+    last = LastError.from_exception(error, claim.attempt, now if now is not None else time.time())
     if isinstance(error, Retry):
-        return Settlement(Action.ABANDON, retry_after=error.delay, reason=str(error))
-    limit = claim.job.max_attempts if claim.job.max_attempts is not None else max_attempts
-    reason = describe(error)
+        return Settlement(Action.ABANDON, retry_after=error.delay, reason=str(error), error=last)
+    if isinstance(error, Fail):
+        return Settlement(Action.TRASH, reason=f"failed: {error.reason}", error=last)
+    reason = last.summary_line()
+    if not policy.retries(error):
+        return Settlement(Action.TRASH, reason=f"failed on attempt {claim.attempt}, not retried: {reason}",
+                          error=last)
+    limit = policy.limit(claim.job.max_attempts)
     if limit is not None and claim.attempt >= limit:
-        return Settlement(Action.TRASH, reason=f"failed on attempt {claim.attempt} of {limit}: {reason}")
-    return Settlement(Action.ABANDON, retry_after=failure_delay or None, reason=reason)
-
-
-def describe(error: BaseException) -> str:
-    """``Type: message`` then the traceback, cut to a size a trash record can carry."""
-    lines = traceback.format_exception(type(error), error, error.__traceback__)
-    text = f"{type(error).__name__}: {error}\n{''.join(lines)}"
-    return text if len(text) <= MAX_REASON_LENGTH else text[:MAX_REASON_LENGTH] + "\n[cut]"
+        return Settlement(Action.TRASH, reason=f"failed on attempt {claim.attempt} of {limit}: {reason}",
+                          error=last)
+    return Settlement(Action.ABANDON, retry_after=policy.delay(claim.attempt) or None, reason=reason, error=last)

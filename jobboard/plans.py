@@ -267,6 +267,8 @@ class PlanHandle:
         cancelled = 0
         for job_id in self.ids.values():
             try:
+                if await self.board.state(job_id) is JobState.CLAIMED:
+                    continue  # running: it finishes (board.cancel would revoke its claim)
                 await self.board.cancel(job_id, reason if reason.startswith("plan cancelled")
                                         else f"plan cancelled: {reason}")
                 cancelled += 1

@@ -3,114 +3,100 @@
 One anyio task group holds the claim loop and one task per running job (at most
 ``concurrency``). Each job task runs the handler beside a watcher of its claim
 (``board.watch_claim``) and, with a lease, a lease keeper: if the claim is lost
-or the lease runs out, the handler is cancelled at once and the job is not
-settled by this worker. Settling is shielded from cancellation, and transient
-backend errors are retried with back-off; they never stop the worker.
+(or revoked by ``board.cancel``) or the lease runs out, the handler is
+cancelled at once and the job is not settled by this worker (see
+:mod:`jobboard.worker_job`). Transient backend errors never stop the worker:
+claiming and idling back off, settling retries until it applies.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import socket
 import time
-import uuid
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Collection, Sequence
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 
 from jobboard.board import JobBoard
-from jobboard.errors import BackendUnavailable, BoardClosed, ClaimLost, InvalidJob, JobBoardError, NotOwner
-from jobboard.handlers import Handler, Handlers, JobContext
+from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError
+from jobboard.handlers import Handler, Handlers, Hook, Middleware, as_async
 from jobboard.job import Claim
-from jobboard.outcome import Action, Settlement, decide
+from jobboard.worker_config import WorkerConfig, default_owner
+from jobboard.worker_idle import Idler
+from jobboard.worker_job import JobRunner, JobSettings
+from jobboard.worker_signals import listen_for_signals
 from jobboard.worker_support import Backoff, RunningJob, WorkerStats
 
-logger = logging.getLogger(__name__)
+__all__ = ["Worker", "WorkerConfig", "WorkerStats", "default_owner"]
 
-SPIN_MISSES = 3
-"""Immediate wake-ups with nothing claimable before the worker starts backing off."""
-BLOCKED = 0.005
-"""A wait() that took longer than this (seconds) really slept."""
+logger = logging.getLogger("jobboard.worker")
 
-
-def default_owner() -> str:
-    """``host-pid-random``: unique per worker process and instance."""
-    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerConfig:
-    """How a worker behaves. Every duration is in seconds."""
-
-    owner: str = field(default_factory=default_owner)
-    concurrency: int = 1
-    """Jobs in flight at once."""
-    idle_backoff: float = 0.1
-    idle_backoff_factor: float = 1.5
-    idle_backoff_max: float = 10.0
-    """An idle worker sleeps in ``board.wait()``; it backs off (zk-plan's defaults)
-    only when the board says there is work that it then fails to claim."""
-    grace_period: float = 30.0
-    """On shutdown, how long running jobs may take before they are cancelled and abandoned."""
-    max_attempts: int | None = None
-    """For jobs posted without ``max_attempts``: after this many failures, trash."""
-    failure_delay: float = 0.0
-    """``retry_after`` used when a handler fails (not for :class:`Retry`)."""
-    lease: float | None = None
-    """Seconds a claim may go unrenewed before this worker gives it up as lost."""
-    lease_renewal: Literal["auto", "heartbeat"] = "auto"
-    """``auto``: the worker renews while the handler runs (catches a blocked event
-    loop); ``heartbeat``: only ``ctx.heartbeat()`` renews (catches a hung handler)."""
-    settle_timeout: float = 30.0
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    """Published with the worker's entity registration."""
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if self.lease is not None and self.lease <= 0:
-            raise ValueError("lease must be a positive number of seconds")
+BURST_RETRY_SLACK = 1.0
+"""Seconds a burst worker waits past a retry's due time for the board to offer the job."""
 
 
 class Worker:
     """Runs ``handler`` on jobs from ``board``; see the module docstring.
 
     With a :class:`~jobboard.handlers.Handlers` registry, only jobs whose names
-    it handles are claimed (unless ``names`` says otherwise).
+    it handles are claimed (unless ``names`` says otherwise), and its hooks and
+    middleware run before those given here.
     """
 
     def __init__(
         self, board: JobBoard, handler: Handler, config: WorkerConfig | None = None, *,
-        names: Collection[str] | None = None,
+        names: Collection[str] | None = None, on_startup: Sequence[Hook] = (),
+        on_shutdown: Sequence[Hook] = (), middleware: Sequence[Middleware] = (),
     ) -> None:
-        self.board, self.handler = board, handler
+        self.board, self.handler = board, as_async(handler)
         self.config = config or WorkerConfig()
-        self.names = names if names is not None else (handler.names if isinstance(handler, Handlers) else None)
+        registry = handler if isinstance(handler, Handlers) else None
+        self.names = names if names is not None else (registry.names if registry is not None else None)
+        self.on_startup = [*(registry.startup if registry else ()), *on_startup]
+        self.on_shutdown = [*(registry.shutdown if registry else ()), *on_shutdown]
+        self.shared: dict[str, Any] = {}
+        """State shared by the hooks and every job (``ctx.shared``)."""
         self.stats = WorkerStats()
-        self.running: dict[str, RunningJob] = {}
+        self.running: dict[tuple[str, int], RunningJob] = {}
+        """Jobs in hand by (job id, generation): after a lost reply, the same job may be claimed
+        again while its earlier claim is still being settled."""
         self._slots = anyio.Semaphore(self.config.concurrency)
-        self._stopping = False
+        self._stopping_since: float | None = None
         self._claiming = anyio.CancelScope()
+        self._registering = anyio.CancelScope()
         self._all_done = anyio.Event()
-        self._waiting_on_board = False
-        self._work_maybe = anyio.Event()
-        """Set when the claimer waiting on the board wakes up: the others try to claim too."""
+        self._job_done = anyio.Event()
+        self._claims_in_flight = 0
+        """Claims being made: a burst worker does not stop while another of its claimers may get a job."""
         self.started = anyio.Event()
-        """Set once the worker is registered and about to claim."""
+        """Set once the worker is registered, its start-up hooks ran, and it is about to claim."""
+        settings = JobSettings(self.config.owner, self.config.retry, self.config.timeout, self.config.lease,
+                               self.config.lease_renewal, self.config.settle_timeout, self.config.grace_period)
+        self._idler = Idler(board, self.names, self.config, self.stats)
+        self._runner = JobRunner(board, self.handler, settings, self.stats,
+                                 [*(registry.middleware if registry else ()), *middleware], self.shared,
+                                 lambda: self._stopping_since)
 
     @property
     def owner(self) -> str:
         return self.config.owner
 
+    @property
+    def _stopping(self) -> bool:
+        return self._stopping_since is not None
+
     def stop(self, *, now: bool = False) -> None:
         """Stop claiming; running jobs get the grace period (``now``: none)."""
-        self._stopping = True
+        if self._stopping_since is None:
+            self._stopping_since = anyio.current_time()
         self._claiming.cancel()
+        self._registering.cancel()
         if now:
             for job in list(self.running.values()):
                 job.cancel("worker stopping now")
@@ -118,33 +104,59 @@ class Worker:
     async def run(self, *, handle_signals: bool = False) -> WorkerStats:
         """Work until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``; a second one stops at once).
 
+        Runs the ``on_startup`` hooks first and the ``on_shutdown`` hooks last
+        (also when the worker fails). A signal caught by
+        :func:`~jobboard.worker_support.catch_early_signals` before this stops
+        the worker at once.
+
         :raises BoardClosed: the board was closed under the worker.
         """
-        await self._register()
-        self.started.set()
-        try:
-            async with anyio.create_task_group() as side:
-                if handle_signals:
-                    side.start_soon(self._stop_on_signals)
-                async with anyio.create_task_group() as jobs:
-                    await self._claim_loop(jobs)
-                    await self._drain()
+        started = time.monotonic()
+        async with anyio.create_task_group() as side:
+            if handle_signals:
+                await side.start(listen_for_signals, self._on_signal)
+            try:
+                await self._work()
+            finally:
                 side.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await self._run_hooks(self.on_shutdown, "on_shutdown")
+        logger.info("%s stopped after %.1fs: %s", self.owner, time.monotonic() - started, self.stats.summary())
+        return self.stats
+
+    async def _work(self) -> None:
+        await self._run_hooks(self.on_startup, "on_startup")
+        await self._register()
+        try:
+            self.started.set()
+            logger.info("%s claiming %s on %s (concurrency %d)", self.owner,
+                        ", ".join(sorted(self.names)) if self.names is not None else "every job",
+                        self.board.url, self.config.concurrency)
+            async with anyio.create_task_group() as jobs:
+                await self._claim_loop(jobs)
+                await self._drain()
         finally:
             await self._unregister()
-        return self.stats
+
+    async def _run_hooks(self, hooks: Sequence[Hook], what: str) -> None:
+        for hook in hooks:
+            logger.debug("%s: running %s hook %s", self.owner, what, getattr(hook, "__qualname__", hook))
+            await hook(self.shared)
 
     # -- claiming ----------------------------------------------------------------
 
     async def _claim_loop(self, jobs: TaskGroup) -> None:
         """``concurrency`` claimers: claiming takes round trips, so free slots fill in parallel."""
         with self._claiming:
+            if self._stopping:
+                return
             async with anyio.create_task_group() as claimers:
                 for _ in range(self.config.concurrency):
                     claimers.start_soon(self._claimer, jobs)
 
     async def _claimer(self, jobs: TaskGroup) -> None:
-        backoff = Backoff(self.config.idle_backoff, self.config.idle_backoff_factor, self.config.idle_backoff_max)
+        backoff = Backoff(self.config.idle_backoff, self.config.idle_backoff_factor, self.config.idle_backoff_max,
+                          jitter=0.2)
         while not self._stopping:
             await self._slots.acquire()
             claim = await self._claim(backoff)
@@ -152,192 +164,126 @@ class Worker:
                 self._slots.release()
                 continue
             backoff.reset()
+            self._runner.retries_due.pop(claim.job.id, None)
             self.stats.claimed += 1
-            jobs.start_soon(self._run_job, claim)
+            job = RunningJob(claim, self.config.lease)
+            self.running[(claim.job.id, claim.generation)] = job
+            jobs.start_soon(self._run_job, job)
 
     async def _claim(self, backoff: Backoff) -> Claim | None:
         try:
+            self._claims_in_flight += 1
             with anyio.CancelScope(shield=True):  # a claim made must not be lost to stop()
-                claim = await self.board.claim_next(self.owner, names=self.names)
+                with anyio.fail_after(self.config.settle_timeout):
+                    claim = await self.board.claim_next(self.owner, names=self.names)
         except BoardClosed:
             raise
-        except BackendUnavailable as error:
+        except (JobBoardError, TimeoutError) as error:  # BackendUnavailable, or worse: never die of it
+            self._claim_done()
             self.stats.backend_errors += 1
-            logger.warning("%s: board unavailable (%s); retrying", self.owner, error)
-            await anyio.sleep(backoff.next())
+            delay = backoff.next()
+            log = logger.warning if isinstance(error, (BackendUnavailable, TimeoutError)) else logger.error
+            log("%s: claiming failed (%s); retrying in %.1fs", self.owner, str(error) or type(error).__name__, delay)
+            await anyio.sleep(delay)
             return None
+        self._claim_done()
         if claim is None:
-            await self._idle(backoff)
+            if self.config.burst:
+                await self._burst_idle()
+            else:
+                await self._idler.idle(backoff)
         return claim
 
-    async def _idle(self, backoff: Backoff) -> None:
-        """Sleep in ``board.wait()`` until there is work.
+    def _claim_done(self) -> None:
+        self._claims_in_flight -= 1
+        self._wake_burst()
 
-        Losing a race for a job is normal (another worker was faster) and costs
-        no sleep. Only a spin backs off: ``wait()`` saying at once, several times
-        in a row, that there is work which claiming then does not find.
+    def _wake_burst(self) -> None:
+        """A job ended or a claim attempt did: a burst claimer re-checks whether to stop."""
+        done, self._job_done = self._job_done, anyio.Event()
+        done.set()
+
+    async def _burst_idle(self) -> None:
+        """Burst mode: stop once nothing is claimable, nothing runs and no retry of ours is due.
+
+        A job this worker put back for a retry is waited for (until its delay
+        ends), so that a burst run finishes its own retries.
         """
-        if backoff.misses >= SPIN_MISSES:
-            await anyio.sleep(backoff.next())
-        started = anyio.current_time()
-        if self._waiting_on_board:  # one claimer waits on the board; the others wait for it
-            with anyio.move_on_after(self.config.idle_backoff_max):
-                await self._work_maybe.wait()
+        now = anyio.current_time()
+        due = [at for at in self._runner.retries_due.values() if at + BURST_RETRY_SLACK > now]
+        if not self.running and not due and not self._claims_in_flight:
+            logger.info("%s: nothing claimable is left (burst): stopping", self.owner)
+            self.stop()
             return
-        self._waiting_on_board = True
-        try:
-            with anyio.move_on_after(self.config.idle_backoff_max):
-                found = bool(await self.board.wait(names=self.names))
-        except BackendUnavailable as error:
-            logger.warning("%s: board unavailable while idle (%s)", self.owner, error)
-            await anyio.sleep(backoff.next())
-            return
-        finally:
-            self._waiting_on_board = False
-            woken, self._work_maybe = self._work_maybe, anyio.Event()
-            woken.set()
-        if found and anyio.current_time() - started < BLOCKED:
-            backoff.misses += 1
-        else:  # it really waited: new work came, this is no spin
-            backoff.reset()
+        later = [at for at in due if at > now]
+        with anyio.move_on_after(min(later) - now if later else BURST_RETRY_SLACK):
+            if later or self.running or self._claims_in_flight:
+                await self._job_done.wait()
+            else:  # a retry is due: wait for the board to offer it (or for the slack to pass)
+                with contextlib.suppress(JobBoardError, TimeoutError):
+                    await self.board.wait(names=self.names)
+
 
     # -- running a job -------------------------------------------------------------
 
-    async def _run_job(self, claim: Claim) -> None:
-        job = RunningJob(claim, self.config.lease)
-        self.running[claim.job.id] = job
+    async def _run_job(self, job: RunningJob) -> None:
         try:
-            try:
-                settlement = await self._execute(job)
-            except anyio.get_cancelled_exc_class():  # the worker itself was cancelled from outside
-                await self._settle(claim, Settlement(Action.ABANDON, reason="worker cancelled"))
-                raise
-            if settlement is not None:
-                await self._settle(claim, settlement)
+            await self._runner.run(job)
         finally:
-            del self.running[claim.job.id]
+            del self.running[(job.claim.job.id, job.claim.generation)]
             self._slots.release()
+            self._wake_burst()
             if not self.running:
                 self._all_done.set()
-
-    async def _execute(self, job: RunningJob) -> Settlement | None:
-        """Run the handler; the settlement, or ``None`` when the claim was lost."""
-        context = JobContext(job.claim, self.board, job.heartbeat)
-        settlement: Settlement | None = None
-        with job.scope:
-            async with anyio.create_task_group() as guards:
-                guards.start_soon(self._watch_claim, job)
-                if job.lease is not None:
-                    guards.start_soon(self._keep_lease, job)
-                settlement = await self._invoke(context)
-                guards.cancel_scope.cancel()
-        if job.lost is not None:
-            self.stats.lost += 1
-            logger.warning("%s: lost job %s (%s); its handler was cancelled", self.owner, job.claim.job.id, job.lost)
-            return None
-        if settlement is None:  # cancelled: the worker is stopping
-            self.stats.abandoned_on_shutdown += 1
-            return Settlement(Action.ABANDON, reason=job.cancelled_because)
-        return settlement
-
-    async def _invoke(self, context: JobContext) -> Settlement:
-        try:
-            result = await self.handler(context)
-        except Exception as error:  # noqa: BLE001 - whatever a handler raises settles its job
-            return decide(context.claim, error=error, max_attempts=self.config.max_attempts,
-                          failure_delay=self.config.failure_delay)
-        return decide(context.claim, result=result)
-
-    async def _watch_claim(self, job: RunningJob) -> None:
-        """Cancel the handler once the claim is lost; a transient outage is not a loss."""
-        while True:
-            try:
-                reason = await self.board.watch_claim(job.claim)
-                break
-            except BackendUnavailable:
-                await anyio.sleep(0.2)  # the session (and the claim) may well survive this
-            except JobBoardError as error:
-                reason = f"could not watch the claim: {error}"
-                break
-        job.lose(reason)
-
-    async def _keep_lease(self, job: RunningJob) -> None:
-        assert job.lease is not None
-        while (left := job.lease_left()) > 0:
-            await anyio.sleep(min(left, job.lease / 3))
-            if self.config.lease_renewal == "auto" and job.lease_left() > 0:
-                job.heartbeat()  # on time: the event loop is alive
-        job.lose(f"lease of {job.lease}s ran out")
-        await self._settle(job.claim, Settlement(Action.ABANDON, reason="lease ran out"))  # retried, shielded
-
-    # -- settling ----------------------------------------------------------------
-
-    async def _settle(self, claim: Claim, settlement: Settlement) -> None:
-        """Apply a settlement, shielded from cancellation, retrying transient failures."""
-        backoff = Backoff(0.1, 2.0, 5.0)
-        with anyio.CancelScope(shield=True):
-            while True:
-                try:
-                    with anyio.fail_after(self.config.settle_timeout):
-                        await self._apply(claim, settlement)
-                    self.stats.count(settlement.action)
-                    return
-                except (ClaimLost, NotOwner) as error:
-                    self.stats.lost += 1
-                    logger.warning("%s: could not settle job %s: %s", self.owner, claim.job.id, error)
-                    return
-                except InvalidJob as error:  # a result msgpack cannot encode, a reason too large...
-                    if settlement.action is Action.ABANDON:
-                        logger.error("%s: could not abandon job %s: %s", self.owner, claim.job.id, error)
-                        return
-                    settlement = (decide(claim, error=error, max_attempts=self.config.max_attempts)
-                                  if settlement.action is Action.CONSUME
-                                  else Settlement(Action.ABANDON, reason=str(error)))  # at most one re-decision
-                except JobBoardError as error:
-                    logger.error("%s: could not settle job %s: %s", self.owner, claim.job.id, error)
-                    return
-                except (BackendUnavailable, TimeoutError) as error:
-                    self.stats.backend_errors += 1
-                    if backoff.attempts >= 8:
-                        logger.error("%s: gave up settling job %s: %s", self.owner, claim.job.id, error)
-                        return
-                    await anyio.sleep(backoff.next())
-
-    async def _apply(self, claim: Claim, settlement: Settlement) -> None:
-        if settlement.action is Action.CONSUME:
-            await self.board.consume(claim, settlement.result)
-        elif settlement.action is Action.ABANDON:
-            await self.board.abandon(claim, retry_after=settlement.retry_after)
-        else:
-            await self.board.trash(claim, settlement.reason)
 
     # -- shutdown and health --------------------------------------------------------
 
     async def _drain(self) -> None:
         """Give running jobs the grace period, then cancel (and abandon) the rest."""
         if self.running:
+            logger.info("%s: draining: %d running job(s) get up to %ss to finish (a second SIGTERM: now)",
+                        self.owner, len(self.running), self.config.grace_period)
             self._all_done = anyio.Event()
             with anyio.move_on_after(self.config.grace_period):
                 await self._all_done.wait()
         for job in list(self.running.values()):
             job.cancel(f"worker stopped; grace period of {self.config.grace_period}s over")
 
-    async def _stop_on_signals(self) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for number in signals:
-                logger.info("%s: %s received", self.owner, signal.Signals(number).name)
-                self.stop(now=self._stopping)
+    def _on_signal(self, number: int) -> None:
+        name = signal.Signals(number).name
+        if self._stopping:
+            logger.warning("%s: %s received again: cancelling %d running job(s) now", self.owner, name,
+                           len(self.running))
+        else:
+            logger.info("%s: %s received: stopping (no new claims)", self.owner, name)
+        self.stop(now=self._stopping)
+
+    def _metadata(self) -> dict[str, Any]:
+        return {"host": socket.gethostname(), "pid": os.getpid(), "concurrency": self.config.concurrency,
+                "names": sorted(self.names) if self.names is not None else None,
+                "started_at": time.time(), **self.config.metadata}
 
     async def _register(self) -> None:
-        metadata = {"host": socket.gethostname(), "pid": os.getpid(), "concurrency": self.config.concurrency,
-                    "names": sorted(self.names) if self.names is not None else None,
-                    "started_at": time.time(), **self.config.metadata}
-        await self.board.register_entity(self.owner, metadata)
+        """Register the worker's entity, riding out transient errors (``stop()`` ends the attempts)."""
+        backoff = Backoff(self.config.idle_backoff, 2.0, self.config.idle_backoff_max, jitter=0.2)
+        with self._registering:
+            while not self._stopping:
+                try:
+                    with anyio.fail_after(self.config.settle_timeout):
+                        await self.board.register_entity(self.owner, self._metadata())
+                    return
+                except (BackendUnavailable, TimeoutError) as error:
+                    self.stats.backend_errors += 1
+                    delay = backoff.next()
+                    logger.warning("%s: could not register (%s); retrying in %.1fs", self.owner,
+                                   str(error) or type(error).__name__, delay)
+                    await anyio.sleep(delay)
 
     async def _unregister(self) -> None:
         with anyio.CancelScope(shield=True):
             try:
                 if self.board.is_open:
-                    await self.board.unregister_entity(self.owner)
-            except JobBoardError as error:
+                    with anyio.fail_after(self.config.settle_timeout):
+                        await self.board.unregister_entity(self.owner)
+            except (JobBoardError, TimeoutError) as error:
                 logger.warning("%s: could not unregister: %s", self.owner, error)

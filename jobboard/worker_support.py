@@ -1,28 +1,75 @@
-"""Small pieces of the worker: back-off, a running job's state, counters."""
+"""Small pieces of the worker: back-off, a running job's state, counters, early signals."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import atexit
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from types import FrameType
 
 import anyio
 
 from jobboard.job import Claim
-from jobboard.outcome import Action
+
+EARLY_SIGNALS: list[int] = []
+"""SIGTERM/SIGINT received before a worker listened for signals (see :func:`catch_early_signals`)."""
+
+
+def catch_early_signals() -> None:
+    """Record SIGTERM/SIGINT from now on instead of dying: the worker stops at once when it starts.
+
+    For processes that run a worker with ``handle_signals=True``: call it first
+    thing, so that a signal during start-up (imports, connecting) or after the
+    worker stopped listening (closing the board) is a graceful stop, not exit -15.
+    """
+    if not _CAUGHT[0]:
+        atexit.register(_ignore_signals_at_exit)
+    _CAUGHT[0] = True
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, _remember)
+
+
+def _ignore_signals_at_exit() -> None:
+    """Python resets handlers to the default (death) while it finalizes: a signal then would turn a
+    clean exit into -15. Ignored signals stay ignored through finalization."""
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, signal.SIG_IGN)
+
+
+def _remember(number: int, frame: FrameType | None) -> None:
+    EARLY_SIGNALS.append(number)
+    for wake in SIGNAL_WAKERS:
+        wake()
+
+
+SIGNAL_WAKERS: list[Callable[[], None]] = []
+"""Called (from the signal handler) after a signal was recorded: a running worker's way to hear of it."""
+
+
+def catching_early_signals() -> bool:
+    """Whether :func:`catch_early_signals` was called in this process."""
+    return signal.getsignal(signal.SIGTERM) is _remember or _CAUGHT[0]
+
+
+_CAUGHT = [False]
 
 
 class Backoff:
-    """Exponential delays: ``initial``, then ×``factor`` each time, at most ``maximum``."""
+    """Exponential delays with jitter: ``initial``, then ×``factor`` each time, at most ``maximum``."""
 
-    def __init__(self, initial: float, factor: float, maximum: float) -> None:
-        self.initial, self.factor, self.maximum = initial, factor, maximum
+    def __init__(self, initial: float, factor: float, maximum: float, jitter: float = 0.0) -> None:
+        self.initial, self.factor, self.maximum, self.jitter = initial, factor, maximum, jitter
         self.attempts = 0
         self.misses = 0
         """Immediate wake-ups that found nothing to claim (see ``Worker._idle``)."""
 
     def next(self) -> float:
-        delay = min(self.maximum, self.initial * self.factor ** self.attempts)
+        delay = min(self.maximum, self.initial * self.factor ** min(self.attempts, 64))
         self.attempts += 1
-        return delay
+        return delay * random.uniform(1 - self.jitter, 1.0) if self.jitter else delay
 
     def reset(self) -> None:
         self.attempts = 0
@@ -38,6 +85,9 @@ class RunningJob:
         self.scope = anyio.CancelScope()
         self.lost: str | None = None
         self.cancelled_because = ""
+        self.limit: int | None = None
+        """The attempts this job gets (the job's ``max_attempts``, else its retry policy's)."""
+        self.started = time.monotonic()
         self._renewed_at = anyio.current_time()
 
     def heartbeat(self) -> None:
@@ -58,24 +108,56 @@ class RunningJob:
         self.cancelled_because = reason
         self.scope.cancel()
 
+    def duration(self) -> float:
+        return time.monotonic() - self.started
+
+
+OUTCOMES = ("consumed", "retried", "failed", "lost", "cancelled", "abandoned_on_shutdown", "unsettled")
+"""Every claimed job ends in exactly one of these (see :class:`WorkerStats`)."""
+
 
 @dataclass
 class WorkerStats:
-    """What a worker did."""
+    """What a worker did. Once ``run()`` returned, ``claimed`` is the sum of the outcomes."""
 
     claimed: int = 0
     consumed: int = 0
-    abandoned: int = 0
-    trashed: int = 0
+    retried: int = 0
+    """Failed (or asked to :class:`~jobboard.retry.Retry`) and put back for a later attempt."""
+    failed: int = 0
+    """Trashed: out of attempts, not retryable, or :class:`~jobboard.retry.Fail`."""
     lost: int = 0
-    """Jobs whose claim was lost while they ran (or before they settled)."""
+    """The claim was lost while the job ran or as it was settled (another worker may run it)."""
+    cancelled: int = 0
+    """Cancelled from outside (``board.cancel`` / ``jobboard cancel``) while it ran."""
     abandoned_on_shutdown: int = 0
+    unsettled: int = 0
+    """Settling failed for good (the board's close releases the claim: the job comes back)."""
     backend_errors: int = 0
+    """Transient backend failures met (and ridden out) on the way."""
 
-    def count(self, action: Action) -> None:
-        if action is Action.CONSUME:
-            self.consumed += 1
-        elif action is Action.ABANDON:
-            self.abandoned += 1
-        else:
-            self.trashed += 1
+    @property
+    def abandoned(self) -> int:
+        """Put back on the board: retried, plus abandoned on shutdown."""
+        return self.retried + self.abandoned_on_shutdown
+
+    @property
+    def trashed(self) -> int:
+        return self.failed
+
+    def count(self, outcome: str) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def settled(self) -> int:
+        """Jobs that reached an outcome (equals ``claimed`` once the worker stopped)."""
+        return sum(getattr(self, name) for name in OUTCOMES)
+
+    def summary(self) -> str:
+        """One readable line, e.g. ``12 jobs: 10 consumed, 1 retried, 1 failed; 3 backend errors``."""
+        parts = [f"{getattr(self, name)} {name.replace('_', ' ')}" for name in OUTCOMES
+                 if getattr(self, name) or name == "consumed"]
+        text = f"{self.claimed} job{'s' if self.claimed != 1 else ''}: {', '.join(parts)}"
+        return text + (f"; {self.backend_errors} backend errors ridden out" if self.backend_errors else "")
+
+    def as_dict(self) -> dict[str, int]:
+        return {item.name: getattr(self, item.name) for item in fields(self)}

@@ -61,9 +61,9 @@ def test_post_then_list_shows_the_job_in_columns(capsys: Capture, url: str) -> N
     status, out, _ = run(capsys, "--board", url, "list")
     assert status == 0
     assert table(out) == [
-        ["id", "name", "priority", "state", "owner", "attempts"],
-        [urgent, "report", "high", "unclaimed", "-", "0/3"],
-        [first, "resize", "normal", "unclaimed", "-", "0"],
+        ["id", "name", "priority", "state", "owner", "attempts", "last_error"],
+        [urgent, "report", "high", "unclaimed", "-", "0/3", "-"],
+        [first, "resize", "normal", "unclaimed", "-", "0", "-"],
     ]
     header, row = out.splitlines()[:2]
     assert header.index("name") == row.index("report")
@@ -80,7 +80,7 @@ def test_list_json_has_all_fields(capsys: Capture, url: str) -> None:
 
 def test_list_of_an_empty_board_prints_the_header(capsys: Capture, url: str) -> None:
     status, out, _ = run(capsys, "--board", url, "list")
-    assert (status, table(out)) == (0, [["id", "name", "priority", "state", "owner", "attempts"]])
+    assert (status, table(out)) == (0, [["id", "name", "priority", "state", "owner", "attempts", "last_error"]])
 
 
 def test_post_after_makes_a_waiting_job_that_unclaimed_hides(capsys: Capture, url: str) -> None:
@@ -102,7 +102,7 @@ async def test_list_shows_the_owner_and_unclaimed_hides_claimed_jobs(url: str) -
             await board.claim(claimed, "worker-7")
             rows = await anyio.to_thread.run_sync(cli_rows, url, "list")
             unclaimed = await anyio.to_thread.run_sync(cli_rows, url, "list", "--unclaimed")
-    assert rows[1] == [claimed.id, "held", "normal", "claimed", "worker-7", "1"]
+    assert rows[1] == [claimed.id, "held", "normal", "claimed", "worker-7", "1", "-"]
     assert rows[2][:5] == [free.id, "free", "normal", "unclaimed", "-"]
     assert [row[0] for row in unclaimed[1:]] == [free.id]
 
@@ -265,4 +265,4 @@ def test_python_dash_m_jobboard_runs() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["id", "name", "priority", "state", "owner", "attempts"]
+    assert done.stdout.split() == ["id", "name", "priority", "state", "owner", "attempts", "last_error"]

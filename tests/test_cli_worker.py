@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import anyio
 import pytest
 
-from jobboard import open_board
+from jobboard import EventKind, EventStream, JobState, open_board
 from jobboard.cli import main
 
 pytestmark = pytest.mark.timeout(60)
@@ -57,3 +59,100 @@ def test_worker_command_refuses_bad_handler_specs(
     assert main(["worker", f"memory://{uuid.uuid4().hex}", "--handlers", spec]) == 1
     error = capsys.readouterr().err
     assert error.startswith("jobboard: error:") and message in error and error.count("\n") == 1
+
+
+async def claimed(events: EventStream, job_id: str) -> None:
+    """Until the stream shows ``job_id`` claimed."""
+    async for event in events:
+        if event.kind is EventKind.CLAIMED and event.job_id == job_id:
+            return
+
+
+def test_a_sigterm_while_the_worker_starts_is_a_clean_stop() -> None:
+    """Bug 4: before the worker listened for signals, SIGTERM killed it (exit -15)."""
+    child = subprocess.Popen([sys.executable, "-m", "jobboard", "worker", f"memory://{uuid.uuid4().hex}",
+                              "--handlers", "tests.support.slow_handlers:handlers"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "importing"  # the handlers module is being imported
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=20)
+    assert child.returncode == 0, err
+    assert "SIGTERM received: stopping" in err and "stopped: 0 jobs" in out
+
+
+def test_the_console_script_imports_handlers_from_the_current_directory(tmp_path: Path) -> None:
+    """Bug 6: ``jobboard`` (the console script) did not search the current directory."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "jobs.py").write_text(
+        "from jobboard.handlers import Handlers\nhandlers = Handlers()\n\n"
+        "@handlers.register('hello')\nasync def hello(ctx):\n    return 'hi'\n")
+    (tmp_path / "app" / "broken.py").write_text("handlers = (\n")
+    script = str(Path(sys.executable).with_name("jobboard"))
+    ok = subprocess.run([script, "--board", "memory://cwd", "worker", "--handlers", "app.jobs:handlers", "--burst"],
+                        capture_output=True, text=True, timeout=30, cwd=tmp_path, check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "stopped: 0 jobs" in ok.stdout
+    bad = subprocess.run([script, "--board", "memory://cwd", "worker", "--handlers", "app.broken:handlers"],
+                         capture_output=True, text=True, timeout=30, cwd=tmp_path, check=False)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1, bad.stderr
+    assert bad.stderr.startswith("jobboard: error: cannot load handlers 'app.broken:handlers': syntax error in ")
+    assert "broken.py, line 1" in bad.stderr
+
+
+async def test_worker_logs_a_json_line_per_job_a_drain_line_and_a_summary(zk_hosts: str) -> None:
+    """Bug 5: nothing showed what the worker did, nor that it was draining."""
+    url = f"zookeeper://{zk_hosts}/cli-logs/{uuid.uuid4().hex}"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "jobboard", "worker", url, "--handlers", HANDLERS, "--owner", "logger-1",
+        "--log-format", "json", "--grace-period", "10", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    assert (await child.stdout.readline()).startswith(b"worker logger-1 on ")
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            done = await board.post("echo", {"n": 1})
+            failing = await board.post("fail")
+            await board.wait_for_completion(done)
+            await board.wait_for_completion(failing)
+            events = board.events()
+            slow = await board.post("sleep", {"s": 1.0})
+            await claimed(events, slow.id)
+            child.send_signal(signal.SIGTERM)
+            lines = [json.loads(await child.stderr.readline()) for _ in range(7)]
+            assert any("SIGTERM received: stopping" in line["message"] for line in lines)
+            assert any("draining: 1 running job(s) get up to 10.0s" in line["message"] for line in lines)
+            assert await child.wait() == 0
+            assert await board.state(slow) is JobState.COMPLETE  # finished within the grace period
+    lines += [json.loads(line) for line in (await child.stderr.read()).decode().splitlines()]
+    jobs = [line for line in lines if "outcome" in line]
+    assert [(line["job_name"], line["outcome"]) for line in jobs] == [
+        ("echo", "consumed"), ("fail", "retried"), ("fail", "failed"), ("sleep", "consumed")]
+    assert all(line["logger"] == "jobboard.worker" and line["owner"] == "logger-1" and "time" in line
+               for line in jobs)
+    assert jobs[1]["error"] == "ValueError: always fails (attempt 1)" and jobs[1]["retry_in"] > 0
+    assert "stopped after" in lines[-1]["message"] and "4 jobs: 2 consumed, 1 retried, 1 failed" in lines[-1]["message"]
+    assert not any(line["logger"].startswith("aiozk") for line in lines)  # client chatter only at debug
+
+
+async def test_cancel_command_stops_a_running_job(zk_hosts: str) -> None:
+    url = f"zookeeper://{zk_hosts}/cli-cancel/{uuid.uuid4().hex}"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "jobboard", "worker", url, "--handlers", HANDLERS, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE)
+    assert child.stdout is not None
+    await child.stdout.readline()
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            events = board.events()
+            job = await board.post("sleep", {"s": 60})
+            await claimed(events, job.id)
+            done = await anyio.to_thread.run_sync(jobboard, "cancel", job.id, "--board", url, "--reason", "enough")
+            assert done.returncode == 0 and "claim by" in done.stdout and "revoked" in done.stdout
+            outcome = await board.wait_for_completion(job)
+            shown = await anyio.to_thread.run_sync(jobboard, "show", job.id, "--board", url)
+        child.send_signal(signal.SIGTERM)
+        _, err = await child.communicate()
+    assert (outcome.state, outcome.reason) == (JobState.TRASHED, "enough")
+    assert "state:" in shown.stdout and "trashed" in shown.stdout and "enough" in shown.stdout
+    assert b"cancelled sleep" in err and child.returncode == 0

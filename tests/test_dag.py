@@ -13,7 +13,7 @@ import pytest
 
 from jobboard import EventKind, InvalidJob, JobBoardError, JobState, open_board
 from jobboard.dag import InvalidPlan, Plan, to_dot, to_mermaid
-from jobboard.handlers import Handlers
+from jobboard.handlers import Handlers, RetryPolicy
 from jobboard.plans import PlanHandle, post_plan
 from jobboard.worker import Worker, WorkerConfig
 from tests.support.plans import stress_plan
@@ -123,7 +123,7 @@ async def run_plan(board_url: str, plan: Plan, handlers: Handlers, *, workers: i
         board = await boards.enter_async_context(open_board(board_url))
         handle = await post_plan(board, plan, fail_fast=fail_fast)
         running = [Worker(await boards.enter_async_context(open_board(board_url)), handlers,
-                          WorkerConfig(max_attempts=2)) for _ in range(workers)]
+                          WorkerConfig(retry=RetryPolicy(max_attempts=2, initial_delay=0))) for _ in range(workers)]
         return handle, await handle.run_on(running)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
 from jobboard.testing._basics import BasicsConformance
 from jobboard.testing._claims import ClaimsConformance
+from jobboard.testing._failures import FailuresConformance
 from jobboard.testing._keys import KeysConformance
 from jobboard.testing._linked import LinkedConformance
 from jobboard.testing._routing import RoutingConformance
@@ -28,7 +29,8 @@ from jobboard.testing._watching import WatchingConformance
 
 
 class JobBoardConformance(
-    BasicsConformance, ClaimsConformance, KeysConformance, LinkedConformance, RoutingConformance,
+    BasicsConformance, ClaimsConformance, FailuresConformance, KeysConformance, LinkedConformance,
+    RoutingConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

@@ -91,10 +91,6 @@ class ModelClaim:
 class ContractModel:
     """The state of one board (shared by every board opened on its URL)."""
 
-    cancel_claimed_trashes: bool = False
-    """What ``cancel`` does with a claimed job: ``False`` (today's contract) refuses with
-    ``AlreadyClaimed``; ``True`` trashes it and makes its claim stale. The one switch."""
-
     def __init__(self) -> None:
         self.jobs: list[ModelJob] = []
         self.keys: dict[str, int] = {}
@@ -242,12 +238,10 @@ class ContractModel:
         self._trash(self.current(claim), reason)
 
     def cancel(self, index: int | None, reason: str) -> None:
-        """:raises JobNotFound: not on the board. :raises AlreadyClaimed: see ``cancel_claimed_trashes``."""
+        """Trash a job on the board, claimed or not (a claim goes stale). :raises JobNotFound:"""
         job = self.job(index)
         if job is None or not job.on_board:
             raise JobNotFound("not on the board")
-        if job.state is JobState.CLAIMED and not self.cancel_claimed_trashes:
-            raise AlreadyClaimed(f"claimed by {job.owner}: its owner settles it")
         self._trash(job, reason)
 
     def close(self, slot: int) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobboard.handlers import Handlers, JobContext
+import anyio
+
+from jobboard.handlers import Handlers, JobContext, RetryPolicy
 
 handlers = Handlers()
 
@@ -15,3 +17,15 @@ async def echo(ctx: JobContext) -> dict[str, Any]:
 
 
 not_a_handler = 42
+
+
+@handlers.register("sleep")
+async def sleep(ctx: JobContext) -> float:
+    seconds = float(ctx.details.get("s", 0.1))
+    await anyio.sleep(seconds)
+    return seconds
+
+
+@handlers.register("fail", retry=RetryPolicy(max_attempts=2, initial_delay=0.05))
+async def fail(ctx: JobContext) -> None:
+    raise ValueError(f"always fails (attempt {ctx.attempt})")

@@ -2,11 +2,13 @@
 
 ``python -m tests.support.worker_proc URL EFFECTS_FILE [CONCURRENCY]`` runs a
 worker whose ``work`` handler appends the job id to EFFECTS_FILE (the side
-effect) and sleeps a little. SIGTERM stops it gracefully.
+effect) and sleeps a little. SIGTERM stops it gracefully, at any moment after
+``main`` starts; ``ready`` is printed once the worker is claiming.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import sys
 from pathlib import Path
@@ -16,6 +18,7 @@ import anyio
 from jobboard import open_board
 from jobboard.handlers import Handlers, JobContext
 from jobboard.worker import Worker, WorkerConfig
+from jobboard.worker_support import catch_early_signals
 
 handlers = Handlers()
 
@@ -29,11 +32,13 @@ def main(url: str, effects: Path, concurrency: int) -> None:
         return ctx.job.id
 
     async def run() -> None:
-        async with open_board(url) as board:
+        async with open_board(url) as board, anyio.create_task_group() as group:
             worker = Worker(board, handlers, WorkerConfig(concurrency=concurrency, grace_period=5))
+            group.start_soon(functools.partial(worker.run, handle_signals=True))
+            await worker.started.wait()
             print("ready", flush=True)
-            await worker.run(handle_signals=True)
 
+    catch_early_signals()
     anyio.run(run)
 
 

@@ -21,7 +21,7 @@ from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
 from jobboard.codec import MalformedEntry, encode_value
 from jobboard.errors import InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
 from jobboard.url import non_negative_float, parse_options, parse_url, positive_int
 from jobboard_memory.store import Store, wall_clock
 
@@ -159,15 +159,19 @@ class MemoryBoard(JobBoard):
     async def consume(self, claim: Claim, result: Any = None) -> None:
         self._store.consume(claim, result, self.max_posting_bytes)
 
-    async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
+    async def abandon(
+        self, claim: Claim, *, retry_after: float | None = None, error: LastError | None = None,
+    ) -> None:
         if retry_after is not None and retry_after < 0:
             raise InvalidJob("retry_after must be >= 0 seconds")
         entry = self._store.current(claim)
         not_before = wall_clock() + retry_after if retry_after else None
+        entry.posting = entry.posting.failed(error)
         self._store.release(entry, not_before, f"abandoned by {claim.owner}")
 
-    async def trash(self, claim: Claim, reason: str) -> None:
+    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
         entry = self._store.current(claim)
+        entry.posting = entry.posting.failed(error)
         self._store.move_to_trash(entry, str(reason), wall_clock())
 
     async def cancel(self, job: JobRef, reason: str) -> None:

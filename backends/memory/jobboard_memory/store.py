@@ -266,11 +266,8 @@ class Store:
         self._publish(Event(EventKind.RELEASED, entry.job_id, why))
 
     def cancel(self, job_id: str, reason: str, now: float) -> None:
-        """Trash an unclaimed or waiting job (see ``JobBoard.cancel``)."""
-        entry = self.entry(job_id)
-        if entry.owner is not None:
-            raise AlreadyClaimed(f"job {job_id} is claimed by {entry.owner}: its owner settles it")
-        self.move_to_trash(entry, reason, now)
+        """Trash a job, revoking its claim if it has one (see ``JobBoard.cancel``)."""
+        self.move_to_trash(self.entry(job_id), reason, now)
 
     def move_to_trash(self, entry: Entry, reason: str, now: float) -> None:
         """Trash an entry and, recursively, every job that depends on it."""

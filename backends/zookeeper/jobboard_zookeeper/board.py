@@ -24,7 +24,7 @@ from jobboard.codec import (
 )
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob, wanted
+from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob, wanted
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
 from jobboard_zookeeper.layout import (
@@ -296,11 +296,10 @@ class ZooKeeperBoard(JobBoard):
         for _ in range(5):
             stored = await self._stored(found)
             if stored is None:
+                if (await outcome(self.zk, self._paths, found)).reason == str(reason):
+                    return  # a first try, whose outcome was not known, was applied
                 raise not_found(found)
-            outcome = await self._settler.cancel(found, stored, str(reason))
-            if outcome == "claimed":
-                raise AlreadyClaimed(f"job {found} is claimed by {await self.owner(found)}: its owner settles it")
-            if outcome is None:
+            if await self._settler.cancel(found, stored, str(reason)) is None:
                 return
         raise BackendUnavailable(f"cancelling job {found} kept conflicting with concurrent changes")
 
@@ -308,15 +307,17 @@ class ZooKeeperBoard(JobBoard):
         self._ensure_open()
         await self._settler.consume(claim, result)
 
-    async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
+    async def abandon(
+        self, claim: Claim, *, retry_after: float | None = None, error: LastError | None = None,
+    ) -> None:
         self._ensure_open()
         if retry_after is not None and retry_after < 0:
             raise InvalidJob("retry_after must be >= 0 seconds")
-        await self._settler.abandon(claim, time.time() + retry_after if retry_after else None)
+        await self._settler.abandon(claim, time.time() + retry_after if retry_after else None, error)
 
-    async def trash(self, claim: Claim, reason: str) -> None:
+    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
         self._ensure_open()
-        await self._settler.trash(claim, str(reason))
+        await self._settler.trash(claim, str(reason), error)
 
     # -- waiting -------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from jobboard.errors import (
     NotClaimable,
     NotOwner,
 )
-from jobboard.job import Claim
+from jobboard.job import Claim, LastError
 from jobboard_zookeeper.keys import settle_ops
 from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
 from jobboard_zookeeper.linked import LinkedOps, Stored
@@ -179,18 +179,33 @@ class Settler:
             return await self._zk.exists(self._paths.trash(job_id)) is not None
 
     async def cancel(self, job_id: str, stored: Stored, reason: str) -> str | None:
-        """Trash a job nobody holds; ``None`` if done, else ``claimed`` or ``changed``.
+        """Trash a job and revoke its claim if it has one; ``None`` if done, else ``changed``.
+
+        First as for a job nobody holds (``create`` + ``delete`` of the lock proves it);
+        if it is held, again with ``delete(lock)``: the job's version (checked by the
+        trash operations) moves with every claim, so the lock deleted is the one of the
+        claim that held the job when it was read. The owner's ``watch_claim`` returns
+        and its settle raises ``ClaimLost``.
 
         :raises BoardConflict: a node the cancel must create exists already.
         """
-        ops: list[Op] = []
-        if stored.path == self._paths.job(job_id):  # nobody may hold it meanwhile
-            lock = self._paths.lock(job_id)
-            ops += [Create(lock, ephemeral=True), Delete(lock)]
-        ops += await self._linked.trash_ops(job_id, stored, reason)
+        outcome = await self._cancel(job_id, stored, reason, revoke=False)
+        if outcome == "claimed":
+            outcome = await self._cancel(job_id, stored, reason, revoke=True)
+        return outcome
+
+    async def _cancel(self, job_id: str, stored: Stored, reason: str, *, revoke: bool) -> str | None:
+        lock = self._paths.lock(job_id)
+        ops = await self._linked.trash_ops(job_id, stored, reason)
+        if revoke:
+            ops.append(Delete(lock))  # after the job, so that watchers see a trash, not a release
+        elif stored.path == self._paths.job(job_id):  # nobody may hold it meanwhile
+            ops[:0] = [Create(lock, ephemeral=True), Delete(lock)]
         marker = self._markers.new()
+        ops.append(marker.create())
+        self._check_request_size(job_id, ops)
         try:
-            result = await self._zk.multi([*ops, marker.create()])
+            result = await self._zk.multi(ops)
         except OutcomeUnknown:
             return None if await self._markers.applied(marker) else "changed"
         if result.ok:
@@ -199,7 +214,7 @@ class Settler:
         failure = result.failure()
         if failure is None or failure[1] != "NodeExists":
             return "changed"
-        if failure[0] == ops[0]:
+        if failure[0] == ops[0] and not revoke:
             return "claimed"
         raise BoardConflict(f"cancelling job {job_id}: ZooKeeper NodeExists on {failure[0].path}; the board "
                             "holds a node the cancel must write (left by another tool or a bug)")
@@ -244,24 +259,26 @@ class Settler:
 
         await self._settle(claim, "consume", build)
 
-    async def abandon(self, claim: Claim, not_before: float | None) -> None:
+    async def abandon(self, claim: Claim, not_before: float | None, error: LastError | None = None) -> None:
         job_id = claim.job.id
 
         async def build(held: Held) -> list[Op]:
             job, lock = self._paths.job(job_id), self._paths.lock(job_id)
-            if not_before is None:
+            if not_before is None and error is None:
                 return [Check(job, claim.generation), Delete(lock)]
-            raw = encode_posting(decode_posting(held.posting).delayed(not_before))
+            raw = encode_posting(decode_posting(held.posting).delayed(not_before).failed(error))
             return [SetData(job, raw, claim.generation), Delete(lock)]
 
         await self._settle(claim, "abandon", build)
 
-    async def trash(self, claim: Claim, reason: str) -> None:
+    async def trash(self, claim: Claim, reason: str, error: LastError | None = None) -> None:
         job_id = claim.job.id
         path = self._paths.job(job_id)
 
         async def build(held: Held) -> list[Op]:
-            stored = Stored(path, held.posting, decode_posting(held.posting), claim.generation)
+            posting = decode_posting(held.posting).failed(error)
+            raw = held.posting if error is None else encode_posting(posting)
+            stored = Stored(path, raw, posting, claim.generation)
             ops = await self._linked.trash_ops(job_id, stored, reason)
             return [*ops, Delete(self._paths.lock(job_id))]
 

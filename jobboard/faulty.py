@@ -1,0 +1,181 @@
+"""A board wrapper that injects faults, seeded, to drive a worker through every error path.
+
+``FaultyBoard(inner, seed=..., rate=...)`` forwards every call to ``inner``;
+the calls a worker makes (``claim_next``, ``wait``, ``watch_claim``,
+``consume``, ``abandon``, ``trash``, entity registration) fail now and then,
+chosen by a ``random.Random(seed)``, in one of these ways:
+
+* ``unavailable``: raise :class:`~jobboard.errors.BackendUnavailable` before the call;
+* ``timeout``: raise :class:`TimeoutError` before the call;
+* ``hang``: sleep ``hang_for`` seconds (past the caller's timeout), then make the call;
+* ``lost_reply`` (settles only): make the call, then raise ``BackendUnavailable``
+  (the write applied, the caller cannot know);
+* ``claim_lost`` (settles only): release the claim, then raise
+  :class:`~jobboard.errors.ClaimLost` (as after an expired session).
+
+``methods`` and ``kinds`` narrow what is injected; ``budget`` caps how many faults.
+
+:attr:`injected` counts the faults by ``(method, kind)``; :attr:`applied`
+records every settle that reached the inner board and returned, as
+``(method, job id, generation, time.monotonic())``, so tests can check what really happened.
+For tests and for trying a worker's resilience; never for production.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from typing import Any, TypeVar
+
+import anyio
+
+from jobboard.board import JobBoard, JobRef
+from jobboard.errors import BackendUnavailable, ClaimLost
+from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
+from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
+
+T = TypeVar("T")
+KINDS = ("unavailable", "timeout", "hang")
+SETTLE_KINDS = (*KINDS, "lost_reply", "claim_lost")
+FAULTY_METHODS = frozenset({"claim_next", "wait", "watch_claim", "consume", "abandon", "trash",
+                            "register_entity", "unregister_entity"})
+
+
+class FaultyBoard(JobBoard):
+    """Forwards to ``inner``, injecting faults; see the module docstring."""
+
+    def __init__(self, inner: JobBoard, *, seed: int, rate: float = 0.1, hang_for: float = 0.5,
+                 methods: Collection[str] = FAULTY_METHODS, kinds: Collection[str] = SETTLE_KINDS,
+                 budget: int | None = None) -> None:
+        super().__init__(inner.url)
+        self.inner, self.seed, self.rate, self.hang_for = inner, seed, rate, hang_for
+        self.methods, self.kinds = frozenset(methods), tuple(kinds)
+        self.budget = budget
+        """Faults left to inject (``None``: no limit)."""
+        self.enabled = True
+        self.random = random.Random(seed)
+        self.injected: Counter[tuple[str, str]] = Counter()
+        self.applied: list[tuple[str, str, int, float]] = []
+        self.lost_replies: Counter[str] = Counter()
+        """Calls that applied but whose caller got ``BackendUnavailable``, by method."""
+        self.max_posting_bytes = inner.max_posting_bytes
+        self.default_max_attempts = inner.default_max_attempts
+
+    @property
+    def is_open(self) -> bool:
+        return self.inner.is_open
+
+    async def _call(self, method: str, call: Callable[[], Awaitable[T]], *, settle: Claim | None = None) -> T:
+        kind = self._pick(method, settle is not None)
+        if kind is not None:
+            self.injected[(method, kind)] += 1
+        if kind == "unavailable":
+            raise BackendUnavailable(f"injected: {method} could not reach the backend (seed {self.seed})")
+        if kind == "timeout":
+            raise TimeoutError(f"injected: {method} timed out (seed {self.seed})")
+        if kind == "hang":
+            await anyio.sleep(self.hang_for)
+        if kind == "claim_lost" and settle is not None:
+            await self.inner.abandon(settle)
+            raise ClaimLost(f"injected: claim of job {settle.job.id} lost (seed {self.seed})")
+        result = await call()
+        if settle is not None:
+            self.applied.append((method, settle.job.id, settle.generation, time.monotonic()))
+        if kind == "lost_reply":
+            self.lost_replies[method] += 1
+            raise BackendUnavailable(f"injected: the reply to {method} was lost (seed {self.seed})")
+        return result
+
+    def _pick(self, method: str, settle: bool) -> str | None:
+        if not self.enabled or method not in self.methods or self.budget == 0:
+            return None
+        if self.random.random() >= self.rate:
+            return None
+        kinds = [kind for kind in self.kinds if settle or kind in KINDS]
+        if not kinds:
+            return None
+        if self.budget is not None:
+            self.budget -= 1
+        return self.random.choice(kinds)
+
+    # -- life cycle and reading: forwarded as they are ------------------------------
+
+    async def open(self) -> None:
+        if not self.inner.is_open:
+            await self.inner.open()
+        self._open = True
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+        self._open = False
+
+    async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
+                   priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
+                   max_attempts: int | None = None, keep_result: bool = False, key: str | None = None) -> Job:
+        return await self.inner.post(name, details, priority=priority, depends_on=depends_on,
+                                     max_attempts=max_attempts, keep_result=keep_result, key=key)
+
+    async def get(self, job: JobRef) -> Job:
+        return await self.inner.get(job)
+
+    async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
+        async for job in self.inner.iterjobs(only_unclaimed=only_unclaimed):
+            yield job
+
+    async def state(self, job: JobRef) -> JobState:
+        return await self.inner.state(job)
+
+    async def owner(self, job: JobRef) -> str | None:
+        return await self.inner.owner(job)
+
+    async def job_count(self) -> int:
+        return await self.inner.job_count()
+
+    async def trashed(self) -> AsyncIterator[TrashedJob]:
+        async for item in self.inner.trashed():
+            yield item
+
+    async def claim(self, job: JobRef, owner: str) -> Claim:
+        return await self.inner.claim(job, owner)
+
+    async def cancel(self, job: JobRef, reason: str) -> None:
+        await self.inner.cancel(job, reason)
+
+    async def wait_for_completion(self, job: JobRef) -> Outcome:
+        return await self.inner.wait_for_completion(job)
+
+    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
+        return self.inner.events(maxlen)
+
+    async def entities(self) -> list[Entity]:
+        return await self.inner.entities()
+
+    # -- what a worker calls: faults injected ------------------------------------------
+
+    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
+        return await self._call("claim_next", lambda: self.inner.claim_next(owner, names=names))
+
+    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
+        return await self._call("wait", lambda: self.inner.wait(names=names))
+
+    async def watch_claim(self, claim: Claim) -> str:
+        return await self._call("watch_claim", lambda: self.inner.watch_claim(claim))
+
+    async def consume(self, claim: Claim, result: Any = None) -> None:
+        await self._call("consume", lambda: self.inner.consume(claim, result), settle=claim)
+
+    async def abandon(self, claim: Claim, *, retry_after: float | None = None,
+                      error: LastError | None = None) -> None:
+        await self._call("abandon", lambda: self.inner.abandon(claim, retry_after=retry_after, error=error),
+                         settle=claim)
+
+    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
+        await self._call("trash", lambda: self.inner.trash(claim, reason, error=error), settle=claim)
+
+    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
+        await self._call("register_entity", lambda: self.inner.register_entity(name, metadata))
+
+    async def unregister_entity(self, name: str) -> None:
+        await self._call("unregister_entity", lambda: self.inner.unregister_entity(name))

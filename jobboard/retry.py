@@ -1,0 +1,79 @@
+"""How a failing job is retried: the policy, and the exceptions a handler raises to steer it."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+DEFAULT_MAX_ATTEMPTS = 5
+
+
+class Retry(Exception):
+    """Raise from a handler to put the job back, claimable again after ``delay`` seconds.
+
+    The attempt still counts toward the job's ``max_attempts``.
+    """
+
+    def __init__(self, delay: float = 0.0, reason: str = "") -> None:
+        super().__init__(reason or f"retry in {delay}s")
+        if delay < 0:
+            raise ValueError("Retry delay must be >= 0 seconds")
+        self.delay = delay
+
+
+class Fail(Exception):
+    """Raise from a handler to trash the job at once with ``reason`` (no further attempt)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """When and how soon a failed job is tried again.
+
+    The defaults are safe: at most 5 attempts, then the trash; between them
+    exponential back-off 1 s, 2 s, 4 s, 8 s ... (at most ``max_delay``), each
+    delay scaled down by a random factor in ``[1 - jitter, 1]`` so that
+    failing jobs do not come back in lockstep.
+    """
+
+    max_attempts: int | None = DEFAULT_MAX_ATTEMPTS
+    """Attempts before a failing job is trashed, for jobs posted without their own
+    ``max_attempts`` (which wins). ``None``: retry forever (still with back-off)."""
+    initial_delay: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 300.0
+    jitter: float = 0.5
+    """Fraction of each delay that is random (0: exact delays)."""
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+    """Errors worth another attempt; any other error trashes the job at once."""
+    never_retry: tuple[type[BaseException], ...] = field(default=())
+    """Errors that trash the job at once even if ``retry_on`` matches them."""
+
+    def __post_init__(self) -> None:
+        if self.max_attempts is not None and self.max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1 (or None for no limit)")
+        if self.initial_delay < 0 or self.max_delay < 0 or self.factor < 1:
+            raise ValueError("delays must be >= 0 and factor >= 1")
+        if not 0 <= self.jitter <= 1:
+            raise ValueError("jitter must be between 0 and 1")
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1 for the first)."""
+        base = min(self.max_delay, self.initial_delay * self.factor ** max(0, attempt - 1))
+        spread = (rng or random).uniform(1 - self.jitter, 1.0) if self.jitter else 1.0
+        return base * spread
+
+    def retries(self, error: BaseException) -> bool:
+        """Whether ``error`` is worth another attempt."""
+        return isinstance(error, self.retry_on) and not isinstance(error, self.never_retry)
+
+    def limit(self, job_max_attempts: int | None) -> int | None:
+        """The attempts a job gets: its own ``max_attempts``, else this policy's."""
+        return job_max_attempts if job_max_attempts is not None else self.max_attempts
+
+
+NO_RETRY = RetryPolicy(max_attempts=1)
+"""Trash on the first failure."""

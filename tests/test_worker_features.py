@@ -1,0 +1,217 @@
+"""Worker features on memory:// and ZooKeeper: policies, timeouts, cancel, hooks, middleware, sync handlers, burst."""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from jobboard import JobBoard, JobState, open_board
+from jobboard.handlers import TIMEOUT_KEY, Fail, Handlers, JobContext, Retry, RetryPolicy
+from jobboard.worker import Worker, WorkerConfig
+
+pytestmark = pytest.mark.timeout(60)
+FAST = RetryPolicy(max_attempts=3, initial_delay=0.01, jitter=0)
+
+
+@pytest.fixture(params=["memory", "zookeeper"])
+def board_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return f"memory://features-{uuid.uuid4().hex}"
+    hosts = request.getfixturevalue("zk_hosts")
+    return f"zookeeper://{hosts}/features/{uuid.uuid4().hex}?session_timeout=4"
+
+
+@asynccontextmanager
+async def running(board: JobBoard, handler: Any, **options: Any) -> AsyncIterator[Worker]:
+    hooks = {key: options.pop(key) for key in ("on_startup", "on_shutdown", "middleware") if key in options}
+    worker = Worker(board, handler, WorkerConfig(**options), **hooks)
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        await worker.started.wait()
+        yield worker
+        worker.stop()
+
+
+async def outcome_of(board_url: str, handlers: Handlers, name: str, details: dict[str, Any] | None = None,
+                     **options: Any) -> tuple[JobState, str | None, Worker]:
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            job = await board.post(name, details)
+            async with running(board, handlers, **options) as worker:
+                outcome = await board.wait_for_completion(job)
+    return outcome.state, outcome.reason, worker
+
+
+async def test_fail_and_errors_never_retried_trash_at_once(board_url: str) -> None:
+    handlers = Handlers()
+    calls: list[str] = []
+
+    @handlers.register("give-up")
+    async def give_up(ctx: JobContext) -> None:
+        calls.append(ctx.job.name)
+        raise Fail("the input is corrupt")
+
+    @handlers.register("type-error", retry=RetryPolicy(never_retry=(TypeError,)))
+    async def type_error(ctx: JobContext) -> None:
+        calls.append(ctx.job.name)
+        raise TypeError("a bug")
+
+    state, reason, _ = await outcome_of(board_url, handlers, "give-up")
+    assert (state, reason) == (JobState.TRASHED, "failed: the input is corrupt")
+    state, reason, worker = await outcome_of(board_url, handlers, "type-error")
+    assert state is JobState.TRASHED and reason is not None and "not retried: TypeError: a bug" in reason
+    assert calls == ["give-up", "type-error"] and worker.stats.failed == 1
+
+
+async def test_timeouts_per_handler_and_per_job_cancel_the_handler(board_url: str) -> None:
+    handlers = Handlers()
+    ended: list[float] = []
+
+    @handlers.register("slow", timeout=0.2, retry=RetryPolicy(max_attempts=1))
+    async def slow(ctx: JobContext) -> None:
+        began = time.monotonic()
+        try:
+            await anyio.sleep(30)
+        finally:
+            ended.append(time.monotonic() - began)
+
+    state, reason, _ = await outcome_of(board_url, handlers, "slow")
+    assert state is JobState.TRASHED and reason is not None and "TimeoutError" in reason
+    state, reason, _ = await outcome_of(board_url, handlers, "slow", {TIMEOUT_KEY: 0.5})
+    assert state is JobState.TRASHED and "timed out after 0.5s" in (reason or "")
+    assert 0.2 <= ended[0] < 1.5 and 0.5 <= ended[1] < 2.0, ended
+
+
+async def test_cancelling_a_running_job_cancels_its_handler_within_100_ms(board_url: str) -> None:
+    started, cancelled_at = anyio.Event(), []
+
+    async def long(ctx: JobContext) -> None:
+        started.set()
+        try:
+            await anyio.sleep(60)
+        finally:
+            cancelled_at.append(time.monotonic())
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board, open_board(board_url) as operator:
+            job = await board.post("long")
+            async with running(board, long) as worker:
+                await started.wait()
+                await anyio.sleep(0.1)
+                before = time.monotonic()
+                await operator.cancel(job, "not needed any more")
+                returned = time.monotonic()
+                outcome = await operator.wait_for_completion(job)
+    latency = cancelled_at[0] - returned
+    print(f"{board_url.split(':')[0]}: handler cancelled {latency * 1000:.1f} ms after cancel() returned "
+          f"({(cancelled_at[0] - before) * 1000:.1f} ms after it was called)")
+    assert (outcome.state, outcome.reason) == (JobState.TRASHED, "not needed any more")
+    assert latency < 0.1
+    assert (worker.stats.cancelled, worker.stats.lost, worker.stats.claimed) == (1, 0, 1)
+
+
+async def test_hooks_share_state_with_jobs_and_middleware_wraps_each_job(board_url: str) -> None:
+    handlers = Handlers()
+    seen: list[str] = []
+
+    @handlers.on_startup
+    async def open_pool(shared: dict[str, Any]) -> None:
+        seen.append("startup")
+        shared["pool"] = "pool-1"
+
+    @handlers.on_shutdown
+    async def close_pool(shared: dict[str, Any]) -> None:
+        seen.append(f"shutdown {shared.pop('pool')}")
+
+    @handlers.wrap
+    async def trace(ctx: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        seen.append(f"before {ctx.job.name}")
+        try:
+            return await call_next()
+        finally:
+            seen.append(f"after {ctx.job.name}")
+
+    async def timing(ctx: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
+        seen.append("inner")
+        return await call_next()
+
+    @handlers.register("use-pool")
+    async def use_pool(ctx: JobContext) -> str:
+        return str(ctx.shared["pool"])
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            job = await board.post("use-pool", keep_result=True)
+            async with running(board, handlers, middleware=[timing]):
+                outcome = await board.wait_for_completion(job)
+    assert outcome.result == "pool-1"
+    assert seen == ["startup", "before use-pool", "inner", "after use-pool", "shutdown pool-1"]
+
+
+async def test_sync_handlers_run_in_a_thread_without_stalling_the_loop(board_url: str) -> None:
+    handlers = Handlers()
+
+    @handlers.register("blocking")
+    def blocking(ctx: JobContext) -> int:
+        time.sleep(0.5)  # would freeze the event loop (and the session's pings) if run on it
+        return int(ctx.details["n"]) + 1
+
+    ticks: list[float] = []
+
+    async def tick() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await anyio.sleep(0.02)
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board, anyio.create_task_group() as group:
+            group.start_soon(tick)
+            job = await board.post("blocking", {"n": 41}, keep_result=True)
+            async with running(board, handlers):
+                outcome = await board.wait_for_completion(job)
+            group.cancel_scope.cancel()
+    gaps = [later - earlier for earlier, later in itertools.pairwise(ticks)]
+    assert outcome.result == 42 and max(gaps) < 0.3, max(gaps)
+
+
+async def test_burst_stops_once_nothing_claimable_is_left(board_url: str) -> None:
+    handlers = Handlers()
+
+    @handlers.register("quick")
+    async def quick(ctx: JobContext) -> None:
+        await anyio.sleep(0.01)
+        if ctx.details["retry"] and ctx.attempt == 1:
+            raise Retry(0.3)  # a burst run waits for its own retries
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            jobs = [await board.post("quick", {"retry": n == 4}) for n in range(5)]
+            other = await board.post("not-mine")
+            worker = Worker(board, handlers, WorkerConfig(concurrency=2, burst=True))
+            stats = await worker.run()
+            states = [await board.state(job) for job in jobs]
+            assert await board.state(other) is JobState.UNCLAIMED
+    assert states == [JobState.COMPLETE] * 5 and (stats.consumed, stats.retried, stats.claimed) == (5, 1, 6)
+
+
+async def test_worker_level_policy_and_timeout_apply_to_plain_handlers(board_url: str) -> None:
+    attempts: list[int] = []
+
+    async def hangs(ctx: JobContext) -> None:
+        attempts.append(ctx.attempt)
+        await anyio.sleep(30)
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            job = await board.post("hang")
+            async with running(board, hangs, retry=FAST, timeout=0.1) as worker:
+                outcome = await board.wait_for_completion(job)
+    assert outcome.state is JobState.TRASHED and attempts == [1, 2, 3]
+    assert (worker.stats.retried, worker.stats.failed) == (2, 1)
