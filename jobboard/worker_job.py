@@ -32,6 +32,7 @@ SETTLE_BACKOFF = (0.1, 2.0, 5.0)
 """Initial delay, factor and cap (seconds) between retries of a settle that met a transient error."""
 
 
+
 @dataclass(frozen=True, slots=True)
 class JobSettings:
     """What the worker's configuration says about running jobs."""
@@ -192,18 +193,10 @@ class JobRunner:
                                    claim.job.id, str(error) or type(error).__name__, delay)
                     await anyio.sleep(delay)
                 except InvalidJob as error:  # a result msgpack cannot encode, a reason too large...
-                    if settlement.error is not None and settlement.action is not Action.CONSUME:
-                        logger.warning("%s: settling job %s with its error record failed (%s); settling without it",
-                                       self.settings.owner, claim.job.id, error)
-                        settlement = dataclasses.replace(settlement, error=None)
-                        continue
-                    if settlement.action is Action.ABANDON:
-                        logger.error("%s: could not abandon job %s: %s", self.settings.owner, claim.job.id, error)
+                    redecided = self._redecide(claim, settlement, error)
+                    if redecided is None:
                         return None, settlement
-                    settlement = (decide(claim, error=error, policy=self.settings.retry)
-                                  if settlement.action is Action.CONSUME  # at most one re-decision:
-                                  else Settlement(Action.ABANDON, reason=str(error),  # untrashable, not spun
-                                                  retry_after=self.settings.retry.max_delay))
+                    settlement = redecided
                 except BoardClosed as error:
                     logger.error("%s: could not settle job %s: %s", self.settings.owner, claim.job.id, error)
                     return None, settlement
@@ -211,6 +204,25 @@ class JobRunner:
                     logger.error("%s: could not settle job %s: %s", self.settings.owner, claim.job.id, error)
                     return None, settlement
         return None, settlement  # unreachable: the loop returns; for type checkers
+
+    def _redecide(self, claim: Claim, settlement: Settlement, error: InvalidJob) -> Settlement | None:
+        """What to try after a settle the board refused as invalid; ``None``: give up.
+
+        Each step makes the settle smaller, and the last one is an abandon, so it ends:
+        without the error record, then a consume re-decided once, or a trash turned
+        into an abandon that waits the longest back-off (an untrashable job is not spun).
+        """
+        owner, job_id = self.settings.owner, claim.job.id
+        if settlement.error is not None and settlement.action is not Action.CONSUME:
+            logger.warning("%s: settling job %s with its error record failed (%s); settling without it",
+                           owner, job_id, error)
+            return dataclasses.replace(settlement, error=None)
+        if settlement.action is Action.ABANDON:
+            logger.error("%s: could not abandon job %s: %s", owner, job_id, error)
+            return None
+        if settlement.action is Action.CONSUME:  # at most one re-decision
+            return decide(claim, error=error, policy=self.settings.retry)
+        return Settlement(Action.ABANDON, reason=str(error), retry_after=self.settings.retry.max_delay)
 
     def _grace_over(self) -> bool:
         since = self._stopping_since()

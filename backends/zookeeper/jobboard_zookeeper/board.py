@@ -86,7 +86,7 @@ class ZooKeeperBoard(JobBoard):
             for name in DIRECTORIES:
                 await self._zk.ensure_path(self._paths.dir(name))
             self._markers = Markers(self._zk, self._paths)
-            self._settler = Settler(self._zk, self._paths, self._markers, self.max_posting_bytes)
+            self._settler = Settler(self._zk, self._paths, self._markers, self.options.max_request_bytes)
             self.view = BoardView(self._zk, self._paths, self._publish)
             self._poster = Poster(self._zk, self._paths, self._markers, self.key_retention)
             self._entities = Entities(self._zk, self._paths)

@@ -11,6 +11,8 @@ DEFAULT_ROOT = "/jobboard"
 JUTE_MAXBUFFER = 1024 * 1024
 RESERVED_BYTES = 4096
 """Room kept below jute.maxbuffer for the request's own framing and paths."""
+REQUEST_FRAMING = 512
+"""Room kept below jute.maxbuffer for a settle's framing (its operations are counted one by one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,11 @@ class ZooKeeperOptions:
     @property
     def max_posting_bytes(self) -> int:
         return self.jute_maxbuffer - RESERVED_BYTES
+
+    @property
+    def max_request_bytes(self) -> int:
+        """The largest settle transaction: a posting fits with room for a trash record's extras."""
+        return self.jute_maxbuffer - REQUEST_FRAMING
 
 
 CONVERTERS = {

@@ -76,9 +76,10 @@ class Unsettled:
 class Settler:
     """Runs the claim and settle transactions for one board."""
 
-    def __init__(self, zk: ZooKeeper, paths: Paths, markers: Markers, max_posting_bytes: int) -> None:
+    def __init__(self, zk: ZooKeeper, paths: Paths, markers: Markers, max_request_bytes: int) -> None:
         self._zk, self._paths, self._markers = zk, paths, markers
-        self.max_posting_bytes = max_posting_bytes
+        self.max_request_bytes = max_request_bytes
+        """The largest transaction the servers accept (a trash record holds a whole posting and more)."""
         self._linked = LinkedOps(zk, paths)
         self.held: dict[str, Held] = {}
         self.unsettled: dict[str, Unsettled] = {}
@@ -356,10 +357,10 @@ class Settler:
     def _check_request_size(self, job_id: str, ops: list[Op]) -> None:
         """:raises InvalidJob: the transaction would exceed what the server accepts (jute.maxbuffer)."""
         size = sum(len(op.path) + len(getattr(op, "data", b"")) + OP_OVERHEAD for op in ops)
-        if size > self.max_posting_bytes:
+        if size > self.max_request_bytes:
             raise InvalidJob(
                 f"settling job {job_id} needs a {size}-byte transaction, over this board's limit of "
-                f"{self.max_posting_bytes} bytes (jute_maxbuffer): the result is too large for "
+                f"{self.max_request_bytes} bytes (jute_maxbuffer): the result is too large for "
                 f"{'the job and its dependents' if len(ops) > 4 else 'the board'}; store it elsewhere")
 
 def _why_not(result: TxnResult | None) -> str:
