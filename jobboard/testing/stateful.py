@@ -314,7 +314,7 @@ class JobBoardMachine(Probes):
         self.call(lambda: checks.check_trash(board, self.model, self.ids))
         for job in self.model.jobs:
             if not job.on_board and job.index not in self.outcomes_checked:
-                self.call(lambda: checks.check_outcome(board, job, self.ids))  # noqa: B023
+                self.call(lambda: checks.check_outcome(board, job, self.ids, self.model))  # noqa: B023
                 self.outcomes_checked.add(job.index)
 
 

@@ -40,7 +40,8 @@ from jobboard_zookeeper.ops import SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.reading import outcome, trash_items
-from jobboard_zookeeper.settle import Settler, claim_refused, not_found
+from jobboard_zookeeper.refusals import claim_refused, not_found
+from jobboard_zookeeper.settle import Settler
 from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
 from jobboard_zookeeper.zk import ZooKeeper
 
@@ -86,7 +87,8 @@ class ZooKeeperBoard(JobBoard):
             for name in DIRECTORIES:
                 await self._zk.ensure_path(self._paths.dir(name))
             self._markers = Markers(self._zk, self._paths)
-            self._settler = Settler(self._zk, self._paths, self._markers, self.options.max_request_bytes)
+            self._settler = Settler(self._zk, self._paths, self._markers, max_posting_bytes=self.max_posting_bytes,
+                                    max_request_bytes=self.options.max_request_bytes)
             self.view = BoardView(self._zk, self._paths, self._publish)
             self._poster = Poster(self._zk, self._paths, self._markers, self.key_retention)
             self._entities = Entities(self._zk, self._paths)

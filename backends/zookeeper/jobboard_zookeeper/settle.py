@@ -28,9 +28,6 @@ from jobboard.errors import (
     BoardConflict,
     ClaimLost,
     InvalidJob,
-    JobBoardError,
-    JobNotFound,
-    NotClaimable,
     NotOwner,
 )
 from jobboard.job import Claim, LastError
@@ -39,6 +36,7 @@ from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
 from jobboard_zookeeper.linked import LinkedOps, Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
+from jobboard_zookeeper.refusals import why_not
 from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
@@ -76,8 +74,12 @@ class Unsettled:
 class Settler:
     """Runs the claim and settle transactions for one board."""
 
-    def __init__(self, zk: ZooKeeper, paths: Paths, markers: Markers, max_request_bytes: int) -> None:
+    def __init__(
+        self, zk: ZooKeeper, paths: Paths, markers: Markers, *, max_posting_bytes: int, max_request_bytes: int,
+    ) -> None:
         self._zk, self._paths, self._markers = zk, paths, markers
+        self.max_posting_bytes = max_posting_bytes
+        """The largest result (as for postings: ``jute_maxbuffer`` - 4096)."""
         self.max_request_bytes = max_request_bytes
         """The largest transaction the servers accept (a trash record holds a whole posting and more)."""
         self._linked = LinkedOps(zk, paths)
@@ -149,7 +151,7 @@ class Settler:
                 self.lost[job_id] = Held(owner, stored.version + 1, lock.nonce, raw)
                 raise
         if not won:
-            return _why_not(result)
+            return why_not(result)
         generation = stored.version + 1
         self.lost.pop(job_id, None)  # whatever this board held of the job before, it is gone
         self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0, claimed.key)
@@ -244,6 +246,9 @@ class Settler:
     async def consume(self, claim: Claim, result: Any) -> None:
         job_id = claim.job.id
         raw_result = encode_value(result, what=f"result of job {job_id}")
+        if len(raw_result) > self.max_posting_bytes:
+            raise InvalidJob(f"result of job {job_id} is {len(raw_result)} bytes, over this board's limit of "
+                             f"{self.max_posting_bytes} bytes (max_posting_bytes); store it elsewhere")
         attempts = 0
 
         async def build(held: Held) -> list[Op]:
@@ -363,35 +368,9 @@ class Settler:
                 f"{self.max_request_bytes} bytes (jute_maxbuffer): the result is too large for "
                 f"{'the job and its dependents' if len(ops) > 4 else 'the board'}; store it elsewhere")
 
-def _why_not(result: TxnResult | None) -> str:
-    failure = result.failure() if result else None
-    if failure is None:
-        return "lost"
-    op, error = failure
-    if isinstance(op, Create) and error == "NodeExists":
-        return "claimed"
-    return "gone" if error == "NoNode" else "changed"
-
-
 def _lost_claim(failure: tuple[Op, str], paths: Paths, job_id: str) -> bool:
     """Whether a failed settle failed on the claim itself (not on a dependent)."""
     op, error = failure
     if op.path == paths.lock(job_id):
         return True
     return op.path == paths.job(job_id) and error in ("BadVersion", "NoNode")
-
-
-def claim_refused(job_id: str, outcome: str) -> JobBoardError:
-    """The error for a claim that did not win (the job is not locked by anyone now)."""
-    if outcome == "delayed":
-        return NotClaimable(f"job {job_id} is delayed by retry_after")
-    if outcome in ("claimed", "changed"):
-        return NotClaimable(f"job {job_id} changed while it was being claimed; try again")
-    if outcome == "lost":
-        return BackendUnavailable(f"the reply to the claim of job {job_id} was lost and the claim does "
-                                  "not hold; try again")
-    return JobNotFound(f"job {job_id} is not claimable: {outcome}")
-
-
-def not_found(job_id: str) -> JobNotFound:
-    return JobNotFound(f"job {job_id} is not on the board")

@@ -1,0 +1,33 @@
+"""Why a claim did not win, and the error each reason becomes (no I/O here)."""
+
+from __future__ import annotations
+
+from jobboard.errors import BackendUnavailable, JobBoardError, JobNotFound, NotClaimable
+from jobboard_zookeeper.ops import Create, TxnResult
+
+
+def why_not(result: TxnResult | None) -> str:
+    """``lost`` (reply lost, claim not held), ``claimed``, ``gone`` or ``changed``."""
+    failure = result.failure() if result else None
+    if failure is None:
+        return "lost"
+    op, error = failure
+    if isinstance(op, Create) and error == "NodeExists":
+        return "claimed"
+    return "gone" if error == "NoNode" else "changed"
+
+
+def claim_refused(job_id: str, outcome: str) -> JobBoardError:
+    """The error for a claim that did not win (the job is not locked by anyone now)."""
+    if outcome == "delayed":
+        return NotClaimable(f"job {job_id} is delayed by retry_after")
+    if outcome in ("claimed", "changed"):
+        return NotClaimable(f"job {job_id} changed while it was being claimed; try again")
+    if outcome == "lost":
+        return BackendUnavailable(f"the reply to the claim of job {job_id} was lost and the claim does "
+                                  "not hold; try again")
+    return JobNotFound(f"job {job_id} is not claimable: {outcome}")
+
+
+def not_found(job_id: str) -> JobNotFound:
+    return JobNotFound(f"job {job_id} is not on the board")
