@@ -1,0 +1,69 @@
+"""``redis://[user:password@]host:port/db/<board-root>?option=value`` (``rediss://`` for TLS)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobboard.errors import InvalidURL
+from jobboard.url import non_negative_float, parse_options, parse_url, positive_float, positive_int
+
+DEFAULT_ROOT = "jobboard"
+DEFAULT_PORT = 6379
+
+
+@dataclass(frozen=True, slots=True)
+class RedisOptions:
+    """Typed options of a redis:// board URL."""
+
+    host: str
+    port: int = DEFAULT_PORT
+    db: int = 0
+    root: str = DEFAULT_ROOT
+    tls: bool = False
+    session_timeout: float = 10.0
+    """Seconds without an acknowledged heartbeat after which this board's claims are released."""
+    connect_timeout: float | None = None
+    """Seconds an operation keeps retrying a lost connection before BackendUnavailable
+    (default: the session timeout)."""
+    max_attempts: int | None = None
+    key_retention: float = 86400.0
+    max_posting_bytes: int = 1024 * 1024
+    username: str | None = None
+    password: str | None = None
+
+    @property
+    def prefix(self) -> str:
+        """Every key of the board starts with this; the braces make it one Cluster hash slot."""
+        return f"jb:{{{self.root}}}:"
+
+    @property
+    def retry_window(self) -> float:
+        return self.connect_timeout or self.session_timeout
+
+
+CONVERTERS = {
+    "session_timeout": positive_float, "connect_timeout": positive_float, "max_attempts": positive_int,
+    "key_retention": non_negative_float, "max_posting_bytes": positive_int,
+}
+
+
+def parse_redis_url(url: str) -> RedisOptions:
+    """:raises InvalidURL: no host or several, a bad port or database, an unknown option."""
+    parsed = parse_url(url)
+    if len(parsed.hosts) != 1:
+        raise InvalidURL(f"{url!r} must name exactly one Redis host (redis://host:6379/0/board)")
+    host, _, port_text = parsed.hosts[0].rpartition(":")
+    if not host:
+        host, port_text = port_text, str(DEFAULT_PORT)
+    if not port_text.isdigit():
+        raise InvalidURL(f"bad port in {parsed.hosts[0]!r} of {url!r}")
+    db_text, _, root = parsed.path.strip("/").partition("/")
+    if db_text and not db_text.isdigit():
+        raise InvalidURL(f"bad database {db_text!r} in {url!r} (redis://host:port/<db>/<board-root>)")
+    root = root.strip("/") or DEFAULT_ROOT
+    if "{" in root or "}" in root:
+        raise InvalidURL(f"board root {root!r} of {url!r} may not contain braces")
+    options = parse_options(parsed, CONVERTERS)
+    return RedisOptions(host=host, port=int(port_text), db=int(db_text or 0), root=root,
+                        tls=parsed.scheme == "rediss", username=parsed.username, password=parsed.password,
+                        **options)
