@@ -138,6 +138,11 @@ class RedisServer:
         """SIGKILL and wait; data dir and port are kept for start()."""
         self._halt(signal.SIGKILL)
 
+    def restart(self) -> Self:
+        """Graceful stop (the AOF is flushed), then start on the same data dir and port."""
+        self._halt(signal.SIGTERM)
+        return self.start()
+
     def signal(self, sig: signal.Signals) -> None:
         """Send ``sig`` (e.g. SIGSTOP/SIGCONT) to the running server."""
         if self._proc is not None:

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
-from jobboard.codec import MalformedEntry, check_size, decode_value, encode_value
+from jobboard.codec import MalformedEntry, check_size, encode_value
 from jobboard.errors import (
     BackendUnavailable,
     BoardClosed,
@@ -33,6 +33,7 @@ from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Ev
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
 from jobboard_redis.client import RedisClient, RetryExhausted
 from jobboard_redis.options import parse_redis_url
+from jobboard_redis.reads import claim_status, completion, job_state
 from jobboard_redis.records import (
     claim_refused,
     dependency_results,
@@ -180,12 +181,14 @@ class RedisBoard(JobBoard):
         for start in range(0, len(ids), READ_BATCH):
             batch = ids[start:start + READ_BATCH]
             rows = await self.client.pipeline([("HMGET", self._key("job", job), "p", "att", "nb", "st")
-                                               for job in batch])
-            for job, (raw, attempts, not_before, state) in zip(batch, rows, strict=True):
-                if state is None or (only_unclaimed and state not in CLAIMABLE):
+                                               for job in batch], errors_in_place=True)
+            for job, row in zip(batch, rows, strict=True):
+                if isinstance(row, list) and (row[3] is None or (only_unclaimed and row[3] not in CLAIMABLE)):
                     continue
                 try:
-                    found.append(job_of(job, raw, attempts, not_before))
+                    if not isinstance(row, list):  # not a hash: a foreign key under the board's prefix
+                        raise MalformedEntry(str(row))
+                    found.append(job_of(job, *row[:3]))
                 except MalformedEntry:
                     await self._set_aside(job)
         return found
@@ -212,12 +215,7 @@ class RedisBoard(JobBoard):
                 yield job
 
     async def state(self, job: JobRef) -> JobState:
-        found = job_id_of(job)
-        state, trashed = await self.client.pipeline([("HGET", self._key("job", found), "st"),
-                                                     ("EXISTS", self._key("tr", found))])
-        if state is not None:
-            return {b"c": JobState.CLAIMED, b"w": JobState.WAITING}.get(state, JobState.UNCLAIMED)
-        return JobState.TRASHED if trashed else JobState.COMPLETE
+        return await job_state(self.client, job_id_of(job))
 
     async def owner(self, job: JobRef) -> str | None:
         state, owner = await self.client.command("HMGET", self._key("job", job_id_of(job)), "st", "owner")
@@ -297,23 +295,17 @@ class RedisBoard(JobBoard):
             if mine is not None and mine[0] == claim.generation and (
                     mine[1] != self.session.id or self.session.fenced):
                 return "session expired"
-            reason = await self._claim_status(claim)
+            try:
+                reason = await claim_status(self.client, job, claim.generation)
+            except BoardClosed:
+                return "board closed"
+            except BackendUnavailable:  # fenced by the watchdog if it lasts
+                with anyio.move_on_after(0.1):
+                    await signal.wait()
+                continue
             if reason is not None:
                 return reason
             await signal.wait()
-
-    async def _claim_status(self, claim: Claim) -> str | None:
-        job = claim.job.id
-        try:
-            (state, generation), trashed = await self.client.pipeline([
-                ("HMGET", self._key("job", job), "st", "gen"), ("EXISTS", self._key("tr", job))])
-        except BoardClosed:
-            return "board closed"
-        if state is None:
-            return "trashed" if trashed else "consumed"
-        if int(generation or 0) != claim.generation:
-            return "claimed again"
-        return None if state == b"c" else "released"
 
     # -- settling ------------------------------------------------------------
 
@@ -369,13 +361,9 @@ class RedisBoard(JobBoard):
         while True:
             self._ensure_open()
             signal = self.view.job_signal(found)
-            state, reason, kept = await self.client.pipeline([
-                ("HGET", self._key("job", found), "st"), ("HGET", self._key("tr", found), "reason"),
-                ("GET", self._key("kept", found))])
-            if reason is not None:
-                return Outcome(found, JobState.TRASHED, reason=text(reason))
-            if state is None:
-                return Outcome(found, JobState.COMPLETE, result=None if kept is None else decode_value(kept))
+            outcome = await completion(self.client, found)
+            if outcome is not None:
+                return outcome
             await signal.wait()
 
     def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:

@@ -98,14 +98,17 @@ class RedisClient:
         """One command, retried over the window on transient failures (reads, idempotent writes)."""
         return await self._retrying(lambda: self._redis.execute_command(*args))
 
-    async def pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
-        """Several read commands in one round trip."""
+    async def pipeline(self, commands: Sequence[Sequence[Arg]], *, errors_in_place: bool = False) -> list[Any]:
+        """Several read commands in one round trip (with ``errors_in_place``, a failed command's
+        reply is a :class:`~jobboard.errors.JobBoardError` instead of raising)."""
 
         async def send() -> list[Any]:
             pipe = self._redis.pipeline(transaction=False)
             for command in commands:
                 pipe.execute_command(*command)
-            return list(await pipe.execute())
+            replies = await pipe.execute(raise_on_error=not errors_in_place)
+            return [permanent_error(reply) if isinstance(reply, native.ResponseError) else reply
+                    for reply in replies]
 
         replies: list[Any] = await self._retrying(send)
         return replies
@@ -119,8 +122,9 @@ class RedisClient:
 
     async def _retrying(self, send: Any) -> Any:
         deadline = time.monotonic() + self.options.retry_window
-        delay = 0.02
+        delay, attempts = 0.02, 0
         while True:
+            attempts += 1
             try:
                 return await send()
             except Exception as error:
@@ -128,7 +132,7 @@ class RedisClient:
                     if isinstance(error, native.RedisError):
                         raise permanent_error(error) from error
                     raise
-                if time.monotonic() + delay > deadline:
+                if attempts > 1 and time.monotonic() + delay > deadline:  # a stopped process retries once
                     raise RetryExhausted(f"Redis {self.options.host}:{self.options.port} unreachable: "
                                          f"{error or type(error).__name__}") from error
             await anyio.sleep(delay)
