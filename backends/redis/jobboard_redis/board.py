@@ -96,8 +96,12 @@ class RedisBoard(JobBoard):
             return
         self._open = False
         self.view.notify()
-        for task in list(self._tasks):
+        self.session.stopped = self.view.stopped = True
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        if tasks:  # let them end before their connections close (bounded: a swallowed cancel)
+            await asyncio.wait(tasks, timeout=1.0)
         client = self._client
         assert client is not None
         try:
@@ -105,7 +109,10 @@ class RedisBoard(JobBoard):
                 self.view.local(await self.session.close())
         except (JobBoardError, TimeoutError) as error:  # unreachable: the server expires the session
             logger.warning("%s: could not release the session at close: %s", self.url, error)
-        await client.close()
+        with anyio.move_on_after(2.0) as scope:
+            await client.close()
+        if scope.cancelled_caught:
+            logger.warning("%s: closing the Redis connections took too long; abandoned", self.url)
         self.hub.close()
 
     @property

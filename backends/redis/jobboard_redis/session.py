@@ -43,6 +43,7 @@ class Session:
         self.last_ack = time.monotonic()
         """When the last acknowledged heartbeat was *sent* (monotonic)."""
         self.fenced = False
+        self.stopped = False
 
     async def open(self) -> None:
         self.id = uuid.uuid4().hex
@@ -51,20 +52,23 @@ class Session:
         self.last_ack, self.fenced = sent, False
 
     async def run(self) -> None:
-        """The heartbeat loop (runs until cancelled)."""
-        while True:
+        """The heartbeat loop (runs until cancelled or stopped)."""
+        while not self.stopped:
             pause = self.timeout / 3
             try:
                 pause = min(pause, await self.beat())
             except BackendUnavailable as error:
                 logger.warning("heartbeat failed: %s", error)
                 pause = min(pause, 0.2)
+            except Exception:  # never let the heartbeat die: that would expire the session silently
+                logger.exception("heartbeat failed")
+                pause = min(pause, 0.2)
             self._fence_if_late()
             await anyio.sleep(max(pause, 0.005))
 
     async def watchdog(self) -> None:
         """Fence this board as soon as its last acknowledged heartbeat is ``timeout`` old."""
-        while True:
+        while not self.stopped:
             self._fence_if_late()
             await anyio.sleep(max(0.01, min(self.timeout / 10, self.last_ack + self.timeout - time.monotonic())))
 

@@ -43,6 +43,7 @@ class BoardView:
         self._own: set[str] = set()
         self._streamed: OrderedDict[str, None] = OrderedDict()
         self.connected = True
+        self.stopped = False
 
     async def start(self) -> None:
         self.last_id = await self.client.last_event_id()
@@ -89,8 +90,8 @@ class BoardView:
         self.notify(job or None)
 
     async def run(self) -> None:
-        """Read the stream until cancelled; reconnects resume from the last id."""
-        while True:
+        """Read the stream until cancelled or stopped; reconnects resume from the last id."""
+        while not self.stopped:
             try:
                 entries = await self.client.read_events(self.last_id, BLOCK_MS)
             except BackendUnavailable as error:
