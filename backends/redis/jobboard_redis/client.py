@@ -10,6 +10,8 @@ ones (authentication, ACL, wrong types) a :class:`~jobboard.errors.JobBoardError
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
@@ -64,7 +66,51 @@ class RedisClient:
         self.prefix = options.prefix
         self._redis = self._connect(options, timeout=max(options.session_timeout, 1.0))
         self._reader = self._connect(options, timeout=None, single=True)
-        self._script = self._redis.register_script(LUA)
+        self._sha = hashlib.sha1(LUA.encode()).hexdigest()
+        self._queue: list[tuple[list[Arg], asyncio.Future[Any]]] = []
+        self._flushes: set[asyncio.Task[None]] = set()
+        self._script = self._evalsha
+
+    async def _evalsha(self, *, keys: list[str], args: list[Arg]) -> Any:
+        """EVALSHA of ``board.lua``, loading it first if the server does not know it (NOSCRIPT).
+
+        Calls made in the same loop iteration go out together in one pipeline (one round trip).
+        """
+        command: list[Arg] = ["EVALSHA", self._sha, len(keys), *keys, *args]
+        while True:
+            done = asyncio.get_running_loop().create_future()
+            if not self._queue:
+                asyncio.get_running_loop().call_soon(self._flush)
+            self._queue.append((command, done))
+            reply = await done
+            if not isinstance(reply, native.NoScriptError):
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply
+            await self._redis.script_load(LUA)
+
+    def _flush(self) -> None:
+        batch, self._queue = self._queue, []
+        task = asyncio.get_running_loop().create_task(self._send(batch))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    async def _send(self, batch: list[tuple[list[Arg], asyncio.Future[Any]]]) -> None:
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            for command, _ in batch:
+                pipe.execute_command(*command)
+            replies = await pipe.execute(raise_on_error=False)
+        except BaseException as error:  # the connection failed: every caller retries (nonces)
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(error if isinstance(error, Exception) else native.ConnectionError("cancelled"))
+            if not isinstance(error, Exception):
+                raise
+            return
+        for (_, done), reply in zip(batch, replies, strict=True):
+            if not done.done():
+                done.set_result(reply)
 
     @staticmethod
     def _connect(options: RedisOptions, *, timeout: float | None, single: bool = False) -> Any:
