@@ -237,3 +237,28 @@ def test_unknown_url_options_are_refused() -> None:
                 "redis://a:1,b:2/0/b", "redis://h/0/{b}"):
         with pytest.raises(InvalidURL):
             open_board(url)
+
+
+async def test_strict_durability_loses_no_acknowledged_write_across_kill_9() -> None:
+    with RedisServer(appendfsync="always") as server:
+        url = board_url(server.url(""), session_timeout=30, durability="strict", connect_timeout=1)
+        with anyio.fail_after(60):
+            board = open_board(url)
+            await board.open()
+            posted = [await board.post("a", {"i": i}) for i in range(40)]
+            consumed = posted[:15]
+            for job in consumed:
+                await board.consume(await board.claim(job, "w"), "done")
+            await anyio.to_thread.run_sync(server.kill)  # SIGKILL: no shutdown, no final flush
+            await board.aclose()  # cannot release its session (logged); closes anyway
+            await anyio.to_thread.run_sync(server.start)
+            async with open_board(url.replace("connect_timeout=1", "connect_timeout=5")) as after:
+                assert sorted([j.id async for j in after.iterjobs()]) == sorted(j.id for j in posted[15:])
+                for job in consumed:
+                    assert await after.state(job) is JobState.COMPLETE
+
+
+async def test_strict_durability_refuses_a_server_that_does_not_fsync_every_write(redis_url: str) -> None:
+    with anyio.fail_after(20), pytest.raises(JobBoardError, match="appendfsync always"):
+        async with open_board(board_url(redis_url, durability="strict")):
+            pass

@@ -69,6 +69,8 @@ class RedisClient:
         self._sha = hashlib.sha1(LUA.encode()).hexdigest()
         self._queue: list[tuple[list[Arg], asyncio.Future[Any]]] = []
         self._flushes: set[asyncio.Task[None]] = set()
+        self._wait_for = 0
+        """Replicas each batch of writes waits for (``durability=strict`` with replicas)."""
         self._script = self._evalsha
 
     async def _evalsha(self, *, keys: list[str], args: list[Arg]) -> Any:
@@ -100,7 +102,11 @@ class RedisClient:
             pipe = self._redis.pipeline(transaction=False)
             for command, _ in batch:
                 pipe.execute_command(*command)
+            if self._wait_for:
+                pipe.execute_command("WAIT", self._wait_for, int(self.options.retry_window * 1000))
             replies = await pipe.execute(raise_on_error=False)
+            if self._wait_for and replies.pop() != self._wait_for:
+                logger.warning("a write was not acknowledged by a replica within %ss", self.options.retry_window)
         except BaseException as error:  # the connection failed: every caller retries (nonces)
             for _, done in batch:
                 if not done.done():
@@ -135,10 +141,23 @@ class RedisClient:
         if policy != "noeviction":
             raise JobBoardError(f"Redis maxmemory-policy is {policy}: evicted job keys would be lost jobs; "
                                 f"set maxmemory-policy noeviction")
+        if self.options.durability == "strict":
+            await self._check_strict()
         if str((await self.command("INFO", "persistence")).get("aof_enabled", 0)) == "0":
             return [(f"Redis {self.options.host}:{self.options.port} has appendonly off: acknowledged posts "
                      f"and settles since the last snapshot (if any) are lost if it stops")]
         return []
+
+    async def _check_strict(self) -> None:
+        """:raises JobBoardError: the server does not fsync every write before answering."""
+        config = await self.command("CONFIG", "GET", "append*")
+        found = dict(zip(config[::2], config[1::2], strict=True)) if isinstance(config, list) else dict(config)
+        settings = {_text(key): _text(value) for key, value in found.items()}
+        if settings.get("appendonly") != "yes" or settings.get("appendfsync") != "always":
+            raise JobBoardError(f"durability=strict needs appendonly yes and appendfsync always; the server has "
+                                f"appendonly {settings.get('appendonly')}, appendfsync {settings.get('appendfsync')}")
+        replicas = int((await self.command("INFO", "replication")).get("connected_slaves", 0))
+        self._wait_for = 1 if replicas else 0
 
     async def command(self, *args: Arg) -> Any:
         """One command, retried over the window on transient failures (reads, idempotent writes)."""

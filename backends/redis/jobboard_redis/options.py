@@ -28,6 +28,8 @@ class RedisOptions:
     max_attempts: int | None = None
     key_retention: float = 86400.0
     max_posting_bytes: int = 1024 * 1024
+    durability: str = "default"
+    """``strict``: refuse a server without ``appendfsync always``; wait for a replica (``WAIT``)."""
     username: str | None = None
     password: str | None = None
 
@@ -41,7 +43,14 @@ class RedisOptions:
         return self.connect_timeout or self.session_timeout
 
 
+def durability(text: str) -> str:
+    if text not in ("default", "strict"):
+        raise ValueError("must be default or strict")
+    return text
+
+
 CONVERTERS = {
+    "durability": durability,
     "session_timeout": positive_float, "connect_timeout": positive_float, "max_attempts": positive_int,
     "key_retention": non_negative_float, "max_posting_bytes": positive_int,
 }
