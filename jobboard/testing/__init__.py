@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
 from jobboard.testing._basics import BasicsConformance
+from jobboard.testing._batches import BatchesConformance
 from jobboard.testing._claims import ClaimsConformance
 from jobboard.testing._keys import KeysConformance
 from jobboard.testing._linked import LinkedConformance
@@ -28,7 +29,7 @@ from jobboard.testing._watching import WatchingConformance
 
 
 class JobBoardConformance(
-    BasicsConformance, ClaimsConformance, KeysConformance, LinkedConformance, RoutingConformance,
+    BasicsConformance, BatchesConformance, ClaimsConformance, KeysConformance, LinkedConformance, RoutingConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

@@ -1,8 +1,7 @@
--- jobboard redis:// : every state change of a board is one call of this script.
--- KEYS[1] = the board's key prefix "jb:{<root>}:" (every key shares its hash tag).
--- ARGV[1] = operation, ARGV[2] = nonce ('' for none), ARGV[3..] = the operation's arguments.
+-- jobboard redis:// : every state change of a board is one call of this script. KEYS[1] = the board's
+-- key prefix "jb:{<root>}:"; ARGV = operation, nonce ('' for none), the operation's arguments.
 -- The clock is the server's TIME; a write's nonce records that it was applied (resolves lost replies).
--- Replies: {status, data, events} where events is flat {stream id, kind, job, detail, ...}.
+-- Replies: {status, data, events}, events flat: {stream id, kind, job, detail, ...}.
 local P = KEYS[1]
 local OP, NONCE = ARGV[1], ARGV[2]
 local T = redis.call('TIME')
@@ -329,6 +328,15 @@ function ops.cancel(id, reason, retention)
   return reply('ok')
 end
 
+-- consume, then claim_next for the same owner (a second nonce for the claim): one round trip.
+function ops.consume_next(id, gen, owner, result, retention, sess, claim_nonce, ...)
+  local consumed = ops.consume(id, gen, owner, result, retention)
+  if consumed[1] ~= 'ok' then return consumed end
+  NONCE = claim_nonce
+  local claimed = ops.claim_next(owner, sess, retention, ...)
+  return {claimed[1], claimed[2], EV}
+end
+
 function ops.quarantine(id)
   local j = get(id)
   if j then unindex(j) end
@@ -367,10 +375,7 @@ function ops.beat(sess, timeout_ms)
   return reply('ok', {reap_expired()})
 end
 
-function ops.close(sess)
-  reap(sess, 'board closed')
-  return reply('ok')
-end
+function ops.close(sess) reap(sess, 'board closed') return reply('ok') end
 
 function ops.register(sess, name, metadata)
   if not session_alive(sess) then return reply('nosession') end

@@ -1,11 +1,7 @@
 """``redis://``: a job board on Redis, every state change one atomic script (``board.lua``).
 
-Layout (every key under ``jb:{<root>}:``, one Cluster hash slot): ``job:<id>``
-hashes, sorted sets ``all``, ``ready``, ``rn:<name>`` and ``delayed``,
-``dents:<id>``/``res:<id>`` for linked jobs, ``tr:<id>`` + ``trash``, ``k:<key>``,
-``sessions`` + ``claims:<session>``, ``ents``, and the ``ev`` stream. Claims
-belong to this board's session (:mod:`jobboard_redis.session`); events come
-from the stream (:mod:`jobboard_redis.view`). See docs/backends/redis.md.
+Claims belong to this board's session (:mod:`jobboard_redis.session`); events come from the
+board's stream (:mod:`jobboard_redis.view`). The layout is in docs/backends/redis.md.
 """
 
 from __future__ import annotations
@@ -19,20 +15,14 @@ from typing import Any
 
 import anyio
 
-from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
+from jobboard.board import JobBoard, JobRef, NewJob, check_owner, job_id_of
 from jobboard.codec import MalformedEntry, check_size, encode_value
-from jobboard.errors import (
-    BackendUnavailable,
-    BoardClosed,
-    InvalidJob,
-    JobBoardError,
-    JobNotFound,
-    UnknownOutcome,
-)
+from jobboard.errors import BackendUnavailable, BoardClosed, InvalidJob, JobBoardError, JobNotFound
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
-from jobboard_redis.client import RedisClient, RetryExhausted
+from jobboard_redis.client import RedisClient
 from jobboard_redis.options import parse_redis_url
+from jobboard_redis.posting import post_prepared
 from jobboard_redis.reads import claim_status, completion, job_state
 from jobboard_redis.records import (
     claim_refused,
@@ -57,6 +47,8 @@ CLAIMABLE = {b"u", b"d"}
 class RedisBoard(JobBoard):
     """A job board stored under one key prefix of one Redis database; see the module docstring."""
 
+    _client: RedisClient  # set by open()
+
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.options = parse_redis_url(url)
@@ -65,10 +57,8 @@ class RedisBoard(JobBoard):
         self.key_retention = self.options.key_retention
         self._retention_ms = str(int(self.key_retention * 1000))
         self.hub = EventHub()
-        self._client: RedisClient | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._claims: dict[str, tuple[int, str]] = {}
-        """Claims this board made: job id -> (generation, session id)."""
+        self._claims: dict[str, tuple[int, str]] = {}  # claims made here: job -> (generation, session)
         self._entities: dict[str, bytes] = {}
         self._reported: set[str] = set()
 
@@ -102,15 +92,13 @@ class RedisBoard(JobBoard):
             task.cancel()
         if tasks:  # let them end before their connections close (bounded: a swallowed cancel)
             await asyncio.wait(tasks, timeout=1.0)
-        client = self._client
-        assert client is not None
         try:
             with anyio.fail_after(self.options.retry_window):
                 self.view.local(await self.session.close())
         except (JobBoardError, TimeoutError) as error:  # unreachable: the server expires the session
             logger.warning("%s: could not release the session at close: %s", self.url, error)
         with anyio.move_on_after(2.0) as scope:
-            await client.close()
+            await self._client.close()
         if scope.cancelled_caught:
             logger.warning("%s: closing the Redis connections took too long; abandoned", self.url)
         self.hub.close()
@@ -118,7 +106,6 @@ class RedisBoard(JobBoard):
     @property
     def client(self) -> RedisClient:
         self._ensure_open()
-        assert self._client is not None
         return self._client
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
@@ -160,22 +147,12 @@ class RedisBoard(JobBoard):
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
     ) -> Job:
         posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
-        maxa = "" if posting.max_attempts is None else str(posting.max_attempts)
-        try:
-            status, data = await self._call(
-                "post", posting.token, posting.priority.rank, name, raw, maxa, "1" if keep_result else "0",
-                key or "", *posting.depends_on)
-        except RetryExhausted as error:
-            if key is not None:
-                raise
-            raise UnknownOutcome(f"post of {name!r}: Redis was unreachable and whether the job was "
-                                 f"written cannot be told ({error}); post with a key to retry safely") from error
-        if status == "nodep":
-            raise InvalidJob(f"job {name!r}: dependency {text(data[0])} is not on the board")
-        if status == "keyed":
-            return job_of(text(data[0]), data[1], data[2], data[3])
-        job_id = text(data[0])
-        return posting.to_job(job_id, sequence_of(job_id))
+        return await post_prepared(self._call, posting, raw)
+
+    async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """As the contract's; the posts go out together (pipelined), each its own atomic script."""
+        prepared = self._check_batch(jobs)
+        return list(await asyncio.gather(*(post_prepared(self._call, posting, raw) for posting, raw in prepared)))
 
     # -- reading -------------------------------------------------------------
 
@@ -322,13 +299,41 @@ class RedisBoard(JobBoard):
         status, _ = await self._call(op, uuid.uuid4().hex, job, str(claim.generation), claim.owner, *args)
         if status != "ok":
             raise settle_refused(status, job, claim.owner)
-        if self._claims.get(job, (None,))[0] == claim.generation:
-            del self._claims[job]
+        self._forget(claim)
+
+    def _forget(self, claim: Claim) -> None:
+        if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
+            del self._claims[claim.job.id]
 
     async def consume(self, claim: Claim, result: Any = None) -> None:
+        await self._settle("consume", claim, self._result(claim, result), self._retention_ms)
+
+    def _result(self, claim: Claim, result: Any) -> bytes:
         raw = encode_value(result, what="result")
         check_size(claim.job.name, raw, self.max_posting_bytes)
-        await self._settle("consume", claim, raw, self._retention_ms)
+        return raw
+
+    async def consume_and_claim_next(
+        self, claim: Claim, result: Any = None, *, names: Collection[str] | None = None,
+    ) -> Claim | None:
+        """As the contract's, in one script call (one round trip)."""
+        raw = self._result(claim, result)
+        if names is not None and not names:
+            await self.consume(claim, result)
+            return None
+        wanted = sorted(names) if names is not None else []
+        status, data = await self._call(
+            "consume_next", uuid.uuid4().hex, claim.job.id, str(claim.generation), claim.owner, raw,
+            self._retention_ms, self.session.id, uuid.uuid4().hex, *wanted)
+        if status in ("lost", "owner"):
+            raise settle_refused(status, claim.job.id, claim.owner)
+        self._forget(claim)
+        if status == "ok":
+            try:
+                return self._claim_of(claim.owner, data)
+            except MalformedEntry:
+                await self._set_aside(text(data[0]))
+        return None if status == "none" else await self.claim_next(claim.owner, names=names)
 
     async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
         if retry_after is not None and (not isinstance(retry_after, int | float) or not retry_after >= 0
