@@ -262,3 +262,19 @@ async def test_strict_durability_refuses_a_server_that_does_not_fsync_every_writ
     with anyio.fail_after(20), pytest.raises(JobBoardError, match="appendfsync always"):
         async with open_board(board_url(redis_url, durability="strict")):
             pass
+
+
+async def test_post_many_stops_at_a_missing_dependency_and_replays_by_nonce(redis_url: str) -> None:
+    from jobboard import InvalidJob, NewJob
+
+    with anyio.fail_after(20):
+        async with open_board(board_url(redis_url)) as board:
+            assert isinstance(board, RedisBoard)
+            with pytest.raises(InvalidJob, match="job-that-does-not-exist"):
+                await board.post_many([NewJob("a"), NewJob("b", depends_on=["job-that-does-not-exist"]),
+                                       NewJob("c")])
+            assert [j.name async for j in board.iterjobs()] == ["a"]
+            lost = lose_replies(board, 1)
+            jobs = await board.post_many([NewJob("x", {"i": i}) for i in range(700)])  # two calls
+            assert lost == [1] and len({job.id for job in jobs}) == 700
+            assert await board.job_count() == 701

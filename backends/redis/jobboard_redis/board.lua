@@ -212,6 +212,20 @@ function ops.post(rank, name, posting, maxa, keep, key, ...)
   return reply('ok', {id})
 end
 
+-- Many posts in one call: groups of (count, nonce, post's arguments...), count = 1 + #arguments.
+function ops.post_many(...)
+  local a, i, out = {...}, 1, {}
+  while i <= #a do
+    local n = tonumber(a[i])
+    NONCE = a[i + 1]
+    local r = ops.post(unpack(a, i + 2, i + n))
+    out[#out + 1] = {r[1], r[2]}
+    if r[1] == 'nodep' then break end
+    i = i + n + 1
+  end
+  return reply('ok', out)
+end
+
 function ops.claim(id, owner, sess, retention)
   if NONCE ~= '' then local r = replayed_claim() if r then return r end end
   if not session_alive(sess) then return reply('nosession') end

@@ -22,7 +22,7 @@ from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, Ev
 from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
 from jobboard_redis.client import RedisClient
 from jobboard_redis.options import parse_redis_url
-from jobboard_redis.posting import post_prepared
+from jobboard_redis.posting import post_batch, post_prepared
 from jobboard_redis.reads import claim_status, completion, job_state
 from jobboard_redis.records import (
     claim_refused,
@@ -150,9 +150,8 @@ class RedisBoard(JobBoard):
         return await post_prepared(self._call, posting, raw)
 
     async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
-        """As the contract's; the posts go out together (pipelined), each its own atomic script."""
-        prepared = self._check_batch(jobs)
-        return list(await asyncio.gather(*(post_prepared(self._call, posting, raw) for posting, raw in prepared)))
+        """As the contract's; up to 500 posts per script call (each post atomic on its own)."""
+        return await post_batch(self._call, self._check_batch(jobs))
 
     # -- reading -------------------------------------------------------------
 
