@@ -278,3 +278,24 @@ async def test_post_many_stops_at_a_missing_dependency_and_replays_by_nonce(redi
             jobs = await board.post_many([NewJob("x", {"i": i}) for i in range(700)])  # two calls
             assert lost == [1] and len({job.id for job in jobs}) == 700
             assert await board.job_count() == 701
+
+
+async def test_events_trimmed_while_disconnected_are_reported(redis_url: str) -> None:
+    host, port = redis_url.removeprefix("redis://").rsplit(":", 1)
+    async with TcpProxy(host, int(port)) as proxy:
+        url = board_url(f"redis://{proxy.hosts}", session_timeout=10)
+        with anyio.fail_after(30):
+            async with open_board(url) as reader, open_board(url.replace(proxy.hosts, f"{host}:{port}")) as other:
+                assert isinstance(other, RedisBoard)
+                stream = reader.events()
+                await reader.post("seen")
+                assert (await anext(stream)).kind is EventKind.POSTED
+                proxy.pause()  # new connections are held ...
+                proxy.drop()  # ... and the current ones reset: the reader is cut off
+                assert (await anext(stream)).kind is EventKind.SUSPENDED
+                for _ in range(3):
+                    await other.post("missed")
+                await other.client.command("XTRIM", f"{other.options.prefix}ev", "MAXLEN", "1")
+                proxy.resume()
+                kinds = [(await anext(stream)).kind for _ in range(3)]
+                assert kinds[:2] == [EventKind.RECONNECTED, EventKind.DROPPED]

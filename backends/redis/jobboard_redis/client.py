@@ -225,6 +225,11 @@ class RedisClient:
         entries = await self.command("XREVRANGE", self.prefix + "ev", "+", "-", "COUNT", "1")
         return _text(entries[0][0]) if entries else "0-0"
 
+    async def first_event_id(self) -> str | None:
+        """The id of the stream's oldest entry (``None`` when empty)."""
+        entries = await self.command("XRANGE", self.prefix + "ev", "-", "+", "COUNT", "1")
+        return _text(entries[0][0]) if entries else None
+
     async def close(self) -> None:
         for client in (self._reader, self._redis):
             try:

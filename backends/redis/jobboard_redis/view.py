@@ -103,10 +103,21 @@ class BoardView:
             if not self.connected:
                 self.connected = True
                 self.publish(Event(EventKind.RECONNECTED, detail="Redis connection back"))
+                await self._report_trimmed()
                 self.notify()
             for entry_id, fields in entries:
                 self.last_id = entry_id
                 self._streamed_entry(entry_id, fields)
+
+    async def _report_trimmed(self) -> None:
+        """After a reconnect: tell readers if the stream was trimmed past the last id read."""
+        try:
+            first = await self.client.first_event_id()
+        except BackendUnavailable:
+            return
+        if first is not None and _older(self.last_id, first):
+            self.publish(Event(EventKind.DROPPED, detail="board events were trimmed while disconnected; "
+                                                         "re-read the board"))
 
     def _streamed_entry(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
         if entry_id in self._own:
@@ -116,3 +127,14 @@ class BoardView:
         if len(self._streamed) > REMEMBERED:
             self._streamed.popitem(last=False)
         self._emit(_text(fields.get(b"k", b"")), _text(fields.get(b"j", b"")), _text(fields.get(b"d", b"")))
+
+
+def _older(entry_id: str, than: str) -> bool:
+    """Whether stream id ``entry_id`` comes before ``than`` (``0-0`` counts as the start)."""
+    if entry_id == "0-0":
+        return False
+    return _parts(entry_id) < _parts(than)
+
+
+def _parts(entry_id: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in entry_id.split("-"))
