@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from subprocess import DEVNULL, STDOUT
-from typing import Self
+from typing import Any, Self
 
 from tests.support import zkserver
 from tests.support.zkserver import HOST, _die_with_us, _exit_code, _raise_terminated, _reap_child, _tail
@@ -164,6 +164,38 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+SENTINEL_CONF = """\
+bind 127.0.0.1
+port {port}
+dir {dir}
+logfile {dir}/sentinel.log
+sentinel monitor {service} 127.0.0.1 {primary} 1
+sentinel down-after-milliseconds {service} 500
+sentinel failover-timeout {service} 3000
+sentinel parallel-syncs {service} 1
+"""
+
+
+class RedisSentinel(RedisServer):
+    """One redis-sentinel process watching ``primary_port`` as ``service`` (quorum 1)."""
+
+    def __init__(self, primary_port: int, service: str = "jobboard", **options: Any) -> None:
+        super().__init__(**options)
+        self.primary_port = primary_port
+        self.service = service
+
+    def command_line(self) -> list[str]:
+        assert self.dir is not None
+        conf = self.dir / "sentinel.conf"
+        if not conf.exists():  # Sentinel rewrites its own config: write it once
+            conf.write_text(SENTINEL_CONF.format(port=self.port, dir=self.dir, service=self.service,
+                                                 primary=self.primary_port))
+        return ["redis-sentinel", str(conf)]
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "(no data dir)" if self.dir is None else _tail(self.dir / "sentinel.log", lines)
 
 
 @atexit.register

@@ -22,6 +22,7 @@ import anyio
 import redis.asyncio as redis_asyncio
 from redis import exceptions as native
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
 
 from jobboard.errors import BackendUnavailable, JobBoardError
@@ -120,12 +121,17 @@ class RedisClient:
 
     @staticmethod
     def _connect(options: RedisOptions, *, timeout: float | None, single: bool = False) -> Any:
-        return redis_asyncio.Redis(
-            host=options.host, port=options.port, db=options.db, username=options.username,
-            password=options.password, ssl=options.tls, socket_timeout=timeout,
-            socket_connect_timeout=min(options.retry_window, 5.0), retry=Retry(NoBackoff(), 0),
-            max_connections=None if single else 128, single_connection_client=single,
-            health_check_interval=0)
+        settings: dict[str, Any] = {
+            "db": options.db, "username": options.username, "password": options.password, "ssl": options.tls,
+            "socket_timeout": timeout, "socket_connect_timeout": min(options.retry_window, 5.0),
+            "retry": Retry(NoBackoff(), 0), "max_connections": None if single else 128,
+            "single_connection_client": single, "health_check_interval": 0}
+        if options.sentinel:  # the primary is asked of the Sentinels at every (re)connection
+            sentinels = Sentinel(  # type: ignore[no-untyped-call]
+                list(options.sentinels), socket_timeout=min(options.retry_window, 5.0))
+            del settings["single_connection_client"]  # a pool's option there, not a client's
+            return sentinels.master_for(options.sentinel, **settings)
+        return redis_asyncio.Redis(host=options.host, port=options.port, **settings)
 
     async def check_server(self) -> list[str]:
         """Refuse an unusable server; return warnings (persistence off).

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from jobboard.errors import InvalidURL
 from jobboard.url import non_negative_float, parse_options, parse_url, positive_float, positive_int
@@ -28,6 +30,9 @@ class RedisOptions:
     max_attempts: int | None = None
     key_retention: float = 86400.0
     max_posting_bytes: int = 1024 * 1024
+    sentinels: tuple[tuple[str, int], ...] = ()
+    """With ``sentinel=<service>``: the Sentinels (the URL's hosts) that name the primary."""
+    sentinel: str | None = None
     durability: str = "default"
     """``strict``: refuse a server without ``appendfsync always``; wait for a replica (``WAIT``)."""
     username: str | None = None
@@ -49,8 +54,8 @@ def durability(text: str) -> str:
     return text
 
 
-CONVERTERS = {
-    "durability": durability,
+CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "durability": durability, "sentinel": str,
     "session_timeout": positive_float, "connect_timeout": positive_float, "max_attempts": positive_int,
     "key_retention": non_negative_float, "max_posting_bytes": positive_int,
 }
@@ -59,13 +64,11 @@ CONVERTERS = {
 def parse_redis_url(url: str) -> RedisOptions:
     """:raises InvalidURL: no host or several, a bad port or database, an unknown option."""
     parsed = parse_url(url)
-    if len(parsed.hosts) != 1:
-        raise InvalidURL(f"{url!r} must name exactly one Redis host (redis://host:6379/0/board)")
-    host, _, port_text = parsed.hosts[0].rpartition(":")
-    if not host:
-        host, port_text = port_text, str(DEFAULT_PORT)
-    if not port_text.isdigit():
-        raise InvalidURL(f"bad port in {parsed.hosts[0]!r} of {url!r}")
+    if not parsed.hosts or (len(parsed.hosts) > 1 and "sentinel" not in parsed.query):
+        raise InvalidURL(f"{url!r} must name one Redis host (redis://host:6379/0/board), or Sentinels "
+                         f"with ?sentinel=<service>")
+    hosts = tuple(_host_port(host, url) for host in parsed.hosts)
+    host, port = hosts[0]
     db_text, _, root = parsed.path.strip("/").partition("/")
     if db_text and not db_text.isdigit():
         raise InvalidURL(f"bad database {db_text!r} in {url!r} (redis://host:port/<db>/<board-root>)")
@@ -73,6 +76,17 @@ def parse_redis_url(url: str) -> RedisOptions:
     if "{" in root or "}" in root:
         raise InvalidURL(f"board root {root!r} of {url!r} may not contain braces")
     options = parse_options(parsed, CONVERTERS)
-    return RedisOptions(host=host, port=int(port_text), db=int(db_text or 0), root=root,
+    if "sentinel" in options:
+        options["sentinels"] = hosts
+    return RedisOptions(host=host, port=port, db=int(db_text or 0), root=root,
                         tls=parsed.scheme == "rediss", username=parsed.username, password=parsed.password,
                         **options)
+
+
+def _host_port(text: str, url: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host:
+        host, port = port, str(DEFAULT_PORT)
+    if not port.isdigit():
+        raise InvalidURL(f"bad port in {text!r} of {url!r}")
+    return host, int(port)
