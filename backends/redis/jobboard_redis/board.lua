@@ -2,12 +2,12 @@
 -- key prefix "jb:{<root>}:"; ARGV = operation, nonce ('' for none), the operation's arguments.
 -- The clock is the server's TIME; a write's nonce records that it was applied (resolves lost replies).
 -- Replies: {status, data, events}, events flat: {stream id, kind, job, detail, ...}.
+-- sessions.lua follows this file in the same script (sessions, entities, the dispatch).
 local P = KEYS[1]
 local OP, NONCE = ARGV[1], ARGV[2]
 local T = redis.call('TIME')
 local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
 local EV = {}
-local NONCE_MS = 600000
 local MAXLEN = 100000
 local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep'}
 
@@ -20,7 +20,11 @@ end
 local function jk(id) return P .. 'job:' .. id end
 local function internal(name) return string.sub(name, 1, 9) == 'jobboard.' end
 local function reply(status, data) return {status, data or {}, EV} end
-local function done(value) if NONCE ~= '' then redis.call('SET', P .. 'n:' .. NONCE, value, 'PX', NONCE_MS) end end
+-- A nonce ends with ':<ms to remember it>' (the client's retry window, doubled, plus 10 s).
+local function done(value)
+  if NONCE == '' then return end
+  redis.call('SET', P .. 'n:' .. NONCE, value, 'PX', tonumber(string.match(NONCE, ':(%d+)$')) or 60000)
+end
 
 -- The job's fields, or nil when it is not on the board; false when its key is not a job hash.
 local function get(id)
@@ -88,9 +92,7 @@ local function to_trash(j, reason, retention)
   end
 end
 
-local function exhausted(j)
-  return j.maxa ~= '' and tonumber(j.att) >= tonumber(j.maxa)
-end
+local function exhausted(j) return j.maxa ~= '' and tonumber(j.att) >= tonumber(j.maxa) end
 
 local function session_alive(sess)
   local deadline = redis.call('ZSCORE', P .. 'sessions', sess)
@@ -136,36 +138,6 @@ local function replayed_claim()
   local id, gen = string.match(rec, '^(%S+) (%S+)$')
   if redis.call('HGET', jk(id), 'gen') == gen then return reply('ok', claim_data(id)) end
   return reply('gone', {id})
-end
-
--- Release a dead (or closing) session: its claims go back on the board, its entities vanish.
-local function reap(sess, why)
-  for _, id in ipairs(redis.call('SMEMBERS', P .. 'claims:' .. sess)) do
-    local j = get(id)
-    if j and j.st == 'c' and j.sess == sess then
-      redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '')
-      ready_add(j)
-      ev('released', id, why .. ' (owner ' .. j.owner .. ')')
-    end
-  end
-  redis.call('DEL', P .. 'claims:' .. sess)
-  for _, name in ipairs(redis.call('SMEMBERS', P .. 'sents:' .. sess)) do
-    if redis.call('HGET', P .. 'eown', name) == sess then
-      redis.call('HDEL', P .. 'ents', name)
-      redis.call('HDEL', P .. 'eown', name)
-    end
-  end
-  redis.call('DEL', P .. 'sents:' .. sess)
-  redis.call('ZREM', P .. 'sessions', sess)
-end
-
-local function reap_expired()
-  for _, sess in ipairs(redis.call('ZRANGEBYSCORE', P .. 'sessions', '-inf', '(' .. NOW, 'LIMIT', 0, 10)) do
-    reap(sess, 'session expired')
-  end
-  local first = redis.call('ZRANGE', P .. 'sessions', 0, 0, 'WITHSCORES')
-  if #first == 0 then return -1 end
-  return math.max(0, tonumber(first[2]) - NOW)
 end
 
 -- The claim's job if the claim is current: generation, then owner, then a live session.
@@ -354,8 +326,7 @@ end
 function ops.quarantine(id)
   local j = get(id)
   if j then unindex(j) end
-  quarantine(id)
-  return reply('ok')
+  quarantine(id) return reply('ok')
 end
 
 function ops.peek(limit, ...)
@@ -375,39 +346,3 @@ function ops.peek(limit, ...)
   end
   return reply('ok', {wait_ms, found})
 end
-
-function ops.open(sess, timeout_ms)
-  redis.call('ZADD', P .. 'sessions', NOW + tonumber(timeout_ms), sess)
-  return reply('ok', {NOW})
-end
-
-function ops.beat(sess, timeout_ms)
-  local alive = session_alive(sess)
-  local next_ms = reap_expired()
-  if not alive then return reply('expired', {next_ms}) end
-  redis.call('ZADD', P .. 'sessions', 'XX', NOW + tonumber(timeout_ms), sess)
-  return reply('ok', {reap_expired()})
-end
-
-function ops.close(sess) reap(sess, 'board closed') return reply('ok') end
-
-function ops.register(sess, name, metadata)
-  if not session_alive(sess) then return reply('nosession') end
-  redis.call('HSET', P .. 'ents', name, metadata)
-  redis.call('HSET', P .. 'eown', name, sess)
-  redis.call('SADD', P .. 'sents:' .. sess, name)
-  return reply('ok')
-end
-
-function ops.unregister(sess, name)
-  if redis.call('HGET', P .. 'eown', name) == sess then
-    redis.call('HDEL', P .. 'ents', name)
-    redis.call('HDEL', P .. 'eown', name)
-    redis.call('SREM', P .. 'sents:' .. sess, name)
-  end
-  return reply('ok')
-end
-
-local op = ops[OP]
-if not op then return redis.error_reply('jobboard: unknown operation ' .. tostring(OP)) end
-return op(unpack(ARGV, 3))

@@ -147,11 +147,10 @@ class RedisBoard(JobBoard):
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
     ) -> Job:
         posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
-        return await post_prepared(self._call, posting, raw)
+        return await post_prepared(self._call, posting, raw, self.options.nonce_ms)
 
     async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
-        """As the contract's; up to 500 posts per script call (each post atomic on its own)."""
-        return await post_batch(self._call, self._check_batch(jobs))
+        return await post_batch(self._call, self._check_batch(jobs), self.options.nonce_ms)
 
     # -- reading -------------------------------------------------------------
 
@@ -235,7 +234,7 @@ class RedisBoard(JobBoard):
     async def claim(self, job: JobRef, owner: str) -> Claim:
         found, owner = job_id_of(job), check_owner(owner)
         self._ensure_open()
-        status, data = await self._call("claim", uuid.uuid4().hex, found, owner, self.session.id,
+        status, data = await self._call("claim", self._nonce(), found, owner, self.session.id,
                                         self._retention_ms)
         if status == "ok":
             try:
@@ -254,7 +253,7 @@ class RedisBoard(JobBoard):
             return None
         wanted = sorted(names) if names is not None else []
         for _ in range(100):
-            status, data = await self._call("claim_next", uuid.uuid4().hex, owner, self.session.id,
+            status, data = await self._call("claim_next", self._nonce(), owner, self.session.id,
                                             self._retention_ms, *wanted)
             if status == "nosession":
                 raise BackendUnavailable("this board's Redis session is being renewed; retry")
@@ -295,10 +294,13 @@ class RedisBoard(JobBoard):
     async def _settle(self, op: str, claim: Claim, *args: str | bytes | int) -> None:
         self._ensure_open()
         job = claim.job.id
-        status, _ = await self._call(op, uuid.uuid4().hex, job, str(claim.generation), claim.owner, *args)
+        status, _ = await self._call(op, self._nonce(), job, str(claim.generation), claim.owner, *args)
         if status != "ok":
             raise settle_refused(status, job, claim.owner)
         self._forget(claim)
+
+    def _nonce(self) -> str:
+        return f"{uuid.uuid4().hex}:{self.options.nonce_ms}"
 
     def _forget(self, claim: Claim) -> None:
         if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
@@ -315,15 +317,14 @@ class RedisBoard(JobBoard):
     async def consume_and_claim_next(
         self, claim: Claim, result: Any = None, *, names: Collection[str] | None = None,
     ) -> Claim | None:
-        """As the contract's, in one script call (one round trip)."""
-        raw = self._result(claim, result)
+        raw = self._result(claim, result)  # consume, then claim_next: one script call
         if names is not None and not names:
             await self.consume(claim, result)
             return None
         wanted = sorted(names) if names is not None else []
         status, data = await self._call(
-            "consume_next", uuid.uuid4().hex, claim.job.id, str(claim.generation), claim.owner, raw,
-            self._retention_ms, self.session.id, uuid.uuid4().hex, *wanted)
+            "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, raw,
+            self._retention_ms, self.session.id, self._nonce(), *wanted)
         if status in ("lost", "owner"):
             raise settle_refused(status, claim.job.id, claim.owner)
         self._forget(claim)
@@ -345,7 +346,7 @@ class RedisBoard(JobBoard):
 
     async def cancel(self, job: JobRef, reason: str) -> None:
         found = job_id_of(job)
-        status, data = await self._call("cancel", uuid.uuid4().hex, found, str(reason), self._retention_ms)
+        status, data = await self._call("cancel", self._nonce(), found, str(reason), self._retention_ms)
         if status != "ok":
             raise claim_refused(status, found, data)
 

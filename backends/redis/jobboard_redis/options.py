@@ -47,6 +47,11 @@ class RedisOptions:
     def retry_window(self) -> float:
         return self.connect_timeout or self.session_timeout
 
+    @property
+    def nonce_ms(self) -> int:
+        """How long the server remembers an applied write: twice the retry window, plus 10 s."""
+        return int((2 * self.retry_window + 10) * 1000)
+
 
 def durability(text: str) -> str:
     if text not in ("default", "strict"):

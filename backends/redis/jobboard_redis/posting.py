@@ -33,7 +33,7 @@ def _job(posting: Posting, status: str, data: list[Any]) -> Job:
     return posting.to_job(job_id, sequence_of(job_id))
 
 
-async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]]) -> list[Job]:
+async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]], nonce_ms: int) -> list[Job]:
     """Write checked postings, :data:`BATCH` per script call; each post is atomic and exactly once
     on its own (its token is its nonce), the batch is not: a missing dependency stops it there
     (the jobs before it are posted).
@@ -46,7 +46,7 @@ async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]]) -> l
         flat: list[Any] = []
         for posting, raw in chunk:
             arguments = _arguments(posting, raw)
-            flat += [len(arguments) + 1, posting.token, *arguments]
+            flat += [len(arguments) + 1, f"{posting.token}:{nonce_ms}", *arguments]
         try:
             _, replies = await call("post_many", "", *flat)
         except RetryExhausted as error:
@@ -58,7 +58,7 @@ async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]]) -> l
     return jobs
 
 
-async def post_prepared(call: Call, posting: Posting, raw: bytes) -> Job:
+async def post_prepared(call: Call, posting: Posting, raw: bytes, nonce_ms: int) -> Job:
     """Write one checked posting with ``call`` (the board's script call).
 
     :raises InvalidJob: a dependency is not on the board (nothing written).
@@ -66,7 +66,7 @@ async def post_prepared(call: Call, posting: Posting, raw: bytes) -> Job:
     :raises BackendUnavailable: with a key, the same (posting again with the key is safe).
     """
     try:
-        status, data = await call("post", posting.token, *_arguments(posting, raw))
+        status, data = await call("post", f"{posting.token}:{nonce_ms}", *_arguments(posting, raw))
     except RetryExhausted as error:
         if posting.key is not None:
             raise
