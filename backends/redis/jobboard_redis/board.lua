@@ -344,5 +344,10 @@ function ops.peek(limit, ...)
     table.sort(seen, function(a, b) return a[1] < b[1] end)
     for i = 1, math.min(#seen, tonumber(limit)) do found[i] = seen[i][2] end
   end
-  return reply('ok', {wait_ms, found})
+  local rows = {}
+  for i, id in ipairs(found) do
+    local row = redis.pcall('HMGET', jk(id), 'p', 'att', 'nb')
+    rows[i] = (type(row) == 'table' and not row.err) and row or {}
+  end
+  return reply('ok', {wait_ms, found, rows})
 end

@@ -29,6 +29,7 @@ from jobboard_redis.records import (
     dependency_results,
     entities_of,
     job_of,
+    jobs_of,
     posting_of,
     sequence_of,
     settle_refused,
@@ -356,16 +357,15 @@ class RedisBoard(JobBoard):
         wanted = sorted(names) if names is not None else []
         while True:
             self._ensure_open()
-            signal = self.view.board_signal()
+            signal, wait_ms = self.view.board_signal(), -1
             if names is None or names:
-                _, (wait_ms, ids) = await self._call("peek", "", PEEK_LIMIT, *wanted)
-                jobs = await self._jobs([text(job) for job in ids], only_unclaimed=True)
+                _, (wait_ms, ids, rows) = await self._call("peek", "", PEEK_LIMIT, *wanted)
+                jobs, malformed = jobs_of(ids, rows)
+                for job_id in malformed:
+                    await self._set_aside(job_id)
                 if jobs:
                     return jobs
-                wait_ms = int(wait_ms)
-            else:
-                wait_ms = -1
-            with anyio.move_on_after(math.inf if wait_ms < 0 else wait_ms / 1000 + 0.001):
+            with anyio.move_on_after(math.inf if int(wait_ms) < 0 else int(wait_ms) / 1000 + 0.001):
                 await signal.wait()
 
     async def wait_for_completion(self, job: JobRef) -> Outcome:

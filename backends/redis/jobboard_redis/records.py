@@ -77,3 +77,17 @@ def entities_of(flat: Any) -> list[Entity]:
         except MalformedEntry:
             continue
     return found
+
+
+def jobs_of(ids: list[Any], rows: list[Any]) -> tuple[list[Job], list[str]]:
+    """Jobs from ``peek`` rows (``p``, ``att``, ``nb`` of each id), and the ids of malformed ones."""
+    jobs, malformed = [], []
+    for raw_id, row in zip(ids, rows, strict=True):
+        job_id = text(raw_id)
+        try:
+            if len(row) != 3:
+                raise MalformedEntry("not a job hash")
+            jobs.append(job_of(job_id, *row))
+        except MalformedEntry:
+            malformed.append(job_id)
+    return jobs, malformed
