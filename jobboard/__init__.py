@@ -6,7 +6,7 @@ and use the :class:`JobBoard` contract.
 
 from __future__ import annotations
 
-from jobboard.board import JobBoard, JobRef
+from jobboard.board import JobBoard, JobRef, NewJob
 from jobboard.errors import (
     AlreadyClaimed,
     BackendNotFound,
@@ -29,9 +29,32 @@ from jobboard.registry import installed_schemes, open_board
 __version__ = "0.1.0"
 
 __all__ = [
-    "AlreadyClaimed", "BackendNotFound", "BackendUnavailable", "BoardClosed", "BoardConflict", "Claim",
-    "ClaimLost", "Entity", "Event", "EventKind", "EventStream", "InvalidJob", "InvalidURL",
-    "Job", "JobBoard", "JobBoardError", "JobNotFound", "JobRef", "JobState", "NotClaimable",
-    "NotOwner", "Outcome", "Priority", "TrashedJob", "UnknownOutcome", "installed_schemes",
+    "AlreadyClaimed",
+    "BackendNotFound",
+    "BackendUnavailable",
+    "BoardClosed",
+    "BoardConflict",
+    "Claim",
+    "ClaimLost",
+    "Entity",
+    "Event",
+    "EventKind",
+    "EventStream",
+    "InvalidJob",
+    "InvalidURL",
+    "Job",
+    "JobBoard",
+    "JobBoardError",
+    "JobNotFound",
+    "JobRef",
+    "JobState",
+    "NewJob",
+    "NotClaimable",
+    "NotOwner",
+    "Outcome",
+    "Priority",
+    "TrashedJob",
+    "UnknownOutcome",
+    "installed_schemes",
     "open_board",
 ]

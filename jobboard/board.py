@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -28,6 +29,19 @@ JobRef = Job | str
 def job_id_of(job: JobRef) -> str:
     """The id of a job reference."""
     return job if isinstance(job, str) else job.id
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """One job for :meth:`JobBoard.post_many`: the arguments of :meth:`JobBoard.post`."""
+
+    name: str
+    details: Mapping[str, Any] | None = None
+    priority: Priority | int | str = Priority.NORMAL
+    depends_on: Sequence[JobRef] = ()
+    max_attempts: int | None = None
+    keep_result: bool = False
+    key: str | None = None
 
 
 def check_owner(owner: object) -> str:
@@ -133,6 +147,39 @@ class JobBoard(abc.ABC):
             longer than the backend's resolution window).
         """
 
+    async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
+        """Post several jobs; returns them in the order given.
+
+        Every posting's name, priority, options, details and size are checked
+        before any is written: an ``InvalidJob`` (naming the index) writes
+        nothing. Each job is then posted atomically and exactly once, as by
+        :meth:`post` (a dependency that is not on the board is found then, and
+        the jobs before it stay posted); the batch as a whole is not atomic: a
+        backend failure part way leaves the first ones posted (give keys to
+        repeat a batch safely). Backends may send the batch in fewer round trips.
+        """
+        self._check_batch(jobs)
+        return [await self.post(job.name, job.details, priority=job.priority, depends_on=job.depends_on,
+                                max_attempts=job.max_attempts, keep_result=job.keep_result, key=job.key)
+                for job in jobs]
+
+    def _check_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Posting, bytes]]:
+        """Prepare every posting of a batch (see :meth:`post_many`).
+
+        :raises InvalidJob: naming the index of the first bad one.
+        """
+        self._ensure_open()
+        prepared = []
+        for index, job in enumerate(jobs):
+            if not isinstance(job, NewJob):
+                raise InvalidJob(f"jobs[{index}] is a {type(job).__name__}, not a NewJob")
+            try:
+                prepared.append(self._prepare_posting(job.name, job.details, job.priority, job.depends_on,
+                                                      job.max_attempts, job.keep_result, job.key))
+            except InvalidJob as error:
+                raise InvalidJob(f"jobs[{index}]: {error}") from None
+        return prepared
+
     def _prepare_posting(
         self, name: str, details: Mapping[str, Any] | None, priority: Priority | int | str,
         depends_on: Sequence[JobRef], max_attempts: int | None, keep_result: bool,
@@ -212,6 +259,18 @@ class JobBoard(abc.ABC):
             Without it, every job except the library's internal ones
             (names starting with ``jobboard.``).
         """
+
+    async def consume_and_claim_next(
+        self, claim: Claim, result: Any = None, *, names: Collection[str] | None = None,
+    ) -> Claim | None:
+        """Consume ``claim`` (as :meth:`consume`), then claim the next job for the same owner
+        (as :meth:`claim_next` with ``names``): a worker's free slot takes its next job.
+
+        The consume is complete before the claim is tried. Backends may do both in
+        one round trip. Raises what ``consume`` raises, and then claims nothing.
+        """
+        await self.consume(claim, result)
+        return await self.claim_next(claim.owner, names=names)
 
     @abc.abstractmethod
     async def watch_claim(self, claim: Claim) -> str:

@@ -1,4 +1,4 @@
-"""Shared fixtures: a real ZooKeeper server for the whole test session.
+"""Shared fixtures: a real ZooKeeper server and a real Redis server for the whole test session.
 
 ``JOBBOARD_ZK_HOSTS`` (set by ``python -m tests.support.zkserver run``) names a
 running server; without it, one is started here on a free loopback port.
@@ -27,3 +27,17 @@ def zk_hosts() -> Iterator[str]:
         yield server.hosts
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """``redis://127.0.0.1:PORT`` of a real Redis server (no db or board root: tests add them)."""
+    url = os.environ.get("JOBBOARD_REDIS_URL")
+    if url:
+        yield url
+        return
+    from tests.support.redisserver import RedisServer, ensure_redis_installed
+
+    ensure_redis_installed()
+    with RedisServer() as server:
+        yield server.url("")

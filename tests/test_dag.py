@@ -21,10 +21,12 @@ from tests.support.plans import stress_plan
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(params=["memory", "zookeeper"])
+@pytest.fixture(params=["memory", "zookeeper", "redis"])
 def board_url(request: pytest.FixtureRequest) -> str:
     if request.param == "memory":
         return f"memory://dag-{uuid.uuid4().hex}"
+    if request.param == "redis":
+        return f"{request.getfixturevalue('redis_url')}/0/dag-{uuid.uuid4().hex}?session_timeout=4"
     return f"zookeeper://{request.getfixturevalue('zk_hosts')}/dag/{uuid.uuid4().hex}?session_timeout=4"
 
 

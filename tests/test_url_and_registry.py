@@ -101,13 +101,13 @@ def test_parse_bool_rejects_other_words() -> None:
 
 
 def test_installed_schemes_include_the_in_tree_backends() -> None:
-    assert {"memory", "zookeeper"} <= set(installed_schemes())
+    assert {"memory", "redis", "rediss", "zookeeper"} <= set(installed_schemes())
 
 
 def test_unknown_scheme_lists_installed_schemes() -> None:
     with pytest.raises(BackendNotFound) as caught:
         open_board("nosuch://x")
-    assert "nosuch://" in str(caught.value) and "memory, zookeeper" in str(caught.value)
+    assert "nosuch://" in str(caught.value) and "memory, redis, rediss, zookeeper" in str(caught.value)
 
 
 def test_memory_backend_unknown_option_is_invalid_url() -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
 from jobboard.testing._basics import BasicsConformance
+from jobboard.testing._batches import BatchesConformance
 from jobboard.testing._claims import ClaimsConformance
 from jobboard.testing._failures import FailuresConformance
 from jobboard.testing._keys import KeysConformance
@@ -29,8 +30,8 @@ from jobboard.testing._watching import WatchingConformance
 
 
 class JobBoardConformance(
-    BasicsConformance, ClaimsConformance, FailuresConformance, KeysConformance, LinkedConformance,
-    RoutingConformance,
+    BasicsConformance, BatchesConformance, ClaimsConformance, FailuresConformance, KeysConformance,
+    LinkedConformance, RoutingConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

@@ -1,0 +1,7 @@
+"""``redis://`` and ``rediss://``: a job board on Redis (>= 7.0) through redis.asyncio."""
+
+from __future__ import annotations
+
+from jobboard_redis.board import RedisBoard
+
+__all__ = ["RedisBoard"]

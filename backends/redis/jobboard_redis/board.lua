@@ -1,0 +1,353 @@
+-- jobboard redis:// : every state change of a board is one call of this script. KEYS[1] = the board's
+-- key prefix "jb:{<root>}:"; ARGV = operation, nonce ('' for none), the operation's arguments.
+-- The clock is the server's TIME; a write's nonce records that it was applied (resolves lost replies).
+-- Replies: {status, data, events}, events flat: {stream id, kind, job, detail, ...}.
+-- sessions.lua follows this file in the same script (sessions, entities, the dispatch).
+local P = KEYS[1]
+local OP, NONCE = ARGV[1], ARGV[2]
+local T = redis.call('TIME')
+local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
+local EV = {}
+local MAXLEN = 100000
+local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep'}
+
+local function ev(kind, job, detail, gen)
+  local id = redis.call('XADD', P .. 'ev', 'MAXLEN', '~', MAXLEN, '*', 'k', kind, 'j', job or '',
+    'd', detail or '', 'g', gen or '')
+  EV[#EV + 1] = id; EV[#EV + 1] = kind; EV[#EV + 1] = job or ''; EV[#EV + 1] = detail or ''
+end
+
+local function jk(id) return P .. 'job:' .. id end
+local function internal(name) return string.sub(name, 1, 9) == 'jobboard.' end
+local function reply(status, data) return {status, data or {}, EV} end
+-- A nonce ends with ':<ms to remember it>' (the client's retry window, doubled, plus 10 s).
+local function done(value)
+  if NONCE == '' then return end
+  redis.call('SET', P .. 'n:' .. NONCE, value, 'PX', tonumber(string.match(NONCE, ':(%d+)$')) or 60000)
+end
+
+-- The job's fields, or nil when it is not on the board; false when its key is not a job hash.
+local function get(id)
+  local raw = redis.pcall('HMGET', jk(id), unpack(FIELDS))
+  if type(raw) ~= 'table' or raw.err then return false end
+  if not raw[1] then
+    if redis.call('EXISTS', jk(id)) == 1 then return false end
+    return nil
+  end
+  local j = {id = id}
+  for i, f in ipairs(FIELDS) do j[f] = raw[i] or '' end
+  if j.sc == '' or j.st == '' then return false end
+  return j
+end
+
+local function ready_add(j)
+  if not internal(j.name) then redis.call('ZADD', P .. 'ready', j.sc, j.id) end
+  redis.call('ZADD', P .. 'rn:' .. j.name, j.sc, j.id)
+end
+
+local function unindex(j)
+  redis.call('ZREM', P .. 'ready', j.id)
+  redis.call('ZREM', P .. 'rn:' .. j.name, j.id)
+  redis.call('ZREM', P .. 'delayed', j.id)
+  redis.call('ZREM', P .. 'all', j.id)
+  if j.sess ~= '' then redis.call('SREM', P .. 'claims:' .. j.sess, j.id) end
+end
+
+local function quarantine(id)
+  for _, z in ipairs({'ready', 'delayed', 'all'}) do redis.call('ZREM', P .. z, id) end
+  redis.call('SADD', P .. 'bad', id)
+end
+
+-- A settled job's key keeps finding it for the retention (ms); its record is kept as long.
+local function settle_key(j, record, retention)
+  if j.key == '' then return end
+  if retention <= 0 then
+    redis.call('DEL', P .. 'k:' .. j.key)
+  else
+    redis.call('PEXPIRE', P .. 'k:' .. j.key, retention)
+    if record then redis.call('PEXPIRE', record, retention) end
+  end
+end
+
+-- Move a job and, breadth-first, its dependents to the trash.
+local function to_trash(j, reason, retention)
+  local queue, head = {{j, reason}}, 1
+  while queue[head] do
+    local job, why = queue[head][1], queue[head][2]
+    head = head + 1
+    unindex(job)
+    local tr = P .. 'tr:' .. job.id
+    redis.call('DEL', tr)
+    redis.call('RENAME', jk(job.id), tr)
+    redis.call('HSET', tr, 'reason', why, 'at', NOW, 'st', 't', 'owner', '', 'sess', '')
+    redis.call('ZADD', P .. 'trash', redis.call('INCR', P .. 'tseq'), job.id)
+    redis.call('DEL', P .. 'res:' .. job.id)
+    settle_key(job, nil, retention)
+    ev('trashed', job.id, why)
+    for _, d in ipairs(redis.call('SMEMBERS', P .. 'dents:' .. job.id)) do
+      local dj = get(d)
+      if dj and dj.st == 'w' then queue[#queue + 1] = {dj, 'dependency ' .. job.id .. ' was trashed: ' .. why} end
+    end
+    redis.call('DEL', P .. 'dents:' .. job.id)
+  end
+end
+
+local function exhausted(j) return j.maxa ~= '' and tonumber(j.att) >= tonumber(j.maxa) end
+
+local function session_alive(sess)
+  local deadline = redis.call('ZSCORE', P .. 'sessions', sess)
+  return deadline and tonumber(deadline) >= NOW
+end
+
+local function claim_data(id)
+  local f = redis.call('HMGET', jk(id), 'p', 'att', 'gen')
+  return {id, f[1], f[2], f[3], redis.call('HGETALL', P .. 'res:' .. id)}
+end
+
+local function do_claim(j, owner, sess)
+  if j.st == 'd' then redis.call('ZREM', P .. 'delayed', j.id) end
+  redis.call('ZREM', P .. 'ready', j.id)
+  redis.call('ZREM', P .. 'rn:' .. j.name, j.id)
+  local gen = redis.call('HINCRBY', jk(j.id), 'gen', 1)
+  redis.call('HINCRBY', jk(j.id), 'att', 1)
+  redis.call('HSET', jk(j.id), 'st', 'c', 'owner', owner, 'sess', sess, 'nb', '')
+  redis.call('SADD', P .. 'claims:' .. sess, j.id)
+  ev('claimed', j.id, owner, gen)
+  done(j.id .. ' ' .. gen)
+  return reply('ok', claim_data(j.id))
+end
+
+-- Make due delayed jobs ready; the milliseconds until the next one is due (-1: none).
+local function promote()
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'delayed', '-inf', NOW, 'LIMIT', 0, 100)) do
+    redis.call('ZREM', P .. 'delayed', id)
+    local j = get(id)
+    if j and j.st == 'd' then
+      redis.call('HSET', jk(id), 'st', 'u', 'nb', '')
+      ready_add(j)
+    end
+  end
+  local next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
+  if #next == 0 then return -1 end
+  return math.max(0, tonumber(next[2]) - NOW)
+end
+
+local function replayed_claim()
+  local rec = redis.call('GET', P .. 'n:' .. NONCE)
+  if not rec then return nil end
+  local id, gen = string.match(rec, '^(%S+) (%S+)$')
+  if redis.call('HGET', jk(id), 'gen') == gen then return reply('ok', claim_data(id)) end
+  return reply('gone', {id})
+end
+
+-- The claim's job if the claim is current: generation, then owner, then a live session.
+local function fenced(id, gen, owner)
+  local j = get(id)
+  if not j or j.st ~= 'c' or j.gen ~= gen then return nil, 'lost' end
+  if j.owner ~= owner then return nil, 'owner' end
+  if not session_alive(j.sess) then return nil, 'lost' end
+  return j
+end
+
+local ops = {}
+
+function ops.post(rank, name, posting, maxa, keep, key, ...)
+  local deps = {...}
+  if NONCE ~= '' then
+    local id = redis.call('GET', P .. 'n:' .. NONCE)
+    if id then return reply('ok', {id}) end
+  end
+  if key ~= '' then
+    local id = redis.call('GET', P .. 'k:' .. key)
+    if id then
+      for _, record in ipairs({jk(id), P .. 'gone:' .. id, P .. 'tr:' .. id}) do
+        local f = redis.call('HMGET', record, 'p', 'att', 'nb')
+        if f[1] then return reply('keyed', {id, f[1], f[2], f[3]}) end
+      end
+    end
+  end
+  for _, dep in ipairs(deps) do
+    if redis.call('EXISTS', jk(dep)) == 0 then return reply('nodep', {dep}) end
+  end
+  local seq = redis.call('INCR', P .. 'seq')
+  local id = tostring(seq)
+  local sc = string.format('%.0f', tonumber(rank) * 17592186044416 + seq)
+  local st = (#deps > 0) and 'w' or 'u'
+  redis.call('HSET', jk(id), 'p', posting, 'name', name, 'sc', sc, 'st', st, 'gen', 0, 'att', 0,
+    'maxa', maxa, 'owner', '', 'sess', '', 'pend', #deps, 'nb', '', 'key', key, 'keep', keep)
+  redis.call('ZADD', P .. 'all', sc, id)
+  if st == 'u' then ready_add({id = id, name = name, sc = sc}) end
+  for _, dep in ipairs(deps) do redis.call('SADD', P .. 'dents:' .. dep, id) end
+  if key ~= '' then redis.call('SET', P .. 'k:' .. key, id) end
+  done(id)
+  ev('posted', id, name)
+  return reply('ok', {id})
+end
+
+-- Many posts in one call: groups of (count, nonce, post's arguments...), count = 1 + #arguments.
+function ops.post_many(...)
+  local a, i, out = {...}, 1, {}
+  while i <= #a do
+    local n = tonumber(a[i])
+    NONCE = a[i + 1]
+    local r = ops.post(unpack(a, i + 2, i + n))
+    out[#out + 1] = {r[1], r[2]}
+    if r[1] == 'nodep' then break end
+    i = i + n + 1
+  end
+  return reply('ok', out)
+end
+
+function ops.claim(id, owner, sess, retention)
+  if NONCE ~= '' then local r = replayed_claim() if r then return r end end
+  if not session_alive(sess) then return reply('nosession') end
+  local j = get(id)
+  if j == false then quarantine(id) return reply('notfound') end
+  if not j then return reply('notfound') end
+  if j.st == 'w' then return reply('waiting', {j.pend}) end
+  if j.st == 'c' then return reply('claimed', {j.owner}) end
+  if j.st == 'd' and j.nb ~= '' and tonumber(j.nb) > NOW then return reply('delayed', {j.nb}) end
+  if j.st == 'd' then redis.call('ZREM', P .. 'delayed', id) end
+  if exhausted(j) then
+    to_trash(j, 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
+    return reply('exhausted')
+  end
+  return do_claim(j, owner, sess)
+end
+
+function ops.claim_next(owner, sess, retention, ...)
+  if NONCE ~= '' then local r = replayed_claim() if r then return r end end
+  if not session_alive(sess) then return reply('nosession') end
+  local names = {...}
+  local wait_ms = promote()
+  for _ = 1, 100 do
+    local best, best_sc = nil, nil
+    if #names == 0 then
+      local head = redis.call('ZRANGE', P .. 'ready', 0, 0, 'WITHSCORES')
+      if #head > 0 then best, best_sc = head[1], tonumber(head[2]) end
+    else
+      for _, name in ipairs(names) do
+        local head = redis.call('ZRANGE', P .. 'rn:' .. name, 0, 0, 'WITHSCORES')
+        if #head > 0 and (not best_sc or tonumber(head[2]) < best_sc) then best, best_sc = head[1], tonumber(head[2]) end
+      end
+    end
+    if not best then return reply('none', {wait_ms}) end
+    local j = get(best)
+    if not j or j.st ~= 'u' then
+      redis.call('ZREM', P .. 'ready', best)
+      for _, name in ipairs(names) do redis.call('ZREM', P .. 'rn:' .. name, best) end
+      if j == false then quarantine(best) end
+    elseif exhausted(j) then
+      to_trash(j, 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
+    else
+      return do_claim(j, owner, sess)
+    end
+  end
+  return reply('none', {0})
+end
+
+function ops.consume(id, gen, owner, result, retention)
+  if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  local j, why = fenced(id, gen, owner)
+  if not j then return reply(why) end
+  unindex(j)
+  if j.keep == '1' then redis.call('SET', P .. 'kept:' .. id, result) end
+  for _, d in ipairs(redis.call('SMEMBERS', P .. 'dents:' .. id)) do
+    local dj = get(d)
+    if dj and dj.st == 'w' then
+      redis.call('HSET', P .. 'res:' .. d, id, result)
+      if redis.call('HINCRBY', jk(d), 'pend', -1) <= 0 then
+        redis.call('HSET', jk(d), 'st', 'u')
+        ready_add(dj)
+        ev('ready', d, 'dependencies consumed')
+      end
+    end
+  end
+  redis.call('DEL', P .. 'dents:' .. id, P .. 'res:' .. id)
+  if j.key ~= '' and tonumber(retention) > 0 then
+    redis.call('RENAME', jk(id), P .. 'gone:' .. id)
+    redis.call('HSET', P .. 'gone:' .. id, 'st', 'done', 'owner', '', 'sess', '')
+    settle_key(j, P .. 'gone:' .. id, tonumber(retention))
+  else
+    redis.call('DEL', jk(id))
+    settle_key(j, nil, 0)
+  end
+  done('1')
+  ev('consumed', id, owner)
+  return reply('ok')
+end
+
+function ops.abandon(id, gen, owner, retry_ms)
+  if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  local j, why = fenced(id, gen, owner)
+  if not j then return reply(why) end
+  redis.call('SREM', P .. 'claims:' .. j.sess, id)
+  local delay = tonumber(retry_ms)
+  if delay > 0 then
+    redis.call('HSET', jk(id), 'st', 'd', 'owner', '', 'sess', '', 'nb', NOW + delay)
+    redis.call('ZADD', P .. 'delayed', NOW + delay, id)
+  else
+    redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '')
+    ready_add(j)
+  end
+  done('1')
+  ev('released', id, 'abandoned by ' .. owner)
+  return reply('ok')
+end
+
+function ops.trash(id, gen, owner, reason, retention)
+  if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  local j, why = fenced(id, gen, owner)
+  if not j then return reply(why) end
+  to_trash(j, reason, tonumber(retention))
+  done('1')
+  return reply('ok')
+end
+
+function ops.cancel(id, reason, retention)
+  if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  local j = get(id)
+  if not j then return reply('notfound') end
+  if j.st == 'c' then return reply('claimed', {j.owner}) end
+  to_trash(j, reason, tonumber(retention))
+  done('1')
+  return reply('ok')
+end
+
+-- consume, then claim_next for the same owner (a second nonce for the claim): one round trip.
+function ops.consume_next(id, gen, owner, result, retention, sess, claim_nonce, ...)
+  local consumed = ops.consume(id, gen, owner, result, retention)
+  if consumed[1] ~= 'ok' then return consumed end
+  NONCE = claim_nonce
+  local claimed = ops.claim_next(owner, sess, retention, ...)
+  return {claimed[1], claimed[2], EV}
+end
+
+function ops.quarantine(id)
+  local j = get(id)
+  if j then unindex(j) end
+  quarantine(id) return reply('ok')
+end
+
+function ops.peek(limit, ...)
+  local names = {...}
+  local wait_ms = promote()
+  local found = {}
+  if #names == 0 then
+    found = redis.call('ZRANGE', P .. 'ready', 0, tonumber(limit) - 1)
+  else
+    local seen = {}
+    for _, name in ipairs(names) do
+      local head = redis.call('ZRANGE', P .. 'rn:' .. name, 0, tonumber(limit) - 1, 'WITHSCORES')
+      for i = 1, #head, 2 do seen[#seen + 1] = {tonumber(head[i + 1]), head[i]} end
+    end
+    table.sort(seen, function(a, b) return a[1] < b[1] end)
+    for i = 1, math.min(#seen, tonumber(limit)) do found[i] = seen[i][2] end
+  end
+  local rows = {}
+  for i, id in ipairs(found) do
+    local row = redis.pcall('HMGET', jk(id), 'p', 'att', 'nb')
+    rows[i] = (type(row) == 'table' and not row.err) and row or {}
+  end
+  return reply('ok', {wait_ms, found, rows})
+end

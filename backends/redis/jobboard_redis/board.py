@@ -1,0 +1,400 @@
+"""``redis://``: a job board on Redis, every state change one atomic script (``board.lua``).
+
+Claims belong to this board's session (:mod:`jobboard_redis.session`); events come from the
+board's stream (:mod:`jobboard_redis.view`). The layout is in docs/backends/redis.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import uuid
+from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
+from typing import Any
+
+import anyio
+
+from jobboard.board import JobBoard, JobRef, NewJob, check_owner, job_id_of
+from jobboard.codec import MalformedEntry, check_size, encode_value
+from jobboard.errors import BackendUnavailable, BoardClosed, InvalidJob, JobBoardError, JobNotFound
+from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
+from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
+from jobboard_redis.client import RedisClient
+from jobboard_redis.options import parse_redis_url
+from jobboard_redis.posting import post_batch, post_prepared
+from jobboard_redis.reads import claim_status, completion, job_state
+from jobboard_redis.records import (
+    claim_refused,
+    dependency_results,
+    entities_of,
+    job_of,
+    jobs_of,
+    posting_of,
+    sequence_of,
+    settle_refused,
+    text,
+)
+from jobboard_redis.session import Session
+from jobboard_redis.view import BoardView
+
+logger = logging.getLogger(__name__)
+
+READ_BATCH = 256
+PEEK_LIMIT = 100
+CLAIMABLE = {b"u", b"d"}
+
+
+class RedisBoard(JobBoard):
+    """A job board stored under one key prefix of one Redis database; see the module docstring."""
+
+    _client: RedisClient  # set by open()
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.options = parse_redis_url(url)
+        self.max_posting_bytes = self.options.max_posting_bytes
+        self.default_max_attempts = self.options.max_attempts
+        self.key_retention = self.options.key_retention
+        self._retention_ms = str(int(self.key_retention * 1000))
+        self.hub = EventHub()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._claims: dict[str, tuple[int, str]] = {}  # claims made here: job -> (generation, session)
+        self._entities: dict[str, bytes] = {}
+        self._reported: set[str] = set()
+
+    # -- lifecycle -----------------------------------------------------------
+
+    async def open(self) -> None:
+        client = self._client = RedisClient(self.options)
+        try:
+            for warning in await client.check_server():
+                logger.warning("%s: %s", self.url, warning)
+            self.session = Session(client, self.options.session_timeout, self._on_session)
+            self.view = BoardView(client, self.hub.publish)
+            await self.view.start()
+            await self.session.open()
+        except BaseException:
+            await client.close()
+            raise
+        self._open = True
+        self._spawn(self.session.run())
+        self._spawn(self.session.watchdog())
+        self._spawn(self.view.run())
+
+    async def aclose(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        self.view.notify()
+        self.session.stopped = self.view.stopped = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:  # let them end before their connections close (bounded: a swallowed cancel)
+            await asyncio.wait(tasks, timeout=1.0)
+        try:
+            with anyio.fail_after(self.options.retry_window):
+                self.view.local(await self.session.close())
+        except (JobBoardError, TimeoutError) as error:  # unreachable: the server expires the session
+            logger.warning("%s: could not release the session at close: %s", self.url, error)
+        with anyio.move_on_after(2.0) as scope:
+            await self._client.close()
+        if scope.cancelled_caught:
+            logger.warning("%s: closing the Redis connections took too long; abandoned", self.url)
+        self.hub.close()
+
+    @property
+    def client(self) -> RedisClient:
+        self._ensure_open()
+        return self._client
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _on_session(self, change: str, events: list[object]) -> None:
+        if change == "events":
+            self.view.local(events)
+        elif change == "expired":
+            self.hub.publish(Event(EventKind.SESSION_EXPIRED, detail="Redis session lost: its claims are gone"))
+            self.view.notify()
+        elif change == "renewed":
+            self._spawn(self._restore_entities())
+
+    async def _restore_entities(self) -> None:
+        for name, metadata in list(self._entities.items()):
+            try:
+                await self.client.call("register", "", self.session.id, name, metadata)
+            except Exception:
+                logger.exception("could not restore entity %s on %s", name, self.url)
+
+    async def _call(self, op: str, nonce: str, *args: str | bytes | int) -> tuple[str, list[Any]]:
+        try:
+            status, data, events = await self.client.call(op, nonce, *args)
+        except BackendUnavailable:
+            if not self._open:
+                raise BoardClosed(f"board {self.url} closed during {op}") from None
+            raise
+        self.view.local(events)
+        return status, data
+
+    # -- posting -------------------------------------------------------------
+
+    async def post(
+        self, name: str, details: Mapping[str, Any] | None = None, *,
+        priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
+        max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
+    ) -> Job:
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
+        return await post_prepared(self._call, posting, raw, self.options.nonce_ms)
+
+    async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
+        return await post_batch(self._call, self._check_batch(jobs), self.options.nonce_ms)
+
+    # -- reading -------------------------------------------------------------
+
+    def _key(self, *parts: str) -> str:
+        return self.options.prefix + ":".join(parts)
+
+    async def _jobs(self, ids: Sequence[str], *, only_unclaimed: bool = False) -> list[Job]:
+        """The jobs among ``ids`` still on the board; malformed ones are reported and set aside."""
+        found: list[Job] = []
+        for start in range(0, len(ids), READ_BATCH):
+            batch = ids[start:start + READ_BATCH]
+            rows = await self.client.pipeline([("HMGET", self._key("job", job), "p", "att", "nb", "st")
+                                               for job in batch], errors_in_place=True)
+            for job, row in zip(batch, rows, strict=True):
+                if isinstance(row, list) and (row[3] is None or (only_unclaimed and row[3] not in CLAIMABLE)):
+                    continue
+                try:
+                    if not isinstance(row, list):  # not a hash: a foreign key under the board's prefix
+                        raise MalformedEntry(str(row))
+                    found.append(job_of(job, *row[:3]))
+                except MalformedEntry:
+                    await self._set_aside(job)
+        return found
+
+    async def _set_aside(self, job: str) -> None:
+        """Report a malformed entry and move it out of the board's indexes (it is kept)."""
+        await self._call("quarantine", "", job)
+        if job not in self._reported:
+            self._reported.add(job)
+            logger.warning("skipping malformed entry %s on %s", job, self.url)
+            self.hub.publish(Event(EventKind.MALFORMED, job, "not a valid posting"))
+
+    async def get(self, job: JobRef) -> Job:
+        found = job_id_of(job)
+        jobs = await self._jobs([found])
+        if not jobs:
+            raise JobNotFound(f"job {found} is not on the board")
+        return jobs[0]
+
+    async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
+        ids = [text(job) for job in await self.client.command("ZRANGE", self._key("all"), 0, -1)]
+        for start in range(0, len(ids), READ_BATCH):
+            for job in await self._jobs(ids[start:start + READ_BATCH], only_unclaimed=only_unclaimed):
+                yield job
+
+    async def state(self, job: JobRef) -> JobState:
+        return await job_state(self.client, job_id_of(job))
+
+    async def owner(self, job: JobRef) -> str | None:
+        state, owner = await self.client.command("HMGET", self._key("job", job_id_of(job)), "st", "owner")
+        return text(owner) if state == b"c" and owner else None
+
+    async def job_count(self) -> int:
+        return int(await self.client.command("ZCARD", self._key("all")))
+
+    async def trashed(self) -> AsyncIterator[TrashedJob]:
+        ids = [text(job) for job in await self.client.command("ZRANGE", self._key("trash"), 0, -1)]
+        for start in range(0, len(ids), READ_BATCH):
+            batch = ids[start:start + READ_BATCH]
+            rows = await self.client.pipeline([("HMGET", self._key("tr", job), "p", "att", "reason", "at")
+                                               for job in batch])
+            for job, (raw, attempts, reason, at) in zip(batch, rows, strict=True):
+                try:
+                    item = TrashedJob(job_of(job, raw, attempts, None), text(reason or b""),
+                                      float(at or 0) / 1000)
+                except (MalformedEntry, ValueError):
+                    self.hub.publish(Event(EventKind.MALFORMED, job, "not a valid trashed posting"))
+                    continue
+                yield item
+
+    # -- claiming ------------------------------------------------------------
+
+    def _claim_of(self, owner: str, data: list[Any]) -> Claim:
+        """:raises MalformedEntry: the claimed job's posting is not valid."""
+        job_id, raw, attempts, generation, results = text(data[0]), data[1], data[2], int(data[3]), data[4]
+        posting = posting_of(raw, attempts, None)
+        job = posting.to_job(job_id, sequence_of(job_id))
+        self._claims[job_id] = (generation, self.session.id)
+        return Claim(job, owner, generation, dependency_results(posting, list(results)))
+
+    async def claim(self, job: JobRef, owner: str) -> Claim:
+        found, owner = job_id_of(job), check_owner(owner)
+        self._ensure_open()
+        status, data = await self._call("claim", self._nonce(), found, owner, self.session.id,
+                                        self._retention_ms)
+        if status == "ok":
+            try:
+                return self._claim_of(owner, data)
+            except MalformedEntry:
+                await self._set_aside(found)
+                raise JobNotFound(f"job {found} is not a valid posting (set aside)") from None
+        if status == "nosession":
+            raise BackendUnavailable("this board's Redis session is being renewed; retry")
+        raise claim_refused(status, found, data)
+
+    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
+        owner = check_owner(owner)
+        self._ensure_open()
+        if names is not None and not names:
+            return None
+        wanted = sorted(names) if names is not None else []
+        for _ in range(100):
+            status, data = await self._call("claim_next", self._nonce(), owner, self.session.id,
+                                            self._retention_ms, *wanted)
+            if status == "nosession":
+                raise BackendUnavailable("this board's Redis session is being renewed; retry")
+            if status == "none":
+                return None
+            if status != "ok":
+                continue  # a replayed claim whose job has moved on since: try again
+            try:
+                return self._claim_of(owner, data)
+            except MalformedEntry:
+                await self._set_aside(text(data[0]))
+        return None
+
+    async def watch_claim(self, claim: Claim) -> str:
+        job = claim.job.id
+        while True:
+            if not self._open:
+                return "board closed"
+            signal = self.view.job_signal(job)
+            mine = self._claims.get(job)
+            if mine is not None and mine[0] == claim.generation and (
+                    mine[1] != self.session.id or self.session.fenced):
+                return "session expired"
+            try:
+                reason = await claim_status(self.client, job, claim.generation)
+            except BoardClosed:
+                return "board closed"
+            except BackendUnavailable:  # fenced by the watchdog if it lasts
+                with anyio.move_on_after(0.1):
+                    await signal.wait()
+                continue
+            if reason is not None:
+                return reason
+            await signal.wait()
+
+    # -- settling ------------------------------------------------------------
+
+    async def _settle(self, op: str, claim: Claim, *args: str | bytes | int) -> None:
+        self._ensure_open()
+        job = claim.job.id
+        status, _ = await self._call(op, self._nonce(), job, str(claim.generation), claim.owner, *args)
+        if status != "ok":
+            raise settle_refused(status, job, claim.owner)
+        self._forget(claim)
+
+    def _nonce(self) -> str:
+        return f"{uuid.uuid4().hex}:{self.options.nonce_ms}"
+
+    def _forget(self, claim: Claim) -> None:
+        if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
+            del self._claims[claim.job.id]
+
+    async def consume(self, claim: Claim, result: Any = None) -> None:
+        await self._settle("consume", claim, self._result(claim, result), self._retention_ms)
+
+    def _result(self, claim: Claim, result: Any) -> bytes:
+        raw = encode_value(result, what="result")
+        check_size(claim.job.name, raw, self.max_posting_bytes)
+        return raw
+
+    async def consume_and_claim_next(
+        self, claim: Claim, result: Any = None, *, names: Collection[str] | None = None,
+    ) -> Claim | None:
+        raw = self._result(claim, result)  # consume, then claim_next: one script call
+        if names is not None and not names:
+            await self.consume(claim, result)
+            return None
+        wanted = sorted(names) if names is not None else []
+        status, data = await self._call(
+            "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, raw,
+            self._retention_ms, self.session.id, self._nonce(), *wanted)
+        if status in ("lost", "owner"):
+            raise settle_refused(status, claim.job.id, claim.owner)
+        self._forget(claim)
+        if status == "ok":
+            try:
+                return self._claim_of(claim.owner, data)
+            except MalformedEntry:
+                await self._set_aside(text(data[0]))
+        return None if status == "none" else await self.claim_next(claim.owner, names=names)
+
+    async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
+        if retry_after is not None and (not isinstance(retry_after, int | float) or not retry_after >= 0
+                                        or math.isinf(retry_after)):
+            raise InvalidJob(f"retry_after must be a finite number of seconds >= 0, not {retry_after!r}")
+        await self._settle("abandon", claim, math.ceil((retry_after or 0) * 1000))
+
+    async def trash(self, claim: Claim, reason: str) -> None:
+        await self._settle("trash", claim, str(reason), self._retention_ms)
+
+    async def cancel(self, job: JobRef, reason: str) -> None:
+        found = job_id_of(job)
+        status, data = await self._call("cancel", self._nonce(), found, str(reason), self._retention_ms)
+        if status != "ok":
+            raise claim_refused(status, found, data)
+
+    # -- waiting -------------------------------------------------------------
+
+    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
+        wanted = sorted(names) if names is not None else []
+        while True:
+            self._ensure_open()
+            signal, wait_ms = self.view.board_signal(), -1
+            if names is None or names:
+                _, (wait_ms, ids, rows) = await self._call("peek", "", PEEK_LIMIT, *wanted)
+                jobs, malformed = jobs_of(ids, rows)
+                for job_id in malformed:
+                    await self._set_aside(job_id)
+                if jobs:
+                    return jobs
+            with anyio.move_on_after(math.inf if int(wait_ms) < 0 else int(wait_ms) / 1000 + 0.001):
+                await signal.wait()
+
+    async def wait_for_completion(self, job: JobRef) -> Outcome:
+        found = job_id_of(job)
+        while True:
+            self._ensure_open()
+            signal = self.view.job_signal(found)
+            outcome = await completion(self.client, found)
+            if outcome is not None:
+                return outcome
+            await signal.wait()
+
+    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
+        self._ensure_open()
+        return self.hub.subscribe(maxlen)
+
+    # -- entities ------------------------------------------------------------
+
+    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidJob(f"entity name must be a non-empty string, not {name!r}")
+        raw = encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
+        self._ensure_open()
+        self._entities[name] = raw
+        await self._call("register", "", self.session.id, name, raw)
+
+    async def unregister_entity(self, name: str) -> None:
+        self._entities.pop(name, None)
+        await self._call("unregister", "", self.session.id, name)
+
+    async def entities(self) -> list[Entity]:
+        return entities_of(await self.client.command("HGETALL", self._key("ents")))

@@ -1,0 +1,97 @@
+"""``redis://[user:password@]host:port/db/<board-root>?option=value`` (``rediss://`` for TLS)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from jobboard.errors import InvalidURL
+from jobboard.url import non_negative_float, parse_options, parse_url, positive_float, positive_int
+
+DEFAULT_ROOT = "jobboard"
+DEFAULT_PORT = 6379
+
+
+@dataclass(frozen=True, slots=True)
+class RedisOptions:
+    """Typed options of a redis:// board URL."""
+
+    host: str
+    port: int = DEFAULT_PORT
+    db: int = 0
+    root: str = DEFAULT_ROOT
+    tls: bool = False
+    session_timeout: float = 10.0
+    """Seconds without an acknowledged heartbeat after which this board's claims are released."""
+    connect_timeout: float | None = None
+    """Seconds an operation keeps retrying a lost connection before BackendUnavailable
+    (default: the session timeout)."""
+    max_attempts: int | None = None
+    key_retention: float = 86400.0
+    max_posting_bytes: int = 1024 * 1024
+    sentinels: tuple[tuple[str, int], ...] = ()
+    """With ``sentinel=<service>``: the Sentinels (the URL's hosts) that name the primary."""
+    sentinel: str | None = None
+    durability: str = "default"
+    """``strict``: refuse a server without ``appendfsync always``; wait for a replica (``WAIT``)."""
+    username: str | None = None
+    password: str | None = None
+
+    @property
+    def prefix(self) -> str:
+        """Every key of the board starts with this; the braces make it one Cluster hash slot."""
+        return f"jb:{{{self.root}}}:"
+
+    @property
+    def retry_window(self) -> float:
+        return self.connect_timeout or self.session_timeout
+
+    @property
+    def nonce_ms(self) -> int:
+        """How long the server remembers an applied write: twice the retry window, plus 10 s."""
+        return int((2 * self.retry_window + 10) * 1000)
+
+
+def durability(text: str) -> str:
+    if text not in ("default", "strict"):
+        raise ValueError("must be default or strict")
+    return text
+
+
+CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "durability": durability, "sentinel": str,
+    "session_timeout": positive_float, "connect_timeout": positive_float, "max_attempts": positive_int,
+    "key_retention": non_negative_float, "max_posting_bytes": positive_int,
+}
+
+
+def parse_redis_url(url: str) -> RedisOptions:
+    """:raises InvalidURL: no host or several, a bad port or database, an unknown option."""
+    parsed = parse_url(url)
+    if not parsed.hosts or (len(parsed.hosts) > 1 and "sentinel" not in parsed.query):
+        raise InvalidURL(f"{url!r} must name one Redis host (redis://host:6379/0/board), or Sentinels "
+                         f"with ?sentinel=<service>")
+    hosts = tuple(_host_port(host, url) for host in parsed.hosts)
+    host, port = hosts[0]
+    db_text, _, root = parsed.path.strip("/").partition("/")
+    if db_text and not db_text.isdigit():
+        raise InvalidURL(f"bad database {db_text!r} in {url!r} (redis://host:port/<db>/<board-root>)")
+    root = root.strip("/") or DEFAULT_ROOT
+    if "{" in root or "}" in root:
+        raise InvalidURL(f"board root {root!r} of {url!r} may not contain braces")
+    options = parse_options(parsed, CONVERTERS)
+    if "sentinel" in options:
+        options["sentinels"] = hosts
+    return RedisOptions(host=host, port=port, db=int(db_text or 0), root=root,
+                        tls=parsed.scheme == "rediss", username=parsed.username, password=parsed.password,
+                        **options)
+
+
+def _host_port(text: str, url: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host:
+        host, port = port, str(DEFAULT_PORT)
+    if not port.isdigit():
+        raise InvalidURL(f"bad port in {text!r} of {url!r}")
+    return host, int(port)

@@ -1,0 +1,75 @@
+"""Posting: one script call per job, exactly once (the posting's token is the call's nonce)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from jobboard.codec import Posting
+from jobboard.errors import InvalidJob, UnknownOutcome
+from jobboard.job import Job
+from jobboard_redis.client import RetryExhausted
+from jobboard_redis.records import job_of, sequence_of, text
+
+Call = Callable[..., Awaitable[tuple[str, list[Any]]]]
+
+
+BATCH = 500
+"""Posts per script call in ``post_many`` (the server runs nothing else during a call)."""
+
+
+def _arguments(posting: Posting, raw: bytes) -> list[Any]:
+    maxa = "" if posting.max_attempts is None else str(posting.max_attempts)
+    return [posting.priority.rank, posting.name, raw, maxa, "1" if posting.keep_result else "0",
+            posting.key or "", *posting.depends_on]
+
+
+def _job(posting: Posting, status: str, data: list[Any]) -> Job:
+    if status == "nodep":
+        raise InvalidJob(f"job {posting.name!r}: dependency {text(data[0])} is not on the board")
+    if status == "keyed":
+        return job_of(text(data[0]), data[1], data[2], data[3])
+    job_id = text(data[0])
+    return posting.to_job(job_id, sequence_of(job_id))
+
+
+async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]], nonce_ms: int) -> list[Job]:
+    """Write checked postings, :data:`BATCH` per script call; each post is atomic and exactly once
+    on its own (its token is its nonce), the batch is not: a missing dependency stops it there
+    (the jobs before it are posted).
+
+    :raises InvalidJob, UnknownOutcome, BackendUnavailable: as :func:`post_prepared`.
+    """
+    jobs: list[Job] = []
+    for start in range(0, len(prepared), BATCH):
+        chunk = prepared[start:start + BATCH]
+        flat: list[Any] = []
+        for posting, raw in chunk:
+            arguments = _arguments(posting, raw)
+            flat += [len(arguments) + 1, f"{posting.token}:{nonce_ms}", *arguments]
+        try:
+            _, replies = await call("post_many", "", *flat)
+        except RetryExhausted as error:
+            if any(posting.key is None for posting, _ in chunk):
+                raise UnknownOutcome(f"post_many: Redis was unreachable and whether the jobs were written "
+                                     f"cannot be told ({error}); post with keys to retry safely") from error
+            raise
+        jobs += [_job(posting, text(status), list(data)) for (posting, _), (status, data) in zip(chunk, replies, strict=False)]
+    return jobs
+
+
+async def post_prepared(call: Call, posting: Posting, raw: bytes, nonce_ms: int) -> Job:
+    """Write one checked posting with ``call`` (the board's script call).
+
+    :raises InvalidJob: a dependency is not on the board (nothing written).
+    :raises UnknownOutcome: without a key, Redis stayed unreachable for the retry window.
+    :raises BackendUnavailable: with a key, the same (posting again with the key is safe).
+    """
+    try:
+        status, data = await call("post", f"{posting.token}:{nonce_ms}", *_arguments(posting, raw))
+    except RetryExhausted as error:
+        if posting.key is not None:
+            raise
+        raise UnknownOutcome(f"post of {posting.name!r}: Redis was unreachable and whether the job was "
+                             f"written cannot be told ({error}); post with a key to retry safely") from error
+    return _job(posting, status, data)

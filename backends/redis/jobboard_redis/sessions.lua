@@ -1,0 +1,64 @@
+-- jobboard redis://, continued from board.lua (one script): sessions, entities, the dispatch.
+
+-- Release a dead (or closing) session: its claims go back on the board, its entities vanish.
+local function reap(sess, why)
+  for _, id in ipairs(redis.call('SMEMBERS', P .. 'claims:' .. sess)) do
+    local j = get(id)
+    if j and j.st == 'c' and j.sess == sess then
+      redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '')
+      ready_add(j)
+      ev('released', id, why .. ' (owner ' .. j.owner .. ')')
+    end
+  end
+  redis.call('DEL', P .. 'claims:' .. sess)
+  for _, name in ipairs(redis.call('SMEMBERS', P .. 'sents:' .. sess)) do
+    if redis.call('HGET', P .. 'eown', name) == sess then
+      redis.call('HDEL', P .. 'ents', name)
+      redis.call('HDEL', P .. 'eown', name)
+    end
+  end
+  redis.call('DEL', P .. 'sents:' .. sess)
+  redis.call('ZREM', P .. 'sessions', sess)
+end
+
+local function reap_expired()
+  for _, sess in ipairs(redis.call('ZRANGEBYSCORE', P .. 'sessions', '-inf', '(' .. NOW, 'LIMIT', 0, 10)) do
+    reap(sess, 'session expired')
+  end
+  local first = redis.call('ZRANGE', P .. 'sessions', 0, 0, 'WITHSCORES')
+  if #first == 0 then return -1 end
+  return math.max(0, tonumber(first[2]) - NOW)
+end
+
+function ops.open(sess, timeout_ms) redis.call('ZADD', P .. 'sessions', NOW + tonumber(timeout_ms), sess) return reply('ok', {NOW}) end
+
+function ops.beat(sess, timeout_ms)
+  local alive = session_alive(sess)
+  local next_ms = reap_expired()
+  if not alive then return reply('expired', {next_ms}) end
+  redis.call('ZADD', P .. 'sessions', 'XX', NOW + tonumber(timeout_ms), sess)
+  return reply('ok', {reap_expired()})
+end
+
+function ops.close(sess) reap(sess, 'board closed') return reply('ok') end
+
+function ops.register(sess, name, metadata)
+  if not session_alive(sess) then return reply('nosession') end
+  redis.call('HSET', P .. 'ents', name, metadata)
+  redis.call('HSET', P .. 'eown', name, sess)
+  redis.call('SADD', P .. 'sents:' .. sess, name)
+  return reply('ok')
+end
+
+function ops.unregister(sess, name)
+  if redis.call('HGET', P .. 'eown', name) == sess then
+    redis.call('HDEL', P .. 'ents', name)
+    redis.call('HDEL', P .. 'eown', name)
+    redis.call('SREM', P .. 'sents:' .. sess, name)
+  end
+  return reply('ok')
+end
+
+local op = ops[OP]
+if not op then return redis.error_reply('jobboard: unknown operation ' .. tostring(OP)) end
+return op(unpack(ARGV, 3))

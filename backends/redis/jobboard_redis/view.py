@@ -1,0 +1,140 @@
+"""The board's event stream: one blocking ``XREAD`` loop, resumed from the last id after a reconnect.
+
+Events of this board's own writes are published as soon as their script
+answers (the script returns the stream ids it added); the reader skips them
+when they come round, and publishes every other board's events. Waiters
+(``wait``, ``watch_claim``, ``wait_for_completion``) sleep on per-job or
+board-wide signals that the events set.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+
+import anyio
+
+from jobboard.errors import BackendUnavailable
+from jobboard.events import Event, EventKind
+from jobboard_redis.client import RedisClient
+
+logger = logging.getLogger(__name__)
+
+KINDS = {"posted": EventKind.POSTED, "claimed": EventKind.CLAIMED, "released": EventKind.RELEASED,
+         "ready": EventKind.READY, "consumed": EventKind.CONSUMED, "trashed": EventKind.TRASHED}
+BLOCK_MS = 1000
+REMEMBERED = 20000
+
+
+def _text(value: object) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class BoardView:
+    """Publishes the board's events and wakes whoever waits for them."""
+
+    def __init__(self, client: RedisClient, publish: Callable[[Event], None]) -> None:
+        self.client = client
+        self.publish = publish
+        self.last_id = "0-0"
+        self._board_changed = anyio.Event()
+        self._jobs: dict[str, anyio.Event] = {}
+        self._own: set[str] = set()
+        self._streamed: OrderedDict[str, None] = OrderedDict()
+        self.connected = True
+        self.stopped = False
+
+    async def start(self) -> None:
+        self.last_id = await self.client.last_event_id()
+
+    # -- signals ------------------------------------------------------------
+
+    def notify(self, job: str | None = None) -> None:
+        """Wake waiters of ``job`` (every waiter when ``None``) and of the board."""
+        if job is None:
+            for event in self._jobs.values():
+                event.set()
+            self._jobs.clear()
+        elif (waiting := self._jobs.pop(job, None)) is not None:
+            waiting.set()
+        self._board_changed.set()
+        self._board_changed = anyio.Event()
+
+    def job_signal(self, job: str) -> anyio.Event:
+        """An event set at the next change of ``job`` (take it before checking the job)."""
+        if (event := self._jobs.get(job)) is None:
+            event = self._jobs[job] = anyio.Event()
+        return event
+
+    def board_signal(self) -> anyio.Event:
+        """An event set at the next change of the board."""
+        return self._board_changed
+
+    # -- events ------------------------------------------------------------
+
+    def local(self, events: Sequence[object]) -> None:
+        """Publish the events a script of this board reported (flat: id, kind, job, detail, ...)."""
+        for index in range(0, len(events) - 3, 4):
+            entry_id = _text(events[index])
+            if entry_id in self._streamed:
+                del self._streamed[entry_id]
+            else:
+                self._own.add(entry_id)
+                self._emit(_text(events[index + 1]), _text(events[index + 2]), _text(events[index + 3]))
+
+    def _emit(self, kind: str, job: str, detail: str) -> None:
+        mapped = KINDS.get(kind)
+        if mapped is not None:
+            self.publish(Event(mapped, job or None, detail))
+        self.notify(job or None)
+
+    async def run(self) -> None:
+        """Read the stream until cancelled or stopped; reconnects resume from the last id."""
+        while not self.stopped:
+            try:
+                entries = await self.client.read_events(self.last_id, BLOCK_MS)
+            except BackendUnavailable as error:
+                if self.connected:
+                    self.connected = False
+                    self.publish(Event(EventKind.SUSPENDED, detail=f"Redis connection lost: {error}"))
+                await anyio.sleep(0.1)
+                continue
+            if not self.connected:
+                self.connected = True
+                self.publish(Event(EventKind.RECONNECTED, detail="Redis connection back"))
+                await self._report_trimmed()
+                self.notify()
+            for entry_id, fields in entries:
+                self.last_id = entry_id
+                self._streamed_entry(entry_id, fields)
+
+    async def _report_trimmed(self) -> None:
+        """After a reconnect: tell readers if the stream was trimmed past the last id read."""
+        try:
+            first = await self.client.first_event_id()
+        except BackendUnavailable:
+            return
+        if first is not None and _older(self.last_id, first):
+            self.publish(Event(EventKind.DROPPED, detail="board events were trimmed while disconnected; "
+                                                         "re-read the board"))
+
+    def _streamed_entry(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
+        if entry_id in self._own:
+            self._own.discard(entry_id)
+            return
+        self._streamed[entry_id] = None
+        if len(self._streamed) > REMEMBERED:
+            self._streamed.popitem(last=False)
+        self._emit(_text(fields.get(b"k", b"")), _text(fields.get(b"j", b"")), _text(fields.get(b"d", b"")))
+
+
+def _older(entry_id: str, than: str) -> bool:
+    """Whether stream id ``entry_id`` comes before ``than`` (``0-0`` counts as the start)."""
+    if entry_id == "0-0":
+        return False
+    return _parts(entry_id) < _parts(than)
+
+
+def _parts(entry_id: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in entry_id.split("-"))

@@ -1,0 +1,84 @@
+"""Batched and fused rates of a board: posts (one by one, 16 in flight, and ``post_many``), the
+claim -> consume cycle with ``consume`` then ``claim_next``, and with ``consume_and_claim_next``.
+
+    python -m benchmarks.batches --url redis://127.0.0.1:6379/0/bench [--jobs 4000] [--workers 16]
+
+Prints one JSON line (medians of --repeat runs, each on a fresh board).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+from benchmarks.cycle import run_url
+from jobboard import JobBoard, NewJob, open_board
+
+
+async def posts(board: JobBoard, jobs: int, workers: int) -> float:
+    started = time.perf_counter()
+    per_worker = jobs // workers
+
+    async def post() -> None:
+        for _ in range(per_worker):
+            await board.post("j", {"n": 1})
+
+    await asyncio.gather(*(post() for _ in range(workers)))
+    return per_worker * workers / (time.perf_counter() - started)
+
+
+async def posts_many(board: JobBoard, jobs: int, batch: int) -> float:
+    started = time.perf_counter()
+    for _ in range(jobs // batch):
+        await board.post_many([NewJob("j", {"n": 1})] * batch)
+    return (jobs // batch) * batch / (time.perf_counter() - started)
+
+
+async def cycles(board: JobBoard, workers: int, *, fused: bool) -> float:
+    done = 0
+    started = time.perf_counter()
+
+    async def work(owner: str) -> None:
+        nonlocal done
+        claim = await board.claim_next(owner)
+        while claim is not None:
+            done += 1
+            if fused:
+                claim = await board.consume_and_claim_next(claim, None)
+            else:
+                await board.consume(claim, None)
+                claim = await board.claim_next(owner)
+
+    await asyncio.gather(*(work(f"w{index}") for index in range(workers)))
+    return done / (time.perf_counter() - started)
+
+
+async def one_run(url: str, jobs: int, workers: int, batch: int) -> dict[str, float]:
+    found: dict[str, float] = {}
+    async with open_board(run_url(url)) as board:
+        found["posts_per_s"] = await posts(board, jobs, workers)
+        found["cycles_per_s"] = await cycles(board, workers, fused=False)
+        found["post_many_per_s"] = await posts_many(board, jobs, batch)
+        found["fused_cycles_per_s"] = await cycles(board, workers, fused=True)
+    return {key: round(value) for key, value in found.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--jobs", type=int, default=4000)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    runs = [asyncio.run(one_run(args.url, args.jobs, args.workers, args.batch)) for _ in range(args.repeat)]
+    median: dict[str, Any] = {key: sorted(run[key] for run in runs)[len(runs) // 2] for key in runs[0]}
+    print(json.dumps({"bench": "batches", "url": args.url.partition("?")[0], "jobs": args.jobs,
+                      "workers": args.workers, "batch": args.batch, "runs": runs, "median": median}))
+
+
+if __name__ == "__main__":
+    main()

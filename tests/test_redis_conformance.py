@@ -1,0 +1,28 @@
+"""The conformance suite on redis://, against a real server."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from jobboard.board import JobBoard
+from jobboard.testing import JobBoardConformance
+from jobboard_redis import RedisBoard
+
+
+class TestRedisConformance(JobBoardConformance):
+    time_limit = 20.0
+
+    @pytest.fixture
+    def board_url(self, redis_url: str) -> str:
+        return f"{redis_url}/0/conformance-{uuid.uuid4().hex}?session_timeout=4"
+
+    async def inject_malformed(self, board: JobBoard) -> None:
+        """A job hash written by another tool: indexed like a job, its posting is not one."""
+        assert isinstance(board, RedisBoard)
+        prefix = board.options.prefix
+        await board.client.command("HSET", f"{prefix}job:999999", "p", b"\x93written by another tool",
+                                   "name", "x", "sc", "1", "st", "u", "gen", "0", "att", "0")
+        for index in ("all", "ready", "rn:x"):
+            await board.client.command("ZADD", f"{prefix}{index}", "1", "999999")
