@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobboard.cli import main
+from jobboard.launch import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -14,10 +14,10 @@ from typing import Any, cast
 
 from jobboard import logs
 from jobboard.board import JobBoard
+from jobboard.early_signals import catch_early_signals
 from jobboard.handlers import Handler
 from jobboard.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from jobboard.worker import Worker, WorkerConfig, default_owner
-from jobboard.worker_support import catch_early_signals
 
 
 class CommandError(Exception):

@@ -106,7 +106,7 @@ class Worker:
 
         Runs the ``on_startup`` hooks first and the ``on_shutdown`` hooks last
         (also when the worker fails). A signal caught by
-        :func:`~jobboard.worker_support.catch_early_signals` before this stops
+        :func:`~jobboard.early_signals.catch_early_signals` before this stops
         the worker at once.
 
         :raises BoardClosed: the board was closed under the worker.

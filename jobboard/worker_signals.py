@@ -1,6 +1,6 @@
 """How a running worker hears SIGTERM/SIGINT.
 
-In a process that called :func:`~jobboard.worker_support.catch_early_signals`
+In a process that called :func:`~jobboard.early_signals.catch_early_signals`
 (``jobboard worker`` does), that handler stays in place for the process's whole
 life and wakes the worker; there is no moment with the default action (death).
 Otherwise anyio's signal receiver is used while the worker runs.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 import anyio
 import anyio.abc
 
-from jobboard.worker_support import EARLY_SIGNALS, SIGNAL_WAKERS, catching_early_signals
+from jobboard.early_signals import EARLY_SIGNALS, SIGNAL_WAKERS, catching_early_signals
 
 
 async def listen_for_signals(
@@ -32,7 +32,7 @@ async def listen_for_signals(
 
 
 async def _recorded_signals(on_signal: Callable[[int], None], task_status: anyio.abc.TaskStatus[None]) -> None:
-    """Hear signals through :func:`~jobboard.worker_support.catch_early_signals`' handler."""
+    """Hear signals through :func:`~jobboard.early_signals.catch_early_signals`' handler."""
     loop = asyncio.get_running_loop()
     arrived = [anyio.Event()]
 

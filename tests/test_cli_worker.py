@@ -156,3 +156,30 @@ async def test_cancel_command_stops_a_running_job(zk_hosts: str) -> None:
     assert (outcome.state, outcome.reason) == (JobState.TRASHED, "enough")
     assert "state:" in shown.stdout and "trashed" in shown.stdout and "enough" in shown.stdout
     assert b"cancelled sleep" in err and child.returncode == 0
+
+
+PROBE = """
+import signal, sys
+import jobboard.launch
+heavy = sorted(m for m in ("jobboard.cli", "jobboard.board", "anyio", "asyncio", "msgpack") if m in sys.modules)
+print("heavy after importing the entry point:", heavy)
+
+class Probe:
+    def find_spec(self, name, path, target=None):
+        if name == "jobboard.cli":
+            print("SIGTERM caught when jobboard.cli is imported:", signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL)
+        return None
+
+sys.meta_path.insert(0, Probe())
+sys.argv = ["jobboard", "worker", "--help"]
+jobboard.launch.main()
+"""
+
+
+def test_jobboard_worker_catches_sigterm_before_its_heavy_imports() -> None:
+    """Bug 4's last window: the ~0.15 s of imports before the worker's handler was installed.
+    The entry point is cheap to import and installs it before importing the command line."""
+    probe = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=30, check=False)
+    assert probe.returncode == 0, probe.stderr
+    assert "heavy after importing the entry point: []" in probe.stdout
+    assert "SIGTERM caught when jobboard.cli is imported: True" in probe.stdout

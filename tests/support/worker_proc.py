@@ -16,9 +16,9 @@ from pathlib import Path
 import anyio
 
 from jobboard import open_board
+from jobboard.early_signals import catch_early_signals
 from jobboard.handlers import Handlers, JobContext
 from jobboard.worker import Worker, WorkerConfig
-from jobboard.worker_support import catch_early_signals
 
 handlers = Handlers()
 
