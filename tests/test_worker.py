@@ -1,4 +1,4 @@
-"""The worker on memory:// and on a real ZooKeeper: outcomes, retries, shutdown, idling, leases."""
+"""The worker on memory://, a real ZooKeeper and a real Redis: outcomes, retries, shutdown, idling, leases."""
 
 from __future__ import annotations
 
@@ -19,10 +19,12 @@ from jobboard.worker import Worker, WorkerConfig
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(params=["memory", "zookeeper"])
+@pytest.fixture(params=["memory", "zookeeper", "redis"])
 def board_url(request: pytest.FixtureRequest) -> str:
     if request.param == "memory":
         return f"memory://worker-{uuid.uuid4().hex}"
+    if request.param == "redis":
+        return f"{request.getfixturevalue('redis_url')}/0/worker-{uuid.uuid4().hex}?session_timeout=4"
     hosts = request.getfixturevalue("zk_hosts")
     return f"zookeeper://{hosts}/worker/{uuid.uuid4().hex}?session_timeout=4"
 

@@ -1,4 +1,4 @@
-"""Worker features on memory:// and ZooKeeper: policies, timeouts, cancel, hooks, middleware, sync handlers, burst."""
+"""Worker features on memory://, ZooKeeper and Redis: policies, timeouts, cancel, hooks, middleware, sync handlers, burst."""
 
 from __future__ import annotations
 
@@ -20,10 +20,12 @@ pytestmark = pytest.mark.timeout(60)
 FAST = RetryPolicy(max_attempts=3, initial_delay=0.01, jitter=0)
 
 
-@pytest.fixture(params=["memory", "zookeeper"])
+@pytest.fixture(params=["memory", "zookeeper", "redis"])
 def board_url(request: pytest.FixtureRequest) -> str:
     if request.param == "memory":
         return f"memory://features-{uuid.uuid4().hex}"
+    if request.param == "redis":
+        return f"{request.getfixturevalue('redis_url')}/0/features-{uuid.uuid4().hex}?session_timeout=4"
     hosts = request.getfixturevalue("zk_hosts")
     return f"zookeeper://{hosts}/features/{uuid.uuid4().hex}?session_timeout=4"
 

@@ -9,7 +9,8 @@ local T = redis.call('TIME')
 local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
 local EV = {}
 local MAXLEN = 100000
-local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep'}
+-- 'err': the last failed attempt's error (msgpack; absent until an abandon or trash with one).
+local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err'}
 
 local function ev(kind, job, detail, gen)
   local id = redis.call('XADD', P .. 'ev', 'MAXLEN', '~', MAXLEN, '*', 'k', kind, 'j', job or '',
@@ -100,8 +101,8 @@ local function session_alive(sess)
 end
 
 local function claim_data(id)
-  local f = redis.call('HMGET', jk(id), 'p', 'att', 'gen')
-  return {id, f[1], f[2], f[3], redis.call('HGETALL', P .. 'res:' .. id)}
+  local f = redis.call('HMGET', jk(id), 'p', 'att', 'gen', 'err')
+  return {id, f[1], f[2], f[3], redis.call('HGETALL', P .. 'res:' .. id), f[4] or ''}
 end
 
 local function do_claim(j, owner, sess)
@@ -161,8 +162,8 @@ function ops.post(rank, name, posting, maxa, keep, key, ...)
     local id = redis.call('GET', P .. 'k:' .. key)
     if id then
       for _, record in ipairs({jk(id), P .. 'gone:' .. id, P .. 'tr:' .. id}) do
-        local f = redis.call('HMGET', record, 'p', 'att', 'nb')
-        if f[1] then return reply('keyed', {id, f[1], f[2], f[3]}) end
+        local f = redis.call('HMGET', record, 'p', 'att', 'nb', 'err')
+        if f[1] then return reply('keyed', {id, f[1], f[2], f[3] or '', f[4] or ''}) end
       end
     end
   end
@@ -277,10 +278,12 @@ function ops.consume(id, gen, owner, result, retention)
   return reply('ok')
 end
 
-function ops.abandon(id, gen, owner, retry_ms)
+-- err: the attempt's error, kept with the job ('' keeps the previous one).
+function ops.abandon(id, gen, owner, retry_ms, err)
   if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
+  if err and err ~= '' then redis.call('HSET', jk(id), 'err', err) end
   redis.call('SREM', P .. 'claims:' .. j.sess, id)
   local delay = tonumber(retry_ms)
   if delay > 0 then
@@ -295,20 +298,22 @@ function ops.abandon(id, gen, owner, retry_ms)
   return reply('ok')
 end
 
-function ops.trash(id, gen, owner, reason, retention)
+function ops.trash(id, gen, owner, reason, retention, err)
   if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
+  if err and err ~= '' then redis.call('HSET', jk(id), 'err', err) end  -- the trash entry keeps it
   to_trash(j, reason, tonumber(retention))
   done('1')
   return reply('ok')
 end
 
+-- Whoever holds the job: a claim is revoked in the same write (the job hash, its generation with it,
+-- leaves the board: the owner's settle finds no claim; its watch_claim wakes on the 'trashed' event).
 function ops.cancel(id, reason, retention)
   if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j = get(id)
   if not j then return reply('notfound') end
-  if j.st == 'c' then return reply('claimed', {j.owner}) end
   to_trash(j, reason, tonumber(retention))
   done('1')
   return reply('ok')
@@ -346,7 +351,7 @@ function ops.peek(limit, ...)
   end
   local rows = {}
   for i, id in ipairs(found) do
-    local row = redis.pcall('HMGET', jk(id), 'p', 'att', 'nb')
+    local row = redis.pcall('HMGET', jk(id), 'p', 'att', 'nb', 'err')
     rows[i] = (type(row) == 'table' and not row.err) and row or {}
   end
   return reply('ok', {wait_ms, found, rows})

@@ -19,14 +19,16 @@ from jobboard.board import JobBoard, JobRef, NewJob, check_owner, job_id_of
 from jobboard.codec import MalformedEntry, check_size, encode_value
 from jobboard.errors import BackendUnavailable, BoardClosed, InvalidJob, JobBoardError, JobNotFound
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
 from jobboard_redis.client import RedisClient
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
 from jobboard_redis.reads import claim_status, completion, job_state
 from jobboard_redis.records import (
     claim_refused,
+    delay_ms,
     dependency_results,
+    encode_error,
     entities_of,
     job_of,
     jobs_of,
@@ -163,7 +165,7 @@ class RedisBoard(JobBoard):
         found: list[Job] = []
         for start in range(0, len(ids), READ_BATCH):
             batch = ids[start:start + READ_BATCH]
-            rows = await self.client.pipeline([("HMGET", self._key("job", job), "p", "att", "nb", "st")
+            rows = await self.client.pipeline([("HMGET", self._key("job", job), "p", "att", "nb", "st", "err")
                                                for job in batch], errors_in_place=True)
             for job, row in zip(batch, rows, strict=True):
                 if isinstance(row, list) and (row[3] is None or (only_unclaimed and row[3] not in CLAIMABLE)):
@@ -171,7 +173,7 @@ class RedisBoard(JobBoard):
                 try:
                     if not isinstance(row, list):  # not a hash: a foreign key under the board's prefix
                         raise MalformedEntry(str(row))
-                    found.append(job_of(job, *row[:3]))
+                    found.append(job_of(job, row[0], row[1], row[2], row[4]))
                 except MalformedEntry:
                     await self._set_aside(job)
         return found
@@ -211,11 +213,11 @@ class RedisBoard(JobBoard):
         ids = [text(job) for job in await self.client.command("ZRANGE", self._key("trash"), 0, -1)]
         for start in range(0, len(ids), READ_BATCH):
             batch = ids[start:start + READ_BATCH]
-            rows = await self.client.pipeline([("HMGET", self._key("tr", job), "p", "att", "reason", "at")
+            rows = await self.client.pipeline([("HMGET", self._key("tr", job), "p", "att", "reason", "at", "err")
                                                for job in batch])
-            for job, (raw, attempts, reason, at) in zip(batch, rows, strict=True):
+            for job, (raw, attempts, reason, at, error) in zip(batch, rows, strict=True):
                 try:
-                    item = TrashedJob(job_of(job, raw, attempts, None), text(reason or b""),
+                    item = TrashedJob(job_of(job, raw, attempts, None, error), text(reason or b""),
                                       float(at or 0) / 1000)
                 except (MalformedEntry, ValueError):
                     self.hub.publish(Event(EventKind.MALFORMED, job, "not a valid trashed posting"))
@@ -227,7 +229,7 @@ class RedisBoard(JobBoard):
     def _claim_of(self, owner: str, data: list[Any]) -> Claim:
         """:raises MalformedEntry: the claimed job's posting is not valid."""
         job_id, raw, attempts, generation, results = text(data[0]), data[1], data[2], int(data[3]), data[4]
-        posting = posting_of(raw, attempts, None)
+        posting = posting_of(raw, attempts, None, data[5])
         job = posting.to_job(job_id, sequence_of(job_id))
         self._claims[job_id] = (generation, self.session.id)
         return Claim(job, owner, generation, dependency_results(posting, list(results)))
@@ -336,14 +338,12 @@ class RedisBoard(JobBoard):
                 await self._set_aside(text(data[0]))
         return None if status == "none" else await self.claim_next(claim.owner, names=names)
 
-    async def abandon(self, claim: Claim, *, retry_after: float | None = None) -> None:
-        if retry_after is not None and (not isinstance(retry_after, int | float) or not retry_after >= 0
-                                        or math.isinf(retry_after)):
-            raise InvalidJob(f"retry_after must be a finite number of seconds >= 0, not {retry_after!r}")
-        await self._settle("abandon", claim, math.ceil((retry_after or 0) * 1000))
+    async def abandon(self, claim: Claim, *, retry_after: float | None = None,
+                      error: LastError | None = None) -> None:
+        await self._settle("abandon", claim, delay_ms(retry_after), encode_error(error))
 
-    async def trash(self, claim: Claim, reason: str) -> None:
-        await self._settle("trash", claim, str(reason), self._retention_ms)
+    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
+        await self._settle("trash", claim, str(reason), self._retention_ms, encode_error(error))
 
     async def cancel(self, job: JobRef, reason: str) -> None:
         found = job_id_of(job)

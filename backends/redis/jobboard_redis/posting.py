@@ -28,7 +28,7 @@ def _job(posting: Posting, status: str, data: list[Any]) -> Job:
     if status == "nodep":
         raise InvalidJob(f"job {posting.name!r}: dependency {text(data[0])} is not on the board")
     if status == "keyed":
-        return job_of(text(data[0]), data[1], data[2], data[3])
+        return job_of(text(data[0]), data[1], data[2], data[3], data[4])
     job_id = text(data[0])
     return posting.to_job(job_id, sequence_of(job_id))
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
-from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value
-from jobboard.errors import AlreadyClaimed, ClaimLost, JobNotFound, NotClaimable, NotOwner
-from jobboard.job import Entity, Job
+from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
+from jobboard.errors import AlreadyClaimed, ClaimLost, InvalidJob, JobNotFound, NotClaimable, NotOwner
+from jobboard.job import Entity, Job, LastError
 
 JOB_FIELDS = ("p", "att", "nb", "st", "owner")
 
@@ -20,8 +21,45 @@ def sequence_of(job_id: str) -> int:
     return int(job_id) if job_id.isdigit() else 0
 
 
-def posting_of(raw: Any, attempts: Any, not_before: Any) -> Posting:
-    """The stored posting with the live attempts and delay (milliseconds on the server's clock).
+def delay_ms(retry_after: float | None) -> int:
+    """An abandon's ``retry_after`` in whole milliseconds (rounded up).
+
+    :raises InvalidJob: not a finite number of seconds >= 0.
+    """
+    if retry_after is not None and (not isinstance(retry_after, int | float) or not retry_after >= 0
+                                    or math.isinf(retry_after)):
+        raise InvalidJob(f"retry_after must be a finite number of seconds >= 0, not {retry_after!r}")
+    return math.ceil((retry_after or 0) * 1000)
+
+
+def encode_error(error: LastError | None) -> bytes:
+    """The job hash's ``err`` field for ``error`` (empty: keep the stored one)."""
+    if error is None:
+        return b""
+    return encode_value({"type": error.type, "message": error.message, "traceback": error.traceback,
+                         "attempt": error.attempt, "at": error.at}, what="last_error")
+
+
+def error_of(raw: Any) -> LastError | None:
+    """The job's last error from its ``err`` field (``None`` when absent or empty).
+
+    :raises MalformedEntry: the field is not an encoded error.
+    """
+    if raw in (None, b"", ""):
+        return None
+    record = decode_value(raw) if isinstance(raw, bytes) else None
+    try:
+        if not isinstance(record, dict):
+            raise TypeError("not a map")
+        return LastError(str(record["type"]), str(record["message"]), str(record.get("traceback", "")),
+                         int(record.get("attempt", 0)), float(record.get("at", 0.0)))
+    except (KeyError, TypeError, ValueError) as error:
+        raise MalformedEntry(f"bad stored last error: {error!r}") from error
+
+
+def posting_of(raw: Any, attempts: Any, not_before: Any, last_error: Any = None) -> Posting:
+    """The stored posting with the live attempts, delay (milliseconds on the server's clock) and
+    last error (the job hash's ``err`` field, which wins over the posting's own).
 
     :raises MalformedEntry: ``raw`` is not a valid posting.
     """
@@ -33,12 +71,12 @@ def posting_of(raw: Any, attempts: Any, not_before: Any) -> Posting:
         delay = float(not_before) / 1000 if not_before not in (None, b"", "") else None
     except ValueError as error:
         raise MalformedEntry(f"bad stored field: {error}") from error
-    return replace(posting, attempts=count, not_before=delay)
+    return replace(posting, attempts=count, not_before=delay).failed(error_of(last_error))
 
 
-def job_of(job_id: str, raw: Any, attempts: Any, not_before: Any) -> Job:
+def job_of(job_id: str, raw: Any, attempts: Any, not_before: Any, last_error: Any = None) -> Job:
     """:raises MalformedEntry: as :func:`posting_of`."""
-    return posting_of(raw, attempts, not_before).to_job(job_id, sequence_of(job_id))
+    return posting_of(raw, attempts, not_before, last_error).to_job(job_id, sequence_of(job_id))
 
 
 def dependency_results(posting: Posting, flat: list[Any]) -> tuple[Any, ...]:
@@ -80,12 +118,12 @@ def entities_of(flat: Any) -> list[Entity]:
 
 
 def jobs_of(ids: list[Any], rows: list[Any]) -> tuple[list[Job], list[str]]:
-    """Jobs from ``peek`` rows (``p``, ``att``, ``nb`` of each id), and the ids of malformed ones."""
+    """Jobs from ``peek`` rows (``p``, ``att``, ``nb``, ``err`` of each id), and the ids of malformed ones."""
     jobs, malformed = [], []
     for raw_id, row in zip(ids, rows, strict=True):
         job_id = text(raw_id)
         try:
-            if len(row) != 3:
+            if len(row) != 4:
                 raise MalformedEntry("not a job hash")
             jobs.append(job_of(job_id, *row))
         except MalformedEntry:
