@@ -298,9 +298,10 @@ class RedisBoard(JobBoard):
         self._ensure_open()
         job = claim.job.id
         status, _ = await self._call(op, self._nonce(), job, str(claim.generation), claim.owner, *args)
+        if status != "owner":  # settled, or lost for good: this board holds it no more
+            self._forget(claim)
         if status != "ok":
             raise settle_refused(status, job, claim.owner)
-        self._forget(claim)
 
     def _nonce(self) -> str:
         return f"{uuid.uuid4().hex}:{self.options.nonce_ms}"
