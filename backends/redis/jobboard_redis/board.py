@@ -42,8 +42,7 @@ from jobboard_redis.view import BoardView
 
 logger = logging.getLogger(__name__)
 
-READ_BATCH = 256
-PEEK_LIMIT = 100
+READ_BATCH, PEEK_LIMIT = 256, 100
 CLAIMABLE = {b"u", b"d"}
 
 
@@ -298,8 +297,8 @@ class RedisBoard(JobBoard):
         self._ensure_open()
         job = claim.job.id
         status, _ = await self._call(op, self._nonce(), job, str(claim.generation), claim.owner, *args)
-        if status != "owner":  # settled, or lost for good: this board holds it no more
-            self._forget(claim)
+        if status != "owner":
+            self._forget(claim)  # settled, or lost for good: no longer this board's
         if status != "ok":
             raise settle_refused(status, job, claim.owner)
 
@@ -308,7 +307,7 @@ class RedisBoard(JobBoard):
 
     def _forget(self, claim: Claim) -> None:
         if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
-            del self._claims[claim.job.id]
+            self._claims.pop(claim.job.id)
 
     async def consume(self, claim: Claim, result: Any = None) -> None:
         await self._settle("consume", claim, self._result(claim, result), self._retention_ms)
