@@ -213,3 +213,24 @@ async def test_posting_limit_follows_jute_maxbuffer(zk_hosts: str) -> None:
             assert await board.job_count() == 0
             await board.post("fits", {"blob": b"x" * 50_000})
             assert await board.job_count() == 1
+
+
+async def test_a_board_reconnects_promptly_after_an_outage_longer_than_its_backoff() -> None:
+    """aiozk waits 2, 4, 8 ... up to 60 s between rounds of connection attempts: after a 7-s
+    outage a board came back only seconds after the server did. It retries every second at most."""
+    with ZooKeeperServer() as server:
+        url = board_url(server.hosts, session_timeout=30, connect_timeout=2)
+        with anyio.fail_after(60):
+            async with open_board(url) as board:
+                stream = board.events()
+                await board.post("before")
+                await anyio.to_thread.run_sync(server.kill)
+                await next_kind(stream, EventKind.SUSPENDED)
+                await anyio.sleep(7.0)
+                await anyio.to_thread.run_sync(server.start)
+                serving = time.monotonic()
+                await next_kind(stream, EventKind.RECONNECTED)
+                late = time.monotonic() - serving
+                assert [job.name async for job in board.iterjobs()] == ["before"]
+    print(f"reconnected {late:.2f}s after the server served again")
+    assert late < 2.0

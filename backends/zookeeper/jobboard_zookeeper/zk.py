@@ -37,6 +37,7 @@ from jobboard_zookeeper.zk_protocol import (
     AddWatchRequest,
     digest_acl,
     plain_reader,
+    prompt_find_server,
     stat_of,
 )
 
@@ -153,7 +154,7 @@ class ZooKeeper:
 
     def _hook_connections(self) -> None:
         """Bound connecting (a server that accepts but never answers must not stall the
-        reconnect loop) and give every new connection a plain reader."""
+        reconnect loop), retry at least every second, give every new connection a plain reader."""
         original = self._session.make_connection
 
         async def make_connection(host: str, port: int) -> Any:
@@ -167,6 +168,7 @@ class ZooKeeper:
             return conn
 
         self._session.make_connection = make_connection
+        self._session.find_server = prompt_find_server(self._session)
 
     def _send_auth(self) -> None:
         assert self._auth is not None

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -57,3 +58,31 @@ def stat_of(raw: Any) -> Stat:
     return Stat(version=int(raw.version), czxid=int(raw.created_zxid), mzxid=int(raw.last_modified_zxid),
                 num_children=int(raw.num_children), ephemeral_owner=int(raw.ephemeral_owner),
                 mtime=int(raw.modified) / 1000)
+
+
+RECONNECT_DELAYS = (0.05, 1.0)
+"""First and longest pause between rounds of connection attempts (aiozk: 2, 4, 8 ... 60 s)."""
+
+
+def prompt_find_server(session: Any) -> Callable[[bool], Awaitable[None]]:
+    """aiozk's ``Session.find_server``, with pauses of at most a second between rounds: its own
+    exponential back-off to 60 s kept a board away for seconds to a minute after an outage."""
+
+    async def find_server(allow_read_only: bool) -> None:
+        delay = RECONNECT_DELAYS[0]
+        while True:
+            for host, port in random.sample(session.hosts, len(session.hosts)):
+                conn = await session.make_connection(host, port)
+                if conn is None:
+                    continue
+                if conn.start_read_only and not allow_read_only:
+                    asyncio.get_running_loop().create_task(conn.close(session.timeout))
+                    continue
+                old, session.conn = session.conn, conn
+                if old is not None:
+                    asyncio.get_running_loop().create_task(old.close(session.timeout))
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_DELAYS[1])
+
+    return find_server
