@@ -28,6 +28,7 @@ from jobboard import (
     BoardConflict,
     ClaimLost,
     JobBoard,
+    JobNotFound,
     JobState,
     UnknownOutcome,
     open_board,
@@ -297,3 +298,29 @@ async def test_a_post_that_cannot_be_resolved_says_so(zk_hosts: str, key: str | 
                     assert [j.id async for j in board.iterjobs()] == [again.id]
                 else:
                     assert await board.job_count() == 1  # it was applied; nothing was written twice
+
+
+async def test_a_cancel_repeated_after_an_unresolved_lost_reply_learns_it_was_applied(zk_hosts: str) -> None:
+    """The first cancel's reply is lost and ZooKeeper stays out of reach: BackendUnavailable. Its
+    repetition must find the first one applied (not JobNotFound), yet a cancel of a job trashed
+    by someone else still raises JobNotFound."""
+    host, port = zk_hosts.rsplit(":", 1)
+    with anyio.fail_after(40):
+        async with TcpProxy(host, int(port)) as proxy:
+            url = board_url(proxy.hosts, session_timeout=8, connect_timeout=1)
+            async with open_board(url) as board:
+                job = await board.post("doomed")
+
+                async def black_hole() -> None:
+                    proxy.pause()
+
+                lose_reply_while(board, black_hole)
+                with pytest.raises(BackendUnavailable):
+                    await board.cancel(job, "not wanted")
+                proxy.resume()
+                await board.cancel(job, "not wanted")  # the first one was applied: no JobNotFound
+                assert [t.reason async for t in board.trashed()] == ["not wanted"]
+                other = await board.post("other")
+                await board.trash(await board.claim(other, "w"), "not wanted")
+                with pytest.raises(JobNotFound):
+                    await board.cancel(other, "not wanted")

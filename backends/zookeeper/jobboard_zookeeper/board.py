@@ -297,9 +297,9 @@ class ZooKeeperBoard(JobBoard):
         found = job_id_of(job)
         for _ in range(5):
             stored = await self._stored(found)
+            if await self._settler.cancelled_before(found):
+                return  # a first try, whose reply was lost, was applied
             if stored is None:
-                if (await outcome(self.zk, self._paths, found)).reason == str(reason):
-                    return  # a first try, whose outcome was not known, was applied
                 raise not_found(found)
             if await self._settler.cancel(found, stored, str(reason)) is None:
                 return

@@ -84,6 +84,8 @@ class Settler:
         """The largest transaction the servers accept (a trash record holds a whole posting and more)."""
         self._linked = LinkedOps(zk, paths)
         self.held: dict[str, Held] = {}
+        self.unsettled_cancels: dict[str, Marker] = {}
+        """Cancels whose reply was lost and whose outcome was not read back yet, by job."""
         self.unsettled: dict[str, Unsettled] = {}
         """Settles whose reply was lost and whose outcome was not read back yet, by job."""
         self.lost: dict[str, Held] = {}
@@ -197,6 +199,18 @@ class Settler:
             outcome = await self._cancel(job_id, stored, reason, revoke=True)
         return outcome
 
+    async def cancelled_before(self, job_id: str) -> bool:
+        """Whether an earlier cancel of the job, whose reply was lost, was applied.
+
+        :raises BackendUnavailable: the server cannot be asked now (still pending).
+        """
+        marker = self.unsettled_cancels.get(job_id)
+        if marker is None:
+            return False
+        applied = await self._markers.applied(marker)
+        self.unsettled_cancels.pop(job_id, None)
+        return applied
+
     async def _cancel(self, job_id: str, stored: Stored, reason: str, *, revoke: bool) -> str | None:
         lock = self._paths.lock(job_id)
         ops = await self._linked.trash_ops(job_id, stored, reason)
@@ -210,7 +224,8 @@ class Settler:
         try:
             result = await self._zk.multi(ops)
         except OutcomeUnknown:
-            return None if await self._markers.applied(marker) else "changed"
+            self.unsettled_cancels[job_id] = marker  # resolved here, or by the caller's retry
+            return None if await self.cancelled_before(job_id) else "changed"
         if result.ok:
             self._markers.done(marker)
             return None
