@@ -113,6 +113,9 @@ def _post_arguments(parser: argparse.ArgumentParser) -> None:
                         help="times the job may be handed out (default: the board's)")
     parser.add_argument("--after", nargs="+", action="extend", default=[], metavar="JOB_ID",
                         help="jobs that must be consumed first")
+    parser.add_argument("--key", default=None, metavar="KEY",
+                        help="idempotency key: while a job posted with it is on the board (or settled "
+                             "within the board's key_retention), print that job's id and post nothing")
 
 
 def _priority(text: str) -> Priority:
@@ -140,7 +143,7 @@ async def post(board: JobBoard, args: argparse.Namespace) -> int:
     """Post one job and print its id."""
     job = await board.post(
         args.name, parse_details(args.details), priority=args.priority,
-        depends_on=args.after, max_attempts=args.max_attempts,
+        depends_on=args.after, max_attempts=args.max_attempts, key=args.key,
     )
     print(job.id)
     return 0

@@ -69,6 +69,14 @@ def test_post_then_list_shows_the_job_in_columns(capsys: Capture, url: str) -> N
     assert header.index("name") == row.index("report")
 
 
+def test_post_with_a_key_twice_posts_once(capsys: Capture, url: str) -> None:
+    first = post(capsys, url, "charge", "--details", '{"order": 42}', "--key", "order-42")
+    again = post(capsys, url, "charge", "--details", '{"order": 42}', "--key", "order-42")
+    assert again == first
+    _, out, _ = run(capsys, "--board", url, "list")
+    assert [row[0] for row in table(out)[1:]] == [first]
+
+
 def test_list_json_has_all_fields(capsys: Capture, url: str) -> None:
     job_id = post(capsys, url, "resize", "--details", '{"size": 128}', "--priority", "-1")
     status, out, _ = run(capsys, "--board", url, "list", "--json")
