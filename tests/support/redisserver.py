@@ -9,26 +9,17 @@ when missing (the helpers of :mod:`tests.support.zkserver`). CLI:
 from __future__ import annotations
 
 import argparse
-import atexit
-import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Sequence
-from pathlib import Path
-from subprocess import DEVNULL, STDOUT
-from typing import Any, Self
+from typing import Any
 
 from tests.support import zkserver
-from tests.support.zkserver import HOST, _die_with_us, _exit_code, _raise_terminated, _reap_child, _tail
+from tests.support.localserver import HOST, LocalServer, run_with, tail
 
 ENV_VAR = "JOBBOARD_REDIS_URL"
 PACKAGES = {"redis-server": "redis-server", "redis-sentinel": "redis-sentinel"}
-_running: set[RedisServer] = set()
 
 
 def ensure_redis_installed() -> None:
@@ -57,36 +48,23 @@ def ping(port: int, timeout: float = 0.5, password: str | None = None) -> bool:
         return False
 
 
-class RedisServer:
+class RedisServer(LocalServer):
     """One redis-server process with its own temp dir; AOF (``appendfsync everysec``) on by default."""
+
+    kind = "redis-server"
 
     def __init__(self, *, port: int | None = None, appendonly: bool = True, appendfsync: str = "everysec",
                  maxmemory_policy: str = "noeviction", extra: Sequence[str] = (),
                  start_timeout: float = 20.0) -> None:
-        self.port = port or zkserver.free_port()
+        super().__init__(port or zkserver.free_port(), start_timeout)
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.maxmemory_policy = maxmemory_policy
         self.extra = list(extra)
-        self.start_timeout = start_timeout
-        self.dir: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def hosts(self) -> str:
-        return f"{HOST}:{self.port}"
 
     def url(self, path: str = "/0/jobboard") -> str:
         """A board URL for this server (database 0, board root ``jobboard`` unless given)."""
         return f"redis://{self.hosts}{path}"
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self.running and self._proc is not None else None
 
     def command_line(self) -> list[str]:
         assert self.dir is not None
@@ -95,75 +73,11 @@ class RedisServer:
                 "--appendfsync", self.appendfsync, "--maxmemory-policy", self.maxmemory_policy,
                 "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), *self.extra]
 
-    def spawn(self) -> None:
-        if self.running:
-            return
-        if self.dir is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="jobboard-redis-"))
-        with open(self.dir / "stdout", "ab") as out:
-            self._proc = subprocess.Popen(self.command_line(), stdin=DEVNULL, stdout=out, stderr=STDOUT,
-                                          start_new_session=True, preexec_fn=_die_with_us())  # noqa: PLW1509
-        _running.add(self)
-
-    def start(self) -> Self:
-        """Start (again after kill()) and wait until it answers PING."""
-        self.spawn()
-        deadline = time.monotonic() + self.start_timeout
-        while not ping(self.port):
-            if not self.running:
-                self._halt(signal.SIGKILL)
-                raise RuntimeError(f"redis-server {self.hosts} exited:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self._halt(signal.SIGKILL)
-                raise TimeoutError(f"redis-server {self.hosts} not serving after {self.start_timeout}s")
-            time.sleep(0.01)
-        return self
+    def serving(self) -> bool:
+        return ping(self.port)
 
     def log_tail(self, lines: int = 30) -> str:
-        return "(no data dir)" if self.dir is None else _tail(self.dir / "redis.log", lines)
-
-    def _halt(self, sig: signal.Signals, timeout: float = 10.0) -> None:
-        proc, self._proc = self._proc, None
-        _running.discard(self)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
-
-    def kill(self) -> None:
-        """SIGKILL and wait; data dir and port are kept for start()."""
-        self._halt(signal.SIGKILL)
-
-    def restart(self) -> Self:
-        """Graceful stop (the AOF is flushed), then start on the same data dir and port."""
-        self._halt(signal.SIGTERM)
-        return self.start()
-
-    def signal(self, sig: signal.Signals) -> None:
-        """Send ``sig`` (e.g. SIGSTOP/SIGCONT) to the running server."""
-        if self._proc is not None:
-            self._proc.send_signal(sig)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (SIGKILL after ``timeout`` s) and delete the data dir."""
-        self._halt(signal.SIGTERM, timeout)
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return "(no data dir)" if self.dir is None else tail(self.dir / "redis.log", lines)
 
 
 SENTINEL_CONF = """\
@@ -195,33 +109,14 @@ class RedisSentinel(RedisServer):
         return ["redis-sentinel", str(conf)]
 
     def log_tail(self, lines: int = 30) -> str:
-        return "(no data dir)" if self.dir is None else _tail(self.dir / "sentinel.log", lines)
-
-
-@atexit.register
-def _reap_all() -> None:
-    for server in list(_running):
-        server.kill()
-        server.stop()
+        return "(no data dir)" if self.dir is None else tail(self.dir / "sentinel.log", lines)
 
 
 def run(cmd: Sequence[str]) -> int:
     """Run ``cmd`` with ``JOBBOARD_REDIS_URL`` naming a fresh server; return its exit code."""
     ensure_redis_installed()
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    with RedisServer() as server:
-        print(f"redisserver: Redis serving on {server.hosts}", file=sys.stderr, flush=True)
-        try:
-            child = subprocess.Popen(list(cmd), env={**os.environ, ENV_VAR: server.url("")})
-        except OSError as exc:
-            print(f"redisserver: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
-            return 127
-        try:
-            return _exit_code(child.wait())
-        except KeyboardInterrupt as exc:
-            if isinstance(exc, zkserver._Terminated):
-                child.terminate()
-            return _reap_child(child)
+    server = RedisServer()
+    return run_with(server, {ENV_VAR: server.url("")}, cmd, f"redisserver: Redis serving on {server.hosts}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,25 +8,19 @@ CLI: ``python -m tests.support.zkserver run -- CMD ARGS...`` runs CMD with
 from __future__ import annotations
 
 import argparse
-import atexit
-import ctypes
-import functools
 import os
 import shutil
-import signal
 import socket
 import struct
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from subprocess import DEVNULL, STDOUT
 from typing import Self, TypedDict, Unpack
 
-HOST = "127.0.0.1"
+from tests.support.localserver import HOST, LocalServer, run_with, tail
+
 LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 ENV_VAR = "JOBBOARD_ZK_HOSTS"
 JAVA_DIR = Path("/usr/share/java")
@@ -69,7 +63,6 @@ class ServerOptions(TypedDict, total=False):
 
 
 _apt_updated = False
-_running: set[ZooKeeperServer] = set()
 
 
 def _missing_parts() -> list[str]:
@@ -143,25 +136,11 @@ def probe_mode(port: int) -> str | None:
     return None
 
 
-def _die_with_us() -> Callable[[], object] | None:
-    """A preexec_fn that has the kernel SIGKILL the JVM when we die, even by kill -9.
-
-    PR_SET_PDEATHSIG fires when the forking *thread* exits, so only the main thread uses it.
-    """
-    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
-        return None
-    return functools.partial(ctypes.CDLL(None).prctl, 1, int(signal.SIGKILL))  # resolved before fork
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no file)"
-
-
-class ZooKeeperServer:
+class ZooKeeperServer(LocalServer):
     """One ZooKeeper JVM with its own temp dir; standalone unless given quorum config."""
+
+    kind = "ZooKeeper"
+    output = "jvm.out"
 
     def __init__(
         self,
@@ -174,37 +153,19 @@ class ZooKeeperServer:
         extra_config: Mapping[str, object] | None = None,
         myid: int | None = None,
     ) -> None:
-        self.port = port or free_port()
+        super().__init__(port or free_port(), start_timeout)
         self.jute_maxbuffer = jute_maxbuffer
         self.tick_time = tick_time
         self.min_session_timeout = 2 * tick_time  # ms; the server's lower bound for clients
         self.fsync = fsync  # off by default: the data is throwaway, kill -9 still keeps it
-        self.start_timeout = start_timeout
         self.extra_config = dict(extra_config or {})
         self.myid = myid
-        self.dir: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def hosts(self) -> str:
-        """``127.0.0.1:PORT``."""
-        return f"{HOST}:{self.port}"
 
     def url(self, path: str = "") -> str:
         """A board URL for this server."""
         return f"zookeeper://{self.hosts}{path}"
 
-    @property
-    def pid(self) -> int | None:
-        """The JVM's process id while it runs."""
-        return self._proc.pid if self.running and self._proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        """Whether the JVM is alive (not necessarily serving)."""
-        return self._proc is not None and self._proc.poll() is None
-
-    def _write_files(self, root: Path) -> None:
+    def prepare(self, root: Path) -> None:
         (root / "data").mkdir(exist_ok=True)
         if self.myid is not None:
             (root / "data" / "myid").write_text(f"{self.myid}\n")
@@ -221,82 +182,15 @@ class ZooKeeperServer:
             props.append(f"-Djute.maxbuffer={self.jute_maxbuffer}")
         return ["java", *JVM_FLAGS, *props, "-cp", classpath(), MAIN_CLASS, str(self.dir / "zoo.cfg")]
 
-    def spawn(self) -> None:
-        """Launch the JVM without waiting for it (no-op if running)."""
-        if self.running:
-            return
-        if self.dir is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="jobboard-zk-"))
-        self._write_files(self.dir)
-        cmd = self.command_line()
-        with open(self.dir / "jvm.out", "ab") as out:  # own session: a terminal's Ctrl-C is ours to handle
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=DEVNULL,
-                stdout=out,
-                stderr=STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_us(),  # noqa: PLW1509
-            )
-        _running.add(self)
+    def serving(self) -> bool:
+        return probe_mode(self.port) is not None
 
     def log_tail(self, lines: int = 30) -> str:
         """The end of the server log and of the JVM's own output."""
         if self.dir is None:
             return "(no data dir)"
-        log, out = _tail(self.dir / "zookeeper.log", lines), _tail(self.dir / "jvm.out", 10)
+        log, out = tail(self.dir / "zookeeper.log", lines), tail(self.dir / "jvm.out", 10)
         return f"{log}\n--- jvm.out ---\n{out}"
-
-    def wait_serving(self, timeout: float | None = None) -> str:
-        """Poll ``srvr`` until the server serves; return its mode."""
-        timeout = self.start_timeout if timeout is None else timeout
-        deadline = time.monotonic() + timeout
-        while (mode := probe_mode(self.port)) is None:
-            if self._proc is None or self._proc.poll() is not None:
-                code = None if self._proc is None else self._proc.returncode
-                raise RuntimeError(f"ZooKeeper {self.hosts} exited ({code}):\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ZooKeeper {self.hosts} not serving after {timeout}s:\n{self.log_tail()}")
-            time.sleep(0.01)
-        return mode
-
-    def start(self) -> Self:
-        """Start (again after kill()) and wait until it serves; the JVM is killed on failure."""
-        self.spawn()
-        try:
-            self.wait_serving()
-        except BaseException:
-            self._halt(signal.SIGKILL)
-            raise
-        return self
-
-    def _halt(self, sig: signal.Signals, timeout: float = 10.0) -> None:
-        proc, self._proc = self._proc, None
-        _running.discard(self)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (SIGKILL after ``timeout`` s) and delete the temp dir."""
-        self._halt(signal.SIGTERM, timeout)
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-
-    def kill(self) -> None:
-        """SIGKILL and wait; data dir and port are kept for start()."""
-        self._halt(signal.SIGKILL)
-
-    def restart(self) -> Self:
-        """Graceful stop, then start on the same data dir and port."""
-        self._halt(signal.SIGTERM)
-        return self.start()
 
     def mode(self) -> str:
         """``standalone``, ``leader`` or ``follower`` (via ``srvr``)."""
@@ -304,16 +198,6 @@ class ZooKeeperServer:
         if mode is None:
             raise RuntimeError(f"ZooKeeper {self.hosts} is not serving")
         return mode
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 class ZooKeeperEnsemble:
@@ -384,53 +268,11 @@ class ZooKeeperEnsemble:
         self.stop()
 
 
-@atexit.register
-def _reap_all() -> None:
-    for server in list(_running):
-        server.kill()
-        server.stop()
-
-
-def _exit_code(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def _reap_child(child: subprocess.Popen[bytes]) -> int:
-    for action in (None, child.terminate, child.kill):
-        if action is not None:
-            action()
-        try:
-            return _exit_code(child.wait(5))
-        except subprocess.TimeoutExpired:
-            continue
-    return _exit_code(child.wait())
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM: cleaned up like Ctrl-C, but passed on to the child at once."""
-
-
-def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated
-
-
 def run(cmd: Sequence[str], jute_maxbuffer: int | None = None) -> int:
     """Run ``cmd`` against a fresh standalone server; return its exit code."""
     ensure_zookeeper_installed()
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    with ZooKeeperServer(jute_maxbuffer=jute_maxbuffer) as server:
-        print(f"zkserver: ZooKeeper serving on {server.hosts}", file=sys.stderr, flush=True)
-        try:
-            child = subprocess.Popen(list(cmd), env={**os.environ, ENV_VAR: server.hosts})
-        except OSError as exc:
-            print(f"zkserver: cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
-            return 127
-        try:
-            return _exit_code(child.wait())
-        except KeyboardInterrupt as exc:  # a terminal's Ctrl-C reaches the child by itself
-            if isinstance(exc, _Terminated):
-                child.terminate()
-            return _reap_child(child)
+    server = ZooKeeperServer(jute_maxbuffer=jute_maxbuffer)
+    return run_with(server, {ENV_VAR: server.hosts}, cmd, f"zkserver: ZooKeeper serving on {server.hosts}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

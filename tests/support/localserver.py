@@ -1,0 +1,210 @@
+"""A server process on 127.0.0.1 with its own temp dir: what the ZooKeeper and Redis
+harnesses share (spawn, wait until it serves, signal, kill, restart, stop, reap at exit),
+and running a command against a server (``python -m tests.support.<x>server run -- CMD``)."""
+
+from __future__ import annotations
+
+import abc
+import atexit
+import ctypes
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from subprocess import DEVNULL, STDOUT
+from typing import Self
+
+HOST = "127.0.0.1"
+_running: set[LocalServer] = set()
+
+
+class LocalServer(abc.ABC):
+    """One server process; subclasses say how to run it and how to tell that it serves."""
+
+    kind = "server"
+    output = "stdout"
+    """The file in the temp dir that gets the process's stdout and stderr."""
+
+    def __init__(self, port: int, start_timeout: float) -> None:
+        self.port = port
+        self.start_timeout = start_timeout
+        self.dir: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @abc.abstractmethod
+    def command_line(self) -> list[str]:
+        """The command that runs the server (``self.dir`` is set)."""
+
+    @abc.abstractmethod
+    def serving(self) -> bool:
+        """Whether the server answers on its port."""
+
+    def prepare(self, root: Path) -> None:
+        """Write what the server needs into its temp dir before each start (nothing by default)."""
+        return
+
+    def log_tail(self, lines: int = 30) -> str:
+        return "(no data dir)" if self.dir is None else tail(self.dir / self.output, lines)
+
+    @property
+    def hosts(self) -> str:
+        """``127.0.0.1:PORT``."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """Whether the process is alive (not necessarily serving)."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self.running and self._proc is not None else None
+
+    def spawn(self) -> None:
+        """Launch the process without waiting for it (no-op if running)."""
+        if self.running:
+            return
+        if self.dir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix=f"jobboard-{self.kind}-"))
+        self.prepare(self.dir)
+        with open(self.dir / self.output, "ab") as out:  # own session: a terminal's Ctrl-C is ours
+            self._proc = subprocess.Popen(self.command_line(), stdin=DEVNULL, stdout=out, stderr=STDOUT,
+                                          start_new_session=True, preexec_fn=die_with_us())  # noqa: PLW1509
+        _running.add(self)
+
+    def wait_serving(self, timeout: float | None = None) -> None:
+        """Poll until the server serves. :raises RuntimeError: it exited. :raises TimeoutError:"""
+        timeout = self.start_timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        while not self.serving():
+            if self._proc is None or self._proc.poll() is not None:
+                code = None if self._proc is None else self._proc.returncode
+                raise RuntimeError(f"{self.kind} {self.hosts} exited ({code}):\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.kind} {self.hosts} not serving after {timeout}s:\n{self.log_tail()}")
+            time.sleep(0.01)
+
+    def start(self) -> Self:
+        """Start (again after kill()) and wait until it serves; the process is killed on failure."""
+        self.spawn()
+        try:
+            self.wait_serving()
+        except BaseException:
+            self._halt(signal.SIGKILL)
+            raise
+        return self
+
+    def _halt(self, sig: signal.Signals, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        _running.discard(self)
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` (e.g. SIGSTOP/SIGCONT) to the running server."""
+        if self._proc is not None:
+            self._proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL and wait; data dir and port are kept for start()."""
+        self._halt(signal.SIGKILL)
+
+    def restart(self) -> Self:
+        """Graceful stop, then start on the same data dir and port."""
+        self._halt(signal.SIGTERM)
+        return self.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM (SIGKILL after ``timeout`` s) and delete the temp dir."""
+        self._halt(signal.SIGTERM, timeout)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+            self.dir = None
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@atexit.register
+def _reap_all() -> None:
+    for server in list(_running):
+        server.kill()
+        server.stop()
+
+
+def die_with_us() -> Callable[[], object] | None:
+    """A preexec_fn that has the kernel SIGKILL the server when we die, even by kill -9.
+
+    PR_SET_PDEATHSIG fires when the forking *thread* exits, so only the main thread uses it.
+    """
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    return functools.partial(ctypes.CDLL(None).prctl, 1, int(signal.SIGKILL))  # resolved before fork
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no file)"
+
+
+def exit_code(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _reap_child(child: subprocess.Popen[bytes]) -> int:
+    for action in (None, child.terminate, child.kill):
+        if action is not None:
+            action()
+        try:
+            return exit_code(child.wait(5))
+        except subprocess.TimeoutExpired:
+            continue
+    return exit_code(child.wait())
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM: cleaned up like Ctrl-C, but passed on to the child at once."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
+def run_with(server: LocalServer, env: dict[str, str], cmd: Sequence[str], banner: str) -> int:
+    """Run ``cmd`` with ``env`` added while ``server`` runs; return its exit code."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    with server:
+        print(banner, file=sys.stderr, flush=True)
+        try:
+            child = subprocess.Popen(list(cmd), env={**os.environ, **env})
+        except OSError as exc:
+            print(f"cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
+            return 127
+        try:
+            return exit_code(child.wait())
+        except KeyboardInterrupt as exc:  # a terminal's Ctrl-C reaches the child by itself
+            if isinstance(exc, _Terminated):
+                child.terminate()
+            return _reap_child(child)
