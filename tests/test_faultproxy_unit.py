@@ -21,8 +21,10 @@ def create(path: str) -> object:
     return protocol.CreateRequest(path=path, data=b"posting", acl=[protocol.UNRESTRICTED_ACCESS], flags=0)
 
 
-def test_a_multi_of_one_create_is_a_post() -> None:
+def test_a_multi_of_creates_led_by_a_job_is_a_post() -> None:
     assert single_create(frame(create("/r/jobs/2-1")))
+    assert single_create(frame(create("/r/jobs/2-1"), create("/r/marks/ab-0000000001")))  # with its marker
+    assert single_create(frame(create("/r/keys/k-x"), create("/r/jobs/2-1"), create("/r/marks/ab-1")))
 
 
 def test_other_writes_are_not() -> None:
@@ -30,3 +32,7 @@ def test_other_writes_are_not() -> None:
     assert not single_create(frame(protocol.SetDataRequest(path="/r/jobs/2-1", data=b"", version=0),
                                    create("/r/locks/2-1")))
     assert not single_create(struct.pack(">iii", 8, 9, 4))  # a getData, too short for a multi
+    assert not single_create(frame(create("/r/waiting/2-2"), create("/r/jobs/2-1/2-2"), create("/r/marks/ab-2")))
+    assert not single_create(frame(protocol.CheckVersionRequest(path="/r/jobs/2-1", version=1),
+                                   protocol.DeleteRequest(path="/r/jobs/2-1", version=-1),
+                                   create("/r/marks/ab-3")))

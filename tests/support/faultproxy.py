@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import struct
 from collections import Counter
@@ -29,25 +30,37 @@ MAX_FRAME = 64 * 1024 * 1024
 Pair = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
+def _string(frame: bytes, at: int) -> tuple[bytes, int]:
+    (size,) = struct.unpack_from(">i", frame, at)
+    at += 4
+    return frame[at:at + max(size, 0)], at + max(size, 0)
+
+
 def single_create(frame: bytes) -> bool:
-    """Whether a request frame is a multi of exactly one create (on a job board: a post)."""
+    """Whether a request frame is the post of one claimable job: a multi of creates only, one of
+    them a node ``.../jobs/<id>`` (the others: its write marker, its key), none a waiting job."""
     try:
-        _, _, opcode, op_type, _, _ = struct.unpack_from(">iiiibi", frame)
-        if opcode != MULTI or op_type != 1:
+        _, _, opcode = struct.unpack_from(">iii", frame)
+        if opcode != MULTI:
             return False
-        at = 21
-        for _ in range(2):  # path, data
-            (size,) = struct.unpack_from(">i", frame, at)
-            at += 4 + max(size, 0)
-        (acls,) = struct.unpack_from(">i", frame, at)
-        at += 4
-        for _ in range(acls):  # perms, scheme, id
+        at, paths = 12, []
+        while True:
+            op_type, done, _ = struct.unpack_from(">ibi", frame, at)
+            at += 9
+            if op_type == -1 or done:
+                jobs = [path for path in paths if re.search(rb"/jobs/[^/]+$", path)]
+                return len(jobs) == 1 and not any(b"/waiting/" in path for path in paths)
+            if op_type != 1:
+                return False
+            path, at = _string(frame, at)
+            _, at = _string(frame, at)  # data
+            (acls,) = struct.unpack_from(">i", frame, at)
             at += 4
-            for _ in range(2):
-                (size,) = struct.unpack_from(">i", frame, at)
-                at += 4 + max(size, 0)
-        (next_type,) = struct.unpack_from(">i", frame, at + 4)  # after the flags: -1 ends the multi
-        return bool(next_type == -1)
+            for _ in range(acls):  # perms, scheme, id
+                _, at = _string(frame, at + 4)
+                _, at = _string(frame, at)
+            at += 4  # flags
+            paths.append(path)
     except struct.error:
         return False
 
