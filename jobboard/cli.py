@@ -17,12 +17,12 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import anyio
 
 from jobboard.board import JobBoard
+from jobboard.cli_output import first_line, format_table, format_time, plain, print_json
 from jobboard.cli_plan import plan_arguments, plan_command
 from jobboard.cli_worker import CommandError, check, check_arguments, run_worker, worker_arguments
 from jobboard.errors import JobBoardError, JobNotFound
@@ -52,39 +52,6 @@ class Command:
 
 
 # -- output helpers ---------------------------------------------------------
-
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces, without trailing blanks."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
-    lines = [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in (headers, *rows)
-    ]
-    return "\n".join(lines)
-
-
-def format_time(timestamp: float | None) -> str:
-    """A wall-clock timestamp as ISO 8601 in UTC, or ``-``."""
-    if timestamp is None:
-        return "-"
-    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
-
-
-def plain(value: Any) -> Any:
-    """``value`` with what JSON cannot carry made printable (bytes, odd keys, tuples)."""
-    if isinstance(value, Mapping):
-        return {key if isinstance(key, (str, int, float, bool)) else repr(key): plain(item)
-                for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    return value
-
-
-def print_json(value: Any) -> None:
-    print(json.dumps(plain(value), indent=2, default=repr))
 
 
 def attempts_text(attempts: int, max_attempts: int | None) -> str:
@@ -221,7 +188,7 @@ async def show(board: JobBoard, args: argparse.Namespace) -> int:
 
 
 def cli_owner() -> str:
-    """The owner name the CLI claims with: ``cli-<hostname>-<pid>``."""
+    """The owner name the CLI would claim with: ``cli-<hostname>-<pid>``."""
     return f"cli-{socket.gethostname()}-{os.getpid()}"
 
 
@@ -231,10 +198,10 @@ def _trash_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def trash(board: JobBoard, args: argparse.Namespace) -> int:
-    """Claim one job and move it to the trash."""
-    claim = await board.claim(args.id, cli_owner())
-    await board.trash(claim, args.reason)
-    print(f"trashed {args.id}: {args.reason}")
+    """Move one job to the trash without claiming it (no attempt is counted; waiting jobs too)."""
+    running = await board.owner(args.id)
+    await board.cancel(args.id, args.reason)
+    print(f"trashed {args.id}" + (f" (its claim by {running} revoked)" if running else "") + f": {args.reason}")
     return 0
 
 
@@ -258,7 +225,7 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
 async def list_trashed(board: JobBoard, args: argparse.Namespace) -> int:
     """Print the trash, oldest first, with reasons."""
     items: list[TrashedJob] = [item async for item in board.trashed()]
-    rows = [(i.job.id, i.job.name, format_time(i.trashed_at), i.reason) for i in items]
+    rows = [(i.job.id, i.job.name, format_time(i.trashed_at), first_line(i.reason)) for i in items]
     print(format_table(("id", "name", "trashed_at", "reason"), rows))
     return 0
 
@@ -274,7 +241,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("post", "post a job and print its id", _post_arguments, on_board=post),
     Command("list", "list the jobs on the board", _list_arguments, on_board=list_jobs),
     Command("show", "show one job, its state and owner", _show_arguments, on_board=show),
-    Command("trash", "claim a job and move it to the trash", _trash_arguments, on_board=trash),
+    Command("trash", "move a job to the trash (unclaimed, waiting or claimed)", _trash_arguments, on_board=trash),
     Command("cancel", "move a job to the trash, cancelling it if a worker runs it", _cancel_arguments,
             on_board=cancel),
     Command("trashed", "list the trash with reasons", _no_arguments, on_board=list_trashed),

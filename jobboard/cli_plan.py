@@ -7,6 +7,7 @@ import sys
 from typing import TextIO
 
 from jobboard.board import JobBoard
+from jobboard.cli_output import format_table
 from jobboard.cli_worker import CommandError
 from jobboard.dag import to_dot, to_mermaid
 from jobboard.plans import PlanHandle, PlanProgress, PlanStatus, cleanup_interrupted_plans
@@ -47,8 +48,6 @@ async def plan_command(board: JobBoard, args: argparse.Namespace) -> int:
 
 def status_table(status: PlanStatus) -> str:
     """A table of the tasks, then one summary line."""
-    from jobboard.cli import format_table
-
     rows = []
     for name, state in status.states.items():
         note = status.owners.get(name) or status.reasons.get(name, "").split("\n")[0]

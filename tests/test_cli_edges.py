@@ -1,0 +1,60 @@
+"""The command line's rough edges (issue 13), each driven through ``main([...])`` on ``memory://``."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import anyio
+import pytest
+
+from jobboard import open_board
+from tests.test_cli import Capture, assert_one_line_error, post, run, table
+
+
+@pytest.fixture
+def url() -> str:
+    return f"memory://edges-{uuid.uuid4().hex}"
+
+
+def test_trash_of_a_waiting_job_trashes_it_without_an_attempt(capsys: Capture, url: str) -> None:
+    first = post(capsys, url, "resize")
+    waiting = post(capsys, url, "zip", "--after", first)
+    status, out, err = run(capsys, "--board", url, "trash", waiting, "--reason", "not needed")
+    assert (status, err) == (0, "") and waiting in out
+    status, out, _ = run(capsys, "--board", url, "show", waiting, "--json")
+    record = json.loads(out)
+    assert (record["state"], record["attempts"], record["trash_reason"]) == ("trashed", 0, "not needed")
+
+
+def test_trash_of_an_unclaimed_job_counts_no_attempt(capsys: Capture, url: str) -> None:
+    job_id = post(capsys, url, "resize", "--max-attempts", "1")
+    assert run(capsys, "--board", url, "trash", job_id)[0] == 0
+    record = json.loads(run(capsys, "--board", url, "show", job_id, "--json")[1])
+    assert (record["state"], record["attempts"]) == ("trashed", 0)
+
+
+def test_plan_status_of_an_ordinary_job_is_one_line(capsys: Capture, url: str) -> None:
+    job_id = post(capsys, url, "resize", "--details", '{"image": "a.png"}')
+    for action in ("status", "wait", "show", "cancel"):
+        status, out, err = run(capsys, "--board", url, "plan", action, job_id)
+        assert (status, out) == (1, "")
+        assert_one_line_error(err, job_id, "not a plan")
+
+
+def test_trashed_shows_the_first_line_of_a_multi_line_reason(url: str, capsys: Capture) -> None:
+    reason = "ValueError: bad image\nTraceback (most recent call last):\n  File \"x.py\", line 1\nValueError"
+
+    async def trash_with_a_traceback() -> str:
+        with anyio.fail_after(10):
+            async with open_board(url) as board:
+                job = await board.post("resize")
+                await board.trash(await board.claim(job, "w"), reason)
+                return job.id
+
+    job_id = anyio.run(trash_with_a_traceback)
+    status, out, _ = run(capsys, "--board", url, "trashed")
+    assert status == 0
+    assert len(out.splitlines()) == 2
+    assert out.splitlines()[1].endswith("ValueError: bad image")
+    assert table(out)[1][0] == job_id
