@@ -175,7 +175,7 @@ async def show(board: JobBoard, args: argparse.Namespace) -> int:
         return 0
     record["created_at"] = format_time(job.created_at)
     record["not_before"] = format_time(job.not_before)
-    record["details"] = json.dumps(plain(job.details), default=repr)
+    record["details"] = json.dumps(plain(job.details), allow_nan=False)
     record["depends_on"] = ", ".join(job.depends_on) or "-"
     record["last_error"] = job.last_error.summary() if job.last_error else None
     if job.last_error is not None:

@@ -58,3 +58,34 @@ def test_trashed_shows_the_first_line_of_a_multi_line_reason(url: str, capsys: C
     assert len(out.splitlines()) == 2
     assert out.splitlines()[1].endswith("ValueError: bad image")
     assert table(out)[1][0] == job_id
+
+
+def strict_json(text: str) -> object:
+    """``json.loads`` refusing what is not JSON (``Infinity``, ``NaN``)."""
+
+    def refuse(constant: str) -> object:
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_json_output_is_strict_json_for_any_details(capsys: Capture, url: str) -> None:
+    details = {"inf": float("inf"), "nan": float("nan"), "raw": b"\xff\x00", "pair": (1, 2), "ints": {1: 2}}
+
+    async def post_odd_details() -> str:
+        with anyio.fail_after(10):
+            async with open_board(url) as board:
+                return (await board.post("odd", details)).id
+
+    job_id = anyio.run(post_odd_details)
+    from_cli = post(capsys, url, "odd", "--details", '{"big": Infinity, "small": -Infinity}')
+    status, out, _ = run(capsys, "--board", url, "show", job_id, "--json")
+    assert status == 0
+    record = strict_json(out)
+    assert isinstance(record, dict)
+    assert record["details"] == {"inf": "Infinity", "nan": "NaN", "raw": "\\xff\x00", "pair": [1, 2],
+                                 "ints": {"1": 2}}
+    status, out, _ = run(capsys, "--board", url, "list", "--json")
+    records = strict_json(out)
+    assert status == 0 and isinstance(records, list)
+    assert {r["id"]: r["details"] for r in records}[from_cli] == {"big": "Infinity", "small": "-Infinity"}
