@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard
+from jobboard.cli_options import URL_ENV, add_global_options, shared_options
 from jobboard.cli_output import first_line, format_table, format_time, plain, print_json
 from jobboard.cli_plan import plan_arguments, plan_command
 from jobboard.cli_worker import CommandError, check, check_arguments, run_worker, worker_arguments
@@ -30,7 +31,6 @@ from jobboard.job import Job, Priority, TrashedJob
 from jobboard.registry import open_board
 
 PROG = "jobboard"
-URL_ENV = "JOBBOARD_URL"
 DEFAULT_TRASH_REASON = "trashed from the command line"
 DEFAULT_CANCEL_REASON = "cancelled from the command line"
 
@@ -258,15 +258,10 @@ COMMANDS: tuple[Command, ...] = (
 
 def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
     """The argument parser: global options plus one subparser per command."""
-    board_help = f"board URL, e.g. memory://name (default: ${URL_ENV})"
     parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.")
-    parser.add_argument("--board", metavar="URL", default=None, help=board_help)
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="log debug messages, including the backend client library's")
+    add_global_options(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    # Also accepted after the subcommand; SUPPRESS keeps it from clobbering the global one.
-    shared = argparse.ArgumentParser(add_help=False)
-    shared.add_argument("--board", metavar="URL", default=argparse.SUPPRESS, help=board_help)
+    shared = shared_options()
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for command in commands:
         sub = subparsers.add_parser(command.name, help=command.help, parents=[shared])

@@ -89,3 +89,20 @@ def test_json_output_is_strict_json_for_any_details(capsys: Capture, url: str) -
     records = strict_json(out)
     assert status == 0 and isinstance(records, list)
     assert {r["id"]: r["details"] for r in records}[from_cli] == {"big": "Infinity", "small": "-Infinity"}
+
+
+def test_verbose_is_accepted_after_the_command(capsys: Capture, url: str) -> None:
+    job_id = post(capsys, url, "resize")
+    status, out, _ = run(capsys, "--board", url, "show", job_id, "-v")
+    assert status == 0 and job_id in out
+    status, _, _ = run(capsys, "list", "--board", url, "--verbose")
+    assert status == 0
+
+
+@pytest.mark.parametrize("action", ["status", "wait", "show", "cancel", "cleanup"])
+def test_plan_has_help_per_action(capsys: Capture, action: str) -> None:
+    status, out, _ = run(capsys, "plan", action, "--help")
+    assert status == 0
+    assert out.startswith(f"usage: jobboard plan {action} ")
+    assert ("plan_id" in out) is (action != "cleanup")
+    assert ("--format" in out) is (action == "show")
