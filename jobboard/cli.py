@@ -17,6 +17,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -73,7 +74,8 @@ async def job_record(board: JobBoard, job: Job) -> dict[str, Any]:
 
 def _post_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="what to do (a handler name)")
-    parser.add_argument("--details", default=None, metavar="JSON", help="job details, a JSON object")
+    parser.add_argument("--details", default=None, metavar="JSON",
+                        help="job details, a JSON object; @PATH reads it from a file, - from stdin")
     parser.add_argument("--priority", type=_priority, default=Priority.NORMAL,
                         help="very_low, low, normal (default), high or very_high (or -2..2)")
     parser.add_argument("--max-attempts", type=int, default=None, metavar="N",
@@ -94,15 +96,27 @@ def _priority(text: str) -> Priority:
 
 
 def parse_details(text: str | None) -> dict[str, Any]:
-    """:raises CommandError: ``text`` is not a JSON object."""
+    """``--details``: a JSON object, ``@path`` (read from a file) or ``-`` (read from stdin).
+
+    :raises CommandError: the file cannot be read, or what was read is not a JSON object.
+    """
     if text is None:
         return {}
+    source = "--details"
+    if text == "-":
+        source, text = "--details from stdin", sys.stdin.read()
+    elif text.startswith("@"):
+        source = f"--details file {text[1:]!r}"
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise CommandError(f"cannot read {source}: {getattr(error, 'strerror', None) or error}") from None
     try:
         details = json.loads(text)
     except json.JSONDecodeError as error:
-        raise CommandError(f"--details is not valid JSON: {error}") from None
+        raise CommandError(f"{source} is not valid JSON: {error}") from None
     if not isinstance(details, dict):
-        raise CommandError(f"--details must be a JSON object, not {type(details).__name__}")
+        raise CommandError(f"{source} must be a JSON object, not {type(details).__name__}")
     return details
 
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 import uuid
+from pathlib import Path
 
 import anyio
 import pytest
@@ -106,3 +109,38 @@ def test_plan_has_help_per_action(capsys: Capture, action: str) -> None:
     assert out.startswith(f"usage: jobboard plan {action} ")
     assert ("plan_id" in out) is (action != "cleanup")
     assert ("--format" in out) is (action == "show")
+
+
+def test_details_from_a_file_of_200_kb(capsys: Capture, url: str, tmp_path: Path) -> None:
+    details = {"text": "x" * 200_000, "n": 1}
+    path = tmp_path / "details.json"
+    path.write_text(json.dumps(details), encoding="utf-8")
+    job_id = post(capsys, url, "big", "--details", f"@{path}")
+    record = json.loads(run(capsys, "--board", url, "show", job_id, "--json")[1])
+    assert record["details"] == details
+
+
+def test_details_from_stdin(capsys: Capture, url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"image": "a.png"}\n'))
+    job_id = post(capsys, url, "resize", "--details", "-")
+    record = json.loads(run(capsys, "--board", url, "show", job_id, "--json")[1])
+    assert record["details"] == {"image": "a.png"}
+
+
+@pytest.mark.parametrize(("content", "fragments"), [
+    (None, ("cannot read", "No such file")),
+    (b"not json", ("is not valid JSON",)),
+    (b"[1, 2]", ("must be a JSON object",)),
+    (b"\xff\xfe", ("cannot read",)),
+])
+def test_bad_details_file_is_one_line_and_posts_nothing(
+    capsys: Capture, url: str, tmp_path: Path, content: bytes | None, fragments: tuple[str, ...],
+) -> None:
+    path = tmp_path / "details.json"
+    if content is not None:
+        path.write_bytes(content)
+    status, out, err = run(capsys, "--board", url, "post", "resize", "--details", f"@{path}")
+    assert (status, out) == (1, "")
+    assert_one_line_error(err, str(path), *fragments)
+    assert table(run(capsys, "--board", url, "list")[1]) == [
+        ["id", "name", "priority", "state", "owner", "attempts", "last_error"]]
