@@ -3,7 +3,7 @@
 Every subcommand is one :class:`Command` in :data:`COMMANDS`: its arguments,
 and either an async action run on the opened board (``--board URL``, default
 ``$JOBBOARD_URL``) or a local runner that needs no board. Errors print one line
-``jobboard: error: ...`` and exit 1; usage errors exit 2.
+``jobboard: error: ...``; the exit statuses are in :data:`EXIT_STATUSES`.
 """
 
 from __future__ import annotations
@@ -27,13 +27,20 @@ from jobboard.cli_options import URL_ENV, add_global_options, shared_options
 from jobboard.cli_output import first_line, format_table, format_time, plain, print_json
 from jobboard.cli_plan import plan_arguments, plan_command
 from jobboard.cli_worker import CommandError, check, check_arguments, run_worker, worker_arguments
-from jobboard.errors import JobBoardError, JobNotFound
+from jobboard.errors import BackendNotFound, BackendUnavailable, JobBoardError, JobNotFound
 from jobboard.job import Job, Priority, TrashedJob
 from jobboard.registry import open_board
 
 PROG = "jobboard"
 DEFAULT_TRASH_REASON = "trashed from the command line"
 DEFAULT_CANCEL_REASON = "cancelled from the command line"
+
+EXIT_OK, EXIT_NOT_MET, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_STATUSES = """exit statuses:
+  0  ok
+  1  the condition is not met (e.g. check: no live worker) or the command failed
+  2  usage error (bad option or argument, no board given)
+  3  the board is unreachable (retrying may help) or no installed backend serves its URL"""
 
 BoardAction = Callable[[JobBoard, argparse.Namespace], Awaitable[int]]
 """Runs a command on the opened board; returns the exit status."""
@@ -272,7 +279,8 @@ COMMANDS: tuple[Command, ...] = (
 
 def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
     """The argument parser: global options plus one subparser per command."""
-    parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.")
+    parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.", epilog=EXIT_STATUSES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     add_global_options(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     shared = shared_options()
@@ -340,7 +348,7 @@ def exit_status(code: object) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 error, 2 usage)."""
+    """Run the command line; returns the exit status (see :data:`EXIT_STATUSES`)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -350,8 +358,11 @@ def main(argv: list[str] | None = None) -> int:
             return dispatch(parser, args)
     except SystemExit as exit_:  # argparse: --help, --version, usage errors
         return exit_status(exit_.code)
+    except (BackendUnavailable, BackendNotFound) as error:
+        print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except (JobBoardError, CommandError) as error:
         print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
-        return 1
+        return EXIT_NOT_MET
     except KeyboardInterrupt:
         return 130

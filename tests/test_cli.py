@@ -210,7 +210,7 @@ def test_missing_board_is_a_usage_error_naming_both_ways(
 
 def test_unknown_scheme_is_one_line_naming_installed_schemes(capsys: Capture) -> None:
     status, out, err = run(capsys, "--board", "nosuch://x", "list")
-    assert (status, out) == (1, "")
+    assert (status, out) == (3, "")
     assert_one_line_error(err, "nosuch://", "memory", "zookeeper")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import socket
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -144,3 +146,33 @@ def test_bad_details_file_is_one_line_and_posts_nothing(
     assert_one_line_error(err, str(path), *fragments)
     assert table(run(capsys, "--board", url, "list")[1]) == [
         ["id", "name", "priority", "state", "owner", "attempts", "last_error"]]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def jobboard(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "jobboard", *argv], capture_output=True, text=True,
+                          timeout=60, check=False)
+
+
+def test_check_exit_statuses_are_distinct_and_in_the_help() -> None:
+    unreachable = f"zookeeper://127.0.0.1:{free_port()}/cli-edges?connect_timeout=1"
+    results = {
+        "no worker": jobboard("check", "memory://nobody"),
+        "unreachable": jobboard("check", unreachable),
+        "no backend": jobboard("check", "nosuch://x"),
+        "usage": jobboard("check", "--no-such-option"),
+        "help": jobboard("--help"),
+    }
+    assert {what: result.returncode for what, result in results.items()} == {
+        "no worker": 1, "unreachable": 3, "no backend": 3, "usage": 2, "help": 0}
+    for what in ("unreachable", "no backend"):
+        assert results[what].stderr.startswith("jobboard: error: ")
+        assert results[what].stderr.count("\n") == 1, results[what].stderr
+    assert "exit statuses:" in results["help"].stdout
+    assert "3  the board is unreachable" in results["help"].stdout
