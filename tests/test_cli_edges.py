@@ -171,8 +171,29 @@ def test_check_exit_statuses_are_distinct_and_in_the_help() -> None:
     }
     assert {what: result.returncode for what, result in results.items()} == {
         "no worker": 1, "unreachable": 3, "no backend": 3, "usage": 2, "help": 0}
-    for what in ("unreachable", "no backend"):
-        assert results[what].stderr.startswith("jobboard: error: ")
-        assert results[what].stderr.count("\n") == 1, results[what].stderr
+    for what in ("unreachable", "no backend"):  # a warning may say why before the error
+        assert results[what].stderr.splitlines()[-1].startswith("jobboard: error: ")
+        assert results[what].stderr.count("jobboard: error: ") == 1, results[what].stderr
     assert "exit statuses:" in results["help"].stdout
     assert "3  the board is unreachable" in results["help"].stdout
+
+
+@pytest.mark.parametrize(("host", "cause"), [
+    (f"127.0.0.1:{free_port()}", "connection refused"),
+    ("no-such-host.invalid:2181", "host name not resolved"),
+])
+def test_unreachable_zookeeper_says_why_at_once_and_at_the_end(host: str, cause: str) -> None:
+    result = jobboard("check", f"zookeeper://{host}/cli-edges?connect_timeout=1")
+    assert result.returncode == 3
+    warning, error = result.stderr.splitlines()
+    assert warning.startswith(f"jobboard: WARNING: cannot connect to ZooKeeper at {host}: {cause}")
+    assert warning.endswith("; retrying")
+    assert error.startswith(f"jobboard: error: no ZooKeeper server reachable within 1.0s: {host}: {cause}")
+    assert "TimeoutError" not in result.stderr
+
+
+def test_out_of_range_zookeeper_port_is_a_bad_url() -> None:
+    result = jobboard("check", "zookeeper://127.0.0.1:99999/cli-edges?connect_timeout=1")
+    assert result.returncode == 1
+    assert result.stderr.startswith("jobboard: error: bad port in host '127.0.0.1:99999'")
+    assert result.stderr.count("\n") == 1
