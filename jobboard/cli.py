@@ -3,7 +3,7 @@
 Every subcommand is one :class:`Command` in :data:`COMMANDS`: its arguments,
 and either an async action run on the opened board (``--board URL``, default
 ``$JOBBOARD_URL``) or a local runner that needs no board. Errors print one line
-``jobboard: error: ...`` and exit 1; usage errors exit 2.
+``jobboard: error: ...``; the exit statuses are in :data:`EXIT_STATUSES`.
 """
 
 from __future__ import annotations
@@ -17,22 +17,30 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from jobboard.board import JobBoard
+from jobboard.cli_options import URL_ENV, add_global_options, shared_options
+from jobboard.cli_output import first_line, format_table, format_time, plain, print_json
 from jobboard.cli_plan import plan_arguments, plan_command
 from jobboard.cli_worker import CommandError, check, check_arguments, run_worker, worker_arguments
-from jobboard.errors import JobBoardError, JobNotFound
+from jobboard.errors import BackendNotFound, BackendUnavailable, JobBoardError, JobNotFound
 from jobboard.job import Job, Priority, TrashedJob
 from jobboard.registry import open_board
 
 PROG = "jobboard"
-URL_ENV = "JOBBOARD_URL"
 DEFAULT_TRASH_REASON = "trashed from the command line"
 DEFAULT_CANCEL_REASON = "cancelled from the command line"
+
+EXIT_OK, EXIT_NOT_MET, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+EXIT_STATUSES = """exit statuses:
+  0  ok
+  1  the condition is not met (e.g. check: no live worker) or the command failed
+  2  usage error (bad option or argument, no board given)
+  3  the board is unreachable (retrying may help) or no installed backend serves its URL"""
 
 BoardAction = Callable[[JobBoard, argparse.Namespace], Awaitable[int]]
 """Runs a command on the opened board; returns the exit status."""
@@ -54,39 +62,6 @@ class Command:
 # -- output helpers ---------------------------------------------------------
 
 
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns separated by two spaces, without trailing blanks."""
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
-    lines = [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        for line in (headers, *rows)
-    ]
-    return "\n".join(lines)
-
-
-def format_time(timestamp: float | None) -> str:
-    """A wall-clock timestamp as ISO 8601 in UTC, or ``-``."""
-    if timestamp is None:
-        return "-"
-    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")
-
-
-def plain(value: Any) -> Any:
-    """``value`` with what JSON cannot carry made printable (bytes, odd keys, tuples)."""
-    if isinstance(value, Mapping):
-        return {key if isinstance(key, (str, int, float, bool)) else repr(key): plain(item)
-                for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(item) for item in value]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    return value
-
-
-def print_json(value: Any) -> None:
-    print(json.dumps(plain(value), indent=2, default=repr))
-
-
 def attempts_text(attempts: int, max_attempts: int | None) -> str:
     """``attempts`` or ``attempts/max_attempts``."""
     return str(attempts) if max_attempts is None else f"{attempts}/{max_attempts}"
@@ -106,7 +81,8 @@ async def job_record(board: JobBoard, job: Job) -> dict[str, Any]:
 
 def _post_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="what to do (a handler name)")
-    parser.add_argument("--details", default=None, metavar="JSON", help="job details, a JSON object")
+    parser.add_argument("--details", default=None, metavar="JSON",
+                        help="job details, a JSON object; @PATH reads it from a file, - from stdin")
     parser.add_argument("--priority", type=_priority, default=Priority.NORMAL,
                         help="very_low, low, normal (default), high or very_high (or -2..2)")
     parser.add_argument("--max-attempts", type=int, default=None, metavar="N",
@@ -127,15 +103,27 @@ def _priority(text: str) -> Priority:
 
 
 def parse_details(text: str | None) -> dict[str, Any]:
-    """:raises CommandError: ``text`` is not a JSON object."""
+    """``--details``: a JSON object, ``@path`` (read from a file) or ``-`` (read from stdin).
+
+    :raises CommandError: the file cannot be read, or what was read is not a JSON object.
+    """
     if text is None:
         return {}
+    source = "--details"
+    if text == "-":
+        source, text = "--details from stdin", sys.stdin.read()
+    elif text.startswith("@"):
+        source = f"--details file {text[1:]!r}"
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise CommandError(f"cannot read {source}: {getattr(error, 'strerror', None) or error}") from None
     try:
         details = json.loads(text)
     except json.JSONDecodeError as error:
-        raise CommandError(f"--details is not valid JSON: {error}") from None
+        raise CommandError(f"{source} is not valid JSON: {error}") from None
     if not isinstance(details, dict):
-        raise CommandError(f"--details must be a JSON object, not {type(details).__name__}")
+        raise CommandError(f"{source} must be a JSON object, not {type(details).__name__}")
     return details
 
 
@@ -208,7 +196,7 @@ async def show(board: JobBoard, args: argparse.Namespace) -> int:
         return 0
     record["created_at"] = format_time(job.created_at)
     record["not_before"] = format_time(job.not_before)
-    record["details"] = json.dumps(plain(job.details), default=repr)
+    record["details"] = json.dumps(plain(job.details), allow_nan=False)
     record["depends_on"] = ", ".join(job.depends_on) or "-"
     record["last_error"] = job.last_error.summary() if job.last_error else None
     if job.last_error is not None:
@@ -221,7 +209,7 @@ async def show(board: JobBoard, args: argparse.Namespace) -> int:
 
 
 def cli_owner() -> str:
-    """The owner name the CLI claims with: ``cli-<hostname>-<pid>``."""
+    """The owner name the CLI would claim with: ``cli-<hostname>-<pid>``."""
     return f"cli-{socket.gethostname()}-{os.getpid()}"
 
 
@@ -231,10 +219,10 @@ def _trash_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def trash(board: JobBoard, args: argparse.Namespace) -> int:
-    """Claim one job and move it to the trash."""
-    claim = await board.claim(args.id, cli_owner())
-    await board.trash(claim, args.reason)
-    print(f"trashed {args.id}: {args.reason}")
+    """Move one job to the trash without claiming it (no attempt is counted; waiting jobs too)."""
+    running = await board.owner(args.id)
+    await board.cancel(args.id, args.reason)
+    print(f"trashed {args.id}" + (f" (its claim by {running} revoked)" if running else "") + f": {args.reason}")
     return 0
 
 
@@ -258,7 +246,7 @@ def _no_arguments(parser: argparse.ArgumentParser) -> None:
 async def list_trashed(board: JobBoard, args: argparse.Namespace) -> int:
     """Print the trash, oldest first, with reasons."""
     items: list[TrashedJob] = [item async for item in board.trashed()]
-    rows = [(i.job.id, i.job.name, format_time(i.trashed_at), i.reason) for i in items]
+    rows = [(i.job.id, i.job.name, format_time(i.trashed_at), first_line(i.reason)) for i in items]
     print(format_table(("id", "name", "trashed_at", "reason"), rows))
     return 0
 
@@ -274,7 +262,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("post", "post a job and print its id", _post_arguments, on_board=post),
     Command("list", "list the jobs on the board", _list_arguments, on_board=list_jobs),
     Command("show", "show one job, its state and owner", _show_arguments, on_board=show),
-    Command("trash", "claim a job and move it to the trash", _trash_arguments, on_board=trash),
+    Command("trash", "move a job to the trash (unclaimed, waiting or claimed)", _trash_arguments, on_board=trash),
     Command("cancel", "move a job to the trash, cancelling it if a worker runs it", _cancel_arguments,
             on_board=cancel),
     Command("trashed", "list the trash with reasons", _no_arguments, on_board=list_trashed),
@@ -291,15 +279,11 @@ COMMANDS: tuple[Command, ...] = (
 
 def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
     """The argument parser: global options plus one subparser per command."""
-    board_help = f"board URL, e.g. memory://name (default: ${URL_ENV})"
-    parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.")
-    parser.add_argument("--board", metavar="URL", default=None, help=board_help)
-    parser.add_argument("-v", "--verbose", action="store_true",
-                        help="log debug messages, including the backend client library's")
+    parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.", epilog=EXIT_STATUSES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_global_options(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    # Also accepted after the subcommand; SUPPRESS keeps it from clobbering the global one.
-    shared = argparse.ArgumentParser(add_help=False)
-    shared.add_argument("--board", metavar="URL", default=argparse.SUPPRESS, help=board_help)
+    shared = shared_options()
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for command in commands:
         sub = subparsers.add_parser(command.name, help=command.help, parents=[shared])
@@ -364,7 +348,7 @@ def exit_status(code: object) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (0 ok, 1 error, 2 usage)."""
+    """Run the command line; returns the exit status (see :data:`EXIT_STATUSES`)."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -374,8 +358,11 @@ def main(argv: list[str] | None = None) -> int:
             return dispatch(parser, args)
     except SystemExit as exit_:  # argparse: --help, --version, usage errors
         return exit_status(exit_.code)
+    except (BackendUnavailable, BackendNotFound) as error:
+        print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     except (JobBoardError, CommandError) as error:
         print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
-        return 1
+        return EXIT_NOT_MET
     except KeyboardInterrupt:
         return 130

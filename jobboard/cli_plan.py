@@ -7,25 +7,37 @@ import sys
 from typing import TextIO
 
 from jobboard.board import JobBoard
-from jobboard.cli_worker import CommandError
+from jobboard.cli_options import shared_options
+from jobboard.cli_output import format_table
 from jobboard.dag import to_dot, to_mermaid
 from jobboard.plans import PlanHandle, PlanProgress, PlanStatus, cleanup_interrupted_plans
 
 BAR_WIDTH = 30
 
 
+PLAN_ACTIONS = {
+    "status": "print each task's state, owner or failure reason (exit 1 if the plan failed)",
+    "wait": "show progress until the plan ends (exit 0 if it completed, else 1)",
+    "show": "draw the plan's graph with each task's state (mermaid or dot)",
+    "cancel": "trash every task of the plan that has not started (running ones finish)",
+    "cleanup": "trash the plans whose posting was interrupted (no plan id)",
+}
+
+
 def plan_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["status", "wait", "show", "cancel", "cleanup"])
-    parser.add_argument("plan_id", nargs="?", help="the plan's id (what post_plan returned)")
-    parser.add_argument("--format", choices=["mermaid", "dot"], default="mermaid", help="for show")
+    actions = parser.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
+    for action, text in PLAN_ACTIONS.items():
+        sub = actions.add_parser(action, help=text, description=text, parents=[shared_options()])
+        if action != "cleanup":
+            sub.add_argument("plan_id", help="the plan's id (what post_plan returned)")
+        if action == "show":
+            sub.add_argument("--format", choices=["mermaid", "dot"], default="mermaid", help="the graph's syntax")
 
 
 async def plan_command(board: JobBoard, args: argparse.Namespace) -> int:
     if args.action == "cleanup":
         print(f"cleaned up {await cleanup_interrupted_plans(board)} interrupted plan(s)")
         return 0
-    if not args.plan_id:
-        raise CommandError(f"plan {args.action} needs a plan id")
     handle = await PlanHandle.open(board, args.plan_id)
     if args.action == "status":
         status = await handle.status()
@@ -47,8 +59,6 @@ async def plan_command(board: JobBoard, args: argparse.Namespace) -> int:
 
 def status_table(status: PlanStatus) -> str:
     """A table of the tasks, then one summary line."""
-    from jobboard.cli import format_table
-
     rows = []
     for name, state in status.states.items():
         note = status.owners.get(name) or status.reasons.get(name, "").split("\n")[0]

@@ -181,13 +181,15 @@ class PlanHandle:
         :raises JobNotFound: no such plan on this board.
         """
         try:
-            record = await board.get(plan_id)
-            return cls(board, plan_id, dict(record.details))
+            manifest: Any = dict((await board.get(plan_id)).details)
         except JobNotFound:
             outcome = await board.wait_for_completion(plan_id)  # finished plans keep their record
-            if outcome.state is not JobState.COMPLETE or not isinstance(outcome.result, dict):
+            if outcome.state is not JobState.COMPLETE:
                 raise JobNotFound(f"no plan {plan_id} on this board") from None
-            return cls(board, plan_id, outcome.result)
+            manifest = outcome.result
+        if not _is_manifest(manifest):
+            raise JobNotFound(f"{plan_id} is a job, not a plan (no plan with this id on this board)")
+        return cls(board, plan_id, manifest)
 
     async def status(self) -> PlanStatus:
         """Every task's state, who runs the running ones, why the trashed ones failed."""
@@ -285,3 +287,10 @@ class PlanHandle:
             await self.board.consume(claim, summary)
         except (AlreadyClaimed, JobNotFound):
             pass  # another waiter finalised it
+
+
+def _is_manifest(value: Any) -> bool:
+    """Whether ``value`` is a plan record as ``post_plan`` writes it (an ordinary job's is not)."""
+    tasks = value.get("tasks") if isinstance(value, dict) else None
+    return (isinstance(value, dict) and isinstance(value.get("name"), str) and isinstance(tasks, dict)
+            and all(isinstance(spec, dict) and {"id", "handler", "after"} <= spec.keys() for spec in tasks.values()))

@@ -123,14 +123,16 @@ def cli_rows(url: str, *argv: str) -> list[list[str]]:
     return table(buffer.getvalue())
 
 
-async def test_trash_of_a_job_claimed_by_someone_else_fails(url: str) -> None:
+async def test_trash_of_a_claimed_job_revokes_the_claim_without_counting_an_attempt(url: str) -> None:
     with anyio.fail_after(10):
         async with open_board(url) as board:
             job = await board.post("held")
             await board.claim(job, "worker-7")
             status = await anyio.to_thread.run_sync(main, ["--board", url, "trash", job.id])
-            assert status == 1
-            assert await board.owner(job) == "worker-7"
+            assert status == 0
+            assert await board.state(job) is JobState.TRASHED
+            [item] = [item async for item in board.trashed()]
+            assert item.job.attempts == 1  # worker-7's claim only
 
 
 def test_show_prints_every_field_state_and_owner(capsys: Capture, url: str) -> None:
@@ -208,7 +210,7 @@ def test_missing_board_is_a_usage_error_naming_both_ways(
 
 def test_unknown_scheme_is_one_line_naming_installed_schemes(capsys: Capture) -> None:
     status, out, err = run(capsys, "--board", "nosuch://x", "list")
-    assert (status, out) == (1, "")
+    assert (status, out) == (3, "")
     assert_one_line_error(err, "nosuch://", "memory", "zookeeper")
 
 

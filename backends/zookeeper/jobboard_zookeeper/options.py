@@ -65,7 +65,7 @@ def parse_zookeeper_url(url: str) -> ZooKeeperOptions:
         raise InvalidURL(f"{url!r} names no ZooKeeper host (zookeeper://host:2181/path)")
     for host in parsed.hosts:
         _, _, port = host.rpartition(":")
-        if ":" in host and not port.isdigit():
+        if ":" in host and not (port.isdigit() and 0 < int(port) < 65536):
             raise InvalidURL(f"bad port in host {host!r} of {url!r}")
     root = parsed.path.rstrip("/") or DEFAULT_ROOT
     options = parse_options(parsed, CONVERTERS)

@@ -38,6 +38,7 @@ from jobboard_zookeeper.zk_protocol import (
     digest_acl,
     plain_reader,
     prompt_find_server,
+    recording_connect,
     stat_of,
 )
 
@@ -94,7 +95,8 @@ class ZooKeeper:
             await asyncio.wait_for(self._client.start(), self.connect_timeout)
         except (TimeoutError, OSError, exc.ZKError) as error:
             await self.close()
-            raise BackendUnavailable(f"no ZooKeeper server reachable at {self.hosts}: {error!r}") from error
+            raise self.connect_failures.unreachable(self.connect_timeout, error) from error
+        self.connect_failures.warn = False
         self._watchdog = asyncio.create_task(self._watch_connection())
 
     async def close(self) -> None:
@@ -155,7 +157,7 @@ class ZooKeeper:
     def _hook_connections(self) -> None:
         """Bound connecting (a server that accepts but never answers must not stall the
         reconnect loop), retry at least every second, give every new connection a plain reader."""
-        original = self._session.make_connection
+        self.connect_failures, original = recording_connect(self._session)
 
         async def make_connection(host: str, port: int) -> Any:
             try:

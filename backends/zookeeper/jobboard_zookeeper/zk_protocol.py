@@ -8,14 +8,20 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import logging
 import random
+import socket
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiozk import exc, protocol
+from aiozk.connection import Connection
 from aiozk.protocol.primitives import Int, UString
 
+from jobboard.errors import BackendUnavailable
 from jobboard_zookeeper.ops import Stat
+
+logger = logging.getLogger(__name__)
 
 
 class AddWatchRequest(protocol.request.Request):  # type: ignore[misc]
@@ -86,3 +92,54 @@ def prompt_find_server(session: Any) -> Callable[[bool], Awaitable[None]]:
             delay = min(delay * 2, RECONNECT_DELAYS[1])
 
     return find_server
+
+
+def connect_failure(error: BaseException) -> str:
+    """Why a connection attempt failed, in words (refused, name not resolved, bad port ...)."""
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(error, socket.gaierror):
+        return f"host name not resolved ({error.strerror})"
+    if isinstance(error, (OverflowError, ValueError)):
+        return f"bad address ({error})"
+    if isinstance(error, TimeoutError):
+        return "no answer (timed out)"
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror[:1].lower() + error.strerror[1:]
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+class ConnectFailures:
+    """The last failure to connect to each server, said at once (a warning while ``warn``)."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, str] = {}
+        self.warn = True
+
+    def record(self, where: str, error: BaseException) -> None:
+        cause = connect_failure(error)
+        if self.warn and self.last.get(where) != cause:
+            logger.warning("cannot connect to ZooKeeper at %s: %s; retrying", where, cause)
+        self.last[where] = cause
+
+    def unreachable(self, timeout: float, error: BaseException) -> BackendUnavailable:
+        """The error for a start that found no server within ``timeout``: each server's last failure."""
+        causes = "; ".join(f"{where}: {cause}" for where, cause in self.last.items()) or repr(error)
+        return BackendUnavailable(f"no ZooKeeper server reachable within {timeout:.1f}s: {causes}")
+
+
+def recording_connect(session: Any) -> tuple[ConnectFailures, Callable[[str, int], Awaitable[Any]]]:
+    """aiozk's ``Session.make_connection``, keeping why an attempt failed (aiozk only logs it)."""
+    failures = ConnectFailures()
+
+    async def make_connection(host: str, port: int) -> Any:
+        conn = Connection(host, port, watch_handler=session.event_dispatch, read_timeout=session.read_timeout)
+        try:
+            await conn.connect()
+        except Exception as error:  # noqa: BLE001 -- aiozk's catches everything too: the next server is tried
+            failures.record(f"{host}:{port}", error)
+            return None
+        failures.last.pop(f"{host}:{port}", None)
+        return conn
+
+    return failures, make_connection

@@ -1,0 +1,24 @@
+"""Options every ``jobboard`` command accepts, before or after its name (and a plan action's)."""
+
+from __future__ import annotations
+
+import argparse
+
+URL_ENV = "JOBBOARD_URL"
+BOARD_HELP = f"board URL, e.g. memory://name (default: ${URL_ENV})"
+VERBOSE_HELP = "log debug messages, including the backend client library's"
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """``--board`` and ``-v`` on the top-level parser, with their defaults."""
+    parser.add_argument("--board", metavar="URL", default=None, help=BOARD_HELP)
+    parser.add_argument("-v", "--verbose", action="store_true", help=VERBOSE_HELP)
+
+
+def shared_options() -> argparse.ArgumentParser:
+    """A parent parser with ``--board`` and ``-v`` for subcommands: ``SUPPRESS`` keeps an
+    option not given after the subcommand from clobbering the one given before it."""
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--board", metavar="URL", default=argparse.SUPPRESS, help=BOARD_HELP)
+    shared.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
+    return shared
