@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections import Counter
 from contextlib import AsyncExitStack
 from typing import Any
@@ -16,18 +15,15 @@ from jobboard.dag import InvalidPlan, Plan, to_dot, to_mermaid
 from jobboard.handlers import Handlers, RetryPolicy
 from jobboard.plans import PlanHandle, post_plan
 from jobboard.worker import Worker, WorkerConfig
+from tests.support.boards import BACKENDS, fresh_board_url
 from tests.support.plans import stress_plan
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(params=["memory", "zookeeper", "redis"])
+@pytest.fixture(params=BACKENDS)
 def board_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "memory":
-        return f"memory://dag-{uuid.uuid4().hex}"
-    if request.param == "redis":
-        return f"{request.getfixturevalue('redis_url')}/0/dag-{uuid.uuid4().hex}?session_timeout=4"
-    return f"zookeeper://{request.getfixturevalue('zk_hosts')}/dag/{uuid.uuid4().hex}?session_timeout=4"
+    return fresh_board_url(request, "dag")
 
 
 # -- building, no I/O ------------------------------------------------------------------

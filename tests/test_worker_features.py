@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -15,19 +14,15 @@ import pytest
 from jobboard import JobBoard, JobState, open_board
 from jobboard.handlers import TIMEOUT_KEY, Fail, Handlers, JobContext, Retry, RetryPolicy
 from jobboard.worker import Worker, WorkerConfig
+from tests.support.boards import BACKENDS, fresh_board_url
 
 pytestmark = pytest.mark.timeout(60)
 FAST = RetryPolicy(max_attempts=3, initial_delay=0.01, jitter=0)
 
 
-@pytest.fixture(params=["memory", "zookeeper", "redis"])
+@pytest.fixture(params=BACKENDS)
 def board_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "memory":
-        return f"memory://features-{uuid.uuid4().hex}"
-    if request.param == "redis":
-        return f"{request.getfixturevalue('redis_url')}/0/features-{uuid.uuid4().hex}?session_timeout=4"
-    hosts = request.getfixturevalue("zk_hosts")
-    return f"zookeeper://{hosts}/features/{uuid.uuid4().hex}?session_timeout=4"
+    return fresh_board_url(request, "features")
 
 
 @asynccontextmanager

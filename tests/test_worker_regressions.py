@@ -20,16 +20,14 @@ from jobboard.handlers import JobContext, RetryPolicy
 from jobboard.job import Claim
 from jobboard.outcome import Action, decide
 from jobboard.worker import Worker, WorkerConfig
+from tests.support.boards import fresh_board_url
 
 pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture(params=["memory", "zookeeper"])
 def board_url(request: pytest.FixtureRequest) -> str:
-    if request.param == "memory":
-        return f"memory://regress-{uuid.uuid4().hex}"
-    hosts = request.getfixturevalue("zk_hosts")
-    return f"zookeeper://{hosts}/regress/{uuid.uuid4().hex}?session_timeout=4"
+    return fresh_board_url(request, "regress")
 
 
 @asynccontextmanager
