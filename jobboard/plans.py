@@ -39,8 +39,16 @@ FOLLOWS = {EventKind.CLAIMED: JobState.CLAIMED, EventKind.RELEASED: JobState.UNC
            EventKind.READY: JobState.UNCLAIMED, EventKind.CONSUMED: JobState.COMPLETE,
            EventKind.TRASHED: JobState.TRASHED}
 """How a board event moves a task's state."""
+FINAL = {JobState.COMPLETE, JobState.TRASHED}
 RESYNC = {EventKind.DROPPED, EventKind.RECONNECTED, EventKind.SESSION_EXPIRED}
 """Events after which the states are read again."""
+
+
+def follow(states: dict[str, JobState], task: str, state: JobState) -> None:
+    """Move a task to ``state`` unless it ended: an event from before the states were read
+    (replayed after them) must not move a complete or trashed task back, nor progress."""
+    if states.get(task) not in FINAL:
+        states[task] = state
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +235,7 @@ class PlanHandle:
                 if event.kind in RESYNC:
                     status = await self.status()
                 elif event.job_id in names and event.kind in FOLLOWS:
-                    status.states[names[event.job_id]] = FOLLOWS[event.kind]
+                    follow(status.states, names[event.job_id], FOLLOWS[event.kind])
         status = await self.status()  # the reasons, and states settled for certain
         if on_progress:
             on_progress(status.progress())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections import Counter
 from contextlib import AsyncExitStack
 from typing import Any
@@ -211,3 +212,36 @@ async def test_dead_poster_leaves_nothing_runnable_and_cleanup_removes_it(board_
             assert await survivor.claim_next("w1") is None  # nothing of a half-posted plan runs
             assert await cleanup_interrupted_plans(survivor) == 1
             assert await survivor.job_count() == 0
+
+
+async def test_plan_progress_never_goes_backwards() -> None:
+    """A task's events from before the states were read (claimed, then consumed) were replayed
+    over its complete state: the done count went back (115 -> 114 in a 150-task plan)."""
+    plan = Plan("progress")
+    plan.task("work", name="a")
+    plan.task("work", name="b")
+    with anyio.fail_after(20):
+        async with open_board(f"memory://progress-{uuid.uuid4().hex}") as board:
+            handle = await post_plan(board, plan)
+            first_read = handle.status
+
+            async def status_after_a_task_ran() -> Any:
+                handle.status = first_read  # type: ignore[method-assign]
+                claim = await board.claim_next("w", names=["work"])  # runs between the subscription
+                assert claim is not None                             # and the first read of the states
+                await board.consume(claim, "done")
+                return await first_read()
+
+            async def run_the_other() -> None:
+                await anyio.sleep(0.2)
+                claim = await board.claim_next("w", names=["work"])
+                assert claim is not None
+                await board.consume(claim, "done")
+
+            handle.status = status_after_a_task_ran  # type: ignore[method-assign]
+            done: list[int] = []
+            async with anyio.create_task_group() as group:
+                group.start_soon(run_the_other)
+                outcome = await handle.wait(lambda progress: done.append(progress.done))
+    assert outcome.state == "complete"
+    assert done == sorted(done) and done[-1] == 2, done
