@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
-import socket
 import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -208,35 +208,23 @@ async def show(board: JobBoard, args: argparse.Namespace) -> int:
     return 0
 
 
-def cli_owner() -> str:
-    """The owner name the CLI would claim with: ``cli-<hostname>-<pid>``."""
-    return f"cli-{socket.gethostname()}-{os.getpid()}"
-
-
-def _trash_arguments(parser: argparse.ArgumentParser) -> None:
+def _trash_arguments(parser: argparse.ArgumentParser, default_reason: str) -> None:
     parser.add_argument("id", help="the job's id")
-    parser.add_argument("--reason", default=DEFAULT_TRASH_REASON, help="why (kept with the job)")
+    parser.add_argument("--reason", default=default_reason, help="why (kept with the job)")
 
 
-async def trash(board: JobBoard, args: argparse.Namespace) -> int:
-    """Move one job to the trash without claiming it (no attempt is counted; waiting jobs too)."""
-    running = await board.owner(args.id)
-    await board.cancel(args.id, args.reason)
-    print(f"trashed {args.id}" + (f" (its claim by {running} revoked)" if running else "") + f": {args.reason}")
-    return 0
+def _trashing(verb: str) -> Callable[[JobBoard, argparse.Namespace], Awaitable[int]]:
+    """``trash`` and ``cancel``: move a job to the trash without claiming it (no attempt is
+    counted; waiting jobs too), revoking its claim (and stopping its handler) if it has one."""
 
+    async def command(board: JobBoard, args: argparse.Namespace) -> int:
+        running = await board.owner(args.id)
+        await board.cancel(args.id, args.reason)
+        revoked = f" (its claim by {running} revoked)" if running else ""
+        print(f"{verb} {args.id}{revoked}: {args.reason}")
+        return 0
 
-def _cancel_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("id", help="the job's id")
-    parser.add_argument("--reason", default=DEFAULT_CANCEL_REASON, help="why (kept with the job)")
-
-
-async def cancel(board: JobBoard, args: argparse.Namespace) -> int:
-    """Move a job to the trash, even while a worker runs it (its handler is cancelled)."""
-    running = await board.owner(args.id)
-    await board.cancel(args.id, args.reason)
-    print(f"cancelled {args.id}" + (f" (its claim by {running} revoked)" if running else "") + f": {args.reason}")
-    return 0
+    return command
 
 
 def _no_arguments(parser: argparse.ArgumentParser) -> None:
@@ -262,9 +250,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("post", "post a job and print its id", _post_arguments, on_board=post),
     Command("list", "list the jobs on the board", _list_arguments, on_board=list_jobs),
     Command("show", "show one job, its state and owner", _show_arguments, on_board=show),
-    Command("trash", "move a job to the trash (unclaimed, waiting or claimed)", _trash_arguments, on_board=trash),
-    Command("cancel", "move a job to the trash, cancelling it if a worker runs it", _cancel_arguments,
-            on_board=cancel),
+    Command("trash", "move a job to the trash (unclaimed, waiting or claimed)",
+            functools.partial(_trash_arguments, default_reason=DEFAULT_TRASH_REASON), on_board=_trashing("trashed")),
+    Command("cancel", "move a job to the trash, cancelling it if a worker runs it",
+            functools.partial(_trash_arguments, default_reason=DEFAULT_CANCEL_REASON),
+            on_board=_trashing("cancelled")),
     Command("trashed", "list the trash with reasons", _no_arguments, on_board=list_trashed),
     Command("demo", "run a producer and three workers on memory://demo", _no_arguments, local=demo),
     Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker),

@@ -8,7 +8,6 @@ call ``main`` in a worker thread (it starts its own event loop).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import uuid
@@ -20,7 +19,7 @@ import anyio.to_thread
 import pytest
 
 from jobboard import JobState, open_board
-from jobboard.cli import DEFAULT_TRASH_REASON, cli_owner, format_table, main
+from jobboard.cli import DEFAULT_TRASH_REASON, format_table, main
 
 Capture = pytest.CaptureFixture[str]
 
@@ -177,11 +176,6 @@ def test_trash_default_reason_and_show_of_a_trashed_job(capsys: Capture, url: st
     record = json.loads(out)
     assert status == 0
     assert (record["state"], record["trash_reason"]) == (JobState.TRASHED.value, DEFAULT_TRASH_REASON)
-
-
-def test_cli_owner_names_host_and_pid() -> None:
-    owner = cli_owner()
-    assert owner.startswith("cli-") and owner.endswith(f"-{os.getpid()}")
 
 
 def test_board_defaults_to_the_environment(
