@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 
 from jobboard import open_board
-from jobboard.cli_plan import ProgressPrinter
+from jobboard.cli.plan import ProgressPrinter
 from jobboard.dag import Plan
 from jobboard.handlers import Handlers, Retry
 from jobboard.plans import post_plan

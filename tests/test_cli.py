@@ -19,7 +19,9 @@ import anyio.to_thread
 import pytest
 
 from jobboard import JobState, open_board
-from jobboard.cli import DEFAULT_TRASH_REASON, format_table, main
+from jobboard.cli import main
+from jobboard.cli.jobs import DEFAULT_TRASH_REASON
+from jobboard.cli.output import format_table
 
 Capture = pytest.CaptureFixture[str]
 

@@ -7,8 +7,8 @@ import sys
 from typing import TextIO
 
 from jobboard.board import JobBoard
-from jobboard.cli_options import shared_options
-from jobboard.cli_output import format_table
+from jobboard.cli.options import shared_options
+from jobboard.cli.output import format_table
 from jobboard.dag import to_dot, to_mermaid
 from jobboard.plans import PlanHandle, PlanProgress, PlanStatus, cleanup_interrupted_plans
 

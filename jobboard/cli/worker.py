@@ -14,14 +14,11 @@ from typing import Any, cast
 
 from jobboard import logs
 from jobboard.board import JobBoard
+from jobboard.cli.command import CommandError
 from jobboard.early_signals import catch_early_signals
 from jobboard.handlers import Handler
 from jobboard.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 from jobboard.worker import Worker, WorkerConfig, default_owner
-
-
-class CommandError(Exception):
-    """A command's input is unusable (e.g. ``--details`` is not a JSON object)."""
 
 
 def load_handler(spec: str) -> Handler:
