@@ -25,7 +25,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProv
 from jobboard.board import JobBoard, JobRef, NewJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
 from jobboard.handlers import JobContext, Middleware
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Priority, TrashedJob
 
 __all__ = ["TracedBoard", "job_spans", "producer_context"]
 
@@ -167,6 +167,10 @@ class TracedBoard(JobBoard):
     async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
         async for job in self.inner.iterjobs(only_unclaimed=only_unclaimed):
             yield job
+
+    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+        async for item in self.inner.listing(only_unclaimed=only_unclaimed):
+            yield item
 
     async def state(self, job: JobRef) -> JobState:
         return await self.inner.state(job)

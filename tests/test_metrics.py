@@ -232,3 +232,38 @@ def test_only_metrics_is_served() -> None:
             group.cancel_scope.cancel()
 
     anyio.run(main)
+
+
+async def test_jobboard_metrics_serves_the_board_s_gauges(zk_hosts: str) -> None:
+    url = f"zookeeper://{zk_hosts}/metrics-board/{uuid.uuid4().hex}"
+    async with open_board(url) as board:
+        await board.register_entity("w1", {"pid": 1})
+        running = await board.claim(await board.post("a"), "w1")
+        await board.post("a")
+        first = await board.post("b", priority="high")
+        await board.post("d", depends_on=[first])
+        await board.trash(await board.claim(await board.post("c"), "w1"), "bad input")
+        child, lines = await start("metrics", url, "--port", "0")
+        try:
+            endpoint = lines[-1].removeprefix("metrics: ")
+            samples = await anyio.to_thread.run_sync(scrape, endpoint)
+            for state, count in {"unclaimed": 2, "claimed": 1, "waiting": 1}.items():
+                assert value(samples, "jobboard_board_jobs", state=state) == count, state
+            for (name, state), count in {("a", "unclaimed"): 1, ("a", "claimed"): 1, ("b", "unclaimed"): 1,
+                                         ("d", "waiting"): 1}.items():
+                assert value(samples, "jobboard_board_jobs_by_name", name=name, state=state) == count
+            assert value(samples, "jobboard_board_jobs_by_priority", priority="normal") == 3
+            assert value(samples, "jobboard_board_jobs_by_priority", priority="high") == 1
+            assert value(samples, "jobboard_board_trash_jobs") == 1
+            assert value(samples, "jobboard_board_workers") == 1
+            assert value(samples, "jobboard_board_worker_running_jobs", worker="w1") == 1
+            assert (value(samples, "jobboard_board_oldest_unclaimed_age_seconds") or 0) > 0
+            assert value(samples, "jobboard_board_up") == 1
+            await board.consume(running)  # the live view follows the board's events
+            await board.post("a")
+            samples = await scrape_until(endpoint, lambda s: value(s, "jobboard_board_jobs", state="claimed") == 0
+                                         and value(s, "jobboard_board_jobs", state="unclaimed") == 3)
+            assert value(samples, "jobboard_board_jobs_by_name", name="a", state="unclaimed") == 2
+            assert value(samples, "jobboard_board_worker_running_jobs", worker="w1") == 0
+        finally:
+            await stop(child)
