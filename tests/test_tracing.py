@@ -6,7 +6,13 @@ boards (two connections on zookeeper:// and redis://), so the link crosses a rea
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import anyio
 import msgpack
@@ -150,3 +156,28 @@ async def test_a_context_that_would_overflow_the_posting_is_left_out(
         with provider.get_tracer("test").start_as_current_span("producer"):
             job = await board.post("big", {"f": filler})
         assert job.trace_context is None and (await board.get(job)).details == {"f": filler}
+
+
+async def test_jobboard_worker_trace_joins_the_producer_s_trace(
+    zk_hosts: str, spans: tuple[TracerProvider, InMemorySpanExporter], tmp_path: Path,
+) -> None:
+    """``jobboard worker --trace`` (a real process, its SDK set up by the handlers' module)."""
+    provider, _ = spans
+    url = f"zookeeper://{zk_hosts}/tracing-cli/{uuid.uuid4().hex}"
+    with anyio.fail_after(30):
+        async with open_board(url) as inner:
+            with provider.get_tracer("test").start_as_current_span("request") as request:
+                job = await TracedBoard(inner, tracer_provider=provider).post("echo", {"n": 1})
+    post_span = next(span for span in spans[1].get_finished_spans() if span.name == "post echo")
+    output = tmp_path / "spans.jsonl"
+    result = await anyio.to_thread.run_sync(lambda: subprocess.run(
+        [sys.executable, "-m", "jobboard", "worker", url, "--handlers", "tests.support.traced_handlers:handlers",
+         "--trace", "--burst"], capture_output=True, text=True, timeout=30, check=False,
+        env={**os.environ, "JOBBOARD_TEST_SPANS": str(output)}))
+    assert result.returncode == 0, result.stderr
+    worker_spans = {line["name"]: line for line in map(json.loads, output.read_text().splitlines())}
+    assert set(worker_spans) == {"claim echo", "process echo", "consume echo"}, worker_spans
+    for span in worker_spans.values():
+        assert span["trace_id"] == request.get_span_context().trace_id
+        assert span["parent"] == post_span.context.span_id
+    assert job.trace_context is not None
