@@ -70,6 +70,8 @@ class WorkerMetrics:
         self.in_flight = Gauge("jobboard_worker_jobs_in_flight", "Handlers running now, by job name", ["name"],
                                registry=self.registry)
         self.registry.register(_WorkerCollector(self.workers))
+        self._by_name: dict[str, tuple[Any, Any, Any]] = {}
+        self._by_result: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     async def serve(self, listener: MultiListener[SocketStream]) -> None:
         """Serve this registry on ``listener`` (see :func:`bind_metrics`) until cancelled."""
@@ -82,9 +84,9 @@ class WorkerMetrics:
     async def middleware(self, ctx: JobContext, call_next: Callable[[], Awaitable[Any]]) -> Any:
         """Worker middleware: counts and times every job run (register it outermost to time the others)."""
         name = ctx.job.name
-        self.started.labels(name).inc()
-        self.attempt.labels(name).observe(ctx.attempt)
-        running = self.in_flight.labels(name)
+        started, attempt, running = self._by_name.get(name) or self._add_name(name)
+        started.inc()
+        attempt.observe(ctx.attempt)
         running.inc()
         began, error = time.perf_counter(), None
         try:
@@ -95,8 +97,20 @@ class WorkerMetrics:
         finally:
             running.dec()
             result = handler_result(error)
-            self.finished.labels(name, result).inc()
-            self.duration.labels(name, result).observe(time.perf_counter() - began)
+            finished, duration = self._by_result.get((name, result)) or self._add_result(name, result)
+            finished.inc()
+            duration.observe(time.perf_counter() - began)
+
+    def _add_name(self, name: str) -> tuple[Any, Any, Any]:
+        """The labelled children of one job name (looked up once: ``labels()`` takes a lock)."""
+        found = self._by_name[name] = (self.started.labels(name), self.attempt.labels(name),
+                                       self.in_flight.labels(name))
+        return found
+
+    def _add_result(self, name: str, result: str) -> tuple[Any, Any]:
+        found = self._by_result[(name, result)] = (self.finished.labels(name, result),
+                                                   self.duration.labels(name, result))
+        return found
 
 
 class _WorkerCollector:

@@ -10,9 +10,9 @@ import anyio
 from jobboard.board import JobBoard
 from jobboard.cli.observe import DEFAULT_HOST, bind, optional
 
-DEFAULT_PORT = 9464
+DEFAULT_PORT = 9465
 EXAMPLE = """example:
-  jobboard metrics zookeeper://zk:2181/jobs --port 9464   # then scrape http://127.0.0.1:9464/metrics
+  jobboard metrics zookeeper://zk:2181/jobs --port 9465   # then scrape http://127.0.0.1:9465/metrics
 
 The gauges (jobs by state, name and priority, oldest unclaimed age, trash size, live
 workers) are computed at each scrape from a live view of the board kept by its events:
