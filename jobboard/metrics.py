@@ -15,6 +15,7 @@ The names are in docs/metrics.md.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,10 @@ __all__ = ["BoardCollector", "WorkerMetrics", "bind_metrics", "bound_port", "ser
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0,
                     3600.0)
 ATTEMPT_BUCKETS = (1, 2, 3, 5, 10, 20)
+ANSWER_TIMEOUT = 30.0
+"""Seconds one scrape's connection may take (a client that sends nothing is dropped)."""
+TEXT = "text/plain; charset=utf-8"
+logger = logging.getLogger(__name__)
 
 
 def handler_result(error: BaseException | None) -> str:
@@ -194,24 +199,31 @@ async def serve_metrics(registry: CollectorRegistry, listener: MultiListener[Soc
 
 
 async def _answer(stream: SocketStream, registry: CollectorRegistry) -> None:
-    """One request, one response, then the connection closes."""
+    """One request, one response, then the connection closes; nothing here may stop the server."""
     async with stream:
-        request = b""
-        with anyio.move_on_after(10):
+        with anyio.move_on_after(ANSWER_TIMEOUT):
+            request = b""
             while b"\r\n\r\n" not in request and len(request) < 16384:
                 try:
                     request += await stream.receive()
                 except (anyio.EndOfStream, anyio.BrokenResourceError, OSError):
                     return
-        method, _, rest = request.partition(b" ")
-        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-        if method not in (b"GET", b"HEAD") or path not in (b"/", b"/metrics"):
-            status, body, kind = b"404 Not Found", b"not found: try /metrics\n", "text/plain; charset=utf-8"
-        else:
-            status, body, kind = b"200 OK", generate_latest(registry), CONTENT_TYPE_LATEST
-        head = (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind.encode() + b"\r\nContent-Length: "
-                + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
-        try:
-            await stream.send(head + (b"" if method == b"HEAD" else body))
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            return
+            method, _, rest = request.partition(b" ")
+            status, body, kind = _response(method, rest.split(b" ", 1)[0].split(b"?", 1)[0], registry)
+            head = (b"HTTP/1.1 " + status + b"\r\nContent-Type: " + kind.encode() + b"\r\nContent-Length: "
+                    + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n")
+            try:
+                await stream.send(head + (b"" if method == b"HEAD" else body))
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                return
+
+
+def _response(method: bytes, path: bytes, registry: CollectorRegistry) -> tuple[bytes, bytes, str]:
+    """Status, body and content type for one request."""
+    if method not in (b"GET", b"HEAD") or path not in (b"/", b"/metrics"):
+        return b"404 Not Found", b"not found: try /metrics\n", TEXT
+    try:
+        return b"200 OK", generate_latest(registry), CONTENT_TYPE_LATEST
+    except Exception as error:  # a failing collector must not stop the worker
+        logger.exception("collecting metrics failed")
+        return b"500 Internal Server Error", f"collecting metrics failed: {error!r}\n".encode(), TEXT

@@ -216,22 +216,37 @@ def test_a_missing_extra_is_named(args: list[str], extra: str) -> None:
     assert result.stderr.count("\n") == 1, result.stderr
 
 
-def test_only_metrics_is_served() -> None:
+class Broken:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def collect(self) -> list[object]:
+        self.calls += 1
+        raise RuntimeError(f"collector broken ({self.calls})")
+
+
+def test_the_endpoint_answers_404_and_500_and_keeps_serving(caplog: pytest.LogCaptureFixture) -> None:
+    """Only /metrics is served; a failing collector is a 500 for that scrape, never a dead endpoint."""
     async def main() -> None:
         from prometheus_client import CollectorRegistry
 
         from jobboard.metrics import bind_metrics, bound_port, serve_metrics
 
+        registry, broken = CollectorRegistry(), Broken()
+        registry.register(broken)  # type: ignore[arg-type]
         async with anyio.create_task_group() as group:
             listener = await bind_metrics("127.0.0.1", 0)
             port = bound_port(listener)
-            group.start_soon(serve_metrics, CollectorRegistry(), listener)
-            with pytest.raises(urllib.error.HTTPError) as error:
-                await anyio.to_thread.run_sync(urllib.request.urlopen, f"http://127.0.0.1:{port}/other")
-            assert error.value.code == 404
+            group.start_soon(serve_metrics, registry, listener)
+            for path, code in (("/other", 404), ("/metrics", 500), ("/metrics", 500)):
+                with pytest.raises(urllib.error.HTTPError) as error:
+                    await anyio.to_thread.run_sync(urllib.request.urlopen, f"http://127.0.0.1:{port}{path}")
+                assert error.value.code == code
             group.cancel_scope.cancel()
+        assert broken.calls == 2
 
     anyio.run(main)
+    assert "collecting metrics failed" in caplog.text
 
 
 async def test_jobboard_metrics_serves_the_board_s_gauges(zk_hosts: str) -> None:
