@@ -7,7 +7,11 @@ import time
 import traceback
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
+
+When = datetime | float | int
+"""A point in time for a delayed post: an aware ``datetime``, or seconds since the epoch."""
 
 INTERNAL_PREFIX = "jobboard."
 """Jobs whose names start with this are the library's own (plan gates and records):

@@ -24,7 +24,7 @@ from jobboard.codec import (
 )
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob, wanted
+from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob, When, wanted
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
 from jobboard_zookeeper.layout import (
@@ -153,8 +153,10 @@ class ZooKeeperBoard(JobBoard):
         self, name: str, details: Mapping[str, Any] | None = None, *,
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
+        delay: float | None = None, not_before: When | None = None,
     ) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result,
+                                             key, delay, not_before)
         return await self._poster.post(posting, raw)
 
     # -- reading ---------------------------------------------------------------
