@@ -31,6 +31,7 @@ from jobboard.cli.command import (
 )
 from jobboard.cli.options import URL_ENV, add_global_options, shared_options
 from jobboard.cli.plan import plan_arguments, plan_command
+from jobboard.cli.schedule import schedule_arguments, schedule_command
 from jobboard.cli.worker import check, check_arguments, run_worker, worker_arguments
 from jobboard.errors import BackendNotFound, BackendUnavailable, JobBoardError
 from jobboard.registry import open_board
@@ -59,6 +60,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("check", "exit 0 if a live worker is registered", check_arguments, on_board=check),
     Command("plan", "status, wait for, draw, cancel a plan; clean up interrupted ones", plan_arguments,
             on_board=plan_command),
+    Command("schedule", "add, list, remove the periodic jobs stored on the board", schedule_arguments,
+            on_board=schedule_command),
 )
 
 
