@@ -90,3 +90,16 @@ def test_a_worker_process_with_schedule_posts_and_runs_the_periodic_job(url: str
             assert re.search(r"stopped: \d+ jobs: ([3-9]|\d\d+) consumed", out), out
 
     anyio.run(watch)
+
+
+def test_post_with_delay_is_listed_unclaimed_with_its_due_time(url: str) -> None:
+    base = [sys.executable, "-m", "jobboard", "--board", url]
+    posted = subprocess.run([*base, "post", "later", "--delay", "600"], capture_output=True, text=True,
+                            timeout=TIMEOUT, check=True)
+    shown = subprocess.run([*base, "show", posted.stdout.strip(), "--json"], capture_output=True, text=True,
+                           timeout=TIMEOUT, check=True)
+    record = json.loads(shown.stdout)
+    assert record["state"] == "unclaimed" and record["not_before"] != "-"
+    refused = subprocess.run([*base, "post", "later", "--delay", "-1"], capture_output=True, text=True,
+                             timeout=TIMEOUT, check=False)
+    assert refused.returncode == 1 and "delay must be" in refused.stderr and refused.stderr.count("\n") == 1
