@@ -27,7 +27,7 @@ from jobboard.schedule import RECORD, Schedule
 
 logger = logging.getLogger("jobboard.scheduler")
 
-REFRESH = 5.0
+REFRESH = 10.0
 """Seconds between two readings of the schedules by a running scheduler."""
 MAX_BACKOFF = 5.0
 
