@@ -155,7 +155,7 @@ def test_cron_periods() -> None:
     assert Schedule("c", "j", cron="*/5 * * * *", catch_up="once").due(1_800_000_100, 86400) == 1_800_000_000
 
 
-async def test_a_scheduler_survives_an_outage(redis_url: str) -> None:
+async def test_a_scheduler_survives_an_outage(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     host, port = redis_url.removeprefix("redis://").rsplit(":", 1)
     root = f"outage-{uuid.uuid4().hex}"
     async with TcpProxy(host, int(port)) as proxy:
@@ -177,6 +177,7 @@ async def test_a_scheduler_survives_an_outage(redis_url: str) -> None:
                 posted = await jobs_named(board, "tick")
     after = [job for job in posted if job.created_at >= resumed]
     assert after, "the scheduler posted nothing after the outage"
+    assert any("scheduler:" in record.getMessage() for record in caplog.records), "no error was met"
     assert len({job.key for job in posted}) == len(posted)
 
 
