@@ -18,9 +18,21 @@ from types import TracebackType
 from typing import Any, Self
 
 from jobboard.codec import Posting, build_posting, check_size, encode_posting
+from jobboard.delay import due_time
 from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Priority, TrashedJob
+from jobboard.job import (
+    Claim,
+    Entity,
+    Job,
+    JobState,
+    LastError,
+    ListedJob,
+    Outcome,
+    Priority,
+    TrashedJob,
+    When,
+)
 from jobboard.propagation import with_trace_context
 
 JobRef = Job | str
@@ -43,6 +55,8 @@ class NewJob:
     max_attempts: int | None = None
     keep_result: bool = False
     key: str | None = None
+    delay: float | None = None
+    not_before: When | None = None
 
 
 def check_owner(owner: object) -> str:
@@ -120,6 +134,8 @@ class JobBoard(abc.ABC):
         max_attempts: int | None = None,
         keep_result: bool = False,
         key: str | None = None,
+        delay: float | None = None,
+        not_before: When | None = None,
     ) -> Job:
         """Put a new job on the board, atomically: it is fully there or not at all.
 
@@ -137,7 +153,17 @@ class JobBoard(abc.ABC):
             :attr:`key_retention` seconds ago, ``post`` writes nothing and returns
             that job (as it was posted, or as it was when settled). Concurrent
             posts with one key make exactly one job.
-        :raises InvalidJob: bad name, priority, key or options; details msgpack
+        :param delay: seconds from now before the job is claimable (a delayed post).
+        :param not_before: the same as an absolute time: an aware ``datetime``
+            or epoch seconds (a naive ``datetime`` is refused; a past time means
+            at once). A delayed job is on the board and listed, ``UNCLAIMED``
+            with ``not_before`` set; ``claim`` refuses it (``NotClaimable``),
+            ``claim_next`` and ``wait`` pass over it until it is due, and
+            ``wait`` wakes when it becomes due. Which clock decides is the
+            backend's (see its docs). A linked job is claimable once its
+            dependencies are consumed *and* it is due.
+        :raises InvalidJob: bad name, priority, key or options (both ``delay``
+            and ``not_before``, a negative delay); details msgpack
             cannot encode (naming the key); a posting over
             :attr:`max_posting_bytes`; a dependency not on the board. Nothing
             is written in any of these cases.
@@ -161,7 +187,8 @@ class JobBoard(abc.ABC):
         """
         self._check_batch(jobs)
         return [await self.post(job.name, job.details, priority=job.priority, depends_on=job.depends_on,
-                                max_attempts=job.max_attempts, keep_result=job.keep_result, key=job.key)
+                                max_attempts=job.max_attempts, keep_result=job.keep_result, key=job.key,
+                                delay=job.delay, not_before=job.not_before)
                 for job in jobs]
 
     def _check_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Posting, bytes]]:
@@ -176,7 +203,8 @@ class JobBoard(abc.ABC):
                 raise InvalidJob(f"jobs[{index}] is a {type(job).__name__}, not a NewJob")
             try:
                 prepared.append(self._prepare_posting(job.name, job.details, job.priority, job.depends_on,
-                                                      job.max_attempts, job.keep_result, job.key))
+                                                      job.max_attempts, job.keep_result, job.key,
+                                                      job.delay, job.not_before))
             except InvalidJob as error:
                 raise InvalidJob(f"jobs[{index}]: {error}") from None
         return prepared
@@ -184,18 +212,22 @@ class JobBoard(abc.ABC):
     def _prepare_posting(
         self, name: str, details: Mapping[str, Any] | None, priority: Priority | int | str,
         depends_on: Sequence[JobRef], max_attempts: int | None, keep_result: bool,
-        key: str | None = None,
+        key: str | None = None, delay: float | None = None, not_before: When | None = None,
     ) -> tuple[Posting, bytes]:
         """For backends' ``post``: validate, apply the board's defaults, encode, check the size.
 
         :raises InvalidJob: as ``post`` documents.
         """
         self._ensure_open()
+        now = time.time()
+        due = due_time(name, delay, not_before, now)
         posting = build_posting(
             name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
             max_attempts=self.default_max_attempts if max_attempts is None else max_attempts,
-            keep_result=keep_result, created_at=time.time(), key=key,
+            keep_result=keep_result, created_at=now, key=key,
         )
+        if due is not None:
+            posting = posting.delayed(due)
         raw = encode_posting(posting)
         check_size(name, raw, self.max_posting_bytes)
         return with_trace_context(posting, raw, self.max_posting_bytes)

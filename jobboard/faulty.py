@@ -34,7 +34,7 @@ import anyio
 from jobboard.board import JobBoard, JobRef
 from jobboard.errors import BackendUnavailable, ClaimLost
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob, When
 
 T = TypeVar("T")
 KINDS = ("unavailable", "timeout", "hang")
@@ -113,9 +113,11 @@ class FaultyBoard(JobBoard):
 
     async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
                    priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-                   max_attempts: int | None = None, keep_result: bool = False, key: str | None = None) -> Job:
+                   max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
+                   delay: float | None = None, not_before: When | None = None) -> Job:
         return await self.inner.post(name, details, priority=priority, depends_on=depends_on,
-                                     max_attempts=max_attempts, keep_result=keep_result, key=key)
+                                     max_attempts=max_attempts, keep_result=keep_result, key=key,
+                                     delay=delay, not_before=not_before)
 
     async def get(self, job: JobRef) -> Job:
         return await self.inner.get(job)

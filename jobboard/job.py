@@ -7,7 +7,11 @@ import time
 import traceback
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
+
+When = datetime | float | int
+"""A point in time for a delayed post: an aware ``datetime``, or seconds since the epoch."""
 
 INTERNAL_PREFIX = "jobboard."
 """Jobs whose names start with this are the library's own (plan gates and records):
@@ -98,7 +102,7 @@ class JobState(enum.Enum):
     """Where a job stands. Backends derive it from what they store."""
 
     UNCLAIMED = "unclaimed"
-    """On the board; claimable unless it is delayed by ``retry_after``."""
+    """On the board; claimable unless it is delayed (``retry_after``, or a delayed post not due yet)."""
     CLAIMED = "claimed"
     """Owned by one claimer, which alone may settle it."""
     WAITING = "waiting"
@@ -134,7 +138,7 @@ class Job:
     attempts: int = 0
     """How many times the job has been claimed so far."""
     not_before: float | None = None
-    """Wall-clock time before which the job is not claimable (``retry_after``)."""
+    """Wall-clock time before which the job is not claimable (``retry_after``, ``post(delay=...)``)."""
     keep_result: bool = False
     """Whether the board keeps the consume result for ``wait_for_completion``."""
     key: str | None = None

@@ -25,7 +25,18 @@ from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProv
 from jobboard.board import JobBoard, JobRef, NewJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
 from jobboard.handlers import JobContext, Middleware
-from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Priority, TrashedJob
+from jobboard.job import (
+    Claim,
+    Entity,
+    Job,
+    JobState,
+    LastError,
+    ListedJob,
+    Outcome,
+    Priority,
+    TrashedJob,
+    When,
+)
 
 __all__ = ["TracedBoard", "job_spans", "producer_context"]
 
@@ -96,11 +107,13 @@ class TracedBoard(JobBoard):
 
     async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
                    priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-                   max_attempts: int | None = None, keep_result: bool = False, key: str | None = None) -> Job:
+                   max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
+                   delay: float | None = None, not_before: When | None = None) -> Job:
         with self.tracer.start_as_current_span(f"post {name}", kind=SpanKind.PRODUCER, attributes=_attributes(
                 "post", "create", None, {"messaging.destination.name": name, "jobboard.key": key})) as span:
             job = await self.inner.post(name, details, priority=priority, depends_on=depends_on,
-                                        max_attempts=max_attempts, keep_result=keep_result, key=key)
+                                        max_attempts=max_attempts, keep_result=keep_result, key=key,
+                                        delay=delay, not_before=not_before)
             span.set_attribute("messaging.message.id", job.id)
             return job
 

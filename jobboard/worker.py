@@ -27,6 +27,7 @@ from jobboard.board import JobBoard
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError
 from jobboard.handlers import Handler, Handlers, Hook, Middleware, as_async
 from jobboard.job import Claim
+from jobboard.scheduler import run_scheduler
 from jobboard.worker_config import WorkerConfig, default_owner
 from jobboard.worker_idle import Idler
 from jobboard.worker_job import JobRunner, JobSettings
@@ -115,6 +116,8 @@ class Worker:
         async with anyio.create_task_group() as side:
             if handle_signals:
                 await side.start(listen_for_signals, self._on_signal)
+            if self.config.scheduler:
+                side.start_soon(run_scheduler, self.board)
             try:
                 await self._work()
             finally:

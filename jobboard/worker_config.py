@@ -48,6 +48,9 @@ class WorkerConfig:
     """Stop (``run()`` returns) once nothing claimable is left and no job is running."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """Published with the worker's entity registration."""
+    scheduler: bool = False
+    """Also post the board's periodic jobs (:mod:`jobboard.scheduler`), beside the claim loop.
+    Turn it on in several workers: each period is still posted once, and no single one is needed."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -233,4 +233,7 @@ async def test_a_board_reconnects_promptly_after_an_outage_longer_than_its_backo
                 late = time.monotonic() - serving
                 assert [job.name async for job in board.iterjobs()] == ["before"]
     print(f"reconnected {late:.2f}s after the server served again")
-    assert late < 2.0
+    # Our pauses are at most 1 s; aiozk's next round after a 7-s outage comes ~7 s after the
+    # server (2 + 4 + 8 s). 4 s tells the two apart with room for a loaded 2-core machine, where
+    # 3.4 s was seen (load average 11).
+    assert late < 4.0

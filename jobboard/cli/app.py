@@ -32,6 +32,7 @@ from jobboard.cli.command import (
 from jobboard.cli.metrics import metrics_arguments, serve_board_metrics
 from jobboard.cli.options import URL_ENV, add_global_options, shared_options
 from jobboard.cli.plan import plan_arguments, plan_command
+from jobboard.cli.schedule import schedule_arguments, schedule_command
 from jobboard.cli.worker import check, check_arguments, run_worker, worker_arguments
 from jobboard.errors import BackendNotFound, BackendUnavailable, JobBoardError
 from jobboard.registry import open_board
@@ -61,6 +62,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("plan", "status, wait for, draw, cancel a plan; clean up interrupted ones", plan_arguments,
             on_board=plan_command),
     Command("metrics", "serve the board's gauges for Prometheus", metrics_arguments, on_board=serve_board_metrics),
+    Command("schedule", "add, list, remove the periodic jobs stored on the board", schedule_arguments,
+            on_board=schedule_command),
 )
 
 

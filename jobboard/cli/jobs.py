@@ -53,6 +53,8 @@ def post_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--key", default=None, metavar="KEY",
                         help="idempotency key: while a job posted with it is on the board (or settled "
                              "within the board's key_retention), print that job's id and post nothing")
+    parser.add_argument("--delay", type=float, default=None, metavar="SECONDS",
+                        help="not claimable until SECONDS from now (listed meanwhile)")
 
 
 def _priority(text: str) -> Priority:
@@ -92,7 +94,7 @@ async def post(board: JobBoard, args: argparse.Namespace) -> int:
     """Post one job and print its id."""
     job = await board.post(
         args.name, parse_details(args.details), priority=args.priority,
-        depends_on=args.after, max_attempts=args.max_attempts, key=args.key,
+        depends_on=args.after, max_attempts=args.max_attempts, key=args.key, delay=args.delay,
     )
     print(job.id)
     return 0

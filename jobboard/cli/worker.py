@@ -76,6 +76,8 @@ def worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-backoff-max", type=float, default=10.0, metavar="SECONDS",
                         help="an idle worker re-checks the board at least this often (default 10)")
     parser.add_argument("--burst", action="store_true", help="exit 0 once nothing claimable is left")
+    parser.add_argument("--schedule", action="store_true",
+                        help="also post the board's periodic jobs (see jobboard schedule; safe on many workers)")
     parser.add_argument("--log-level", type=_level, default=None, metavar="LEVEL",
                         help="debug, info (default), warning or error; debug shows the backend client's chatter")
     parser.add_argument("--log-format", choices=("text", "json"), default="text",
@@ -109,7 +111,8 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         retry = RetryPolicy(max_attempts=args.max_attempts or None, initial_delay=args.retry_delay)
         return WorkerConfig(owner=args.owner or default_owner(), concurrency=args.concurrency,
                             lease=args.lease, grace_period=args.grace_period, retry=retry,
-                            timeout=args.timeout, idle_backoff_max=args.idle_backoff_max, burst=args.burst)
+                            timeout=args.timeout, idle_backoff_max=args.idle_backoff_max, burst=args.burst,
+                            scheduler=args.schedule)
     except ValueError as error:
         raise CommandError(str(error)) from error
 

@@ -22,6 +22,7 @@ from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
 from jobboard.testing._basics import BasicsConformance
 from jobboard.testing._batches import BatchesConformance
 from jobboard.testing._claims import ClaimsConformance
+from jobboard.testing._delayed import DelayedConformance
 from jobboard.testing._failures import FailuresConformance
 from jobboard.testing._keys import KeysConformance
 from jobboard.testing._linked import LinkedConformance
@@ -31,8 +32,8 @@ from jobboard.testing._watching import WatchingConformance
 
 
 class JobBoardConformance(
-    BasicsConformance, BatchesConformance, ClaimsConformance, FailuresConformance, KeysConformance,
-    LinkedConformance, ListingConformance, RoutingConformance,
+    BasicsConformance, BatchesConformance, ClaimsConformance, DelayedConformance, FailuresConformance,
+    KeysConformance, LinkedConformance, ListingConformance, RoutingConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

@@ -21,7 +21,18 @@ from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
 from jobboard.codec import MalformedEntry, encode_value
 from jobboard.errors import InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Priority, TrashedJob
+from jobboard.job import (
+    Claim,
+    Entity,
+    Job,
+    JobState,
+    LastError,
+    ListedJob,
+    Outcome,
+    Priority,
+    TrashedJob,
+    When,
+)
 from jobboard.url import non_negative_float, parse_options, parse_url, positive_int
 from jobboard_memory.store import Store, wall_clock
 
@@ -105,8 +116,10 @@ class MemoryBoard(JobBoard):
         self, name: str, details: Mapping[str, Any] | None = None, *,
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
+        delay: float | None = None, not_before: When | None = None,
     ) -> Job:
-        _, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
+        _, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result,
+                                       key, delay, not_before)
         existing = self._store.keyed(key, self.key_retention)
         return existing if existing is not None else self._store.admit(raw)
 

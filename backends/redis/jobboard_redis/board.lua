@@ -152,7 +152,8 @@ end
 
 local ops = {}
 
-function ops.post(rank, name, posting, maxa, keep, key, ...)
+-- delay: milliseconds from the server's NOW before the job is claimable ('0': at once).
+function ops.post(rank, name, posting, maxa, keep, key, delay, ...)
   local deps = {...}
   if NONCE ~= '' then
     local id = redis.call('GET', P .. 'n:' .. NONCE)
@@ -173,11 +174,13 @@ function ops.post(rank, name, posting, maxa, keep, key, ...)
   local seq = redis.call('INCR', P .. 'seq')
   local id = tostring(seq)
   local sc = string.format('%.0f', tonumber(rank) * 17592186044416 + seq)
-  local st = (#deps > 0) and 'w' or 'u'
+  local nb = (tonumber(delay) > 0) and (NOW + tonumber(delay)) or ''
+  local st = (#deps > 0) and 'w' or ((nb ~= '') and 'd' or 'u')
   redis.call('HSET', jk(id), 'p', posting, 'name', name, 'sc', sc, 'st', st, 'gen', 0, 'att', 0,
-    'maxa', maxa, 'owner', '', 'sess', '', 'pend', #deps, 'nb', '', 'key', key, 'keep', keep)
+    'maxa', maxa, 'owner', '', 'sess', '', 'pend', #deps, 'nb', nb, 'key', key, 'keep', keep)
   redis.call('ZADD', P .. 'all', sc, id)
   if st == 'u' then ready_add({id = id, name = name, sc = sc}) end
+  if st == 'd' then redis.call('ZADD', P .. 'delayed', nb, id) end
   for _, dep in ipairs(deps) do redis.call('SADD', P .. 'dents:' .. dep, id) end
   if key ~= '' then redis.call('SET', P .. 'k:' .. key, id) end
   done(id)
@@ -258,8 +261,13 @@ function ops.consume(id, gen, owner, result, retention)
     if dj and dj.st == 'w' then
       redis.call('HSET', P .. 'res:' .. d, id, result)
       if redis.call('HINCRBY', jk(d), 'pend', -1) <= 0 then
-        redis.call('HSET', jk(d), 'st', 'u')
-        ready_add(dj)
+        if dj.nb ~= '' and tonumber(dj.nb) > NOW then  -- a delayed post, not due yet
+          redis.call('HSET', jk(d), 'st', 'd')
+          redis.call('ZADD', P .. 'delayed', dj.nb, d)
+        else
+          redis.call('HSET', jk(d), 'st', 'u')
+          ready_add(dj)
+        end
         ev('ready', d, 'dependencies consumed')
       end
     end

@@ -19,7 +19,18 @@ from jobboard.board import JobBoard, JobRef, NewJob, check_owner, job_id_of
 from jobboard.codec import MalformedEntry, check_size, encode_value
 from jobboard.errors import BackendUnavailable, BoardClosed, InvalidJob, JobBoardError, JobNotFound
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Priority, TrashedJob
+from jobboard.job import (
+    Claim,
+    Entity,
+    Job,
+    JobState,
+    LastError,
+    ListedJob,
+    Outcome,
+    Priority,
+    TrashedJob,
+    When,
+)
 from jobboard_redis.client import RedisClient
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
@@ -78,9 +89,8 @@ class RedisBoard(JobBoard):
             await client.close()
             raise
         self._open = True
-        self._spawn(self.session.run())
-        self._spawn(self.session.watchdog())
-        self._spawn(self.view.run())
+        for work in (self.session.run(), self.session.watchdog(), self.view.run()):
+            self._spawn(work)
 
     async def aclose(self) -> None:
         if not self._open:
@@ -142,12 +152,12 @@ class RedisBoard(JobBoard):
 
     # -- posting -------------------------------------------------------------
 
-    async def post(
-        self, name: str, details: Mapping[str, Any] | None = None, *,
-        priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-        max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
-    ) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
+    async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
+                   priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
+                   max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
+                   delay: float | None = None, not_before: When | None = None) -> Job:
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result,
+                                             key, delay, not_before)
         return await post_prepared(self._call, posting, raw, self.options.nonce_ms)
 
     async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
@@ -175,10 +185,9 @@ class RedisBoard(JobBoard):
 
     async def get(self, job: JobRef) -> Job:
         found = job_id_of(job)
-        jobs = await self._jobs([found])
-        if not jobs:
-            raise JobNotFound(f"job {found} is not on the board")
-        return jobs[0].job
+        for listed in await self._jobs([found]):
+            return listed.job
+        raise JobNotFound(f"job {found} is not on the board")
 
     async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
         async for listed in self.listing(only_unclaimed=only_unclaimed):
@@ -228,8 +237,7 @@ class RedisBoard(JobBoard):
     async def claim(self, job: JobRef, owner: str) -> Claim:
         found, owner = job_id_of(job), check_owner(owner)
         self._ensure_open()
-        status, data = await self._call("claim", self._nonce(), found, owner, self.session.id,
-                                        self._retention_ms)
+        status, data = await self._call("claim", self._nonce(), found, owner, self.session.id, self._retention_ms)
         if status == "ok":
             try:
                 return self._claim_of(owner, data)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -21,7 +23,14 @@ BATCH = 500
 def _arguments(posting: Posting, raw: bytes) -> list[Any]:
     maxa = "" if posting.max_attempts is None else str(posting.max_attempts)
     return [posting.priority.rank, posting.name, raw, maxa, "1" if posting.keep_result else "0",
-            posting.key or "", *posting.depends_on]
+            posting.key or "", _delay_ms(posting), *posting.depends_on]
+
+
+def _delay_ms(posting: Posting) -> int:
+    """A delayed post's delay in whole milliseconds (rounded up), counted by the server from its clock."""
+    if posting.not_before is None:
+        return 0
+    return max(0, math.ceil((posting.not_before - time.time()) * 1000))
 
 
 def _job(posting: Posting, status: str, data: list[Any]) -> Job:

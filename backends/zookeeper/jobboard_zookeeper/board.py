@@ -32,6 +32,7 @@ from jobboard.job import (
     Outcome,
     Priority,
     TrashedJob,
+    When,
     wanted,
 )
 from jobboard_zookeeper.collect import collect_forever
@@ -43,7 +44,7 @@ from jobboard_zookeeper.markers import Markers
 from jobboard_zookeeper.ops import SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
-from jobboard_zookeeper.reading import listed_state, lock_owners, outcome, trash_items
+from jobboard_zookeeper.reading import listed_jobs, lock_owners, outcome, trash_items
 from jobboard_zookeeper.refusals import claim_refused, not_found
 from jobboard_zookeeper.settle import Settler
 from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
@@ -157,8 +158,10 @@ class ZooKeeperBoard(JobBoard):
         self, name: str, details: Mapping[str, Any] | None = None, *,
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
+        delay: float | None = None, not_before: When | None = None,
     ) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result,
+                                             key, delay, not_before)
         return await self._poster.post(posting, raw)
 
     # -- reading ---------------------------------------------------------------
@@ -203,17 +206,8 @@ class ZooKeeperBoard(JobBoard):
         async for listed in self.listing(only_unclaimed=only_unclaimed):
             yield listed.job
 
-    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
-        jobs, waiting, locks = await asyncio.gather(*map(self._listing, ("jobs", "waiting", "locks")))
-        locked = set(locks).intersection(jobs)
-        owners = await lock_owners(self.zk, self._paths, sorted(locked))
-        ids = sorted(set(jobs) - locked) if only_unclaimed else sorted(jobs + waiting)
-        for start in range(0, len(ids), READ_BATCH):
-            batch = ids[start:start + READ_BATCH]
-            for job, stored in zip(batch, await asyncio.gather(*map(self._stored, batch)), strict=True):
-                if stored is not None:
-                    state = listed_state(job, waiting, locked)
-                    yield ListedJob(stored.posting.to_job(job, sequence_in(job)), state, owners.get(job))
+    def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+        return listed_jobs(self.zk, self._paths, self._listing, self._stored, only_unclaimed=only_unclaimed)
 
     async def state(self, job: JobRef) -> JobState:
         found = job_id_of(job)

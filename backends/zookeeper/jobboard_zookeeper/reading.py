@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 
 from jobboard.codec import MalformedEntry, decode_posting, decode_value
-from jobboard.job import JobState, Outcome, TrashedJob
+from jobboard.job import JobState, ListedJob, Outcome, TrashedJob
 from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
+from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.zk import ZooKeeper
+
+READ_BATCH = 256
+"""Jobs read concurrently while listing."""
 
 
 async def lock_owners(zk: ZooKeeper, paths: Paths, job_ids: list[str]) -> dict[str, str]:
@@ -22,6 +26,23 @@ async def lock_owners(zk: ZooKeeper, paths: Paths, job_ids: list[str]) -> dict[s
             except MalformedEntry:
                 continue
     return owners
+
+
+async def listed_jobs(zk: ZooKeeper, paths: Paths, children: Callable[[str], Awaitable[list[str]]],
+                      read: Callable[[str], Awaitable[Stored | None]], *,
+                      only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+    """The board's jobs in board order, with state and owner: three listings, one read per job
+    (``read``, batched concurrently) and one per claimed job's lock."""
+    jobs, waiting, locks = await asyncio.gather(*map(children, ("jobs", "waiting", "locks")))
+    locked = set(locks).intersection(jobs)
+    owners = await lock_owners(zk, paths, sorted(locked))
+    ids = sorted(set(jobs) - locked) if only_unclaimed else sorted(jobs + waiting)
+    for start in range(0, len(ids), READ_BATCH):
+        batch = ids[start:start + READ_BATCH]
+        for job, stored in zip(batch, await asyncio.gather(*map(read, batch)), strict=True):
+            if stored is not None:
+                state = listed_state(job, waiting, locked)
+                yield ListedJob(stored.posting.to_job(job, sequence_of(job)), state, owners.get(job))
 
 
 def listed_state(job: str, waiting: Collection[str], locked: Collection[str]) -> JobState:
