@@ -18,9 +18,14 @@ from types import TracebackType
 from typing import Any, Self
 
 from jobboard.codec import Posting, build_posting, check_size, encode_posting
-from jobboard.errors import BoardClosed, InvalidJob
+from jobboard.errors import BoardClosed, InvalidJob, Unsupported
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, Progress, TrashedJob
+
+DEFAULT_RESULT_TTL = 7 * 86400.0
+"""A kept result stays 7 days unless the board URL or the post says otherwise."""
+DEFAULT_TRASH_TTL = 30 * 86400.0
+"""A trashed job stays 30 days unless the board URL or the post says otherwise."""
 
 JobRef = Job | str
 """A job or its id."""
@@ -42,6 +47,27 @@ class NewJob:
     max_attempts: int | None = None
     keep_result: bool = False
     key: str | None = None
+    result_ttl: float | None = None
+    trash_ttl: float | None = None
+
+
+MAX_NOTE_LENGTH = 500
+
+
+def check_progress(fraction: object, note: object, at: float) -> Progress:
+    """The :class:`Progress` to store. :raises InvalidJob: ``fraction`` not in 0..1 or ``note`` not a string."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+        raise InvalidJob(f"progress must be a number from 0 to 1, not {fraction!r}")
+    if not isinstance(note, str):
+        raise InvalidJob(f"a progress note must be a string, not {type(note).__name__}")
+    return Progress(float(fraction), note[:MAX_NOTE_LENGTH], at)
+
+
+def check_age(older_than: object) -> float:
+    """:raises InvalidJob: unless ``older_than`` is a finite number of seconds >= 0."""
+    if isinstance(older_than, bool) or not isinstance(older_than, (int, float)) or not 0 <= older_than < float("inf"):
+        raise InvalidJob(f"older_than must be a finite number of seconds >= 0, not {older_than!r}")
+    return float(older_than)
 
 
 def check_owner(owner: object) -> str:
@@ -71,6 +97,10 @@ class JobBoard(abc.ABC):
     """``max_attempts`` for posts that give none (a URL option of the backends)."""
     key_retention: float = 86400.0
     """Seconds a settled job's idempotency key keeps finding it (URL option ``key_retention``)."""
+    result_ttl: float = DEFAULT_RESULT_TTL
+    """Seconds a kept result stays after the consume; 0: forever (URL option ``result_ttl``)."""
+    trash_ttl: float = DEFAULT_TRASH_TTL
+    """Seconds a job stays in the trash; 0: forever (URL option ``trash_ttl``)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -119,6 +149,8 @@ class JobBoard(abc.ABC):
         max_attempts: int | None = None,
         keep_result: bool = False,
         key: str | None = None,
+        result_ttl: float | None = None,
+        trash_ttl: float | None = None,
     ) -> Job:
         """Put a new job on the board, atomically: it is fully there or not at all.
 
@@ -136,6 +168,10 @@ class JobBoard(abc.ABC):
             :attr:`key_retention` seconds ago, ``post`` writes nothing and returns
             that job (as it was posted, or as it was when settled). Concurrent
             posts with one key make exactly one job.
+        :param result_ttl: seconds the kept result stays after the consume
+            (default: the board's :attr:`result_ttl`; 0: forever).
+        :param trash_ttl: seconds the job stays in the trash if it goes there
+            (default: the board's :attr:`trash_ttl`; 0: forever).
         :raises InvalidJob: bad name, priority, key or options; details msgpack
             cannot encode (naming the key); a posting over
             :attr:`max_posting_bytes`; a dependency not on the board. Nothing
@@ -160,7 +196,8 @@ class JobBoard(abc.ABC):
         """
         self._check_batch(jobs)
         return [await self.post(job.name, job.details, priority=job.priority, depends_on=job.depends_on,
-                                max_attempts=job.max_attempts, keep_result=job.keep_result, key=job.key)
+                                max_attempts=job.max_attempts, keep_result=job.keep_result, key=job.key,
+                                result_ttl=job.result_ttl, trash_ttl=job.trash_ttl)
                 for job in jobs]
 
     def _check_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Posting, bytes]]:
@@ -175,7 +212,8 @@ class JobBoard(abc.ABC):
                 raise InvalidJob(f"jobs[{index}] is a {type(job).__name__}, not a NewJob")
             try:
                 prepared.append(self._prepare_posting(job.name, job.details, job.priority, job.depends_on,
-                                                      job.max_attempts, job.keep_result, job.key))
+                                                      job.max_attempts, job.keep_result, job.key,
+                                                      job.result_ttl, job.trash_ttl))
             except InvalidJob as error:
                 raise InvalidJob(f"jobs[{index}]: {error}") from None
         return prepared
@@ -183,7 +221,7 @@ class JobBoard(abc.ABC):
     def _prepare_posting(
         self, name: str, details: Mapping[str, Any] | None, priority: Priority | int | str,
         depends_on: Sequence[JobRef], max_attempts: int | None, keep_result: bool,
-        key: str | None = None,
+        key: str | None = None, result_ttl: float | None = None, trash_ttl: float | None = None,
     ) -> tuple[Posting, bytes]:
         """For backends' ``post``: validate, apply the board's defaults, encode, check the size.
 
@@ -193,7 +231,7 @@ class JobBoard(abc.ABC):
         posting = build_posting(
             name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
             max_attempts=self.default_max_attempts if max_attempts is None else max_attempts,
-            keep_result=keep_result, created_at=time.time(), key=key,
+            keep_result=keep_result, created_at=time.time(), key=key, result_ttl=result_ttl, trash_ttl=trash_ttl,
         )
         raw = encode_posting(posting)
         check_size(name, raw, self.max_posting_bytes)
@@ -327,6 +365,45 @@ class JobBoard(abc.ABC):
 
         :raises JobNotFound: the job is not on the board.
         """
+
+    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
+        """Store how far the claimed job is, with its claim: ``Job.progress`` shows it to every reader.
+
+        Fenced like a settle. One backend write per call: callers that report
+        often coalesce (a worker's ``JobContext.progress`` writes at most once
+        a second). The progress goes when the claim does (settled or released).
+
+        :raises ClaimLost: the claim is not current (nothing is written).
+        :raises NotOwner: the claim's owner does not hold the job.
+        :raises InvalidJob: ``fraction`` not in 0..1, or ``note`` not a string.
+        """
+        raise Unsupported(f"{type(self).__name__} does not store progress")
+
+    async def purge(self, *, older_than: float = 0.0) -> int:
+        """Remove from the trash every job trashed at least ``older_than`` seconds ago; return how many.
+
+        Each removal is atomic; a purge running beside a requeue removes or
+        requeues a job, never both.
+
+        :raises InvalidJob: ``older_than`` is negative or not a number.
+        """
+        raise Unsupported(f"{type(self).__name__} cannot purge its trash")
+
+    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
+        """Move a trashed job back on the board as ``UNCLAIMED``, keeping its id; return it.
+
+        Atomic: the job leaves the trash in the same write that puts it back.
+        It keeps its posting order (an old job goes before newer ones of its
+        priority), details, key and ``last_error``; it is claimable at once.
+        ``reset_attempts`` counts its attempts from 0 again (otherwise a job
+        trashed for "max attempts exceeded" is trashed again at its next claim).
+        Dependents that were trashed with it stay in the trash.
+
+        :raises JobNotFound: the job is not in the trash.
+        :raises InvalidJob: the job waits for a dependency whose result never came
+            (a dependent trashed with its dependency): post it again instead.
+        """
+        raise Unsupported(f"{type(self).__name__} cannot requeue from its trash")
 
     # -- waiting and watching ----------------------------------------------
 

@@ -141,14 +141,14 @@ class RedisBoard(JobBoard):
         self.view.local(events)
         return status, data
 
-    # -- posting -------------------------------------------------------------
-
     async def post(
         self, name: str, details: Mapping[str, Any] | None = None, *,
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
+        result_ttl: float | None = None, trash_ttl: float | None = None,
     ) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key,
+                                             result_ttl, trash_ttl)
         return await post_prepared(self._call, posting, raw, self.options.nonce_ms)
 
     async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:

@@ -18,21 +18,15 @@ from typing import Any
 
 import anyio
 
-from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
-from jobboard.codec import (
-    MalformedEntry,
-)
+from jobboard.board import JobRef, check_owner, job_id_of
+from jobboard.codec import MalformedEntry
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob, wanted
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
-from jobboard_zookeeper.layout import (
-    DIRECTORIES,
-    LockRecord,
-    Paths,
-    is_job_id,
-)
+from jobboard_zookeeper.keep import KeepingBoard
+from jobboard_zookeeper.layout import DIRECTORIES, LockRecord, Paths, is_job_id
 from jobboard_zookeeper.layout import sequence_of as sequence_in
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.markers import Markers
@@ -41,6 +35,7 @@ from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.reading import outcome, trash_items
 from jobboard_zookeeper.refusals import claim_refused, not_found
+from jobboard_zookeeper.retention import retain_forever
 from jobboard_zookeeper.settle import Settler
 from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
 from jobboard_zookeeper.zk import ZooKeeper
@@ -54,7 +49,7 @@ SESSION_EVENTS = {SessionEvent.SUSPENDED: EventKind.SUSPENDED, SessionEvent.RECO
                   SessionEvent.EXPIRED: EventKind.SESSION_EXPIRED}
 
 
-class ZooKeeperBoard(JobBoard):
+class ZooKeeperBoard(KeepingBoard):
     """A job board stored under one ZooKeeper path; see the module docstring."""
 
     def __init__(self, url: str) -> None:
@@ -100,6 +95,7 @@ class ZooKeeperBoard(JobBoard):
             raise
         self._open = True
         self._spawn(collect_forever(self._zk, self._paths, self._markers, self.key_retention))
+        self._spawn(retain_forever(self._zk, self._paths, self.result_ttl, self.trash_ttl))
 
     async def aclose(self) -> None:
         if not self._open:
@@ -153,8 +149,10 @@ class ZooKeeperBoard(JobBoard):
         self, name: str, details: Mapping[str, Any] | None = None, *,
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
+        result_ttl: float | None = None, trash_ttl: float | None = None,
     ) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key)
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key,
+                                             result_ttl, trash_ttl)
         return await self._poster.post(posting, raw)
 
     # -- reading ---------------------------------------------------------------
@@ -189,7 +187,7 @@ class ZooKeeperBoard(JobBoard):
         stored = await self._stored(found)
         if stored is None:
             raise not_found(found)
-        return stored.posting.to_job(found, sequence_in(found))
+        return await self.with_progress(stored.posting.to_job(found, sequence_in(found)))
 
     async def _listing(self, name: str) -> list[str]:
         children = await self.zk.children(self._paths.dir(name))
@@ -206,7 +204,7 @@ class ZooKeeperBoard(JobBoard):
             batch = ids[start:start + READ_BATCH]
             for job, stored in zip(batch, await asyncio.gather(*map(self._stored, batch)), strict=True):
                 if stored is not None:
-                    yield stored.posting.to_job(job, sequence_in(job))
+                    yield await self.with_progress(stored.posting.to_job(job, sequence_in(job)))
 
     async def state(self, job: JobRef) -> JobState:
         found = job_id_of(job)

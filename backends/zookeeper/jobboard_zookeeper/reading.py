@@ -7,6 +7,7 @@ from collections.abc import Callable
 from jobboard.codec import MalformedEntry, decode_posting, decode_value
 from jobboard.job import JobState, Outcome, TrashedJob
 from jobboard_zookeeper.layout import Paths, TrashRecord, sequence_of
+from jobboard_zookeeper.retention import unpack_result
 from jobboard_zookeeper.zk import ZooKeeper
 
 
@@ -34,4 +35,4 @@ async def outcome(zk: ZooKeeper, paths: Paths, job: str) -> Outcome:
     if trashed is not None:
         return Outcome(job, JobState.TRASHED, reason=TrashRecord.decode(trashed[0]).reason)
     kept = await zk.get(paths.result(job))
-    return Outcome(job, JobState.COMPLETE, result=decode_value(kept[0]) if kept else None)
+    return Outcome(job, JobState.COMPLETE, result=decode_value(unpack_result(kept[0])[0]) if kept else None)
