@@ -23,6 +23,7 @@ from jobboard.testing._basics import BasicsConformance
 from jobboard.testing._batches import BatchesConformance
 from jobboard.testing._claims import ClaimsConformance
 from jobboard.testing._failures import FailuresConformance
+from jobboard.testing._keeping import KeepingConformance
 from jobboard.testing._keys import KeysConformance
 from jobboard.testing._linked import LinkedConformance
 from jobboard.testing._routing import RoutingConformance
@@ -30,7 +31,7 @@ from jobboard.testing._watching import WatchingConformance
 
 
 class JobBoardConformance(
-    BasicsConformance, BatchesConformance, ClaimsConformance, FailuresConformance, KeysConformance,
+    BasicsConformance, BatchesConformance, ClaimsConformance, FailuresConformance, KeepingConformance, KeysConformance,
     LinkedConformance, RoutingConformance,
     WatchingConformance,
 ):

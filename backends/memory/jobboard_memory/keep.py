@@ -50,8 +50,13 @@ class Keeper:
 
 
 def drop_trashed(store: Store, job_id: str) -> None:
+    """Remove a trash entry, and the key that finds it (a purged job is forgotten)."""
     del store.trash[job_id]
-    store.trashed_entries.pop(job_id, None)
+    entry = store.trashed_entries.pop(job_id, None)
+    key = entry.posting.key if entry is not None else None
+    if key is not None and (record := store.keys.get(key)) is not None and record.job_id == job_id:
+        del store.keys[key]
+        store._settled_keys.pop(key, None)
 
 
 def report_progress(store: Store, claim: Claim, progress: Progress) -> None:
@@ -77,6 +82,7 @@ def requeue(store: Store, job_id: str, reset_attempts: bool) -> Job:
     if entry.waiting_on:
         raise InvalidJob(f"job {job_id} waits for {', '.join(sorted(entry.waiting_on))}, whose result never "
                          "came (it was trashed with a dependency): post it again instead")
+    drop_trashed(store, job_id)  # (and its key, given back below)
     posting = entry.posting.delayed(None)
     if reset_attempts:
         posting = posting.reset_attempts()
@@ -90,7 +96,6 @@ def requeue(store: Store, job_id: str, reset_attempts: bool) -> Job:
             store._settled_keys.pop(key, None)
     entry.posting, entry.owner, entry.holder = posting, None, None
     entry.dependents, entry.progress = [], None
-    drop_trashed(store, job_id)
     store.jobs[job_id] = entry
     store._make_ready(entry)
     store._publish(Event(EventKind.POSTED, job_id, posting.name))
