@@ -109,12 +109,15 @@ async def list_jobs(board: JobBoard, args: argparse.Namespace) -> int:
     if args.json:
         print_json(records)
         return 0
-    headers = ("id", "name", "priority", "state", "owner", "attempts", "progress", "last_error")
-    rows = [
+    headers: tuple[str, ...] = ("id", "name", "priority", "state", "owner", "attempts", "last_error")
+    rows: list[tuple[Any, ...]] = [
         (r["id"], r["name"], r["priority"], r["state"], r["owner"] or "-",
-         attempts_text(r["attempts"], r["max_attempts"]), progress_text(r["progress"], 30), _error_cell(r["last_error"]))
+         attempts_text(r["attempts"], r["max_attempts"]), _error_cell(r["last_error"]))
         for r in records
     ]
+    if any(r["progress"] for r in records):  # a column only when some running job reported progress
+        headers = (*headers[:6], "progress", headers[6])
+        rows = [(*row[:6], progress_text(r["progress"], 30), row[6]) for row, r in zip(rows, records, strict=True)]
     print(format_table(headers, rows))
     return 0
 

@@ -15,12 +15,13 @@ from typing import Any
 
 import anyio
 
-from jobboard.board import JobBoard, JobRef, NewJob, check_owner, job_id_of
+from jobboard.board import JobRef, NewJob, check_owner, job_id_of
 from jobboard.codec import MalformedEntry, check_size, encode_value
 from jobboard.errors import BackendUnavailable, BoardClosed, InvalidJob, JobBoardError, JobNotFound
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
 from jobboard_redis.client import RedisClient
+from jobboard_redis.keep import ROW_FIELDS, KeepingRedis, with_progress
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
 from jobboard_redis.reads import claim_status, completion, job_state
@@ -46,7 +47,7 @@ READ_BATCH, PEEK_LIMIT = 256, 100
 CLAIMABLE = {b"u", b"d"}
 
 
-class RedisBoard(JobBoard):
+class RedisBoard(KeepingRedis):
     """A job board stored under one key prefix of one Redis database; see the module docstring."""
 
     _client: RedisClient  # set by open()
@@ -79,9 +80,8 @@ class RedisBoard(JobBoard):
             await client.close()
             raise
         self._open = True
-        self._spawn(self.session.run())
-        self._spawn(self.session.watchdog())
-        self._spawn(self.view.run())
+        for work in (self.session.run(), self.session.watchdog(), self.view.run(), self.retain_forever()):
+            self._spawn(work)
 
     async def aclose(self) -> None:
         if not self._open:
@@ -164,7 +164,7 @@ class RedisBoard(JobBoard):
         found: list[Job] = []
         for start in range(0, len(ids), READ_BATCH):
             batch = ids[start:start + READ_BATCH]
-            rows = await self.client.pipeline([("HMGET", self._key("job", job), "p", "att", "nb", "st", "err")
+            rows = await self.client.pipeline([("HMGET", self._key("job", job), *ROW_FIELDS)
                                                for job in batch], errors_in_place=True)
             for job, row in zip(batch, rows, strict=True):
                 if isinstance(row, list) and (row[3] is None or (only_unclaimed and row[3] not in CLAIMABLE)):
@@ -172,7 +172,7 @@ class RedisBoard(JobBoard):
                 try:
                     if not isinstance(row, list):  # not a hash: a foreign key under the board's prefix
                         raise MalformedEntry(str(row))
-                    found.append(job_of(job, row[0], row[1], row[2], row[4]))
+                    found.append(with_progress(job_of(job, row[0], row[1], row[2], row[4]), row))
                 except MalformedEntry:
                     await self._set_aside(job)
         return found
