@@ -283,6 +283,7 @@ class Store:
         """Trash an entry and, recursively, every job that depends on it."""
         del self.jobs[entry.job_id]
         self._settled(entry)
+        entry.progress = None  # it went with the claim
         self.trash[entry.job_id] = TrashedJob(entry.job(), reason, now)
         self.trashed_entries[entry.job_id] = entry
         self._publish(Event(EventKind.TRASHED, entry.job_id, reason))
