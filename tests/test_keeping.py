@@ -15,12 +15,16 @@ import anyio
 import pytest
 
 from jobboard import JobState, open_board
+from jobboard.cli.plan import status_table
 from jobboard.cli.trash import duration
+from jobboard.dag import Plan
 from jobboard.handlers import Handlers, JobContext
 from jobboard.job import Claim
+from jobboard.plans import post_plan
 from jobboard.progress import PROGRESS_INTERVAL
 from jobboard.worker import Worker
 from jobboard_memory.board import MemoryBoard
+from jobboard_zookeeper import ZooKeeperBoard
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -183,3 +187,55 @@ def test_purge_and_requeue_commands_on_memory() -> None:
     assert list(json.loads(missing.stdout)["failed"]) == ["job-0000000001"]
     helped = jobboard("requeue", "--help")
     assert helped.returncode == 0 and "jobboard requeue --name resize" in helped.stdout
+
+
+async def test_plan_status_shows_the_progress_of_running_tasks() -> None:
+    handlers = Handlers()
+    release = anyio.Event()
+
+    @handlers.register("slow")
+    async def slow(ctx: JobContext) -> None:
+        ctx.progress(0.5, "half")
+        await release.wait()
+
+    plan = Plan("progressing")
+    plan.task("slow", name="only")
+    async with open_board(f"memory://{uuid.uuid4().hex}") as board:
+        handle = await post_plan(board, plan)
+        worker = Worker(board, handlers)
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(worker.run)
+                while "only" not in (status := await handle.status()).progress_of:  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+                assert status.progress_of["only"].fraction == 0.5
+                assert "(50% half)" in status_table(status)
+                release.set()
+                assert (await handle.wait()).state == "complete"
+                worker.stop()
+        assert (await handle.status()).progress_of == {}
+
+
+async def test_retention_on_zookeeper_passes_to_another_board_when_the_collector_closes(zk_hosts: str) -> None:
+    url = f"{zk_url(zk_hosts)}?trash_ttl=1"
+    boards = [ZooKeeperBoard(url), ZooKeeperBoard(url)]
+    with anyio.fail_after(30):
+        for board in boards:
+            await board.open()
+        try:
+            collector = f"{boards[0].options.root}/collector"
+            while (stat := await boards[0].zk.exists(collector)) is None:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+            holder = next(board for board in boards if board.zk.session_id == stat.ephemeral_owner)
+            survivor = boards[1] if holder is boards[0] else boards[0]
+            job = await holder.post("doomed")
+            await holder.cancel(job, "bad")
+            await holder.aclose()  # the collector goes before the entry expires
+            while [item async for item in survivor.trashed()]:  # noqa: ASYNC110 - collected by the board
+                await anyio.sleep(0.05)
+            stat = await survivor.zk.exists(collector)
+            assert stat is not None and stat.ephemeral_owner == survivor.zk.session_id
+            assert await survivor.state(job) is JobState.COMPLETE
+        finally:
+            for board in boards:
+                await board.aclose()

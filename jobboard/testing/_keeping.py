@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -10,7 +11,7 @@ import anyio
 import pytest
 
 from jobboard.board import JobBoard
-from jobboard.errors import ClaimLost, InvalidJob, JobNotFound, Unsupported
+from jobboard.errors import ClaimLost, InvalidJob, JobNotFound, NotOwner, Unsupported
 from jobboard.job import JobState
 from jobboard.registry import open_board
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed
@@ -76,6 +77,8 @@ class KeepingConformance(ConformanceBase):
         current = await other.claim(job, "v")
         with pytest.raises(ClaimLost):
             await board.report_progress(stale, 0.3)
+        with pytest.raises(NotOwner):
+            await board.report_progress(dataclasses.replace(current, owner="intruder"), 0.3)
         progress = (await other.get(job)).progress
         assert progress is None
         for bad in (-0.1, 1.5, float("nan"), "half"):

@@ -1,7 +1,7 @@
 """Progress of running jobs, purge and requeue on ZooKeeper (a base of ``ZooKeeperBoard``).
 
-* progress = check(job, generation) + set_data(lock, owner + nonce + progress, version read):
-  the claim's own ephemeral node carries it, so it goes with the claim;
+* progress = get(lock), then check(job, generation) + set_data(lock, owner + nonce + progress,
+  version read): two round trips; the claim's own ephemeral node carries it, so it goes with the claim;
 * purge    = delete(trash/<id>, version) [+ delete(keys/<key>)], in batches;
 * requeue  = create(jobs/<id>, posting) + delete(trash/<id>, version) + the key back to
   "on the board": one multi. The job keeps its id, so its place in the board order.
@@ -67,11 +67,11 @@ class KeepingBoard(JobBoard):
         record = decode_value(found[0]) if found is not None else None
         if found is None or not isinstance(record, dict):
             raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
-        stat = await self.zk.exists(self._paths.job(job_id))
-        if stat is None or stat.version != claim.generation:
+        if record.get("owner") != claim.owner:  # another owner's claim, or this one's gone: which?
+            stat = await self.zk.exists(self._paths.job(job_id))
+            if stat is not None and stat.version == claim.generation:
+                raise NotOwner(f"job {job_id} is owned by {record.get('owner')}, not {claim.owner}")
             raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
-        if record.get("owner") != claim.owner:
-            raise NotOwner(f"job {job_id} is owned by {record.get('owner')}, not {claim.owner}")
         record["progress"] = {"f": progress.fraction, "n": progress.note, "at": progress.at}
         ops: list[Op] = [Check(self._paths.job(job_id), claim.generation),
                          SetData(self._paths.lock(job_id), encode_value(record, what="lock"), found[1].version)]
