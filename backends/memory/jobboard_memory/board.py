@@ -136,6 +136,7 @@ class MemoryBoard(JobBoard):
             self.hub.publish(Event(EventKind.MALFORMED, job_id, "not a valid posting"))
 
     async def state(self, job: JobRef) -> JobState:
+        self._keeper.expire(self._store, job_id_of(job))
         return self._store.state(job_id_of(job))
 
     async def owner(self, job: JobRef) -> str | None:
@@ -214,7 +215,7 @@ class MemoryBoard(JobBoard):
         job_id = job_id_of(job)
         while True:
             change = self._shared.change()
-            self._keeper.sweep(self._store)
+            self._keeper.expire(self._store, job_id)
             outcome = self._store.outcome(job_id)
             if outcome is not None:
                 return outcome

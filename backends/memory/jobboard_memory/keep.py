@@ -49,6 +49,18 @@ class Keeper:
         return len(results) + len(trash)
 
 
+    def expire(self, store: Store, job_id: str) -> None:
+        """Drop one job's kept result or trash entry if it expired (``wait_for_completion``: O(1))."""
+        now = time.time()
+        kept = store.kept_at.get(job_id)
+        if kept is not None and expired(*kept, self.result_ttl, now):
+            del store.kept_at[job_id]
+            store.kept_results.pop(job_id, None)
+        item = store.trash.get(job_id)
+        if item is not None and expired(item.trashed_at, item.job.trash_ttl, self.trash_ttl, now):
+            drop_trashed(store, job_id)
+
+
 def drop_trashed(store: Store, job_id: str) -> None:
     """Remove a trash entry, and the key that finds it (a purged job is forgotten)."""
     del store.trash[job_id]
