@@ -20,7 +20,19 @@ from typing import Any, Self
 from jobboard.codec import Posting, build_posting, check_size, encode_posting
 from jobboard.errors import BoardClosed, InvalidJob, Unsupported
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, Progress, TrashedJob
+from jobboard.job import (
+    Claim,
+    Entity,
+    Job,
+    JobState,
+    LastError,
+    ListedJob,
+    Outcome,
+    Priority,
+    Progress,
+    TrashedJob,
+)
+from jobboard.propagation import with_trace_context
 
 DEFAULT_RESULT_TTL = 7 * 86400.0
 """A kept result stays 7 days unless the board URL or the post says otherwise."""
@@ -235,7 +247,7 @@ class JobBoard(abc.ABC):
         )
         raw = encode_posting(posting)
         check_size(name, raw, self.max_posting_bytes)
-        return posting, raw
+        return with_trace_context(posting, raw, self.max_posting_bytes)
 
     # -- reading -----------------------------------------------------------
 
@@ -254,6 +266,18 @@ class JobBoard(abc.ABC):
         included). Entries that are not valid postings are skipped and reported
         as ``MALFORMED`` events; they never end the iteration.
         """
+
+    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+        """Iterate the jobs on the board like :meth:`iterjobs`, each with its state and owner.
+
+        Each entry is a snapshot; entries are not one atomic picture of the board
+        (a job may be settled between two of them). This default reads the state
+        and owner of each job; backends override it to read them with the jobs.
+        """
+        async for job in self.iterjobs(only_unclaimed=only_unclaimed):
+            state = await self.state(job)
+            if state in (JobState.UNCLAIMED, JobState.CLAIMED, JobState.WAITING):
+                yield ListedJob(job, state, await self.owner(job) if state is JobState.CLAIMED else None)
 
     @abc.abstractmethod
     async def state(self, job: JobRef) -> JobState:

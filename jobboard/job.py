@@ -158,10 +158,23 @@ class Job:
     """Seconds it stays in the trash (``None``: the board's ``trash_ttl``; 0: forever)."""
     progress: Progress | None = None
     """What the current claim's handler last reported (``None`` when not claimed or nothing reported)."""
+    trace_context: Mapping[str, str] | None = field(default=None, repr=False)
+    """The producer's trace context (W3C ``traceparent``), when it posted inside a span (see docs/metrics.md)."""
 
     def sort_key(self) -> tuple[int, int]:
         """The board order: higher priority first, then posting order."""
         return (self.priority.rank, self.sequence)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedJob:
+    """A job as listed, with where it stood and who owned it when the listing read it."""
+
+    job: Job
+    state: JobState
+    """``UNCLAIMED``, ``CLAIMED`` or ``WAITING``: a listed job is on the board."""
+    owner: str | None = None
+    """The owner of its claim when ``CLAIMED``, else ``None``."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,13 +26,14 @@ from jobboard.testing._failures import FailuresConformance
 from jobboard.testing._keeping import KeepingConformance
 from jobboard.testing._keys import KeysConformance
 from jobboard.testing._linked import LinkedConformance
+from jobboard.testing._listing import ListingConformance
 from jobboard.testing._routing import RoutingConformance
 from jobboard.testing._watching import WatchingConformance
 
 
 class JobBoardConformance(
-    BasicsConformance, BatchesConformance, ClaimsConformance, FailuresConformance, KeepingConformance, KeysConformance,
-    LinkedConformance, RoutingConformance,
+    BasicsConformance, BatchesConformance, ClaimsConformance, FailuresConformance, KeepingConformance,
+    KeysConformance, LinkedConformance, ListingConformance, RoutingConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

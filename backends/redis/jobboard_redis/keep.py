@@ -27,13 +27,11 @@ from jobboard_redis.records import settle_refused, text
 logger = logging.getLogger(__name__)
 
 RETAIN_BATCH = 500
-ROW_FIELDS = ("p", "att", "nb", "st", "err", "gen", "pg", "pr")
-"""What ``_jobs`` reads of each job hash: the posting's live fields, then the claim's progress."""
 
 
-def with_progress(job: Job, row: list[Any]) -> Job:
-    """``job`` with the progress in its hash ``row`` (:data:`ROW_FIELDS`), if its claim reported one."""
-    state, generation, reported, data = row[3], row[5], row[6], row[7]
+def with_progress(job: Job, generation: Any, reported: Any, data: Any, state: Any) -> Job:
+    """``job`` with the progress of its hash's ``pr`` field, if the current claim (``gen``, state ``c``)
+    reported it (``pg``: the generation that did)."""
     if state != b"c" or not data or reported != generation:
         return job
     try:

@@ -18,9 +18,11 @@ from jobboard.errors import BackendUnavailable, BoardConflict, ClaimLost, Invali
 from jobboard.job import Claim, Job, Progress
 from jobboard_zookeeper.keys import KeyRecord
 from jobboard_zookeeper.layout import Paths, TrashRecord, is_job_id, sequence_of
+from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData
 from jobboard_zookeeper.options import parse_zookeeper_url
-from jobboard_zookeeper.retention import DELETE_BATCH, key_deletes
+from jobboard_zookeeper.refusals import not_found
+from jobboard_zookeeper.retention import DELETE_BATCH, key_deletes, retain_forever
 from jobboard_zookeeper.view import BoardView
 from jobboard_zookeeper.zk import ZooKeeper
 
@@ -52,13 +54,28 @@ class KeepingBoard(JobBoard):
     def zk(self) -> ZooKeeper:
         raise NotImplementedError
 
-    async def with_progress(self, job: Job) -> Job:
-        """``job`` with the progress its claim reported (read only for jobs this board sees claimed)."""
-        if job.id not in self.view.locks:
+    async def _stored(self, job: str, *, claimable_only: bool = False) -> Stored | None:
+        raise NotImplementedError
+
+    async def get(self, job: JobRef) -> Job:
+        found = job_id_of(job)
+        stored = await self._stored(found)
+        if stored is None:
+            raise not_found(found)
+        return await self.job_of(found, stored)
+
+    async def job_of(self, job_id: str, stored: Stored) -> Job:
+        """The job as read, with the progress its claim reported (read only for jobs this board sees claimed)."""
+        job = stored.posting.to_job(job_id, sequence_of(job_id))
+        if job_id not in self.view.locks:
             return job
-        found = await self.zk.get(self._paths.lock(job.id))
+        found = await self.zk.get(self._paths.lock(job_id))
         progress = lock_progress(found[0]) if found is not None else None
         return job if progress is None else replace(job, progress=progress)
+
+    async def retain_forever(self) -> None:
+        """Collect expired results and trash entries when this board is the collector (a task of the board)."""
+        await retain_forever(self.zk, self._paths, self.result_ttl, self.trash_ttl)
 
     async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
         progress = check_progress(fraction, note, time.time())
