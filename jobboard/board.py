@@ -13,10 +13,12 @@ from __future__ import annotations
 import abc
 import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
+from jobboard import board_inputs
+from jobboard.board_inputs import JobRef, NewJob, check_owner, job_id_of
+from jobboard.board_keeping import TrashAndProgress
 from jobboard.codec import Posting, build_posting, check_size, encode_posting
 from jobboard.delay import due_time
 from jobboard.errors import BoardClosed, InvalidJob
@@ -35,38 +37,10 @@ from jobboard.job import (
 )
 from jobboard.propagation import with_trace_context
 
-JobRef = Job | str
-"""A job or its id."""
+__all__ = ["JobBoard", "JobRef", "NewJob", "check_owner", "job_id_of"]
 
 
-def job_id_of(job: JobRef) -> str:
-    """The id of a job reference."""
-    return job if isinstance(job, str) else job.id
-
-
-@dataclass(frozen=True, slots=True)
-class NewJob:
-    """One job for :meth:`JobBoard.post_many`: the arguments of :meth:`JobBoard.post`."""
-
-    name: str
-    details: Mapping[str, Any] | None = None
-    priority: Priority | int | str = Priority.NORMAL
-    depends_on: Sequence[JobRef] = ()
-    max_attempts: int | None = None
-    keep_result: bool = False
-    key: str | None = None
-    delay: float | None = None
-    not_before: When | None = None
-
-
-def check_owner(owner: object) -> str:
-    """:raises InvalidJob: unless ``owner`` is a non-empty string."""
-    if not isinstance(owner, str) or not owner.strip():
-        raise InvalidJob(f"owner must be a non-empty string, not {owner!r}")
-    return owner
-
-
-class JobBoard(abc.ABC):
+class JobBoard(TrashAndProgress):
     """An async job board. Use it as ``async with open_board(url) as board``.
 
     Every method raises :class:`~jobboard.errors.BoardClosed` before ``open``
@@ -86,6 +60,10 @@ class JobBoard(abc.ABC):
     """``max_attempts`` for posts that give none (a URL option of the backends)."""
     key_retention: float = 86400.0
     """Seconds a settled job's idempotency key keeps finding it (URL option ``key_retention``)."""
+    result_ttl: float = board_inputs.DEFAULT_RESULT_TTL
+    """Seconds a kept result stays after the consume; 0: forever (URL option ``result_ttl``)."""
+    trash_ttl: float = board_inputs.DEFAULT_TRASH_TTL
+    """Seconds a job stays in the trash; 0: forever (URL option ``trash_ttl``)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -136,6 +114,8 @@ class JobBoard(abc.ABC):
         key: str | None = None,
         delay: float | None = None,
         not_before: When | None = None,
+        result_ttl: float | None = None,
+        trash_ttl: float | None = None,
     ) -> Job:
         """Put a new job on the board, atomically: it is fully there or not at all.
 
@@ -162,6 +142,10 @@ class JobBoard(abc.ABC):
             ``wait`` wakes when it becomes due. Which clock decides is the
             backend's (see its docs). A linked job is claimable once its
             dependencies are consumed *and* it is due.
+        :param result_ttl: seconds the kept result stays after the consume
+            (default: the board's :attr:`result_ttl`; 0: forever).
+        :param trash_ttl: seconds the job stays in the trash if it goes there
+            (default: the board's :attr:`trash_ttl`; 0: forever).
         :raises InvalidJob: bad name, priority, key or options (both ``delay``
             and ``not_before``, a negative delay); details msgpack
             cannot encode (naming the key); a posting over
@@ -188,7 +172,8 @@ class JobBoard(abc.ABC):
         self._check_batch(jobs)
         return [await self.post(job.name, job.details, priority=job.priority, depends_on=job.depends_on,
                                 max_attempts=job.max_attempts, keep_result=job.keep_result, key=job.key,
-                                delay=job.delay, not_before=job.not_before)
+                                delay=job.delay, not_before=job.not_before,
+                                result_ttl=job.result_ttl, trash_ttl=job.trash_ttl)
                 for job in jobs]
 
     def _check_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Posting, bytes]]:
@@ -204,7 +189,8 @@ class JobBoard(abc.ABC):
             try:
                 prepared.append(self._prepare_posting(job.name, job.details, job.priority, job.depends_on,
                                                       job.max_attempts, job.keep_result, job.key,
-                                                      job.delay, job.not_before))
+                                                      delay=job.delay, not_before=job.not_before,
+                                                      result_ttl=job.result_ttl, trash_ttl=job.trash_ttl))
             except InvalidJob as error:
                 raise InvalidJob(f"jobs[{index}]: {error}") from None
         return prepared
@@ -212,7 +198,8 @@ class JobBoard(abc.ABC):
     def _prepare_posting(
         self, name: str, details: Mapping[str, Any] | None, priority: Priority | int | str,
         depends_on: Sequence[JobRef], max_attempts: int | None, keep_result: bool,
-        key: str | None = None, delay: float | None = None, not_before: When | None = None,
+        key: str | None = None, *, delay: float | None = None, not_before: When | None = None,
+        result_ttl: float | None = None, trash_ttl: float | None = None,
     ) -> tuple[Posting, bytes]:
         """For backends' ``post``: validate, apply the board's defaults, encode, check the size.
 
@@ -224,7 +211,7 @@ class JobBoard(abc.ABC):
         posting = build_posting(
             name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
             max_attempts=self.default_max_attempts if max_attempts is None else max_attempts,
-            keep_result=keep_result, created_at=now, key=key,
+            keep_result=keep_result, created_at=now, key=key, result_ttl=result_ttl, trash_ttl=trash_ttl,
         )
         if due is not None:
             posting = posting.delayed(due)

@@ -45,6 +45,8 @@ class Posting:
     key: str | None = None
     """The idempotency key the job was posted with, if any."""
     last_error: LastError | None = None
+    result_ttl: float | None = None
+    trash_ttl: float | None = None
     trace: Mapping[str, str] | None = None
     """The producer's trace context (W3C ``traceparent``...), see :mod:`jobboard.propagation`."""
 
@@ -67,7 +69,8 @@ class Posting:
             sequence=sequence, created_at=self.created_at, depends_on=self.depends_on,
             max_attempts=self.max_attempts, attempts=self.attempts,
             not_before=self.not_before, keep_result=self.keep_result, key=self.key,
-            last_error=self.last_error, trace_context=self.trace,
+            last_error=self.last_error, result_ttl=self.result_ttl, trash_ttl=self.trash_ttl,
+            trace_context=self.trace,
         )
 
     def claimed(self) -> Posting:
@@ -77,6 +80,13 @@ class Posting:
     def delayed(self, not_before: float | None) -> Posting:
         """The posting made unclaimable until ``not_before`` (or claimable now: ``None``)."""
         return replace(self, not_before=not_before)
+
+    def reset_attempts(self) -> Posting:
+        """The posting with its attempts counted from 0 again (``requeue``)."""
+        return replace(self, attempts=0)
+
+    def without_key(self) -> Posting:
+        return replace(self, key=None)
 
     def failed(self, error: LastError | None) -> Posting:
         """The posting with ``error`` as its last error (unchanged for ``None``)."""
@@ -93,6 +103,8 @@ def build_posting(
     keep_result: bool,
     created_at: float,
     key: str | None = None,
+    result_ttl: float | None = None,
+    trash_ttl: float | None = None,
 ) -> Posting:
     """Validate a post's arguments and make its posting.
 
@@ -115,8 +127,18 @@ def build_posting(
     return Posting(
         name=name, details=checked, priority=parsed_priority, created_at=created_at,
         depends_on=dependency_ids, max_attempts=max_attempts, keep_result=keep_result,
-        token=uuid.uuid4().hex, key=key,
+        token=uuid.uuid4().hex, key=key, result_ttl=check_ttl(name, "result_ttl", result_ttl),
+        trash_ttl=check_ttl(name, "trash_ttl", trash_ttl),
     )
+
+
+def check_ttl(name: str, what: str, value: object) -> float | None:
+    """:raises InvalidJob: unless ``value`` is ``None`` or a finite number of seconds >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
+        raise InvalidJob(f"job {name!r}: {what} must be None or a finite number of seconds >= 0, not {value!r}")
+    return float(value)
 
 
 MAX_KEY_LENGTH = 200
@@ -231,6 +253,9 @@ def encode_posting(posting: Posting) -> bytes:
     }
     if posting.key is not None:
         record["key"] = posting.key
+    for ttl in ("result_ttl", "trash_ttl"):
+        if getattr(posting, ttl) is not None:
+            record[ttl] = getattr(posting, ttl)
     if posting.trace:
         record["trace"] = dict(posting.trace)  # optional: older readers ignore the key
     if posting.last_error is not None:
@@ -276,7 +301,12 @@ def _posting_from_record(record: dict[str, Any]) -> Posting:
         results=dict(record.get("results") or {}),
         key=None if record.get("key") is None else str(record["key"]),
         last_error=_last_error(record.get("last_error")), trace=_trace(record.get("trace")),
+        result_ttl=_optional_float(record.get("result_ttl")), trash_ttl=_optional_float(record.get("trash_ttl")),
     )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def _last_error(record: Any) -> LastError | None:

@@ -64,6 +64,10 @@ class InvalidJob(JobBoardError):
     """A job's name, details, priority or options are not acceptable; nothing was written."""
 
 
+class Unsupported(JobBoardError):
+    """The backend does not implement this optional operation (permanent: retrying cannot help)."""
+
+
 class InvalidURL(JobBoardError):
     """A board URL could not be parsed, or has options its backend does not know."""
 

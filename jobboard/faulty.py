@@ -114,10 +114,11 @@ class FaultyBoard(JobBoard):
     async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
                    priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
                    max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
-                   delay: float | None = None, not_before: When | None = None) -> Job:
+                   delay: float | None = None, not_before: When | None = None,
+                   result_ttl: float | None = None, trash_ttl: float | None = None) -> Job:
         return await self.inner.post(name, details, priority=priority, depends_on=depends_on,
                                      max_attempts=max_attempts, keep_result=keep_result, key=key,
-                                     delay=delay, not_before=not_before)
+                                     delay=delay, not_before=not_before, result_ttl=result_ttl, trash_ttl=trash_ttl)
 
     async def get(self, job: JobRef) -> Job:
         return await self.inner.get(job)
@@ -144,6 +145,12 @@ class FaultyBoard(JobBoard):
 
     async def cancel(self, job: JobRef, reason: str) -> None:
         await self.inner.cancel(job, reason)
+
+    async def purge(self, *, older_than: float = 0.0) -> int:
+        return await self.inner.purge(older_than=older_than)
+
+    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
+        return await self.inner.requeue(job, reset_attempts=reset_attempts)
 
     async def wait_for_completion(self, job: JobRef) -> Outcome:
         return await self.inner.wait_for_completion(job)
@@ -175,6 +182,9 @@ class FaultyBoard(JobBoard):
 
     async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
         await self._call("trash", lambda: self.inner.trash(claim, reason, error=error), settle=claim)
+
+    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
+        await self._call("report_progress", lambda: self.inner.report_progress(claim, fraction, note))
 
     async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
         await self._call("register_entity", lambda: self.inner.register_entity(name, metadata))

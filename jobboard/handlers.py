@@ -38,6 +38,7 @@ class JobContext:
     _beat: Callable[[], None] = field(repr=False, default=lambda: None)
     shared: dict[str, Any] = field(default_factory=dict, repr=False)
     """The worker's shared state: what ``on_startup`` hooks put there (pools, clients)."""
+    _progress: Callable[[float, str], None] = field(repr=False, default=lambda fraction, note: None)
 
     @property
     def job(self) -> Job:
@@ -60,6 +61,16 @@ class JobContext:
     def generation(self) -> int:
         """The claim's fencing token: pass it to systems that must refuse a stale worker."""
         return self.claim.generation
+
+    def progress(self, fraction: float, note: str = "") -> None:
+        """Report how far the job is (0.0 to 1.0, and a short note); readers see it in ``Job.progress``.
+
+        Cheap: call it as often as you like (also from a sync handler's thread). The worker
+        writes the latest value to the board at most once a second while the claim holds.
+
+        :raises InvalidJob: ``fraction`` not in 0..1, or ``note`` not a string.
+        """
+        self._progress(fraction, note)
 
     def heartbeat(self) -> None:
         """Show progress: renews the claim's lease when the worker renews on heartbeats."""

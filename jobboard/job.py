@@ -114,6 +114,17 @@ class JobState(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Progress:
+    """What a running job last reported of itself (``JobContext.progress``), kept with its claim."""
+
+    fraction: float
+    """From 0.0 (started) to 1.0 (done)."""
+    note: str = ""
+    at: float = 0.0
+    """Wall-clock time of the report (seconds since the epoch)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A snapshot of one job as the board saw it when it was read.
 
@@ -145,6 +156,12 @@ class Job:
     """The idempotency key the job was posted with (see ``JobBoard.post``)."""
     last_error: LastError | None = None
     """The error of the last failed attempt, when a worker abandoned or trashed the job with one."""
+    result_ttl: float | None = None
+    """Seconds its kept result stays after the consume (``None``: the board's ``result_ttl``; 0: forever)."""
+    trash_ttl: float | None = None
+    """Seconds it stays in the trash (``None``: the board's ``trash_ttl``; 0: forever)."""
+    progress: Progress | None = None
+    """What the current claim's handler last reported (``None`` when not claimed or nothing reported)."""
     trace_context: Mapping[str, str] | None = field(default=None, repr=False)
     """The producer's trace context (W3C ``traceparent``), when it posted inside a span (see docs/metrics.md)."""
 

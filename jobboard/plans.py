@@ -12,6 +12,7 @@ claim them.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from jobboard.dag import Plan, Task
 from jobboard.errors import AlreadyClaimed, JobBoardError, JobNotFound
 from jobboard.events import EventKind
 from jobboard.job import INTERNAL_PREFIX, Claim, JobState, Priority
+from jobboard.job import Progress as JobProgress
 
 if TYPE_CHECKING:
     from jobboard.worker import Worker
@@ -70,6 +72,8 @@ class PlanStatus:
     """Running tasks and their owners."""
     reasons: dict[str, str] = field(default_factory=dict)
     """Trashed tasks and why."""
+    progress_of: dict[str, JobProgress] = field(default_factory=dict)
+    """Running tasks' last reported progress (``JobContext.progress``)."""
 
     @property
     def counts(self) -> dict[JobState, int]:
@@ -204,19 +208,23 @@ class PlanHandle:
         limiter = anyio.CapacityLimiter(POST_CONCURRENCY)
         states: dict[str, JobState] = {}
         owners: dict[str, str] = {}
+        progress_of: dict[str, JobProgress] = {}
 
         async def look(name: str, job_id: str) -> None:
             async with limiter:
                 states[name] = await self.board.state(job_id)
                 if states[name] is JobState.CLAIMED and (owner := await self.board.owner(job_id)):
                     owners[name] = owner
+                    with contextlib.suppress(JobNotFound):
+                        if (reported := (await self.board.get(job_id)).progress) is not None:
+                            progress_of[name] = reported
 
         async with anyio.create_task_group() as group:
             for name, job_id in self.ids.items():
                 group.start_soon(look, name, job_id)
         names = {job_id: name for name, job_id in self.ids.items()}
         reasons = {names[t.job.id]: t.reason async for t in self.board.trashed() if t.job.id in names}
-        return PlanStatus(self.plan_id, self.name, dict(sorted(states.items())), owners, reasons)
+        return PlanStatus(self.plan_id, self.name, dict(sorted(states.items())), owners, reasons, progress_of)
 
     async def wait(self, on_progress: Progress | None = None) -> PlanOutcome:
         """Wait until every task is consumed or trashed; return the outcome.

@@ -108,12 +108,14 @@ class TracedBoard(JobBoard):
     async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
                    priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
                    max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
-                   delay: float | None = None, not_before: When | None = None) -> Job:
+                   delay: float | None = None, not_before: When | None = None,
+                   result_ttl: float | None = None, trash_ttl: float | None = None) -> Job:
         with self.tracer.start_as_current_span(f"post {name}", kind=SpanKind.PRODUCER, attributes=_attributes(
                 "post", "create", None, {"messaging.destination.name": name, "jobboard.key": key})) as span:
             job = await self.inner.post(name, details, priority=priority, depends_on=depends_on,
                                         max_attempts=max_attempts, keep_result=keep_result, key=key,
-                                        delay=delay, not_before=not_before)
+                                        delay=delay, not_before=not_before,
+                                        result_ttl=result_ttl, trash_ttl=trash_ttl)
             span.set_attribute("messaging.message.id", job.id)
             return job
 
@@ -173,6 +175,15 @@ class TracedBoard(JobBoard):
             await self.inner.cancel(job, reason)
 
     # -- forwarded as they are ----------------------------------------------------------
+
+    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
+        await self.inner.report_progress(claim, fraction, note)  # frequent and cheap: no span
+
+    async def purge(self, *, older_than: float = 0.0) -> int:
+        return await self.inner.purge(older_than=older_than)
+
+    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
+        return await self.inner.requeue(job, reset_attempts=reset_attempts)
 
     async def get(self, job: JobRef) -> Job:
         return await self.inner.get(job)

@@ -23,6 +23,7 @@ from jobboard.errors import BackendUnavailable, BoardClosed, ClaimLost, InvalidJ
 from jobboard.handlers import TIMEOUT_KEY, Handler, Handlers, JobContext, Middleware
 from jobboard.job import Claim
 from jobboard.outcome import Action, Settlement, decide
+from jobboard.progress import ProgressReporter
 from jobboard.retry import RetryPolicy
 from jobboard.worker_support import Backoff, RunningJob, WorkerStats
 
@@ -74,13 +75,15 @@ class JobRunner:
 
     async def _execute(self, job: RunningJob) -> tuple[Settlement, str] | None:
         """Run the handler; the settlement and its outcome, or ``None`` when the claim was lost (or revoked)."""
-        context = JobContext(job.claim, self.board, job.heartbeat, self.shared)
+        reporter = ProgressReporter(self.board, job.claim)
+        context = JobContext(job.claim, self.board, job.heartbeat, self.shared, reporter.report)
         policy, timeout = self._options(job.claim)
         job.limit = policy.limit(job.claim.job.max_attempts)
         settlement: Settlement | None = None
         with job.scope:
             async with anyio.create_task_group() as guards:
                 guards.start_soon(self._watch_claim, job)
+                guards.start_soon(reporter.run)  # cancelled with the guards: a pending value goes with the settle
                 if job.lease is not None:
                     guards.start_soon(self._keep_lease, job)
                 settlement = await self._invoke(context, policy, timeout)

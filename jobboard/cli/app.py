@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from jobboard.cli import jobs
+from jobboard.cli import jobs, trash
 from jobboard.cli.command import (
     EXIT_NOT_MET,
     EXIT_STATUSES,
@@ -56,6 +56,8 @@ COMMANDS: tuple[Command, ...] = (
             functools.partial(jobs.trash_arguments, default_reason=jobs.DEFAULT_CANCEL_REASON),
             on_board=jobs.trashing("cancelled")),
     Command("trashed", "list the trash with reasons", no_arguments, on_board=jobs.list_trashed),
+    Command("purge", "remove trash entries older than a duration", trash.purge_arguments, on_board=trash.purge),
+    Command("requeue", "put trashed jobs back on the board", trash.requeue_arguments, on_board=trash.requeue),
     Command("demo", "run a producer and three workers on memory://demo", no_arguments, local=demo),
     Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker),
     Command("check", "exit 0 if a live worker is registered", check_arguments, on_board=check),

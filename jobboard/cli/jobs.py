@@ -111,14 +111,25 @@ async def list_jobs(board: JobBoard, args: argparse.Namespace) -> int:
     if args.json:
         print_json(records)
         return 0
-    headers = ("id", "name", "priority", "state", "owner", "attempts", "last_error")
-    rows = [
+    headers: tuple[str, ...] = ("id", "name", "priority", "state", "owner", "attempts", "last_error")
+    rows: list[tuple[Any, ...]] = [
         (r["id"], r["name"], r["priority"], r["state"], r["owner"] or "-",
          attempts_text(r["attempts"], r["max_attempts"]), _error_cell(r["last_error"]))
         for r in records
     ]
+    if any(r["progress"] for r in records):  # a column only when some running job reported progress
+        headers = (*headers[:6], "progress", headers[6])
+        rows = [(*row[:6], progress_text(r["progress"], 30), row[6]) for row, r in zip(rows, records, strict=True)]
     print(format_table(headers, rows))
     return 0
+
+
+def progress_text(progress: Mapping[str, Any] | None, width: int = 200) -> str:
+    """A job record's progress as ``42% note`` (``-`` if none)."""
+    if not progress:
+        return "-"
+    text = f"{progress['fraction']:.0%} {' '.join(str(progress['note']).split())}".rstrip()
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def _error_cell(error: Mapping[str, Any] | None) -> str:
@@ -162,6 +173,8 @@ async def show(board: JobBoard, args: argparse.Namespace) -> int:
     record["details"] = json.dumps(plain(job.details), allow_nan=False)
     record["depends_on"] = ", ".join(job.depends_on) or "-"
     record["last_error"] = job.last_error.summary() if job.last_error else None
+    record["progress"] = None if job.progress is None else (
+        f"{progress_text(record['progress'])} (at {format_time(job.progress.at)})")
     if job.last_error is not None:
         record["last_error_at"] = format_time(job.last_error.at)
         record["last_traceback"] = "\n  " + job.last_error.traceback.rstrip().replace("\n", "\n  ")

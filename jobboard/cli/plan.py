@@ -62,6 +62,8 @@ def status_table(status: PlanStatus) -> str:
     rows = []
     for name, state in status.states.items():
         note = status.owners.get(name) or status.reasons.get(name, "").split("\n")[0]
+        if (reported := status.progress_of.get(name)) is not None:
+            note += f" ({reported.fraction:.0%}{' ' + reported.note if reported.note else ''})"
         rows.append([name, state.value, note[:80]])
     progress = status.progress()
     summary = (f"plan {status.name} ({status.plan_id}): {status.state}, {progress.done}/{progress.total} "

@@ -5,7 +5,8 @@ board's claims and entities behave like a remote session's: closing the board
 releases them. ``memory://`` without a name is a private board.
 
 URL options: ``max_attempts`` (default for posts), ``max_posting_bytes``,
-``key_retention`` (seconds a settled job's idempotency key keeps finding it).
+``key_retention`` (seconds a settled job's idempotency key keeps finding it),
+``result_ttl`` and ``trash_ttl`` (seconds kept results and trashed jobs stay; 0: forever).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
+from jobboard.board_inputs import check_age, check_progress
 from jobboard.codec import MalformedEntry, encode_value
 from jobboard.errors import InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
@@ -34,11 +36,14 @@ from jobboard.job import (
     When,
 )
 from jobboard.url import non_negative_float, parse_options, parse_url, positive_int
+from jobboard_memory import keep
+from jobboard_memory.keep import Keeper
 from jobboard_memory.store import Store, wall_clock
 
 logger = logging.getLogger(__name__)
 
-OPTIONS = {"max_attempts": positive_int, "max_posting_bytes": positive_int, "key_retention": non_negative_float}
+OPTIONS = {"max_attempts": positive_int, "max_posting_bytes": positive_int, "key_retention": non_negative_float,
+           "result_ttl": non_negative_float, "trash_ttl": non_negative_float}
 
 
 class SharedState:
@@ -81,6 +86,9 @@ class MemoryBoard(JobBoard):
         self.default_max_attempts: int | None = options.get("max_attempts")
         self.max_posting_bytes = options.get("max_posting_bytes", self.max_posting_bytes)
         self.key_retention = options.get("key_retention", self.key_retention)
+        self.result_ttl = options.get("result_ttl", self.result_ttl)
+        self.trash_ttl = options.get("trash_ttl", self.trash_ttl)
+        self._keeper = Keeper(self.result_ttl, self.trash_ttl)
         self._name = (parsed.host_string + parsed.path) or f"private-{uuid.uuid4().hex}"
         self.hub = EventHub()
         self._reported: set[str] = set()
@@ -117,9 +125,11 @@ class MemoryBoard(JobBoard):
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
         delay: float | None = None, not_before: When | None = None,
+        result_ttl: float | None = None, trash_ttl: float | None = None,
     ) -> Job:
-        _, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result,
-                                       key, delay, not_before)
+        _, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key,
+                                       delay=delay, not_before=not_before, result_ttl=result_ttl, trash_ttl=trash_ttl)
+        self._keeper.sweep(self._store, force=False)
         existing = self._store.keyed(key, self.key_retention)
         return existing if existing is not None else self._store.admit(raw)
 
@@ -146,6 +156,7 @@ class MemoryBoard(JobBoard):
             self.hub.publish(Event(EventKind.MALFORMED, job_id, "not a valid posting"))
 
     async def state(self, job: JobRef) -> JobState:
+        self._keeper.expire(self._store, job_id_of(job))
         return self._store.state(job_id_of(job))
 
     async def owner(self, job: JobRef) -> str | None:
@@ -156,6 +167,7 @@ class MemoryBoard(JobBoard):
         return len(self._store.jobs)
 
     async def trashed(self) -> AsyncIterator[TrashedJob]:
+        self._keeper.sweep(self._store)
         for item in list(self._store.trash.values()):
             yield item
 
@@ -197,6 +209,18 @@ class MemoryBoard(JobBoard):
     async def cancel(self, job: JobRef, reason: str) -> None:
         self._store.cancel(job_id_of(job), str(reason), wall_clock())
 
+    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
+        keep.report_progress(self._store, claim, check_progress(fraction, note, wall_clock()))
+
+    async def purge(self, *, older_than: float = 0.0) -> int:
+        age = check_age(older_than)
+        self._keeper.sweep(self._store)
+        return keep.purge(self._store, age)
+
+    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
+        self._keeper.sweep(self._store)
+        return keep.requeue(self._store, job_id_of(job), reset_attempts)
+
     async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
         while True:
             change = self._shared.change()
@@ -211,6 +235,7 @@ class MemoryBoard(JobBoard):
         job_id = job_id_of(job)
         while True:
             change = self._shared.change()
+            self._keeper.expire(self._store, job_id)
             outcome = self._store.outcome(job_id)
             if outcome is not None:
                 return outcome

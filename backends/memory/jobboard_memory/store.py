@@ -12,13 +12,13 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
 from jobboard.errors import AlreadyClaimed, ClaimLost, InvalidJob, JobNotFound, NotClaimable, NotOwner
 from jobboard.events import Event, EventKind
-from jobboard.job import Claim, Job, JobState, Outcome, TrashedJob, wanted
+from jobboard.job import Claim, Job, JobState, Outcome, Progress, TrashedJob, wanted
 
 MAX_ATTEMPTS_REASON = "max attempts exceeded"
 
@@ -37,9 +37,14 @@ class Entry:
     waiting_on: set[str] = field(default_factory=set)
     results: dict[str, bytes] = field(default_factory=dict)
     dependents: list[str] = field(default_factory=list)
+    progress: tuple[int, Progress] | None = None
+    """The last progress reported, with the generation of the claim that reported it."""
 
     def job(self) -> Job:
-        return self.posting.to_job(self.job_id, self.sequence)
+        job = self.posting.to_job(self.job_id, self.sequence)
+        if self.progress is None or self.owner is None or self.progress[0] != self.generation:
+            return job
+        return replace(job, progress=self.progress[1])
 
     def state(self) -> JobState:
         if self.waiting_on:
@@ -66,6 +71,10 @@ class Store:
         self.malformed: dict[str, bytes] = {}
         self.trash: dict[str, TrashedJob] = {}
         self.kept_results: dict[str, bytes] = {}
+        self.kept_at: dict[str, tuple[float, float | None]] = {}
+        """When each kept result was stored (wall clock) and its job's own ``result_ttl``."""
+        self.trashed_entries: dict[str, Entry] = {}
+        """The entries behind ``trash`` (for ``requeue``)."""
         self._ready: list[tuple[int, int, str]] = []
         self._sequence = itertools.count(1)
         self._publish = publish
@@ -245,6 +254,7 @@ class Store:
         self._settled(entry)
         if entry.posting.keep_result:
             self.kept_results[entry.job_id] = raw
+            self.kept_at[entry.job_id] = (time.time(), entry.posting.result_ttl)
         self._publish(Event(EventKind.CONSUMED, entry.job_id, entry.posting.name))
         for dependent_id in entry.dependents:
             dependent = self.jobs.get(dependent_id)
@@ -273,7 +283,9 @@ class Store:
         """Trash an entry and, recursively, every job that depends on it."""
         del self.jobs[entry.job_id]
         self._settled(entry)
+        entry.progress = None  # it went with the claim
         self.trash[entry.job_id] = TrashedJob(entry.job(), reason, now)
+        self.trashed_entries[entry.job_id] = entry
         self._publish(Event(EventKind.TRASHED, entry.job_id, reason))
         for dependent_id in entry.dependents:
             dependent = self.jobs.get(dependent_id)

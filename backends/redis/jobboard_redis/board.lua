@@ -70,6 +70,17 @@ local function settle_key(j, record, retention)
   end
 end
 
+-- Retention (keep.lua collects): what expires at a known time goes in <kind>exp scored by that time (ms);
+-- what follows the board's TTL in <kind>def scored by when it was stored. own: the job's TTL in ms
+-- ('' or nil: the board's; '0': forever). kind: 'k' kept results, 't' trash entries.
+local function index_expiry(kind, id, own)
+  if own == nil or own == false or own == '' then
+    redis.call('ZADD', P .. kind .. 'def', NOW, id)
+  elseif tonumber(own) > 0 then
+    redis.call('ZADD', P .. kind .. 'exp', NOW + tonumber(own), id)
+  end
+end
+
 -- Move a job and, breadth-first, its dependents to the trash.
 local function to_trash(j, reason, retention)
   local queue, head = {{j, reason}}, 1
@@ -82,7 +93,8 @@ local function to_trash(j, reason, retention)
     redis.call('RENAME', jk(job.id), tr)
     redis.call('HSET', tr, 'reason', why, 'at', NOW, 'st', 't', 'owner', '', 'sess', '')
     redis.call('ZADD', P .. 'trash', redis.call('INCR', P .. 'tseq'), job.id)
-    redis.call('DEL', P .. 'res:' .. job.id)
+    redis.call('HDEL', tr, 'pg', 'pr')
+    index_expiry('t', job.id, redis.call('HGET', tr, 'tttl'))  -- res:<id> stays with it (requeue)
     settle_key(job, nil, retention)
     ev('trashed', job.id, why)
     for _, d in ipairs(redis.call('SMEMBERS', P .. 'dents:' .. job.id)) do
@@ -153,7 +165,8 @@ end
 local ops = {}
 
 -- delay: milliseconds from the server's NOW before the job is claimable ('0': at once).
-function ops.post(rank, name, posting, maxa, keep, key, delay, ...)
+-- rttl, tttl: the job's own result and trash lifetimes in ms ('': the board's).
+function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   local deps = {...}
   if NONCE ~= '' then
     local id = redis.call('GET', P .. 'n:' .. NONCE)
@@ -177,7 +190,8 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, ...)
   local nb = (tonumber(delay) > 0) and (NOW + tonumber(delay)) or ''
   local st = (#deps > 0) and 'w' or ((nb ~= '') and 'd' or 'u')
   redis.call('HSET', jk(id), 'p', posting, 'name', name, 'sc', sc, 'st', st, 'gen', 0, 'att', 0,
-    'maxa', maxa, 'owner', '', 'sess', '', 'pend', #deps, 'nb', nb, 'key', key, 'keep', keep)
+    'maxa', maxa, 'owner', '', 'sess', '', 'pend', #deps, 'nb', nb, 'key', key, 'keep', keep,
+    'rttl', rttl, 'tttl', tttl)
   redis.call('ZADD', P .. 'all', sc, id)
   if st == 'u' then ready_add({id = id, name = name, sc = sc}) end
   if st == 'd' then redis.call('ZADD', P .. 'delayed', nb, id) end
@@ -255,7 +269,10 @@ function ops.consume(id, gen, owner, result, retention)
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
   unindex(j)
-  if j.keep == '1' then redis.call('SET', P .. 'kept:' .. id, result) end
+  if j.keep == '1' then
+    redis.call('SET', P .. 'kept:' .. id, result)
+    index_expiry('k', id, redis.call('HGET', jk(id), 'rttl'))
+  end
   for _, d in ipairs(redis.call('SMEMBERS', P .. 'dents:' .. id)) do
     local dj = get(d)
     if dj and dj.st == 'w' then

@@ -15,7 +15,7 @@ from typing import Any
 
 import anyio
 
-from jobboard.board import JobBoard, JobRef, NewJob, check_owner, job_id_of
+from jobboard.board import JobRef, NewJob, check_owner, job_id_of
 from jobboard.codec import MalformedEntry, check_size, encode_value
 from jobboard.errors import BackendUnavailable, BoardClosed, InvalidJob, JobBoardError, JobNotFound
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
@@ -32,6 +32,7 @@ from jobboard.job import (
     When,
 )
 from jobboard_redis.client import RedisClient
+from jobboard_redis.keep import KeepingRedis
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
 from jobboard_redis.reads import claim_status, completion, job_state, read_listed
@@ -56,7 +57,7 @@ logger = logging.getLogger(__name__)
 READ_BATCH, PEEK_LIMIT = 256, 100
 
 
-class RedisBoard(JobBoard):
+class RedisBoard(KeepingRedis):
     """A job board stored under one key prefix of one Redis database; see the module docstring."""
 
     _client: RedisClient  # set by open()
@@ -89,7 +90,7 @@ class RedisBoard(JobBoard):
             await client.close()
             raise
         self._open = True
-        for work in (self.session.run(), self.session.watchdog(), self.view.run()):
+        for work in (self.session.run(), self.session.watchdog(), self.view.run(), self.retain_forever()):
             self._spawn(work)
 
     async def aclose(self) -> None:
@@ -150,14 +151,13 @@ class RedisBoard(JobBoard):
         self.view.local(events)
         return status, data
 
-    # -- posting -------------------------------------------------------------
-
     async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
                    priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
                    max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
-                   delay: float | None = None, not_before: When | None = None) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result,
-                                             key, delay, not_before)
+                   delay: float | None = None, not_before: When | None = None,
+                   result_ttl: float | None = None, trash_ttl: float | None = None) -> Job:
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key,
+                                             delay=delay, not_before=not_before, result_ttl=result_ttl, trash_ttl=trash_ttl)
         return await post_prepared(self._call, posting, raw, self.options.nonce_ms)
 
     async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:

@@ -30,7 +30,8 @@ from jobboard_redis.options import RedisOptions
 
 logger = logging.getLogger(__name__)
 
-LUA = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name in ("board.lua", "sessions.lua"))
+LUA = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name in ("board.lua", "keep.lua",
+                                                                                     "sessions.lua"))
 MIN_VERSION = (7, 0)
 TRANSIENT = (native.ConnectionError, native.TimeoutError, native.BusyLoadingError, native.ReadOnlyError,
              native.MasterDownError, native.TryAgainError, OSError)

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from jobboard.board_inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
 from jobboard.errors import InvalidURL
 from jobboard.url import non_negative_float, parse_options, parse_url, positive_float, positive_int
 
@@ -29,6 +30,10 @@ class RedisOptions:
     (default: the session timeout)."""
     max_attempts: int | None = None
     key_retention: float = 86400.0
+    result_ttl: float = DEFAULT_RESULT_TTL
+    """Seconds a kept result stays (0: forever)."""
+    trash_ttl: float = DEFAULT_TRASH_TTL
+    """Seconds a trashed job stays in the trash (0: forever)."""
     max_posting_bytes: int = 1024 * 1024
     sentinels: tuple[tuple[str, int], ...] = ()
     """With ``sentinel=<service>``: the Sentinels (the URL's hosts) that name the primary."""
@@ -63,6 +68,7 @@ CONVERTERS: dict[str, Callable[[str], Any]] = {
     "durability": durability, "sentinel": str,
     "session_timeout": positive_float, "connect_timeout": positive_float, "max_attempts": positive_int,
     "key_retention": non_negative_float, "max_posting_bytes": positive_int,
+    "result_ttl": non_negative_float, "trash_ttl": non_negative_float,
 }
 
 

@@ -23,7 +23,8 @@ BATCH = 500
 def _arguments(posting: Posting, raw: bytes) -> list[Any]:
     maxa = "" if posting.max_attempts is None else str(posting.max_attempts)
     return [posting.priority.rank, posting.name, raw, maxa, "1" if posting.keep_result else "0",
-            posting.key or "", _delay_ms(posting), *posting.depends_on]
+            posting.key or "", _delay_ms(posting), ttl_ms(posting.result_ttl), ttl_ms(posting.trash_ttl),
+            *posting.depends_on]
 
 
 def _delay_ms(posting: Posting) -> int:
@@ -31,6 +32,11 @@ def _delay_ms(posting: Posting) -> int:
     if posting.not_before is None:
         return 0
     return max(0, math.ceil((posting.not_before - time.time()) * 1000))
+
+
+def ttl_ms(ttl: float | None) -> str:
+    """A job's own TTL for the scripts: milliseconds, or ``""`` for the board's."""
+    return "" if ttl is None else str(round(ttl * 1000))
 
 
 def _job(posting: Posting, status: str, data: list[Any]) -> Job:

@@ -8,11 +8,12 @@ from typing import Any
 from jobboard.codec import MalformedEntry, decode_value
 from jobboard.job import Job, JobState, ListedJob, Outcome
 from jobboard_redis.client import RedisClient
+from jobboard_redis.keep import with_progress
 from jobboard_redis.records import job_of, text
 
 STATES = {b"c": JobState.CLAIMED, b"w": JobState.WAITING}
 CLAIMABLE = {b"u", b"d"}
-LIST_FIELDS = ("p", "att", "nb", "st", "err", "owner")
+LIST_FIELDS = ("p", "att", "nb", "st", "err", "owner", "gen", "pg", "pr")
 
 
 def listed_of(job: Job, state: Any, owner: Any) -> ListedJob:
@@ -33,7 +34,8 @@ async def read_listed(client: RedisClient, ids: Sequence[str], *,
         try:
             if not isinstance(row, list):  # not a hash: a foreign key under the board's prefix
                 raise MalformedEntry(str(row))
-            found.append(listed_of(job_of(job, row[0], row[1], row[2], row[4]), row[3], row[5]))
+            listed = job_of(job, row[0], row[1], row[2], row[4])
+            found.append(listed_of(with_progress(listed, row[6], row[7], row[8], row[3]), row[3], row[5]))
         except MalformedEntry:
             malformed.append(job)
     return found, malformed

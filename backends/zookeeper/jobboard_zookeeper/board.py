@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
+from jobboard.board import JobRef, check_owner, job_id_of
 from jobboard.codec import MalformedEntry
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
@@ -37,6 +37,7 @@ from jobboard.job import (
 )
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
+from jobboard_zookeeper.keep import KeepingBoard
 from jobboard_zookeeper.layout import DIRECTORIES, Paths, is_job_id
 from jobboard_zookeeper.layout import sequence_of as sequence_in
 from jobboard_zookeeper.linked import Stored
@@ -59,7 +60,7 @@ SESSION_EVENTS = {SessionEvent.SUSPENDED: EventKind.SUSPENDED, SessionEvent.RECO
                   SessionEvent.EXPIRED: EventKind.SESSION_EXPIRED}
 
 
-class ZooKeeperBoard(JobBoard):
+class ZooKeeperBoard(KeepingBoard):
     """A job board stored under one ZooKeeper path; see the module docstring."""
 
     def __init__(self, url: str) -> None:
@@ -105,6 +106,7 @@ class ZooKeeperBoard(JobBoard):
             raise
         self._open = True
         self._spawn(collect_forever(self._zk, self._paths, self._markers, self.key_retention))
+        self._spawn(self.retain_forever())
 
     async def aclose(self) -> None:
         if not self._open:
@@ -159,9 +161,11 @@ class ZooKeeperBoard(JobBoard):
         priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
         max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
         delay: float | None = None, not_before: When | None = None,
+        result_ttl: float | None = None, trash_ttl: float | None = None,
     ) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result,
-                                             key, delay, not_before)
+        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key,
+                                             delay=delay, not_before=not_before, result_ttl=result_ttl,
+                                             trash_ttl=trash_ttl)
         return await self._poster.post(posting, raw)
 
     # -- reading ---------------------------------------------------------------
@@ -191,13 +195,6 @@ class ZooKeeperBoard(JobBoard):
             logger.warning("skipping malformed entry %s on %s", job, self.url)
             self._publish(Event(EventKind.MALFORMED, job, "not a valid posting"))
 
-    async def get(self, job: JobRef) -> Job:
-        found = job_id_of(job)
-        stored = await self._stored(found)
-        if stored is None:
-            raise not_found(found)
-        return stored.posting.to_job(found, sequence_in(found))
-
     async def _listing(self, name: str) -> list[str]:
         children = await self.zk.children(self._paths.dir(name))
         return [child for child in (children[0] if children else []) if is_job_id(child)]
@@ -207,7 +204,7 @@ class ZooKeeperBoard(JobBoard):
             yield listed.job
 
     def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
-        return listed_jobs(self.zk, self._paths, self._listing, self._stored, only_unclaimed=only_unclaimed)
+        return listed_jobs(self.zk, self._paths, self._listing, self._stored, self.job_of, only_unclaimed=only_unclaimed)
 
     async def state(self, job: JobRef) -> JobState:
         found = job_id_of(job)

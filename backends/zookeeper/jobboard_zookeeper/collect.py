@@ -28,7 +28,7 @@ async def collect_forever(zk: ZooKeeper, paths: Paths, markers: Markers, key_ret
     collector = f"{paths.root}/collector"
     while True:
         try:
-            if await _is_collector(zk, collector):
+            if await is_collector(zk, collector):
                 await markers.collect()
                 server_now = (await zk.bump(collector)).mtime
                 removed = await collect_keys(zk, paths, key_retention, server_now)
@@ -39,7 +39,7 @@ async def collect_forever(zk: ZooKeeper, paths: Paths, markers: Markers, key_ret
         await asyncio.sleep(COLLECT_INTERVAL * random.uniform(0.9, 1.1))
 
 
-async def _is_collector(zk: ZooKeeper, path: str) -> bool:
+async def is_collector(zk: ZooKeeper, path: str) -> bool:
     """Take the collector node if nobody holds it; True if this session holds it."""
     result = await zk.multi([Create(path, ephemeral=True)], retry_safe=True)
     if result.ok:

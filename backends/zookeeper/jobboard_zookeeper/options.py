@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jobboard.board_inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
 from jobboard.errors import InvalidURL
 from jobboard.url import non_negative_float, parse_options, parse_url, positive_float, positive_int
 
@@ -34,6 +35,10 @@ class ZooKeeperOptions:
     max_attempts: int | None = None
     key_retention: float = 86400.0
     """Seconds a settled job's idempotency key keeps finding it."""
+    result_ttl: float = DEFAULT_RESULT_TTL
+    """Seconds a kept result stays (0: forever)."""
+    trash_ttl: float = DEFAULT_TRASH_TTL
+    """Seconds a trashed job stays in the trash (0: forever)."""
     username: str | None = None
     password: str | None = None
 
@@ -55,6 +60,7 @@ CONVERTERS = {
     "session_timeout": positive_float, "connect_timeout": positive_float,
     "ping_interval": positive_float, "ping_timeout": positive_float,
     "jute_maxbuffer": positive_int, "max_attempts": positive_int, "key_retention": non_negative_float,
+    "result_ttl": non_negative_float, "trash_ttl": non_negative_float,
 }
 
 

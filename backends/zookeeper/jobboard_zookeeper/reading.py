@@ -6,9 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 
 from jobboard.codec import MalformedEntry, decode_posting, decode_value
-from jobboard.job import JobState, ListedJob, Outcome, TrashedJob
+from jobboard.job import Job, JobState, ListedJob, Outcome, TrashedJob
 from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
 from jobboard_zookeeper.linked import Stored
+from jobboard_zookeeper.retention import unpack_result
 from jobboard_zookeeper.zk import ZooKeeper
 
 READ_BATCH = 256
@@ -29,7 +30,8 @@ async def lock_owners(zk: ZooKeeper, paths: Paths, job_ids: list[str]) -> dict[s
 
 
 async def listed_jobs(zk: ZooKeeper, paths: Paths, children: Callable[[str], Awaitable[list[str]]],
-                      read: Callable[[str], Awaitable[Stored | None]], *,
+                      read: Callable[[str], Awaitable[Stored | None]],
+                      to_job: Callable[[str, Stored], Awaitable[Job]], *,
                       only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
     """The board's jobs in board order, with state and owner: three listings, one read per job
     (``read``, batched concurrently) and one per claimed job's lock."""
@@ -42,7 +44,7 @@ async def listed_jobs(zk: ZooKeeper, paths: Paths, children: Callable[[str], Awa
         for job, stored in zip(batch, await asyncio.gather(*map(read, batch)), strict=True):
             if stored is not None:
                 state = listed_state(job, waiting, locked)
-                yield ListedJob(stored.posting.to_job(job, sequence_of(job)), state, owners.get(job))
+                yield ListedJob(await to_job(job, stored), state, owners.get(job))
 
 
 def listed_state(job: str, waiting: Collection[str], locked: Collection[str]) -> JobState:
@@ -76,4 +78,4 @@ async def outcome(zk: ZooKeeper, paths: Paths, job: str) -> Outcome:
     if trashed is not None:
         return Outcome(job, JobState.TRASHED, reason=TrashRecord.decode(trashed[0]).reason)
     kept = await zk.get(paths.result(job))
-    return Outcome(job, JobState.COMPLETE, result=decode_value(kept[0]) if kept else None)
+    return Outcome(job, JobState.COMPLETE, result=decode_value(unpack_result(kept[0])[0]) if kept else None)

@@ -37,6 +37,7 @@ from jobboard_zookeeper.linked import LinkedOps, Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
 from jobboard_zookeeper.refusals import why_not
+from jobboard_zookeeper.retention import pack_result
 from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
@@ -274,7 +275,7 @@ class Settler:
                 ops += await self._linked.delivery_ops(job_id, result)
             ops.append(Delete(self._paths.job(job_id)))
             if claim.job.keep_result:
-                ops.append(Create(self._paths.result(job_id), raw_result))
+                ops.append(Create(self._paths.result(job_id), pack_result(raw_result, claim.job.result_ttl)))
             ops += settle_ops(self._paths, job_id, held.key, held.posting, trashed=False)
             return [*ops, Delete(self._paths.lock(job_id))]
 

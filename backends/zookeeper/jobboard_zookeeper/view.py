@@ -266,6 +266,8 @@ class BoardView:
     def _on_trash(self, kind: int, job_id: str) -> None:
         if kind == CREATED:
             self._remember_trash(job_id)
+        elif kind == DELETED:  # purged, expired or requeued: a later settle is not a trash
+            self._recent_trash.pop(job_id, None)
 
     def _remember_trash(self, job_id: str) -> None:
         self._recent_trash[job_id] = None

@@ -1,0 +1,117 @@
+"""Progress of running jobs, retention, purge and requeue on Redis (a base of ``RedisBoard``).
+
+The scripts are in ``keep.lua``. Progress is a field pair of the job hash (``pg`` the
+generation that reported it, ``pr`` the progress), shown only while that claim holds.
+Kept results and trash entries are indexed by expiry in sorted sets (``kexp``/``texp``:
+a job's own TTL, scored by the expiry; ``kdef``/``tdef``: the board's, scored by when they
+were stored), and every open board runs a ``retain`` script now and then, which deletes
+what expired by the server's clock, at most :data:`RETAIN_BATCH` per call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import replace
+from typing import Any
+
+from jobboard.board import JobBoard, JobRef, job_id_of
+from jobboard.board_inputs import check_age, check_progress
+from jobboard.codec import MalformedEntry, decode_value, encode_value
+from jobboard.errors import BoardConflict, InvalidJob, JobBoardError, JobNotFound
+from jobboard.job import Claim, Job, Progress
+from jobboard_redis.options import parse_redis_url
+from jobboard_redis.records import settle_refused, text
+
+logger = logging.getLogger(__name__)
+
+RETAIN_BATCH = 500
+
+
+def with_progress(job: Job, generation: Any, reported: Any, data: Any, state: Any) -> Job:
+    """``job`` with the progress of its hash's ``pr`` field, if the current claim (``gen``, state ``c``)
+    reported it (``pg``: the generation that did)."""
+    if state != b"c" or not data or reported != generation:
+        return job
+    try:
+        found = decode_value(data)
+        return replace(job, progress=Progress(float(found["f"]), str(found.get("n", "")), float(found["at"])))
+    except (MalformedEntry, KeyError, TypeError, ValueError):
+        return job
+
+
+def retention_interval(result_ttl: float, trash_ttl: float) -> float:
+    """Seconds between passes: a quarter of the shorter TTL, from 0.2 s to a minute."""
+    ttls = [ttl for ttl in (result_ttl, trash_ttl) if ttl > 0]
+    return min(60.0, max(0.2, min(ttls) / 4)) if ttls else 60.0
+
+
+class KeepingRedis(JobBoard):
+    """Progress, retention, purge and requeue for :class:`~jobboard_redis.board.RedisBoard`."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        options = parse_redis_url(url)
+        self.result_ttl, self.trash_ttl = options.result_ttl, options.trash_ttl
+
+    async def _call(self, op: str, nonce: str, *args: str | bytes | int) -> tuple[str, list[Any]]:
+        raise NotImplementedError
+
+    def _nonce(self) -> str:
+        raise NotImplementedError
+
+    async def retain_forever(self) -> None:
+        """Collect expired results and trash entries while the board is open (a task of the board)."""
+        interval = retention_interval(self.result_ttl, self.trash_ttl)
+        while self.is_open:
+            try:
+                removed = await self.retain()
+                if removed:
+                    logger.info("collected %d expired results and trash entries", removed)
+            except JobBoardError as error:
+                logger.debug("retention pass skipped: %s", error)
+            await asyncio.sleep(interval * random.uniform(0.9, 1.1))
+
+    async def retain(self) -> int:
+        """One collection pass (repeated while a batch is full); returns how many entries went."""
+        removed = 0
+        while True:
+            _, data = await self._call("retain", "", round(self.result_ttl * 1000), round(self.trash_ttl * 1000),
+                                       RETAIN_BATCH)
+            count = int(data[0])
+            removed += count
+            if count < RETAIN_BATCH:
+                return removed
+
+    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
+        progress = check_progress(fraction, note, time.time())
+        self._ensure_open()
+        data = encode_value({"f": progress.fraction, "n": progress.note, "at": progress.at}, what="progress")
+        status, _ = await self._call("progress", "", claim.job.id, str(claim.generation), claim.owner, data)
+        if status != "ok":
+            raise settle_refused(status, claim.job.id, claim.owner)
+
+    async def purge(self, *, older_than: float = 0.0) -> int:
+        older_ms = round(check_age(older_than) * 1000)
+        self._ensure_open()
+        removed = 0
+        while True:
+            _, data = await self._call("purge", "", older_ms, RETAIN_BATCH)
+            removed += int(data[0])
+            if int(data[0]) < RETAIN_BATCH:
+                return removed
+
+    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
+        found = job_id_of(job)
+        self._ensure_open()
+        status, data = await self._call("requeue", self._nonce(), found, "1" if reset_attempts else "0")
+        if status == "notfound":
+            raise JobNotFound(f"job {found} is not in the trash")
+        if status == "waiting":
+            raise InvalidJob(f"job {found} waits for {text(data[0])} dependencies whose result never came "
+                             "(it was trashed with a dependency): post it again instead")
+        if status != "ok":
+            raise BoardConflict(f"requeueing job {found}: a job hash with its id is on the board already")
+        return await self.get(found)

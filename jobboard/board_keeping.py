@@ -1,0 +1,56 @@
+"""The contract's methods on progress and the trash (``report_progress``, ``purge``, ``requeue``).
+
+Their defaults raise :class:`~jobboard.errors.Unsupported`, so a backend written before them still
+loads; the in-tree backends implement all three.
+"""
+
+from __future__ import annotations
+
+import abc
+
+from jobboard.board_inputs import JobRef
+from jobboard.errors import Unsupported
+from jobboard.job import Claim, Job
+
+
+class TrashAndProgress(abc.ABC):  # noqa: B024 - every method has a default: a backend may implement none
+    """Progress of claimed jobs, emptying and undoing the trash; mixed into :class:`~jobboard.board.JobBoard`."""
+
+    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
+        """Store how far the claimed job is, with its claim: ``Job.progress`` shows it to every reader.
+
+        Fenced like a settle. One backend write per call: callers that report
+        often coalesce (a worker's ``JobContext.progress`` writes at most once
+        a second). The progress goes when the claim does (settled or released).
+
+        :raises ClaimLost: the claim is not current (nothing is written).
+        :raises NotOwner: the claim's owner does not hold the job.
+        :raises InvalidJob: ``fraction`` not in 0..1, or ``note`` not a string.
+        """
+        raise Unsupported(f"{type(self).__name__} does not store progress")
+
+    async def purge(self, *, older_than: float = 0.0) -> int:
+        """Remove from the trash every job trashed at least ``older_than`` seconds ago; return how many.
+
+        Each removal is atomic; a purge running beside a requeue removes or
+        requeues a job, never both.
+
+        :raises InvalidJob: ``older_than`` is negative or not a number.
+        """
+        raise Unsupported(f"{type(self).__name__} cannot purge its trash")
+
+    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
+        """Move a trashed job back on the board as ``UNCLAIMED``, keeping its id; return it.
+
+        Atomic: the job leaves the trash in the same write that puts it back.
+        It keeps its posting order (an old job goes before newer ones of its
+        priority), details, key and ``last_error``; it is claimable at once.
+        ``reset_attempts`` counts its attempts from 0 again (otherwise a job
+        trashed for "max attempts exceeded" is trashed again at its next claim).
+        Dependents that were trashed with it stay in the trash.
+
+        :raises JobNotFound: the job is not in the trash.
+        :raises InvalidJob: the job waits for a dependency whose result never came
+            (a dependent trashed with its dependency): post it again instead.
+        """
+        raise Unsupported(f"{type(self).__name__} cannot requeue from its trash")
