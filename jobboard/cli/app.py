@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from jobboard.cli import jobs
+from jobboard.cli import examples, jobs, jobs_results
 from jobboard.cli.command import (
     EXIT_NOT_MET,
     EXIT_STATUSES,
@@ -27,6 +27,7 @@ from jobboard.cli.command import (
     BoardAction,
     Command,
     CommandError,
+    examples_epilog,
     no_arguments,
 )
 from jobboard.cli.options import URL_ENV, add_global_options, shared_options
@@ -44,21 +45,32 @@ def demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("post", "post a job and print its id", jobs.post_arguments, on_board=jobs.post),
-    Command("list", "list the jobs on the board", jobs.list_arguments, on_board=jobs.list_jobs),
-    Command("show", "show one job, its state and owner", jobs.show_arguments, on_board=jobs.show),
-    Command("trash", "move a job to the trash (unclaimed, waiting or claimed)",
+    Command("post", "post a job and print its id", jobs.post_arguments, on_board=jobs.post,
+            example=examples.POST),
+    Command("list", "list the jobs on the board", jobs.list_arguments, on_board=jobs.list_jobs,
+            example=examples.LIST),
+    Command("show", "show one job: on the board, in the trash, or consumed", jobs_results.show_arguments,
+            on_board=jobs_results.show, example=examples.SHOW),
+    Command("result", "how a finished job ended, and its kept result", jobs_results.result_arguments,
+            on_board=jobs_results.result, example=examples.RESULT),
+    Command("wait", "wait until a job is consumed or trashed", jobs_results.wait_arguments,
+            on_board=jobs_results.wait, example=examples.WAIT),
+    Command("trash", "move jobs to the trash (unclaimed, waiting or claimed)",
             functools.partial(jobs.trash_arguments, default_reason=jobs.DEFAULT_TRASH_REASON),
-            on_board=jobs.trashing("trashed")),
-    Command("cancel", "move a job to the trash, cancelling it if a worker runs it",
+            on_board=jobs.trashing("trashed"), example=examples.TRASH),
+    Command("cancel", "move jobs to the trash, stopping the handler of a running one",
             functools.partial(jobs.trash_arguments, default_reason=jobs.DEFAULT_CANCEL_REASON),
-            on_board=jobs.trashing("cancelled")),
-    Command("trashed", "list the trash with reasons", no_arguments, on_board=jobs.list_trashed),
-    Command("demo", "run a producer and three workers on memory://demo", no_arguments, local=demo),
-    Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker),
-    Command("check", "exit 0 if a live worker is registered", check_arguments, on_board=check),
-    Command("plan", "status, wait for, draw, cancel a plan; clean up interrupted ones", plan_arguments,
-            on_board=plan_command),
+            on_board=jobs.trashing("cancelled"), example=examples.CANCEL),
+    Command("trashed", "list the trash with reasons", jobs.trashed_arguments, on_board=jobs.list_trashed,
+            example=examples.TRASHED),
+    Command("demo", "run a producer and three workers on memory://demo", no_arguments, local=demo,
+            example=examples.DEMO),
+    Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker,
+            example=examples.WORKER),
+    Command("check", "exit 0 if a live worker is registered", check_arguments, on_board=check,
+            example=examples.CHECK),
+    Command("plan", "list, status, wait for, draw, cancel plans; clean up interrupted ones", plan_arguments,
+            on_board=plan_command, example=examples.PLAN),
 )
 
 
@@ -74,7 +86,9 @@ def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentPar
     shared = shared_options()
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for command in commands:
-        sub = subparsers.add_parser(command.name, help=command.help, parents=[shared])
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help, parents=[shared],
+                                    epilog=examples_epilog(command.example),
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
         command.configure(sub)
         sub.set_defaults(command=command)
     return parser

@@ -41,6 +41,14 @@ class Command:
     configure: Callable[[argparse.ArgumentParser], None]
     on_board: BoardAction | None = None
     local: LocalAction | None = None
+    example: str = ""
+    """Example command lines, one per line, shown at the end of the command's ``--help``."""
+
+
+def examples_epilog(example: str) -> str | None:
+    """The ``examples:`` section of a ``--help`` (``None`` if there is none)."""
+    lines = [line.strip() for line in example.strip().splitlines() if line.strip()]
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
 
 
 def no_arguments(parser: argparse.ArgumentParser) -> None:
