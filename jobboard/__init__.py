@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         UnknownOutcome,
     )
     from jobboard.events import Event, EventKind, EventStream
-    from jobboard.job import Claim, Entity, Job, JobState, Outcome, Priority, TrashedJob
+    from jobboard.job import Claim, Entity, Job, JobState, ListedJob, Outcome, Priority, TrashedJob
     from jobboard.registry import installed_schemes, open_board
 
 _WHERE = {
@@ -58,6 +58,7 @@ _WHERE = {
     "Outcome": "jobboard.job",
     "Priority": "jobboard.job",
     "TrashedJob": "jobboard.job",
+    "ListedJob": "jobboard.job",
     "UnknownOutcome": "jobboard.errors",
     "installed_schemes": "jobboard.registry",
     "open_board": "jobboard.registry",
@@ -96,6 +97,7 @@ __all__ = [
     "JobNotFound",
     "JobRef",
     "JobState",
+    "ListedJob",
     "NewJob",
     "NotClaimable",
     "NotOwner",

@@ -20,7 +20,7 @@ from typing import Any, Self
 from jobboard.codec import Posting, build_posting, check_size, encode_posting
 from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Priority, TrashedJob
 
 JobRef = Job | str
 """A job or its id."""
@@ -216,6 +216,18 @@ class JobBoard(abc.ABC):
         included). Entries that are not valid postings are skipped and reported
         as ``MALFORMED`` events; they never end the iteration.
         """
+
+    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+        """Iterate the jobs on the board like :meth:`iterjobs`, each with its state and owner.
+
+        Each entry is a snapshot; entries are not one atomic picture of the board
+        (a job may be settled between two of them). This default reads the state
+        and owner of each job; backends override it to read them with the jobs.
+        """
+        async for job in self.iterjobs(only_unclaimed=only_unclaimed):
+            state = await self.state(job)
+            if state in (JobState.UNCLAIMED, JobState.CLAIMED, JobState.WAITING):
+                yield ListedJob(job, state, await self.owner(job) if state is JobState.CLAIMED else None)
 
     @abc.abstractmethod
     async def state(self, job: JobRef) -> JobState:

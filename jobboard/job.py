@@ -148,6 +148,17 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class ListedJob:
+    """A job as listed, with where it stood and who owned it when the listing read it."""
+
+    job: Job
+    state: JobState
+    """``UNCLAIMED``, ``CLAIMED`` or ``WAITING``: a listed job is on the board."""
+    owner: str | None = None
+    """The owner of its claim when ``CLAIMED``, else ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Claim:
     """The capability to settle one job: proof of ownership at one generation.
 

@@ -25,13 +25,14 @@ from jobboard.testing._claims import ClaimsConformance
 from jobboard.testing._failures import FailuresConformance
 from jobboard.testing._keys import KeysConformance
 from jobboard.testing._linked import LinkedConformance
+from jobboard.testing._listing import ListingConformance
 from jobboard.testing._routing import RoutingConformance
 from jobboard.testing._watching import WatchingConformance
 
 
 class JobBoardConformance(
     BasicsConformance, BatchesConformance, ClaimsConformance, FailuresConformance, KeysConformance,
-    LinkedConformance, RoutingConformance,
+    LinkedConformance, ListingConformance, RoutingConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

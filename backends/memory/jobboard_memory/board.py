@@ -21,7 +21,7 @@ from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
 from jobboard.codec import MalformedEntry, encode_value
 from jobboard.errors import InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Priority, TrashedJob
 from jobboard.url import non_negative_float, parse_options, parse_url, positive_int
 from jobboard_memory.store import Store, wall_clock
 
@@ -118,6 +118,13 @@ class MemoryBoard(JobBoard):
         for entry in self._store.ordered():
             if not only_unclaimed or entry.state() is JobState.UNCLAIMED:
                 yield entry.job()
+
+    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+        self._report_malformed()
+        for entry in self._store.ordered():
+            state = entry.state()
+            if not only_unclaimed or state is JobState.UNCLAIMED:
+                yield ListedJob(entry.job(), state, entry.owner if state is JobState.CLAIMED else None)
 
     def _report_malformed(self) -> None:
         for job_id in self._store.malformed.keys() - self._reported:

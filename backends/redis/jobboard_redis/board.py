@@ -19,11 +19,11 @@ from jobboard.board import JobBoard, JobRef, NewJob, check_owner, job_id_of
 from jobboard.codec import MalformedEntry, check_size, encode_value
 from jobboard.errors import BackendUnavailable, BoardClosed, InvalidJob, JobBoardError, JobNotFound
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob
+from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Priority, TrashedJob
 from jobboard_redis.client import RedisClient
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
-from jobboard_redis.reads import claim_status, completion, job_state
+from jobboard_redis.reads import claim_status, completion, job_state, read_listed
 from jobboard_redis.records import (
     claim_refused,
     delay_ms,
@@ -43,7 +43,6 @@ from jobboard_redis.view import BoardView
 logger = logging.getLogger(__name__)
 
 READ_BATCH, PEEK_LIMIT = 256, 100
-CLAIMABLE = {b"u", b"d"}
 
 
 class RedisBoard(JobBoard):
@@ -159,23 +158,12 @@ class RedisBoard(JobBoard):
     def _key(self, *parts: str) -> str:
         return self.options.prefix + ":".join(parts)
 
-    async def _jobs(self, ids: Sequence[str], *, only_unclaimed: bool = False) -> list[Job]:
+    async def _jobs(self, ids: Sequence[str], *, only_unclaimed: bool = False) -> list[ListedJob]:
         """The jobs among ``ids`` still on the board; malformed ones are reported and set aside."""
-        found: list[Job] = []
-        for start in range(0, len(ids), READ_BATCH):
-            batch = ids[start:start + READ_BATCH]
-            rows = await self.client.pipeline([("HMGET", self._key("job", job), "p", "att", "nb", "st", "err")
-                                               for job in batch], errors_in_place=True)
-            for job, row in zip(batch, rows, strict=True):
-                if isinstance(row, list) and (row[3] is None or (only_unclaimed and row[3] not in CLAIMABLE)):
-                    continue
-                try:
-                    if not isinstance(row, list):  # not a hash: a foreign key under the board's prefix
-                        raise MalformedEntry(str(row))
-                    found.append(job_of(job, row[0], row[1], row[2], row[4]))
-                except MalformedEntry:
-                    await self._set_aside(job)
-        return found
+        listed, malformed = await read_listed(self.client, ids, only_unclaimed=only_unclaimed)
+        for job in malformed:
+            await self._set_aside(job)
+        return listed
 
     async def _set_aside(self, job: str) -> None:
         """Report a malformed entry and move it out of the board's indexes (it is kept)."""
@@ -190,13 +178,17 @@ class RedisBoard(JobBoard):
         jobs = await self._jobs([found])
         if not jobs:
             raise JobNotFound(f"job {found} is not on the board")
-        return jobs[0]
+        return jobs[0].job
 
     async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
+        async for listed in self.listing(only_unclaimed=only_unclaimed):
+            yield listed.job
+
+    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
         ids = [text(job) for job in await self.client.command("ZRANGE", self._key("all"), 0, -1)]
         for start in range(0, len(ids), READ_BATCH):
-            for job in await self._jobs(ids[start:start + READ_BATCH], only_unclaimed=only_unclaimed):
-                yield job
+            for listed in await self._jobs(ids[start:start + READ_BATCH], only_unclaimed=only_unclaimed):
+                yield listed
 
     async def state(self, job: JobRef) -> JobState:
         return await job_state(self.client, job_id_of(job))

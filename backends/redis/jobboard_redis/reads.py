@@ -1,13 +1,42 @@
-"""Reads of one job's standing, each one round trip (no script: nothing is changed)."""
+"""Reads of jobs and their standing, each one round trip (no script: nothing is changed)."""
 
 from __future__ import annotations
 
-from jobboard.codec import decode_value
-from jobboard.job import JobState, Outcome
+from collections.abc import Sequence
+from typing import Any
+
+from jobboard.codec import MalformedEntry, decode_value
+from jobboard.job import Job, JobState, ListedJob, Outcome
 from jobboard_redis.client import RedisClient
-from jobboard_redis.records import text
+from jobboard_redis.records import job_of, text
 
 STATES = {b"c": JobState.CLAIMED, b"w": JobState.WAITING}
+CLAIMABLE = {b"u", b"d"}
+LIST_FIELDS = ("p", "att", "nb", "st", "err", "owner")
+
+
+def listed_of(job: Job, state: Any, owner: Any) -> ListedJob:
+    """A listed job from its hash's ``st`` and ``owner`` fields."""
+    listed_state = STATES.get(state, JobState.UNCLAIMED)
+    return ListedJob(job, listed_state, text(owner) if listed_state is JobState.CLAIMED and owner else None)
+
+
+async def read_listed(client: RedisClient, ids: Sequence[str], *,
+                      only_unclaimed: bool = False) -> tuple[list[ListedJob], list[str]]:
+    """The jobs among ``ids`` still on the board (one pipelined read), and the malformed ones."""
+    rows = await client.pipeline([("HMGET", f"{client.prefix}job:{job}", *LIST_FIELDS) for job in ids],
+                                 errors_in_place=True)
+    found, malformed = [], []
+    for job, row in zip(ids, rows, strict=True):
+        if isinstance(row, list) and (row[3] is None or (only_unclaimed and row[3] not in CLAIMABLE)):
+            continue
+        try:
+            if not isinstance(row, list):  # not a hash: a foreign key under the board's prefix
+                raise MalformedEntry(str(row))
+            found.append(listed_of(job_of(job, row[0], row[1], row[2], row[4]), row[3], row[5]))
+        except MalformedEntry:
+            malformed.append(job)
+    return found, malformed
 
 
 async def job_state(client: RedisClient, job: str) -> JobState:

@@ -19,27 +19,31 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
-from jobboard.codec import (
-    MalformedEntry,
-)
+from jobboard.codec import MalformedEntry
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob, wanted
+from jobboard.job import (
+    Claim,
+    Entity,
+    Job,
+    JobState,
+    LastError,
+    ListedJob,
+    Outcome,
+    Priority,
+    TrashedJob,
+    wanted,
+)
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
-from jobboard_zookeeper.layout import (
-    DIRECTORIES,
-    LockRecord,
-    Paths,
-    is_job_id,
-)
+from jobboard_zookeeper.layout import DIRECTORIES, Paths, is_job_id
 from jobboard_zookeeper.layout import sequence_of as sequence_in
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.markers import Markers
 from jobboard_zookeeper.ops import SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.posting import Poster
-from jobboard_zookeeper.reading import outcome, trash_items
+from jobboard_zookeeper.reading import listed_state, lock_owners, outcome, trash_items
 from jobboard_zookeeper.refusals import claim_refused, not_found
 from jobboard_zookeeper.settle import Settler
 from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
@@ -196,17 +200,20 @@ class ZooKeeperBoard(JobBoard):
         return [child for child in (children[0] if children else []) if is_job_id(child)]
 
     async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
-        jobs = await self._listing("jobs")
-        if only_unclaimed:
-            locked = set(await self._listing("locks"))
-            ids = sorted(job for job in jobs if job not in locked)
-        else:
-            ids = sorted(jobs + await self._listing("waiting"))
+        async for listed in self.listing(only_unclaimed=only_unclaimed):
+            yield listed.job
+
+    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+        jobs, waiting, locks = await asyncio.gather(*map(self._listing, ("jobs", "waiting", "locks")))
+        locked = set(locks).intersection(jobs)
+        owners = await lock_owners(self.zk, self._paths, sorted(locked))
+        ids = sorted(set(jobs) - locked) if only_unclaimed else sorted(jobs + waiting)
         for start in range(0, len(ids), READ_BATCH):
             batch = ids[start:start + READ_BATCH]
             for job, stored in zip(batch, await asyncio.gather(*map(self._stored, batch)), strict=True):
                 if stored is not None:
-                    yield stored.posting.to_job(job, sequence_in(job))
+                    state = listed_state(job, waiting, locked)
+                    yield ListedJob(stored.posting.to_job(job, sequence_in(job)), state, owners.get(job))
 
     async def state(self, job: JobRef) -> JobState:
         found = job_id_of(job)
@@ -221,13 +228,8 @@ class ZooKeeperBoard(JobBoard):
         return JobState.TRASHED if trash_stat is not None else JobState.COMPLETE
 
     async def owner(self, job: JobRef) -> str | None:
-        lock = await self.zk.get(self._paths.lock(job_id_of(job)))
-        if lock is None:
-            return None
-        try:
-            return LockRecord.decode(lock[0]).owner
-        except MalformedEntry:
-            return None
+        found = job_id_of(job)
+        return (await lock_owners(self.zk, self._paths, [found])).get(found)
 
     async def job_count(self) -> int:
         return len(await self._listing("jobs")) + len(await self._listing("waiting"))

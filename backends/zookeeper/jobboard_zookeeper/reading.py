@@ -1,13 +1,34 @@
-"""Reading what a board leaves behind: the trash and the outcomes of finished jobs."""
+"""Reading what a board holds and leaves behind: owners of claims, the trash, outcomes of finished jobs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Callable, Collection
 
 from jobboard.codec import MalformedEntry, decode_posting, decode_value
 from jobboard.job import JobState, Outcome, TrashedJob
-from jobboard_zookeeper.layout import Paths, TrashRecord, sequence_of
+from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
 from jobboard_zookeeper.zk import ZooKeeper
+
+
+async def lock_owners(zk: ZooKeeper, paths: Paths, job_ids: list[str]) -> dict[str, str]:
+    """The owner of each of ``job_ids``' lock that is still there and readable (one read each, concurrent)."""
+    found = await asyncio.gather(*(zk.get(paths.lock(job)) for job in job_ids))
+    owners = {}
+    for job, lock in zip(job_ids, found, strict=True):
+        if lock is not None:
+            try:
+                owners[job] = LockRecord.decode(lock[0]).owner
+            except MalformedEntry:
+                continue
+    return owners
+
+
+def listed_state(job: str, waiting: Collection[str], locked: Collection[str]) -> JobState:
+    """The state of a listed job from the directory listings it was found in."""
+    if job in waiting:
+        return JobState.WAITING
+    return JobState.CLAIMED if job in locked else JobState.UNCLAIMED
 
 
 async def trash_items(zk: ZooKeeper, paths: Paths, job_ids: list[str],
