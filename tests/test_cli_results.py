@@ -142,8 +142,7 @@ async def test_list_and_plan_list_with_json(url: str) -> None:
             worker = Worker(board, handlers)
             async with anyio.create_task_group() as group:
                 group.start_soon(worker.run)
-                while (await board.job_count()) > 1:  # every task ran; the record stays (nobody waited)
-                    await anyio.sleep(0.05)
+                await board.wait_for_completion(handle.ids["total"])  # the last task; nobody waits for the plan
                 worker.stop()
             records: Any = strict_json((await cli(url, "plan", "list", "--json")).stdout)
     [record] = records

@@ -14,7 +14,7 @@ from jobboard.board import JobBoard
 from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError
 from jobboard.cli.output import first_line, format_table, format_time, print_json
 from jobboard.errors import JobNotFound
-from jobboard.job import Job, JobState, Priority, TrashedJob
+from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
 
 DEFAULT_TRASH_REASON = "trashed from the command line"
 DEFAULT_CANCEL_REASON = "cancelled from the command line"
@@ -103,21 +103,10 @@ def list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
 
 
-Listed = tuple[Job, JobState, str | None]
-"""A job on the board with its state and owner, as one listing of the board gives them."""
-
-
-async def listed_jobs(board: JobBoard, *, only_unclaimed: bool = False) -> list[Listed]:
-    """Every job on the board in board order, with its state and owner: ONE listing of the board.
-
-    ``board.listing()`` (memory://, zookeeper:// and redis:// make no read per job); boards
-    without it fall back to ``iterjobs`` plus a state and owner read per job.
-    """
-    listing = getattr(board, "listing", None)
-    if listing is not None:
-        return [(item.job, item.state, item.owner) async for item in listing(only_unclaimed=only_unclaimed)]
-    return [(job, await board.state(job), await board.owner(job))
-            async for job in board.iterjobs(only_unclaimed=only_unclaimed)]
+async def listed_jobs(board: JobBoard, *, only_unclaimed: bool = False) -> list[ListedJob]:
+    """Every job on the board in board order, with its state and owner: ONE listing of the board
+    (``board.listing()``: memory://, zookeeper:// and redis:// make no read per job)."""
+    return [item async for item in board.listing(only_unclaimed=only_unclaimed)]
 
 
 Column = tuple[str, Callable[[Mapping[str, Any]], str]]
@@ -135,7 +124,8 @@ LIST_COLUMNS: tuple[Column, ...] = (
 
 async def list_jobs(board: JobBoard, args: argparse.Namespace) -> int:
     """Print the jobs on the board, in board order (one listing: no read per job)."""
-    records = [job_record(*item) for item in await listed_jobs(board, only_unclaimed=args.unclaimed)]
+    records = [job_record(item.job, item.state, item.owner)
+               for item in await listed_jobs(board, only_unclaimed=args.unclaimed)]
     if args.json:
         print_json(records)
         return 0

@@ -31,10 +31,10 @@ def plan_handles(board: JobBoard, records: list[Job]) -> list[PlanHandle]:
 async def plan_statuses(board: JobBoard) -> list[tuple[PlanStatus, float]]:
     """Each plan on the board (oldest first) with its status and when it was posted."""
     listed = await listed_jobs(board)
-    states = {job.id: state for job, state, _ in listed}
-    handles = plan_handles(board, sorted((job for job, _, _ in listed if job.name == RECORD),
+    states = {item.job.id: item.state for item in listed}
+    handles = plan_handles(board, sorted((item.job for item in listed if item.job.name == RECORD),
                                          key=lambda job: job.created_at))
-    created = {job.id: job.created_at for job, _, _ in listed}
+    created = {item.job.id: item.job.created_at for item in listed}
     reasons: dict[str, str] = {}
     if handles:
         reasons = {item.job.id: item.reason async for item in board.trashed()}
