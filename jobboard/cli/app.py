@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from jobboard.cli import examples, jobs, jobs_results
+from jobboard.cli import board_stats, examples, jobs, jobs_results, top
 from jobboard.cli.command import (
     EXIT_NOT_MET,
     EXIT_STATUSES,
@@ -63,6 +63,10 @@ COMMANDS: tuple[Command, ...] = (
             on_board=jobs.trashing("cancelled"), example=examples.CANCEL),
     Command("trashed", "list the trash with reasons", jobs.trashed_arguments, on_board=jobs.list_trashed,
             example=examples.TRASHED),
+    Command("stats", "the board's figures: jobs by state, name, priority; trash; live workers",
+            board_stats.stats_arguments, on_board=board_stats.stats, example=examples.STATS),
+    Command("top", "a live view of the board in the terminal, refreshed from its events", top.top_arguments,
+            on_board=top.top, example=examples.TOP),
     Command("demo", "run a producer and three workers on memory://demo", no_arguments, local=demo,
             example=examples.DEMO),
     Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker,
