@@ -243,3 +243,15 @@ def test_docs_cli_covers_every_command_option_and_exit_status() -> None:
         assert status in doc
     for placeholder in ("requeue / purge", "schedule", "metrics"):
         assert re.search(rf"^## {re.escape(placeholder)}", doc, re.MULTILINE | re.IGNORECASE), placeholder
+
+
+def test_top_piped_into_a_reader_that_stops_exits_0_quietly() -> None:
+    """``jobboard top | head -1``: a closed stdout ends the command without a traceback."""
+    child = subprocess.Popen([sys.executable, "-m", "jobboard", "top", "--board", "memory://pipe", "--interval", "0.1"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stderr is not None
+    assert child.stdout.readline().startswith("jobboard top: memory://pipe at ")
+    child.stdout.close()
+    assert child.wait(timeout=30) == 0
+    assert child.stderr.read() == ""
+    child.stderr.close()

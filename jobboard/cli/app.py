@@ -172,3 +172,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NOT_MET
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`jobboard top | head`): it had enough
+        quiet_stdout()
+        return 0
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit raises no second ``BrokenPipeError``."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
