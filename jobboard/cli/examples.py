@@ -54,6 +54,7 @@ jobboard worker memory://demo --handlers app.jobs:handlers --burst --log-format 
 CHECK = """
 jobboard check zookeeper://127.0.0.1:2181/jobs
 jobboard check --board zookeeper://127.0.0.1:2181/jobs --name worker-1
+jobboard check zookeeper://127.0.0.1:2181/jobs --json
 """
 PLAN = """
 jobboard plan list
