@@ -145,6 +145,8 @@ async def test_list_and_plan_list_with_json(url: str) -> None:
                 await board.wait_for_completion(handle.ids["total"])  # the last task; nobody waits for the plan
                 worker.stop()
             records: Any = strict_json((await cli(url, "plan", "list", "--json")).stdout)
+            status: Any = strict_json((await cli(url, "plan", "status", handle.plan_id, "--json")).stdout)
+    assert (status["state"], status["done"], status["tasks"]["total"]["state"]) == ("complete", 5, "complete")
     [record] = records
     assert {key: record[key] for key in ("id", "name", "state", "total", "done", "running", "failed")} == {
         "id": handle.plan_id, "name": "sums", "state": "complete", "total": 5, "done": 5, "running": 0, "failed": 0}
