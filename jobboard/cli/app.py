@@ -83,7 +83,7 @@ COMMANDS: tuple[Command, ...] = (
 
 def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
     """The argument parser: global options plus one subparser per command."""
-    parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.", epilog=EXIT_STATUSES,
+    parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.", epilog=f"{EXIT_STATUSES}\n\n{examples_epilog(examples.MAIN)}",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_global_options(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")

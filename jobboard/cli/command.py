@@ -18,7 +18,8 @@ PROG = "jobboard"
 EXIT_OK, EXIT_NOT_MET, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_STATUSES = """exit statuses:
   0  ok
-  1  the condition is not met (e.g. check: no live worker) or the command failed
+  1  the condition is not met (check: no live worker; result, wait: not finished
+     or trashed; plan status: failed) or the command failed
   2  usage error (bad option or argument, no board given)
   3  the board is unreachable (retrying may help) or no installed backend serves its URL"""
 

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+MAIN = """
+jobboard --board zookeeper://127.0.0.1:2181/jobs post resize --details '{"image": "a.png"}'
+JOBBOARD_URL=zookeeper://127.0.0.1:2181/jobs jobboard stats
+jobboard COMMAND --help         (every command, option and exit status: docs/cli.md)
+"""
 POST = """
 jobboard --board memory://demo post resize --details '{"image": "a.png"}' --priority high
 jobboard post report --details @details.json --after job-0000000001 --max-attempts 3
