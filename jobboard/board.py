@@ -21,6 +21,7 @@ from jobboard.codec import Posting, build_posting, check_size, encode_posting
 from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Priority, TrashedJob
+from jobboard.propagation import with_trace_context
 
 JobRef = Job | str
 """A job or its id."""
@@ -197,7 +198,7 @@ class JobBoard(abc.ABC):
         )
         raw = encode_posting(posting)
         check_size(name, raw, self.max_posting_bytes)
-        return posting, raw
+        return with_trace_context(posting, raw, self.max_posting_bytes)
 
     # -- reading -----------------------------------------------------------
 

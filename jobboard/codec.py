@@ -45,6 +45,8 @@ class Posting:
     key: str | None = None
     """The idempotency key the job was posted with, if any."""
     last_error: LastError | None = None
+    trace: Mapping[str, str] | None = None
+    """The producer's trace context (W3C ``traceparent``...), see :mod:`jobboard.propagation`."""
 
     @property
     def waiting_on(self) -> tuple[str, ...]:
@@ -65,7 +67,7 @@ class Posting:
             sequence=sequence, created_at=self.created_at, depends_on=self.depends_on,
             max_attempts=self.max_attempts, attempts=self.attempts,
             not_before=self.not_before, keep_result=self.keep_result, key=self.key,
-            last_error=self.last_error,
+            last_error=self.last_error, trace_context=self.trace,
         )
 
     def claimed(self) -> Posting:
@@ -229,6 +231,8 @@ def encode_posting(posting: Posting) -> bytes:
     }
     if posting.key is not None:
         record["key"] = posting.key
+    if posting.trace:
+        record["trace"] = dict(posting.trace)  # optional: older readers ignore the key
     if posting.last_error is not None:
         error = posting.last_error
         record["last_error"] = {"type": error.type, "message": error.message, "traceback": error.traceback,
@@ -271,7 +275,7 @@ def _posting_from_record(record: dict[str, Any]) -> Posting:
         not_before=None if not_before is None else float(not_before),
         results=dict(record.get("results") or {}),
         key=None if record.get("key") is None else str(record["key"]),
-        last_error=_last_error(record.get("last_error")),
+        last_error=_last_error(record.get("last_error")), trace=_trace(record.get("trace")),
     )
 
 
@@ -283,3 +287,10 @@ def _last_error(record: Any) -> LastError | None:
         raise TypeError("last_error must be a map")
     return LastError(str(record["type"]), str(record["message"]), str(record.get("traceback", "")),
                      int(record.get("attempt", 0)), float(record.get("at", 0.0)))
+
+
+def _trace(record: Any) -> dict[str, str] | None:
+    """The optional ``trace`` map (absent in postings made outside a trace); a bad one is dropped."""
+    if not isinstance(record, dict):
+        return None
+    return {key: value for key, value in record.items() if isinstance(key, str) and isinstance(value, str)} or None

@@ -141,6 +141,8 @@ class Job:
     """The idempotency key the job was posted with (see ``JobBoard.post``)."""
     last_error: LastError | None = None
     """The error of the last failed attempt, when a worker abandoned or trashed the job with one."""
+    trace_context: Mapping[str, str] | None = field(default=None, repr=False)
+    """The producer's trace context (W3C ``traceparent``), when it posted inside a span (see docs/metrics.md)."""
 
     def sort_key(self) -> tuple[int, int]:
         """The board order: higher priority first, then posting order."""

@@ -37,6 +37,9 @@ class Idler:
         no sleep. Only a spin backs off: ``wait()`` saying at once, several times
         in a row, that there is work which claiming then does not find.
         """
+        if backoff.offered:  # the board offered work, and the claim since found none
+            self.stats.claim_races += 1
+            backoff.offered = False
         if backoff.misses >= SPIN_MISSES:
             await anyio.sleep(backoff.next())
         started = anyio.current_time()
@@ -66,3 +69,4 @@ class Idler:
             backoff.misses += 1
         else:  # it really waited: new work came (or none), this is no spin
             backoff.reset()
+        backoff.offered = found

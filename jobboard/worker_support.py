@@ -19,6 +19,8 @@ class Backoff:
         self.attempts = 0
         self.misses = 0
         """Immediate wake-ups that found nothing to claim (see ``Worker._idle``)."""
+        self.offered = False
+        """The last idle wait ended with the board offering work (a claim finding none then lost a race)."""
 
     def next(self) -> float:
         delay = min(self.maximum, self.initial * self.factor ** min(self.attempts, 64))
@@ -28,6 +30,7 @@ class Backoff:
     def reset(self) -> None:
         self.attempts = 0
         self.misses = 0
+        self.offered = False
 
 
 class RunningJob:
@@ -89,6 +92,8 @@ class WorkerStats:
     """Settling failed for good (the board's close releases the claim: the job comes back)."""
     backend_errors: int = 0
     """Transient backend failures met (and ridden out) on the way."""
+    claim_races: int = 0
+    """Claims that found nothing right after the board offered work: another claimer was faster."""
 
     @property
     def abandoned(self) -> int:

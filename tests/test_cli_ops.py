@@ -220,7 +220,7 @@ def test_every_command_has_an_example_in_its_help(name: str, parser: argparse.Ar
                                                  capsys: Capture) -> None:
     status, out, _ = run(capsys, *name.split(), "--help")
     assert status == 0
-    examples = out.split("examples:\n", 1)[1].splitlines()
+    examples = re.split(r"\nexamples?:\n", out, maxsplit=1)[1].split("\n\n", 1)[0].splitlines()
     assert examples and all(line.startswith(("  jobboard ", "  echo ")) for line in examples)
     if name != "plan":  # plan's own examples show its actions
         assert any(f" {name} " in f"{line} " for line in examples), examples

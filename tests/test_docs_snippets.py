@@ -3,7 +3,7 @@
 A block preceded by ``<!-- snippet: excerpt of docs/examples/X.py -->`` must be made of lines of that
 program (which tests/test_docs_examples.py runs); one preceded by ``<!-- snippet: not runnable: REASON -->``
 gives a reason. Any other block is a complete program: it is run, and prints the ``output`` block
-after it if there is one. docs/worker.md's programs are run by tests/test_worker_docs.py.
+after it if there is one. The programs of the pages in RUN_ELSEWHERE are run by their own tests.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import jobboard
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-RUN_ELSEWHERE = {"worker.md": "tests/test_worker_docs.py"}
+RUN_ELSEWHERE = {"worker.md": "tests/test_worker_docs.py", "metrics.md": "tests/test_metrics_docs.py"}
 BLOCK = re.compile(r"(?:<!-- snippet: (?P<marker>.*?) -->\n)?```(?P<language>\w+)\n(?P<code>.*?)```", re.DOTALL)
 EXCERPT = re.compile(r"excerpt of (docs/examples/\w+\.py)$")
 

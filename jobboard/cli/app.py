@@ -30,6 +30,7 @@ from jobboard.cli.command import (
     examples_epilog,
     no_arguments,
 )
+from jobboard.cli.metrics import metrics_arguments, serve_board_metrics
 from jobboard.cli.options import URL_ENV, add_global_options, shared_options
 from jobboard.cli.plan import plan_arguments, plan_command
 from jobboard.cli.worker import check, check_arguments, run_worker, worker_arguments
@@ -75,6 +76,7 @@ COMMANDS: tuple[Command, ...] = (
             example=examples.CHECK),
     Command("plan", "list, status, wait for, draw, cancel plans; clean up interrupted ones", plan_arguments,
             on_board=plan_command, example=examples.PLAN),
+    Command("metrics", "serve the board's gauges for Prometheus", metrics_arguments, on_board=serve_board_metrics),
 )
 
 

@@ -15,6 +15,7 @@ from typing import Any, cast
 from jobboard import logs
 from jobboard.board import JobBoard
 from jobboard.cli.command import CommandError
+from jobboard.cli.observe import WorkerExtras, worker_options
 from jobboard.cli.output import print_json
 from jobboard.early_signals import catch_early_signals
 from jobboard.handlers import Handler
@@ -80,6 +81,7 @@ def worker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="debug, info (default), warning or error; debug shows the backend client's chatter")
     parser.add_argument("--log-format", choices=("text", "json"), default="text",
                         help="text lines (default) or one JSON object per line")
+    worker_options(parser)
     parser.set_defaults(prepare=prepare_worker)
 
 
@@ -117,9 +119,10 @@ async def run_worker(board: JobBoard, args: argparse.Namespace) -> int:
     """Run a worker until SIGTERM/SIGINT (a second signal stops at once), or ``--burst`` is done."""
     handler = load_handler(args.handlers)
     config = worker_config(args)
-    worker = Worker(board, handler, config)
+    extras = WorkerExtras(args)
+    worker = Worker(await extras.board(board), handler, config, middleware=extras.middleware)
     print(f"worker {worker.owner} on {board.url} (concurrency {config.concurrency})", flush=True)
-    stats = await worker.run(handle_signals=True)
+    stats = await extras.run(worker)
     print(f"worker {worker.owner} stopped: {stats.summary()}", flush=True)
     return 0
 
