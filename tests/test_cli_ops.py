@@ -23,7 +23,7 @@ from tests.support.boards import fresh_board_url
 from tests.support.zkserver import ZooKeeperServer
 from tests.test_cli import Capture, run
 from tests.test_cli_edges import free_port, strict_json
-from tests.test_cli_results import cli, jobboard
+from tests.test_cli_results import cli
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -173,12 +173,15 @@ def test_exit_statuses_0_1_2_3_as_processes(tmp_path: Path) -> None:
     """One process per status: 0 ok, 1 not met, 2 usage, 3 unreachable (``result``, ``wait`` and ``cancel``
     give 1 on ZooKeeper and Redis in tests/test_cli_results.py)."""
     zookeeper = f"zookeeper://127.0.0.1:{free_port()}/cli-ops?connect_timeout=1"
-    statuses = {
-        "ok": jobboard("--board", "memory://exits", "stats").returncode,
-        "not met": jobboard("--board", "memory://exits", "cancel", "job-1").returncode,
-        "usage": jobboard("--board", "memory://exits", "wait").returncode,
-        "unreachable": jobboard("--board", zookeeper, "stats").returncode,
+    runs = {
+        "ok": ("--board", "memory://exits", "stats"),
+        "not met": ("--board", "memory://exits", "cancel", "job-1"),
+        "usage": ("--board", "memory://exits", "wait"),
+        "unreachable": ("--board", zookeeper, "stats"),
     }
+    children = {what: subprocess.Popen([sys.executable, "-m", "jobboard", *argv], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL) for what, argv in runs.items()}
+    statuses = {what: child.wait(timeout=60) for what, child in children.items()}
     assert statuses == {"ok": 0, "not met": 1, "usage": 2, "unreachable": 3}
 
 
