@@ -218,10 +218,13 @@ def test_bad_json_details_exit_1_and_post_nothing(capsys: Capture, url: str, det
     assert len(table(run(capsys, "--board", url, "list")[1])) == 1
 
 
-def test_unknown_job_in_show_is_one_line(capsys: Capture, url: str) -> None:
+def test_show_of_an_id_not_on_the_board_says_consumed_and_that_it_cannot_tell(capsys: Capture, url: str) -> None:
+    """A board keeps nothing of a consumed job (but a kept result): such an id, or one never posted,
+    shows as complete with a note saying so, not as an error."""
     status, out, err = run(capsys, "--board", url, "show", "job-404")
-    assert (status, out) == (1, "")
-    assert_one_line_error(err, "job-404")
+    fields = dict(line.split(None, 1) for line in out.splitlines())
+    assert (status, err, fields["id:"], fields["state:"], fields["result:"]) == (0, "", "job-404", "complete", "-")
+    assert "consumed" in fields["note:"] and "never posted" in fields["note:"]
 
 
 def test_board_rejection_of_a_post_is_one_line(capsys: Capture, url: str) -> None:

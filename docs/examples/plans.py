@@ -7,11 +7,7 @@ from __future__ import annotations
 
 import anyio
 
-from jobboard import open_board
-from jobboard.dag import Plan, to_mermaid
-from jobboard.handlers import Handlers
-from jobboard.plans import post_plan
-from jobboard.worker import Worker, WorkerConfig
+from jobboard import Handlers, Plan, Worker, WorkerConfig, open_board, post_plan, to_mermaid
 
 tasks = Handlers()
 

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import anyio
 
-from jobboard import JobState, open_board
-from jobboard.handlers import Handlers, JobContext, Retry
-from jobboard.worker import Worker, WorkerConfig
+from jobboard import Handlers, JobContext, JobState, Retry, Worker, WorkerConfig, open_board
 
 handlers = Handlers()
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from jobboard.cli import jobs, trash
+from jobboard.cli import board_stats, examples, jobs, jobs_results, top, trash
 from jobboard.cli.command import (
     EXIT_NOT_MET,
     EXIT_STATUSES,
@@ -27,6 +27,7 @@ from jobboard.cli.command import (
     BoardAction,
     Command,
     CommandError,
+    examples_epilog,
     no_arguments,
 )
 from jobboard.cli.metrics import metrics_arguments, serve_board_metrics
@@ -46,23 +47,38 @@ def demo(args: argparse.Namespace) -> int:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("post", "post a job and print its id", jobs.post_arguments, on_board=jobs.post),
-    Command("list", "list the jobs on the board", jobs.list_arguments, on_board=jobs.list_jobs),
-    Command("show", "show one job, its state and owner", jobs.show_arguments, on_board=jobs.show),
-    Command("trash", "move a job to the trash (unclaimed, waiting or claimed)",
+    Command("post", "post a job and print its id", jobs.post_arguments, on_board=jobs.post,
+            example=examples.POST),
+    Command("list", "list the jobs on the board", jobs.list_arguments, on_board=jobs.list_jobs,
+            example=examples.LIST),
+    Command("show", "show one job: on the board, in the trash, or consumed", jobs_results.show_arguments,
+            on_board=jobs_results.show, example=examples.SHOW),
+    Command("result", "how a finished job ended, and its kept result", jobs_results.result_arguments,
+            on_board=jobs_results.result, example=examples.RESULT),
+    Command("wait", "wait until a job is consumed or trashed", jobs_results.wait_arguments,
+            on_board=jobs_results.wait, example=examples.WAIT),
+    Command("trash", "move jobs to the trash (unclaimed, waiting or claimed)",
             functools.partial(jobs.trash_arguments, default_reason=jobs.DEFAULT_TRASH_REASON),
-            on_board=jobs.trashing("trashed")),
-    Command("cancel", "move a job to the trash, cancelling it if a worker runs it",
+            on_board=jobs.trashing("trashed"), example=examples.TRASH),
+    Command("cancel", "move jobs to the trash, stopping the handler of a running one",
             functools.partial(jobs.trash_arguments, default_reason=jobs.DEFAULT_CANCEL_REASON),
-            on_board=jobs.trashing("cancelled")),
-    Command("trashed", "list the trash with reasons", no_arguments, on_board=jobs.list_trashed),
+            on_board=jobs.trashing("cancelled"), example=examples.CANCEL),
+    Command("trashed", "list the trash with reasons", jobs.trashed_arguments, on_board=jobs.list_trashed,
+            example=examples.TRASHED),
     Command("purge", "remove trash entries older than a duration", trash.purge_arguments, on_board=trash.purge),
     Command("requeue", "put trashed jobs back on the board", trash.requeue_arguments, on_board=trash.requeue),
-    Command("demo", "run a producer and three workers on memory://demo", no_arguments, local=demo),
-    Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker),
-    Command("check", "exit 0 if a live worker is registered", check_arguments, on_board=check),
-    Command("plan", "status, wait for, draw, cancel a plan; clean up interrupted ones", plan_arguments,
-            on_board=plan_command),
+    Command("stats", "the board's figures: jobs by state, name, priority; trash; live workers",
+            board_stats.stats_arguments, on_board=board_stats.stats, example=examples.STATS),
+    Command("top", "a live view of the board in the terminal, refreshed from its events", top.top_arguments,
+            on_board=top.top, example=examples.TOP),
+    Command("demo", "run a producer and three workers on memory://demo", no_arguments, local=demo,
+            example=examples.DEMO),
+    Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker,
+            example=examples.WORKER),
+    Command("check", "exit 0 if a live worker is registered", check_arguments, on_board=check,
+            example=examples.CHECK),
+    Command("plan", "list, status, wait for, draw, cancel plans; clean up interrupted ones", plan_arguments,
+            on_board=plan_command, example=examples.PLAN),
     Command("metrics", "serve the board's gauges for Prometheus", metrics_arguments, on_board=serve_board_metrics),
     Command("schedule", "add, list, remove the periodic jobs stored on the board", schedule_arguments,
             on_board=schedule_command),
@@ -74,14 +90,16 @@ COMMANDS: tuple[Command, ...] = (
 
 def build_parser(commands: Sequence[Command] = COMMANDS) -> argparse.ArgumentParser:
     """The argument parser: global options plus one subparser per command."""
-    parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.", epilog=EXIT_STATUSES,
+    parser = argparse.ArgumentParser(prog=PROG, description="Inspect and feed a job board.", epilog=f"{EXIT_STATUSES}\n\n{examples_epilog(examples.MAIN)}",
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     add_global_options(parser)
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     shared = shared_options()
     subparsers = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     for command in commands:
-        sub = subparsers.add_parser(command.name, help=command.help, parents=[shared])
+        sub = subparsers.add_parser(command.name, help=command.help, description=command.help, parents=[shared],
+                                    epilog=examples_epilog(command.example),
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
         command.configure(sub)
         sub.set_defaults(command=command)
     return parser
@@ -161,3 +179,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_NOT_MET
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader of stdout went away (`jobboard top | head`): it had enough
+        quiet_stdout()
+        return 0
+
+
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit raises no second ``BrokenPipeError``."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)

@@ -18,7 +18,8 @@ PROG = "jobboard"
 EXIT_OK, EXIT_NOT_MET, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 EXIT_STATUSES = """exit statuses:
   0  ok
-  1  the condition is not met (e.g. check: no live worker) or the command failed
+  1  the condition is not met (check: no live worker; result, wait: not finished
+     or trashed; plan status: failed) or the command failed
   2  usage error (bad option or argument, no board given)
   3  the board is unreachable (retrying may help) or no installed backend serves its URL"""
 
@@ -41,6 +42,14 @@ class Command:
     configure: Callable[[argparse.ArgumentParser], None]
     on_board: BoardAction | None = None
     local: LocalAction | None = None
+    example: str = ""
+    """Example command lines, one per line, shown at the end of the command's ``--help``."""
+
+
+def examples_epilog(example: str) -> str | None:
+    """The ``examples:`` section of a ``--help`` (``None`` if there is none)."""
+    lines = [line.strip() for line in example.strip().splitlines() if line.strip()]
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
 
 
 def no_arguments(parser: argparse.ArgumentParser) -> None:

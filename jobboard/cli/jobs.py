@@ -1,4 +1,4 @@
-"""The commands on single jobs and the trash: post, list, show, trash, cancel, trashed."""
+"""The commands on the board's jobs and the trash: post, list, trash, cancel, trashed."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from jobboard.board import JobBoard
-from jobboard.cli.command import CommandError
-from jobboard.cli.output import first_line, format_table, format_time, plain, print_json
+from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError
+from jobboard.cli.output import first_line, format_table, format_time, print_json
 from jobboard.errors import JobNotFound
-from jobboard.job import Job, Priority, TrashedJob
+from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
 
 DEFAULT_TRASH_REASON = "trashed from the command line"
 DEFAULT_CANCEL_REASON = "cancelled from the command line"
@@ -28,12 +28,12 @@ def attempts_text(attempts: int, max_attempts: int | None) -> str:
     return str(attempts) if max_attempts is None else f"{attempts}/{max_attempts}"
 
 
-async def job_record(board: JobBoard, job: Job) -> dict[str, Any]:
-    """Every field of ``job`` plus its current state and owner."""
+def job_record(job: Job, state: JobState, owner: str | None) -> dict[str, Any]:
+    """Every field of ``job`` plus its state and owner (no I/O)."""
     record = asdict(job)
     record["priority"] = job.priority.name.lower()
-    record["state"] = (await board.state(job)).value
-    record["owner"] = await board.owner(job)
+    record["state"] = state.value
+    record["owner"] = owner
     return record
 
 
@@ -102,25 +102,39 @@ async def post(board: JobBoard, args: argparse.Namespace) -> int:
 
 def list_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--unclaimed", action="store_true", help="only jobs in state unclaimed")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+
+
+async def listed_jobs(board: JobBoard, *, only_unclaimed: bool = False) -> list[ListedJob]:
+    """Every job on the board in board order, with its state and owner: ONE listing of the board
+    (``board.listing()``: memory://, zookeeper:// and redis:// make no read per job)."""
+    return [item async for item in board.listing(only_unclaimed=only_unclaimed)]
+
+
+Column = tuple[str, Callable[[Mapping[str, Any]], str]]
+LIST_COLUMNS: tuple[Column, ...] = (
+    ("id", lambda r: r["id"]),
+    ("name", lambda r: r["name"]),
+    ("priority", lambda r: r["priority"]),
+    ("state", lambda r: r["state"]),
+    ("owner", lambda r: r["owner"] or "-"),
+    ("attempts", lambda r: attempts_text(r["attempts"], r["max_attempts"])),
+    ("last_error", lambda r: error_cell(r["last_error"])),
+)
+"""The table of ``list``: a header and how each cell is made from a job record (one line per column)."""
 
 
 async def list_jobs(board: JobBoard, args: argparse.Namespace) -> int:
-    """Print the jobs on the board, in board order."""
-    records = [await job_record(board, job) async for job in board.iterjobs(only_unclaimed=args.unclaimed)]
+    """Print the jobs on the board, in board order (one listing: no read per job)."""
+    records = [job_record(item.job, item.state, item.owner)
+               for item in await listed_jobs(board, only_unclaimed=args.unclaimed)]
     if args.json:
         print_json(records)
         return 0
-    headers: tuple[str, ...] = ("id", "name", "priority", "state", "owner", "attempts", "last_error")
-    rows: list[tuple[Any, ...]] = [
-        (r["id"], r["name"], r["priority"], r["state"], r["owner"] or "-",
-         attempts_text(r["attempts"], r["max_attempts"]), _error_cell(r["last_error"]))
-        for r in records
-    ]
-    if any(r["progress"] for r in records):  # a column only when some running job reported progress
-        headers = (*headers[:6], "progress", headers[6])
-        rows = [(*row[:6], progress_text(r["progress"], 30), row[6]) for row, r in zip(rows, records, strict=True)]
-    print(format_table(headers, rows))
+    columns = LIST_COLUMNS
+    if any(record["progress"] for record in records):  # a column only when some running job reported progress
+        columns = (*LIST_COLUMNS[:6], ("progress", lambda r: progress_text(r["progress"], 30)), LIST_COLUMNS[6])
+    print(format_table([header for header, _ in columns], [[cell(record) for _, cell in columns] for record in records]))
     return 0
 
 
@@ -132,7 +146,7 @@ def progress_text(progress: Mapping[str, Any] | None, width: int = 200) -> str:
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def _error_cell(error: Mapping[str, Any] | None) -> str:
+def error_cell(error: Mapping[str, Any] | None) -> str:
     """A job record's last error as a short table cell (``-`` if none)."""
     if not error:
         return "-"
@@ -140,74 +154,44 @@ def _error_cell(error: Mapping[str, Any] | None) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def show_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("id", help="the job's id")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
-
-
-async def find_job(board: JobBoard, job_id: str) -> tuple[Job, str | None]:
-    """The job on the board or in the trash, with its trash reason (``None`` if not trashed).
-
-    :raises JobNotFound: the job is in neither place.
-    """
-    try:
-        return await board.get(job_id), None
-    except JobNotFound:
-        async for item in board.trashed():
-            if item.job.id == job_id:
-                return item.job, item.reason
-        raise
-
-
-async def show(board: JobBoard, args: argparse.Namespace) -> int:
-    """Print every field of one job, its state and owner (and trash reason)."""
-    job, reason = await find_job(board, args.id)
-    record = await job_record(board, job)
-    if reason is not None:
-        record["trash_reason"] = reason
-    if args.json:
-        print_json(record)
-        return 0
-    record["created_at"] = format_time(job.created_at)
-    record["not_before"] = format_time(job.not_before)
-    record["details"] = json.dumps(plain(job.details), allow_nan=False)
-    record["depends_on"] = ", ".join(job.depends_on) or "-"
-    record["last_error"] = job.last_error.summary() if job.last_error else None
-    record["progress"] = None if job.progress is None else (
-        f"{progress_text(record['progress'])} (at {format_time(job.progress.at)})")
-    if job.last_error is not None:
-        record["last_error_at"] = format_time(job.last_error.at)
-        record["last_traceback"] = "\n  " + job.last_error.traceback.rstrip().replace("\n", "\n  ")
-    width = max(len(key) for key in record)
-    for key, value in record.items():
-        print(f"{key + ':':<{width + 1}} {'-' if value is None else value}")
-    return 0
-
-
 def trash_arguments(parser: argparse.ArgumentParser, default_reason: str) -> None:
-    parser.add_argument("id", help="the job's id")
-    parser.add_argument("--reason", default=default_reason, help="why (kept with the job)")
+    parser.add_argument("ids", nargs="+", metavar="ID", help="the jobs' ids (unclaimed, waiting or claimed)")
+    parser.add_argument("--reason", default=default_reason, help=f"why (kept with each job; default {default_reason!r})")
 
 
 def trashing(verb: str) -> Callable[[JobBoard, argparse.Namespace], Awaitable[int]]:
-    """``trash`` and ``cancel``: move a job to the trash without claiming it (no attempt is
-    counted; waiting jobs too), revoking its claim (and stopping its handler) if it has one."""
+    """``trash`` and ``cancel``: move jobs to the trash without claiming them (no attempt is
+    counted; waiting jobs too), revoking a claim (and so stopping its handler) where there is one.
+    Each id is tried; exit 1 if any was not on the board (one error line each)."""
 
     async def command(board: JobBoard, args: argparse.Namespace) -> int:
-        running = await board.owner(args.id)
-        await board.cancel(args.id, args.reason)
-        revoked = f" (its claim by {running} revoked)" if running else ""
-        print(f"{verb} {args.id}{revoked}: {args.reason}")
-        return 0
+        missing = 0
+        for job_id in args.ids:
+            try:
+                running = await board.owner(job_id)
+                await board.cancel(job_id, args.reason)
+            except JobNotFound as error:
+                missing += 1
+                print(f"{PROG}: error: {' '.join(str(error).split()) or job_id}", file=sys.stderr)
+                continue
+            revoked = f" (its claim by {running} revoked)" if running else ""
+            print(f"{verb} {job_id}{revoked}: {args.reason}")
+        return EXIT_NOT_MET if missing else EXIT_OK
 
     return command
 
 
+def trashed_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print a JSON list (full reasons and last errors)")
+
+
 async def list_trashed(board: JobBoard, args: argparse.Namespace) -> int:
-    """Print the trash, oldest first, with reasons."""
+    """Print the trash, oldest first, with reasons (the first line of each in the table)."""
     items: list[TrashedJob] = [item async for item in board.trashed()]
+    if getattr(args, "json", False):
+        print_json([{**job_record(item.job, JobState.TRASHED, None), "trash_reason": item.reason,
+                     "trashed_at": item.trashed_at} for item in items])
+        return 0
     rows = [(i.job.id, i.job.name, format_time(i.trashed_at), first_line(i.reason)) for i in items]
     print(format_table(("id", "name", "trashed_at", "reason"), rows))
     return 0
-
-

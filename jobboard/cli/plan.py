@@ -1,14 +1,17 @@
-"""``jobboard plan status|wait|show|cancel|cleanup``: follow the plans on a board."""
+"""``jobboard plan list|status|wait|show|cancel|cleanup``: follow the plans on a board."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from jobboard.board import JobBoard
+from jobboard.cli import examples
+from jobboard.cli.command import examples_epilog
 from jobboard.cli.options import shared_options
-from jobboard.cli.output import format_table
+from jobboard.cli.output import format_table, print_json
+from jobboard.cli.plan_list import plan_list
 from jobboard.dag import to_dot, to_mermaid
 from jobboard.plans import PlanHandle, PlanProgress, PlanStatus, cleanup_interrupted_plans
 
@@ -16,6 +19,7 @@ BAR_WIDTH = 30
 
 
 PLAN_ACTIONS = {
+    "list": "list the plans on the board with their progress (running ones, and ended ones not waited for)",
     "status": "print each task's state, owner or failure reason (exit 1 if the plan failed)",
     "wait": "show progress until the plan ends (exit 0 if it completed, else 1)",
     "show": "draw the plan's graph with each task's state (mermaid or dot)",
@@ -27,9 +31,13 @@ PLAN_ACTIONS = {
 def plan_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
     for action, text in PLAN_ACTIONS.items():
-        sub = actions.add_parser(action, help=text, description=text, parents=[shared_options()])
-        if action != "cleanup":
+        sub = actions.add_parser(action, help=text, description=text, parents=[shared_options()],
+                                 epilog=examples_epilog(examples.PLAN_ACTIONS[action]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+        if action not in ("cleanup", "list"):
             sub.add_argument("plan_id", help="the plan's id (what post_plan returned)")
+        if action in ("list", "status"):
+            sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
         if action == "show":
             sub.add_argument("--format", choices=["mermaid", "dot"], default="mermaid", help="the graph's syntax")
 
@@ -38,10 +46,15 @@ async def plan_command(board: JobBoard, args: argparse.Namespace) -> int:
     if args.action == "cleanup":
         print(f"cleaned up {await cleanup_interrupted_plans(board)} interrupted plan(s)")
         return 0
+    if args.action == "list":
+        return await plan_list(board, args)
     handle = await PlanHandle.open(board, args.plan_id)
     if args.action == "status":
         status = await handle.status()
-        print(status_table(status))
+        if args.json:
+            print_json(status_record(status))
+        else:
+            print(status_table(status))
         return 0 if status.state in ("running", "complete") else 1
     if args.action == "wait":
         printer = ProgressPrinter()
@@ -69,6 +82,15 @@ def status_table(status: PlanStatus) -> str:
     summary = (f"plan {status.name} ({status.plan_id}): {status.state}, {progress.done}/{progress.total} "
                f"complete, {progress.running} running, {progress.failed} failed")
     return f"{format_table(['task', 'state', 'owner / reason'], rows)}\n{summary}"
+
+
+def status_record(status: PlanStatus) -> dict[str, Any]:
+    """``plan status --json``: the plan's state, counts, and every task's state, owner and reason."""
+    progress = status.progress()
+    tasks = {name: {"state": state.value, "owner": status.owners.get(name), "reason": status.reasons.get(name)}
+             for name, state in status.states.items()}
+    return {"id": status.plan_id, "name": status.name, "state": status.state, "total": progress.total,
+            "done": progress.done, "running": progress.running, "failed": progress.failed, "tasks": tasks}
 
 
 def progress_line(progress: PlanProgress) -> str:

@@ -20,9 +20,21 @@ SCHEDULE_ACTIONS = {
 }
 
 
+SCHEDULE_EXAMPLES = {
+    "add": "jobboard schedule add nightly-report report --cron '0 3 * * *' --catch-up once\n"
+           "  jobboard schedule add beat ping --every 30 --details '{\"source\": \"beat\"}'",
+    "list": "jobboard schedule list --json",
+    "remove": "jobboard schedule remove beat",
+}
+
+
 def schedule_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = "examples:\n  " + "\n  ".join(example.split("\n")[0] for example in SCHEDULE_EXAMPLES.values())
     actions = parser.add_subparsers(title="actions", dest="action", metavar="ACTION", required=True)
-    subs = {action: actions.add_parser(action, help=text, description=text, parents=[shared_options()])
+    subs = {action: actions.add_parser(action, help=text, description=text, parents=[shared_options()],
+                                       epilog=f"examples:\n  {SCHEDULE_EXAMPLES[action]}",
+                                       formatter_class=argparse.RawDescriptionHelpFormatter)
             for action, text in SCHEDULE_ACTIONS.items()}
     add = subs["add"]
     add.add_argument("name", help="the schedule's name (letters, digits, _.:-)")

@@ -16,6 +16,7 @@ from jobboard import logs
 from jobboard.board import JobBoard
 from jobboard.cli.command import CommandError
 from jobboard.cli.observe import WorkerExtras, worker_options
+from jobboard.cli.output import print_json
 from jobboard.early_signals import catch_early_signals
 from jobboard.handlers import Handler
 from jobboard.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
@@ -132,14 +133,18 @@ async def run_worker(board: JobBoard, args: argparse.Namespace) -> int:
 def check_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", nargs="?", help="board URL (or --board / $JOBBOARD_URL)")
     parser.add_argument("--name", default=None, help="require this worker (entity) to be alive")
+    parser.add_argument("--json", action="store_true", help="print the live workers as a JSON list")
 
 
 async def check(board: JobBoard, args: argparse.Namespace) -> int:
     """Exit 0 if a live worker is registered (or the named one is), else 1; print what was seen."""
     entities = await board.entities()
-    for entity in entities:
-        details = ", ".join(f"{key}={value}" for key, value in sorted(entity.metadata.items()))
-        print(f"{entity.name}  {details}")
+    if args.json:
+        print_json([{"name": entity.name, "metadata": dict(entity.metadata)} for entity in entities])
+    else:
+        for entity in entities:
+            details = ", ".join(f"{key}={value}" for key, value in sorted(entity.metadata.items()))
+            print(f"{entity.name}  {details}")
     if args.name is not None:
         alive = any(entity.name == args.name for entity in entities)
         print(f"{args.name}: {'alive' if alive else 'not registered'}", file=sys.stdout if alive else sys.stderr)
