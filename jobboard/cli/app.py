@@ -29,6 +29,7 @@ from jobboard.cli.command import (
     CommandError,
     no_arguments,
 )
+from jobboard.cli.dashboard import dashboard_arguments, serve
 from jobboard.cli.options import URL_ENV, add_global_options, shared_options
 from jobboard.cli.plan import plan_arguments, plan_command
 from jobboard.cli.worker import check, check_arguments, run_worker, worker_arguments
@@ -59,6 +60,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("check", "exit 0 if a live worker is registered", check_arguments, on_board=check),
     Command("plan", "status, wait for, draw, cancel a plan; clean up interrupted ones", plan_arguments,
             on_board=plan_command),
+    Command("dashboard", "serve a web dashboard of the board and its plans", dashboard_arguments, on_board=serve),
 )
 
 

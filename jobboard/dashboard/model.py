@@ -1,0 +1,255 @@
+"""What the dashboard shows, read from one :class:`~jobboard.live.LiveBoard` (no web framework here).
+
+:class:`Dashboard` follows the view's :meth:`~jobboard.live.LiveBoard.updates` once for the whole
+process: it remembers how jobs ended (for plans and job pages), the plans it saw posted, the
+malformed entries the board reported, and the last events. Reading the board (``get``, the trash,
+a state) happens only for pages that need more than the view holds, and only as they are served.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from jobboard.board import JobBoard
+from jobboard.errors import JobBoardError, JobNotFound
+from jobboard.events import EventKind
+from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
+from jobboard.live import LiveBoard
+from jobboard.plans import RECORD, PlanStatus, _is_manifest
+from jobboard.stats import BoardStats
+
+FINISHED_KEPT = 200_000
+"""How many ended jobs the dashboard remembers (their end state and reason)."""
+TRASH_SHOWN = 500
+PLAN_SCAN = 0.25
+RESULT_WAIT = 2.0
+ENDED = {EventKind.CONSUMED: JobState.COMPLETE, EventKind.TRASHED: JobState.TRASHED}
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How the dashboard was started."""
+
+    allow_actions: bool = False
+    token: str | None = None
+    page_size: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The jobs page's query: empty strings match everything; ``page`` counts from 1."""
+
+    state: str = ""
+    name: str = ""
+    priority: str = ""
+    owner: str = ""
+    page: int = 1
+
+    def matches(self, item: ListedJob) -> bool:
+        job = item.job
+        return ((not self.state or item.state.value == self.state)
+                and (not self.name or self.name in job.name)
+                and (not self.priority or Priority(job.priority).name.lower() == self.priority)
+                and (not self.owner or self.owner in (item.owner or "")))
+
+
+@dataclass(frozen=True, slots=True)
+class JobsPage:
+    items: list[ListedJob]
+    total: int
+    page: int
+    pages: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """Everything the job page shows; ``job`` is ``None`` when only the end of the job is known."""
+
+    job_id: str
+    state: JobState
+    job: Job | None = None
+    owner: str | None = None
+    reason: str | None = None
+    trashed_at: float | None = None
+    result: Any = None
+    has_result: bool = False
+    dependents: tuple[ListedJob, ...] = ()
+
+
+@dataclass
+class PlanView:
+    plan_id: str
+    name: str
+    manifest: dict[str, Any]
+    status: PlanStatus
+    ids: dict[str, str] = field(default_factory=dict)
+
+
+class Dashboard:
+    """The shared state of one dashboard process; :meth:`run` follows the live view."""
+
+    def __init__(self, live: LiveBoard, options: Options | None = None) -> None:
+        self.live, self.options = live, options or Options()
+        self.board: JobBoard = live.board
+        self.started = time.time()
+        self.finished: OrderedDict[str, tuple[JobState, str]] = OrderedDict()
+        self.plans: dict[str, dict[str, Any]] = {}
+        self.malformed: deque[tuple[float, str, str]] = deque(maxlen=100)
+        self.recent: deque[tuple[float, str, str, str]] = deque(maxlen=30)
+        self._stats: tuple[int, BoardStats | None] = (-1, None)
+
+    async def run(self) -> None:
+        """Follow the view until cancelled (one subscription to the view, none to the board)."""
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._note_plans_on_change)
+            await self._follow_updates()
+
+    async def _note_plans_on_change(self) -> None:
+        """Note the plans posted (at most every :data:`PLAN_SCAN` seconds), so ended ones stay listed."""
+        version = -1
+        while True:
+            version = await self.live.changed(version)
+            self._note_plans()
+            await anyio.sleep(PLAN_SCAN)
+
+    async def _follow_updates(self) -> None:
+        async with self.live.updates(maxlen=100_000) as stream:
+            async for event in stream:
+                now = time.time()
+                if event.kind in ENDED and event.job_id:
+                    self.finished[event.job_id] = (ENDED[event.kind], event.detail)
+                    if len(self.finished) > FINISHED_KEPT:
+                        self.finished.popitem(last=False)
+                elif event.kind is EventKind.MALFORMED:
+                    self.malformed.appendleft((now, event.job_id or "", event.detail))
+                self.recent.appendleft((now, event.kind.value, event.job_id or "", event.detail))
+
+    # -- figures ---------------------------------------------------------------
+
+    def stats(self) -> BoardStats:
+        """The view's figures, computed once per version."""
+        version, stats = self._stats
+        if stats is None or version != self.live.version:
+            stats = self.live.stats()
+            self._stats = (self.live.version, stats)
+        return stats
+
+    def jobs_page(self, query: JobFilter) -> JobsPage:
+        """One page of the jobs matching ``query``, in board order."""
+        matching = [item for item in self.live.jobs() if query.matches(item)]
+        size = self.options.page_size
+        pages = max(1, -(-len(matching) // size))
+        page = min(max(1, query.page), pages)
+        return JobsPage(matching[(page - 1) * size: page * size], len(matching), page, pages)
+
+    def names(self) -> list[str]:
+        return sorted(self.stats().by_name)
+
+    # -- one job ---------------------------------------------------------------
+
+    async def job_view(self, job_id: str) -> JobView | None:
+        """The job on the board, in the trash, or ended; ``None`` if the board never had it."""
+        dependents = tuple(item for item in self.live.jobs() if job_id in item.job.depends_on)
+        listed = self.live.job(job_id)
+        if listed is not None:
+            return JobView(job_id, listed.state, listed.job, listed.owner, dependents=dependents)
+        try:
+            job = await self.board.get(job_id)
+        except JobNotFound:
+            pass
+        else:
+            state = await self.board.state(job)
+            owner = await self.board.owner(job) if state is JobState.CLAIMED else None
+            return JobView(job_id, state, job, owner, dependents=dependents)
+        async for trashed in self.board.trashed():
+            if trashed.job.id == job_id:
+                return JobView(job_id, JobState.TRASHED, trashed.job, reason=trashed.reason,
+                               trashed_at=trashed.trashed_at, dependents=dependents)
+        return await self._ended_view(job_id, dependents)
+
+    async def _ended_view(self, job_id: str, dependents: tuple[ListedJob, ...]) -> JobView | None:
+        ended = self.finished.get(job_id)
+        if ended is None and await self.board.state(job_id) is not JobState.COMPLETE:
+            return None
+        result, has_result = None, False
+        with anyio.move_on_after(RESULT_WAIT):
+            outcome = await self.board.wait_for_completion(job_id)
+            result, has_result = outcome.result, outcome.result is not None
+        return JobView(job_id, JobState.COMPLETE, result=result, has_result=has_result, dependents=dependents,
+                       reason=ended[1] if ended else None)
+
+    async def trash(self, limit: int = TRASH_SHOWN) -> list[TrashedJob]:
+        """The newest ``limit`` jobs in the trash, newest first."""
+        entries = [entry async for entry in self.board.trashed()]
+        entries.sort(key=lambda entry: entry.trashed_at, reverse=True)
+        return entries[:limit]
+
+    # -- plans -------------------------------------------------------------------
+
+    def _note_plans(self) -> None:
+        for item in self.live.jobs():
+            if item.job.name == RECORD and item.job.id not in self.plans and _is_manifest(item.job.details):
+                self.plans[item.job.id] = dict(item.job.details)
+
+    def plan_ids(self) -> list[str]:
+        """Plans on the board now and those seen since the dashboard started, newest first."""
+        self._note_plans()
+        return list(reversed(self.plans))
+
+    async def plan_view(self, plan_id: str) -> PlanView | None:
+        """Where every task of the plan stands; ``None`` if it is no plan the board knows."""
+        self._note_plans()
+        manifest = self.plans.get(plan_id)
+        if manifest is None:
+            manifest = await self._finished_manifest(plan_id)
+            if manifest is None:
+                return None
+            self.plans[plan_id] = manifest
+        ids = {name: spec["id"] for name, spec in manifest["tasks"].items()}
+        states: dict[str, JobState] = {}
+        owners: dict[str, str] = {}
+        reasons: dict[str, str] = {}
+        for name, job_id in ids.items():
+            states[name], owner, reason = await self._task_state(job_id)
+            if owner:
+                owners[name] = owner
+            if reason:
+                reasons[name] = reason
+        status = PlanStatus(plan_id, str(manifest["name"]), dict(sorted(states.items())), owners, reasons)
+        return PlanView(plan_id, status.name, manifest, status, ids)
+
+    async def _task_state(self, job_id: str) -> tuple[JobState, str | None, str | None]:
+        listed = self.live.job(job_id)
+        if listed is not None:
+            return listed.state, listed.owner, None
+        ended = self.finished.get(job_id)
+        if ended is not None:
+            return ended[0], None, ended[1] if ended[0] is JobState.TRASHED else None
+        state = await self.board.state(job_id)
+        if state is JobState.CLAIMED:
+            return state, await self.board.owner(job_id), None
+        if state is JobState.TRASHED:
+            reason = next((t.reason for t in await self.trash(limit=10**9) if t.job.id == job_id), "")
+            self.finished[job_id] = (state, reason)
+            return state, None, reason
+        if state is JobState.COMPLETE:
+            self.finished[job_id] = (state, "")
+        return state, None, None
+
+    async def _finished_manifest(self, plan_id: str) -> dict[str, Any] | None:
+        """The manifest a finished plan keeps as its record's result (``None`` if it has none)."""
+        try:
+            if await self.board.state(plan_id) is not JobState.COMPLETE:
+                return None
+            with anyio.move_on_after(RESULT_WAIT):
+                result = (await self.board.wait_for_completion(plan_id)).result
+                return dict(result) if _is_manifest(result) else None
+        except JobBoardError:
+            return None
+        return None
+

@@ -1,0 +1,45 @@
+"""``/events``: server-sent events telling each open page that the view changed.
+
+Each connection waits on the live view's version (memory only: the view holds the one board
+subscription, however many pages are open) and sends ``change`` with the version and whether the
+board is reachable; changes are coalesced to at most one message per :data:`MIN_INTERVAL`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from jobboard.dashboard.api import dashboard
+from jobboard.live import LiveBoard
+
+MIN_INTERVAL = 0.1
+HEARTBEAT = 15.0
+
+
+def change_message(live: LiveBoard) -> str:
+    data = json.dumps({"version": live.version, "healthy": live.healthy})
+    return f"event: change\ndata: {data}\n\n"
+
+
+async def changes(live: LiveBoard, closing: anyio.Event) -> AsyncIterator[str]:
+    """``change`` messages (and heartbeats) until the dashboard shuts down."""
+    yield "retry: 1000\n\n"
+    while not closing.is_set():
+        version = live.version
+        yield change_message(live)
+        with anyio.move_on_after(HEARTBEAT) as scope:
+            await live.changed(version)
+        if scope.cancelled_caught:
+            yield ": heartbeat\n\n"
+        await anyio.sleep(MIN_INTERVAL)
+
+
+async def events(request: Request) -> Response:
+    d = dashboard(request)
+    return StreamingResponse(changes(d.live, request.app.state.closing), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
