@@ -235,13 +235,18 @@ class LiveBoard:
             entry.state = state if state in (JobState.UNCLAIMED, JobState.WAITING) else JobState.UNCLAIMED
 
     async def _refresh_entities(self) -> None:
-        self._entities = await self.board.entities()
+        entities = await self.board.entities()
+        if entities != self._entities:
+            self._entities = entities
+            self._bump()
 
     async def _count_trash(self) -> None:
         size = 0
         async for _ in self.board.trashed():
             size += 1
-        self._trash_size = size
+        if size != self._trash_size:
+            self._trash_size = size
+            self._bump()
 
     async def _every(self, interval: float, action: Callable[[], Awaitable[None]]) -> None:
         while self.board.is_open:
