@@ -50,7 +50,7 @@ async def serve(board: JobBoard, args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from jobboard.dashboard.app import create_app
+        from jobboard.dashboard.app import create_app, serve_with
     except ImportError as error:
         raise CommandError(f"the dashboard needs its extra: pip install 'jobboard[dashboard]' ({error})") from None
     options = _options(args)
@@ -58,6 +58,7 @@ async def serve(board: JobBoard, args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=2, lifespan="on")
     server = uvicorn.Server(config)
+    serve_with(app, server)
     mode = "actions allowed with the token" if options.allow_actions else "read-only"
     print(f"dashboard of {board.url} on http://{args.host}:{args.port}/ ({mode}); Ctrl-C stops it", flush=True)
     async with anyio.create_task_group() as group:

@@ -144,11 +144,11 @@ def routes() -> list[BaseRoute]:
 
 def create_app(board: JobBoard, options: Options | None = None, *, host: str = "127.0.0.1",
                live_options: dict[str, Any] | None = None) -> Starlette:
-    """The dashboard of ``board`` (open, and kept open by the caller while the app runs)."""
+    """The dashboard of ``board`` (open, and kept open by the caller while the app runs); see
+    :func:`serve_with` to end the live streams when the server stops."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        app.state.closing = anyio.Event()
         async with LiveBoard(board, **(live_options or {})) as live, anyio.create_task_group() as group:
             app.state.dashboard = dashboard = Dashboard(live, options or Options())
             if (metrics := metrics_app(live)) is not None:
@@ -157,11 +157,17 @@ def create_app(board: JobBoard, options: Options | None = None, *, host: str = "
             try:
                 yield
             finally:
-                app.state.closing.set()
                 group.cancel_scope.cancel()
 
     middleware = [Middleware(SecurityHeaders)]
     if host in LOOPBACK:  # DNS rebinding: a loopback dashboard answers to loopback names only
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK)))
-    return Starlette(routes=routes(), middleware=middleware, lifespan=lifespan)
+    app = Starlette(routes=routes(), middleware=middleware, lifespan=lifespan)
+    app.state.stopping = lambda: False
+    return app
+
+
+def serve_with(app: Starlette, server: Any) -> None:
+    """Have the live streams of ``app`` end when the uvicorn ``server`` is told to stop."""
+    app.state.stopping = lambda: bool(server.should_exit)
 

@@ -8,7 +8,7 @@ board is reachable; changes are coalesced to at most one message per :data:`MIN_
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import anyio
 from starlette.requests import Request
@@ -19,6 +19,7 @@ from jobboard.live import LiveBoard
 
 MIN_INTERVAL = 0.1
 HEARTBEAT = 15.0
+STOP_CHECK = 0.5
 
 
 def change_message(live: LiveBoard) -> str:
@@ -26,20 +27,25 @@ def change_message(live: LiveBoard) -> str:
     return f"event: change\ndata: {data}\n\n"
 
 
-async def changes(live: LiveBoard, closing: anyio.Event) -> AsyncIterator[str]:
-    """``change`` messages (and heartbeats) until the dashboard shuts down."""
+async def changes(live: LiveBoard, stopping: Callable[[], bool]) -> AsyncIterator[str]:
+    """``change`` messages (and heartbeats) until the server stops (``stopping()``)."""
     yield "retry: 1000\n\n"
-    while not closing.is_set():
-        version = live.version
-        yield change_message(live)
-        with anyio.move_on_after(HEARTBEAT) as scope:
-            await live.changed(version)
-        if scope.cancelled_caught:
+    sent, quiet = -1, 0.0
+    while not stopping():
+        if live.version != sent:
+            sent, quiet = live.version, 0.0
+            yield change_message(live)
+            await anyio.sleep(MIN_INTERVAL)
+            continue
+        with anyio.move_on_after(STOP_CHECK):
+            await live.changed(sent)
+        quiet += STOP_CHECK
+        if quiet >= HEARTBEAT:
+            quiet = 0.0
             yield ": heartbeat\n\n"
-        await anyio.sleep(MIN_INTERVAL)
 
 
 async def events(request: Request) -> Response:
     d = dashboard(request)
-    return StreamingResponse(changes(d.live, request.app.state.closing), media_type="text/event-stream",
+    return StreamingResponse(changes(d.live, request.app.state.stopping), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
