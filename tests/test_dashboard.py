@@ -20,6 +20,7 @@ from jobboard.dag import Plan
 from jobboard.dashboard.html import h, mermaid_graph, pretty
 from jobboard.dashboard.model import JobFilter
 from jobboard.dashboard.pages import jobs as jobs_body
+from jobboard.errors import BackendUnavailable
 from jobboard.job import Job, JobState, ListedJob
 from jobboard.plans import post_plan
 from jobboard.registry import open_board
@@ -129,6 +130,28 @@ async def test_a_malformed_entry_is_shown_and_breaks_no_page(board: JobBoard) ->
                 assert (await ahttp("GET", base + path))[0] == 200
 
 
+class DownBoard(MemoryBoard):
+    """A memory board whose reads fail while ``down`` (as a backend that cannot be reached)."""
+
+    down = False
+
+    async def get(self, job: Any) -> Job:
+        if self.down:
+            raise BackendUnavailable("the test took the backend down")
+        return await super().get(job)
+
+
+async def test_a_page_that_must_read_the_board_says_when_it_cannot() -> None:
+    with anyio.fail_after(30):
+        async with DownBoard(f"memory://dash-{uuid.uuid4().hex}") as board, dashboard_in_loop(board) as base:
+            board.down = True
+            status, _, body = await ahttp("GET", f"{base}/jobs/job-gone")
+            assert status == 503 and "did not answer" in body and "BackendUnavailable" in body
+            assert (await ahttp("GET", f"{base}/jobs"))[0] == 200  # the live view's pages still serve
+            board.down = False
+            assert (await ahttp("GET", f"{base}/jobs/job-gone"))[0] == 200
+
+
 def test_a_job_that_cannot_be_shown_is_a_malformed_row() -> None:
     odd = Job("job-1", "odd", priority=77)  # type: ignore[arg-type]  # not a Priority: as from a foreign writer
     fine = Job("job-2", "fine")
@@ -185,6 +208,19 @@ async def test_metrics_are_mounted_when_the_module_is_there(board: JobBoard, mon
         async with dashboard_in_loop(board) as base:
             status, _, body = await ahttp("GET", f"{base}/metrics/")
             assert status == 200 and "jobboard_jobs" in body
+
+
+async def test_mermaid_is_served_from_the_package_not_a_cdn(board: JobBoard) -> None:
+    from jobboard.dashboard.html import MERMAID
+
+    with anyio.fail_after(30):
+        async with dashboard_in_loop(board) as base:
+            status, headers, body = await ahttp("GET", base + MERMAID)
+            assert status == 200 and "javascript" in headers["content-type"] and "mermaid" in body[:100_000]
+            licence = (await ahttp("GET", f"{base}/static/vendor/mermaid-LICENSE.txt"))[2]
+            assert "MIT License" in licence
+            for path in PAGES:
+                assert "//cdn" not in (await ahttp("GET", base + path))[2]
 
 
 def test_the_command_line_wants_a_token_for_actions() -> None:

@@ -112,8 +112,8 @@ async def populate(board: JobBoard) -> None:
 
 async def test_every_page_loads_live(browser: Browser, dashboard: str, board: JobBoard) -> None:
     await populate(board)
-    for page, path, expect in (("overview", "/", "on the board"), ("jobs", "/jobs", "job(s) match"),
-                               ("trash", "/trash", "image too large"), ("workers", "/workers", "worker-1")):
+    for page, path, expect in (("jobs", "/jobs", "job(s) match"), ("trash", "/trash", "image too large"),
+                               ("workers", "/workers", "worker-1"), ("overview", "/", "image too large")):
         await browser.get(dashboard + path)
         await browser.live()
         await browser.until("return document.getElementById('main').textContent.includes(arguments[0])", expect)
@@ -180,7 +180,10 @@ async def test_the_demo_plan_changes_colour_as_its_tasks_complete(browser: Brows
     with dashboard_process("memory://demo", "--demo", "--demo-pace", "0.4") as base:
         await browser.get(base + "/plans")
         await browser.live()
-        href = await browser.until("const a = document.querySelector('main a[href^=\"/plans/\"]'); return a && a.href")
+        href = await browser.until("""  // a run that has just begun: the colours are yet to change
+            const row = [...document.querySelectorAll('main tbody tr')].find(r => r.cells.length > 3
+                && r.cells[2].textContent === 'running' && Number(r.querySelector('progress').value) < 5);
+            return row && row.querySelector('a').href""", within=30)
         await browser.shot("plans")
         await browser.get(href)
         await browser.live()

@@ -19,15 +19,16 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobboard.board import JobBoard
 from jobboard.dashboard import api, pages, sse
-from jobboard.dashboard.html import Markup, layout
+from jobboard.dashboard.html import Markup, join, layout, tag
 from jobboard.dashboard.model import Dashboard, Options
+from jobboard.errors import JobBoardError
 from jobboard.live import LiveBoard
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -112,6 +113,20 @@ async def plan(request: Request, d: Dashboard) -> tuple[str, Markup, Markup]:
     return f"Plan {plan_id}", pages.plan_page(await d.plan_view(plan_id), plan_id), NOTHING
 
 
+async def board_error(request: Request, error: Exception) -> Response:
+    """A board read failed while a page was served: say so (503), in the page's own layout."""
+    d = api.dashboard(request)
+    message = f"{type(error).__name__}: {' '.join(str(error).split())}"
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": message}, status_code=503)
+    body = join([tag("h1", "The board did not answer"), tag("p", message, class_="malformed"),
+                 tag("p", "This page shows again by itself when the board answers.")])
+    if request.headers.get("x-fragment"):
+        return HTMLResponse(body, status_code=503)
+    return HTMLResponse(layout("error", "Board unreachable", body, board_url=d.board.url, healthy=False,
+                               actions=d.options.allow_actions), status_code=503)
+
+
 def metrics_app(live: LiveBoard) -> ASGIApp | None:
     """The ASGI app of ``jobboard.metrics`` for this view, when that module is installed."""
     try:
@@ -162,7 +177,8 @@ def create_app(board: JobBoard, options: Options | None = None, *, host: str = "
     middleware = [Middleware(SecurityHeaders)]
     if host in LOOPBACK:  # DNS rebinding: a loopback dashboard answers to loopback names only
         middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK)))
-    app = Starlette(routes=routes(), middleware=middleware, lifespan=lifespan)
+    app = Starlette(routes=routes(), middleware=middleware, lifespan=lifespan,
+                    exception_handlers={JobBoardError: board_error})
     app.state.stopping = lambda: False
     return app
 

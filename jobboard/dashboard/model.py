@@ -213,33 +213,37 @@ class Dashboard:
         ids = {name: spec["id"] for name, spec in manifest["tasks"].items()}
         states: dict[str, JobState] = {}
         owners: dict[str, str] = {}
-        reasons: dict[str, str] = {}
         for name, job_id in ids.items():
-            states[name], owner, reason = await self._task_state(job_id)
+            states[name], owner = await self._task_state(job_id)
             if owner:
                 owners[name] = owner
-            if reason:
-                reasons[name] = reason
+        trashed = {ids[name] for name, state in states.items() if state is JobState.TRASHED}
+        if unknown := [job_id for job_id in trashed if job_id not in self.finished]:
+            await self._note_trash_reasons(set(unknown))
+        reasons = {name: self.finished[job_id][1] for name, job_id in ids.items()
+                   if job_id in trashed and job_id in self.finished}
         status = PlanStatus(plan_id, str(manifest["name"]), dict(sorted(states.items())), owners, reasons)
         return PlanView(plan_id, status.name, manifest, status, ids)
 
-    async def _task_state(self, job_id: str) -> tuple[JobState, str | None, str | None]:
+    async def _task_state(self, job_id: str) -> tuple[JobState, str | None]:
         listed = self.live.job(job_id)
         if listed is not None:
-            return listed.state, listed.owner, None
+            return listed.state, listed.owner
         ended = self.finished.get(job_id)
         if ended is not None:
-            return ended[0], None, ended[1] if ended[0] is JobState.TRASHED else None
+            return ended[0], None
         state = await self.board.state(job_id)
         if state is JobState.CLAIMED:
-            return state, await self.board.owner(job_id), None
-        if state is JobState.TRASHED:
-            reason = next((t.reason for t in await self.trash(limit=10**9) if t.job.id == job_id), "")
-            self.finished[job_id] = (state, reason)
-            return state, None, reason
+            return state, await self.board.owner(job_id)
         if state is JobState.COMPLETE:
             self.finished[job_id] = (state, "")
-        return state, None, None
+        return state, None
+
+    async def _note_trash_reasons(self, job_ids: set[str]) -> None:
+        """Remember why these jobs (trashed before the dashboard started) were trashed: one trash read."""
+        async for entry in self.board.trashed():
+            if entry.job.id in job_ids:
+                self.finished[entry.job.id] = (JobState.TRASHED, entry.reason)
 
     async def _finished_manifest(self, plan_id: str) -> dict[str, Any] | None:
         """The manifest a finished plan keeps as its record's result (``None`` if it has none)."""

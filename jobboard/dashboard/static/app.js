@@ -24,7 +24,7 @@
     busy = true;
     try {
       const response = await fetch(location.href, { headers: { "X-Fragment": "1" }, cache: "no-store" });
-      if (response.ok) {
+      if (response.ok || response.status === 503) {
         const parsed = new DOMParser().parseFromString(await response.text(), "text/html");
         main.replaceChildren(...parsed.body.childNodes);
         document.body.dataset.refreshed = String(Date.now());
