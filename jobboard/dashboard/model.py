@@ -27,6 +27,8 @@ FINISHED_KEPT = 200_000
 """How many ended jobs the dashboard remembers (their end state and reason)."""
 TRASH_SHOWN = 500
 PLAN_SCAN = 0.25
+PLANS_KEPT = 200
+"""How many plans the plans page lists (the newest)."""
 RESULT_WAIT = 2.0
 ENDED = {EventKind.CONSUMED: JobState.COMPLETE, EventKind.TRASHED: JobState.TRASHED}
 
@@ -98,10 +100,11 @@ class Dashboard:
         self.board: JobBoard = live.board
         self.started = time.time()
         self.finished: OrderedDict[str, tuple[JobState, str]] = OrderedDict()
-        self.plans: dict[str, dict[str, Any]] = {}
+        self.plans: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.malformed: deque[tuple[float, str, str]] = deque(maxlen=100)
         self.recent: deque[tuple[float, str, str, str]] = deque(maxlen=30)
         self._stats: tuple[int, BoardStats | None] = (-1, None)
+        self._names: tuple[int, list[str]] = (-1, [])
 
     async def run(self) -> None:
         """Follow the view until cancelled (one subscription to the view, none to the board)."""
@@ -148,7 +151,12 @@ class Dashboard:
         return JobsPage(matching[(page - 1) * size: page * size], len(matching), page, pages)
 
     def names(self) -> list[str]:
-        return sorted(self.stats().by_name)
+        """The job names on the board (from the view's list: cheaper than its figures)."""
+        version, names = self._names
+        if version != self.live.version:
+            names = sorted({item.job.name for item in self.live.jobs()})
+            self._names = (self.live.version, names)
+        return names
 
     # -- one job ---------------------------------------------------------------
 
@@ -194,7 +202,12 @@ class Dashboard:
     def _note_plans(self) -> None:
         for item in self.live.jobs():
             if item.job.name == RECORD and item.job.id not in self.plans and _is_manifest(item.job.details):
-                self.plans[item.job.id] = dict(item.job.details)
+                self._keep_plan(item.job.id, dict(item.job.details))
+
+    def _keep_plan(self, plan_id: str, manifest: dict[str, Any]) -> None:
+        self.plans[plan_id] = manifest
+        while len(self.plans) > PLANS_KEPT:
+            self.plans.popitem(last=False)
 
     def plan_ids(self) -> list[str]:
         """Plans on the board now and those seen since the dashboard started, newest first."""
@@ -209,7 +222,7 @@ class Dashboard:
             manifest = await self._finished_manifest(plan_id)
             if manifest is None:
                 return None
-            self.plans[plan_id] = manifest
+            self._keep_plan(plan_id, manifest)
         ids = {name: spec["id"] for name, spec in manifest["tasks"].items()}
         states: dict[str, JobState] = {}
         owners: dict[str, str] = {}
