@@ -119,6 +119,23 @@ async def test_a_page_is_told_of_a_change_within_a_second(board: JobBoard) -> No
                 print(f"event to SSE message: {1000 * (time.monotonic() - posted):.0f} ms")
 
 
+async def test_open_pages_share_one_board_subscription(board: JobBoard) -> None:
+    assert isinstance(board, MemoryBoard)
+    with anyio.fail_after(30):
+        async with dashboard_in_loop(board) as base:
+            port = int(base.rsplit(":", 1)[1])
+            streams = [await anyio.connect_tcp("127.0.0.1", port) for _ in range(4)]
+            for stream in streams:
+                await stream.send(b"GET /events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            for stream in streams:
+                received = b""
+                while b"event: change" not in received:
+                    received += await stream.receive()
+            assert len(board.hub._streams) == 1  # the live view's, whatever number of pages
+            for stream in streams:
+                await stream.aclose()
+
+
 async def test_a_malformed_entry_is_shown_and_breaks_no_page(board: JobBoard) -> None:
     assert isinstance(board, MemoryBoard)
     with anyio.fail_after(30):
