@@ -145,6 +145,9 @@ async def test_a_malformed_entry_is_shown_and_breaks_no_page(board: JobBoard) ->
             await shows(base, "/", "not a valid posting")
             for path in PAGES:
                 assert (await ahttp("GET", base + path))[0] == 200
+            [entry] = board._store.malformed
+            status, _, body = await ahttp("GET", f"{base}/jobs/{entry}")
+            assert status == 200 and "malformed entry: not a valid posting" in body
 
 
 class DownBoard(MemoryBoard):

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard
+from jobboard.codec import MalformedEntry
 from jobboard.errors import JobBoardError, JobNotFound
 from jobboard.events import EventKind
 from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
@@ -81,6 +82,8 @@ class JobView:
     result: Any = None
     has_result: bool = False
     dependents: tuple[ListedJob, ...] = ()
+    malformed: str | None = None
+    """Why the board cannot read this entry, when it is not a valid posting."""
 
 
 @dataclass
@@ -102,6 +105,7 @@ class Dashboard:
         self.finished: OrderedDict[str, tuple[JobState, str]] = OrderedDict()
         self.plans: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.malformed: deque[tuple[float, str, str]] = deque(maxlen=100)
+        self.malformed_ids: dict[str, str] = {}
         self.recent: deque[tuple[float, str, str, str]] = deque(maxlen=30)
         self._stats: tuple[int, BoardStats | None] = (-1, None)
         self._names: tuple[int, list[str]] = (-1, [])
@@ -130,6 +134,8 @@ class Dashboard:
                         self.finished.popitem(last=False)
                 elif event.kind is EventKind.MALFORMED:
                     self.malformed.appendleft((now, event.job_id or "", event.detail))
+                    if event.job_id:
+                        self.malformed_ids[event.job_id] = event.detail
                 self.recent.appendleft((now, event.kind.value, event.job_id or "", event.detail))
 
     # -- figures ---------------------------------------------------------------
@@ -166,8 +172,12 @@ class Dashboard:
         listed = self.live.job(job_id)
         if listed is not None:
             return JobView(job_id, listed.state, listed.job, listed.owner, dependents=dependents)
+        if job_id in self.malformed_ids:
+            return JobView(job_id, JobState.UNCLAIMED, malformed=self.malformed_ids[job_id] or "not a valid posting")
         try:
             job = await self.board.get(job_id)
+        except MalformedEntry as error:
+            return JobView(job_id, JobState.UNCLAIMED, malformed=str(error))
         except JobNotFound:
             pass
         else:

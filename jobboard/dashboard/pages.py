@@ -73,7 +73,8 @@ def overview(d: Dashboard) -> Markup:
                                         for name, counts in names), empty="no jobs on the board")
     by_priority = table(["priority", "jobs"], ([p, stats.by_priority[p]] for p in PRIORITIES
                                                if p in stats.by_priority), empty="no jobs on the board")
-    malformed = table(["seen", "entry", "why"], ([since(at), entry, why] for at, entry, why in d.malformed),
+    malformed = table(["seen", "entry", "why"], ([since(at), job_link(entry) if entry else "", why]
+                                                 for at, entry, why in d.malformed),
                       empty="none reported")
     recent = table(["when", "event", "job", "detail"],
                    ([since(at), kind, job_link(job) if job else "", detail] for at, kind, job, detail in d.recent),
@@ -146,6 +147,9 @@ def _pager(page: JobsPage, query: JobFilter) -> Markup:
 def job_page(view: JobView | None, job_id: str, actions: bool, requeue: bool) -> Markup:
     if view is None:
         return join([tag("h1", f"job {job_id}"), tag("p", "no such job on this board (nor in its trash)")])
+    if view.malformed is not None:
+        return join([tag("h1", f"job {job_id}"), tag("p", f"malformed entry: {view.malformed}", class_="malformed"),
+                     tag("p", "The board skips it: no worker can claim it. Remove it with the tool that wrote it.")])
     try:
         return _job_page(view, actions, requeue)
     except Exception as error:  # noqa: BLE001 - an unexpected value must not break the page
