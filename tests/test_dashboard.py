@@ -226,8 +226,30 @@ async def test_metrics_are_mounted_when_the_module_is_there(board: JobBoard, mon
     monkeypatch.setitem(sys.modules, "jobboard.metrics", module)
     with anyio.fail_after(30):
         async with dashboard_in_loop(board) as base:
-            status, _, body = await ahttp("GET", f"{base}/metrics/")
+            status, _, body = await ahttp("GET", f"{base}/metrics")
             assert status == 200 and "jobboard_jobs" in body
+
+
+async def test_the_board_collector_of_the_metrics_module_is_served(board: JobBoard, monkeypatch: Any) -> None:
+    """The metrics branch's interface: ``jobboard.metrics.BoardCollector(live)`` (prometheus_client)."""
+    prometheus = pytest.importorskip("prometheus_client")
+    from prometheus_client.core import GaugeMetricFamily
+
+    class BoardCollector:
+        def __init__(self, live: Any) -> None:
+            self.live = live
+
+        def collect(self) -> Any:
+            yield GaugeMetricFamily("jobboard_board_up", "up", value=1.0 if self.live.healthy else 0.0)
+
+    module = types.ModuleType("jobboard.metrics")
+    module.BoardCollector = BoardCollector  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "jobboard.metrics", module)
+    assert prometheus.make_asgi_app
+    with anyio.fail_after(30):
+        async with dashboard_in_loop(board) as base:
+            status, headers, body = await ahttp("GET", f"{base}/metrics")
+            assert status == 200 and "jobboard_board_up 1.0" in body and "text/plain" in headers["content-type"]
 
 
 async def test_mermaid_is_served_from_the_package_not_a_cdn(board: JobBoard) -> None:

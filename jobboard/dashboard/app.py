@@ -127,14 +127,36 @@ async def board_error(request: Request, error: Exception) -> Response:
                                actions=d.options.allow_actions), status_code=503)
 
 
+class _Asgi:
+    """An ASGI callable as a route endpoint (Starlette takes a plain function for a request handler)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
 def metrics_app(live: LiveBoard) -> ASGIApp | None:
-    """The ASGI app of ``jobboard.metrics`` for this view, when that module is installed."""
+    """The board's Prometheus gauges from this view, when ``jobboard.metrics`` (extra ``jobboard[metrics]``)
+    is installed: its ``asgi_app(live)`` if it has one, else its ``BoardCollector(live)`` served by
+    ``prometheus_client.make_asgi_app`` (collected on the event loop, as the view wants)."""
     try:
         metrics: Any = importlib.import_module("jobboard.metrics")
     except ImportError:
         return None
-    factory = getattr(metrics, "asgi_app", None)
-    return factory(live) if callable(factory) else None
+    if callable(factory := getattr(metrics, "asgi_app", None)):
+        return _Asgi(factory(live))
+    collector = getattr(metrics, "BoardCollector", None)
+    try:
+        prometheus: Any = importlib.import_module("prometheus_client")
+    except ImportError:
+        return None
+    if collector is None:
+        return None
+    registry = prometheus.CollectorRegistry()
+    registry.register(collector(live))
+    return _Asgi(prometheus.make_asgi_app(registry))
 
 
 def routes() -> list[BaseRoute]:
@@ -167,7 +189,7 @@ def create_app(board: JobBoard, options: Options | None = None, *, host: str = "
         async with LiveBoard(board, **(live_options or {})) as live, anyio.create_task_group() as group:
             app.state.dashboard = dashboard = Dashboard(live, options or Options())
             if (metrics := metrics_app(live)) is not None:
-                app.router.routes.append(Mount("/metrics", metrics))
+                app.router.routes.append(Route("/metrics", metrics))
             group.start_soon(dashboard.run)
             try:
                 yield
