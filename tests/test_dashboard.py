@@ -20,6 +20,7 @@ from jobboard.dag import Plan
 from jobboard.dashboard.html import h, mermaid_graph, pretty
 from jobboard.dashboard.model import JobFilter
 from jobboard.dashboard.pages import jobs as jobs_body
+from jobboard.dashboard.pages import progress_text
 from jobboard.errors import BackendUnavailable
 from jobboard.job import Job, JobState, ListedJob
 from jobboard.plans import post_plan
@@ -180,6 +181,8 @@ def test_a_job_that_cannot_be_shown_is_a_malformed_row() -> None:
     body = jobs_body(page, JobFilter(), actions=False)  # type: ignore[arg-type]
     assert "malformed job: ValueError" in body and "job-2" in body
     assert "not shown as JSON" not in pretty({"a": 1}) and "more characters" in pretty("x" * 30_000)
+    reporting = types.SimpleNamespace(progress=types.SimpleNamespace(fraction=0.5, note="resizing"))
+    assert progress_text(reporting) == "50% resizing" and progress_text(fine) == ""
 
 
 def test_graph_labels_are_entity_codes() -> None:
