@@ -138,3 +138,19 @@ async def test_a_dropped_event_makes_the_view_list_the_board_again() -> None:
                 board.hub.publish(Event(EventKind.DROPPED, count=1))
                 assert (await anext(stream)).kind is EventKind.DROPPED
                 assert [item.job.id for item in view.jobs()] == [hidden.id]
+
+
+
+async def test_readers_are_told_when_the_entities_change() -> None:
+    """Entities (and the trash size) are re-read, not sent as events: a change must still move the
+    version, or a reader waiting on changed() (a dashboard page) never shows it."""
+    with anyio.fail_after(10):
+        async with open_board(f"memory://live-{uuid.uuid4().hex}") as board, \
+                LiveBoard(board, entity_refresh=0.05) as view:
+            version = view.version
+            await board.register_entity("late", {})
+            version = await view.changed(version)  # nothing else happens on this board
+            assert [w.name for w in view.stats().workers] == ["late"]
+            await board.unregister_entity("late")
+            await view.changed(version)
+            assert view.stats().workers == ()

@@ -30,6 +30,7 @@ from jobboard.cli.command import (
     examples_epilog,
     no_arguments,
 )
+from jobboard.cli.dashboard import dashboard_arguments, serve
 from jobboard.cli.metrics import metrics_arguments, serve_board_metrics
 from jobboard.cli.options import URL_ENV, add_global_options, shared_options
 from jobboard.cli.plan import plan_arguments, plan_command
@@ -82,6 +83,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("metrics", "serve the board's gauges for Prometheus", metrics_arguments, on_board=serve_board_metrics),
     Command("schedule", "add, list, remove the periodic jobs stored on the board", schedule_arguments,
             on_board=schedule_command),
+    Command("dashboard", "serve a web dashboard of the board and its plans", dashboard_arguments, on_board=serve,
+            example=examples.DASHBOARD),
 )
 
 

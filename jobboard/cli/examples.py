@@ -52,6 +52,11 @@ jobboard top --once
 DEMO = """
 jobboard demo
 """
+DASHBOARD = """
+jobboard dashboard zookeeper://127.0.0.1:2181/jobs --port 8080
+jobboard dashboard memory://demo --demo
+jobboard dashboard URL --allow-actions --token s3cret-token
+"""
 WORKER = """
 jobboard worker zookeeper://127.0.0.1:2181/jobs --handlers app.jobs:handlers --concurrency 4
 jobboard worker memory://demo --handlers app.jobs:handlers --burst --log-format json
