@@ -18,13 +18,14 @@ from typing import Any
 
 import anyio
 
-from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
+from jobboard.board import JobRef, check_owner, job_id_of
 from jobboard.codec import (
     MalformedEntry,
 )
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob, wanted
+from jobboard_zookeeper.batching import BatchingBoard, BatchPoster
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
 from jobboard_zookeeper.layout import (
@@ -54,7 +55,7 @@ SESSION_EVENTS = {SessionEvent.SUSPENDED: EventKind.SUSPENDED, SessionEvent.RECO
                   SessionEvent.EXPIRED: EventKind.SESSION_EXPIRED}
 
 
-class ZooKeeperBoard(JobBoard):
+class ZooKeeperBoard(BatchingBoard):
     """A job board stored under one ZooKeeper path; see the module docstring."""
 
     def __init__(self, url: str) -> None:
@@ -91,6 +92,7 @@ class ZooKeeperBoard(JobBoard):
                                     max_request_bytes=self.options.max_request_bytes)
             self.view = BoardView(self._zk, self._paths, self._publish)
             self._poster = Poster(self._zk, self._paths, self._markers, self.key_retention)
+            self._batches = BatchPoster(self._zk, self._paths, self._markers, self._poster, options.max_request_bytes)
             self._entities = Entities(self._zk, self._paths)
             self._zk.add_session_listener(self._on_session_event)  # a blip while opening re-syncs
             await self.view.sync(report=False)
