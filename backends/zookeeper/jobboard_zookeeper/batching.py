@@ -18,20 +18,26 @@ it, so "the jobs before a missing dependency stay posted" holds as for ``post``.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 from jobboard.board import JobBoard, NewJob
-from jobboard.codec import Posting
+from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, UnknownOutcome
 from jobboard.job import Job
 from jobboard_zookeeper.keys import KeyRecord
 from jobboard_zookeeper.layout import Paths, job_id
+from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown
 from jobboard_zookeeper.posting import RACE_RETRIES, Poster
+from jobboard_zookeeper.view import BoardView
 from jobboard_zookeeper.zk import ZooKeeper
 
 CHUNK_JOBS = 2000
+READ_AHEAD = 16
+"""Claim candidates read in one request."""
+MISSING = "missing"
 IN_FLIGHT = 2
 OP_BYTES = 96
 """Bytes a create costs in a request besides its path and data (header, ACL, flags), rounded up."""
@@ -125,6 +131,72 @@ class BatchingBoard(JobBoard):
     """The ZooKeeper board's batch operations (a base class: board.py is at its size limit)."""
 
     _batches: BatchPoster
+    _paths: Paths
+    _inflight: set[str]
+    view: BoardView
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._reading: dict[str, asyncio.Future[None]] = {}
+        """Jobs being read ahead now, and the read's end."""
+
+    @property
+    def zk(self) -> ZooKeeper:
+        raise NotImplementedError
+
+    async def _stored(self, job: str, *, claimable_only: bool = False) -> Stored | None:
+        raise NotImplementedError
 
     async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
         return await self._batches.post(self._check_batch(jobs))
+
+    async def _candidate(self, job: str) -> Stored | None:
+        """A claim candidate as read: from the last read-ahead, or read now together with the
+        next candidates (one ``multiRead`` of up to :data:`READ_AHEAD` jobs serves several claims).
+
+        An entry goes when its job's node changes; one read just before a change can still be
+        stale, which only makes the claim's versioned multi fail (as a lost race). A job that is
+        delayed, out of attempts or malformed is read again, so those decisions use a fresh read.
+        """
+        cache = self.view.prefetched
+        if job in self._reading:
+            await asyncio.shield(self._reading[job])  # another claimer's read ahead has it
+        elif job not in cache:
+            await self._read_ahead(job)
+        found = cache.pop(job, MISSING)
+        if found is None:
+            return None
+        if isinstance(found, tuple):
+            raw, stat = found
+            try:
+                posting = decode_posting(raw)
+            except MalformedEntry:
+                posting = None
+            if posting is not None and not (
+                    posting.not_before is not None and posting.not_before > time.time()
+                    or posting.max_attempts is not None and posting.attempts >= posting.max_attempts):
+                self.view.names[job] = posting.name
+                return Stored(self._paths.job(job), raw, posting, stat.version, stat.num_children)
+        return await self._stored(job, claimable_only=True)
+
+    async def _read_ahead(self, job: str) -> None:
+        cache, reading = self.view.prefetched, self._reading
+        batch = [job]
+        for other in self.view.candidates(self._inflight | {job}):
+            if len(batch) >= READ_AHEAD:
+                break
+            if other not in cache and other not in reading:
+                batch.append(other)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        reading.update(dict.fromkeys(batch, done))
+        try:
+            found = await self.zk.get_many([self._paths.job(each) for each in batch])
+            if len(cache) > 8 * READ_AHEAD:
+                cache.clear()  # entries of jobs other boards took: keep the cache small
+            for each, entry in zip(batch, found, strict=True):
+                if each in self.view.jobs:
+                    cache[each] = entry
+        finally:
+            for each in batch:
+                reading.pop(each, None)
+            done.set_result(None)

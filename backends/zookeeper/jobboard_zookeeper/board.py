@@ -282,7 +282,7 @@ class ZooKeeperBoard(BatchingBoard):
         return None
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
-        stored = await self._stored(job, claimable_only=True)
+        stored = await self._candidate(job)
         if stored is None:
             return None
         if not wanted(stored.posting.name, names):

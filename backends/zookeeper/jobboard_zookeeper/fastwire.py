@@ -17,9 +17,11 @@ from typing import Any
 
 from aiozk import exc, protocol
 
-from jobboard_zookeeper.ops import Check, Create, Delete, Op, SetData
+from jobboard_zookeeper.ops import Check, Create, Delete, Op, SetData, Stat
 
 MULTI = 14
+MULTI_READ = 22
+GET_DATA = 4
 _INT = struct.Struct(">i")
 _REPLY = struct.Struct(">iqi")
 _HEADER = struct.Struct(">ibi")
@@ -76,6 +78,58 @@ class MultiRequest(protocol.TransactionRequest):  # type: ignore[misc]
 
     def __str__(self) -> str:
         return f"Txn[{len(self.ops)} ops]"
+
+
+class MultiReadRequest:
+    """Several ``getData`` in one request (``multiRead``, ZooKeeper 3.6+; not atomic, no watch)."""
+
+    opcode = MULTI_READ
+    special_xid = None
+    path = "(multi read)"
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.paths = paths
+
+    def serialize(self, xid: int | None = None) -> bytes:
+        parts = [struct.pack(">ii", xid or 0, MULTI_READ)]
+        for path in self.paths:
+            raw = path.encode()
+            parts.append(struct.pack(f">ibii{len(raw)}sb", GET_DATA, False, -1, len(raw), raw, False))
+        parts.append(_FOOTER)
+        return b"".join(parts)
+
+    def __str__(self) -> str:
+        return f"MultiRead[{len(self.paths)} paths]"
+
+
+class ReadReply:
+    """Per path: ``(data, stat)`` or the error code of that read."""
+
+    __slots__ = ("results",)
+
+    def __init__(self, results: list[tuple[bytes, Stat] | int]) -> None:
+        self.results = results
+
+
+def decode_multi_read(frame: bytes, at: int) -> ReadReply:
+    results: list[tuple[bytes, Stat] | int] = []
+    while True:
+        kind, done, error = _HEADER.unpack_from(frame, at)
+        at += _HEADER.size
+        if done:
+            return ReadReply(results)
+        if kind == -1:
+            (code,) = _INT.unpack_from(frame, at)
+            at += 4
+            results.append(code or error)
+            continue
+        (size,) = _INT.unpack_from(frame, at)
+        at += 4
+        data = frame[at:at + max(size, 0)]
+        at += max(size, 0)
+        czxid, mzxid, _, mtime, version, _, _, owner, _, children, _ = _STAT.unpack_from(frame, at)
+        results.append((data, Stat(version, czxid, mzxid, children, owner, mtime / 1000)))
+        at += _STAT.size
 
 
 def _aiozk_request(op: Op, acl: Sequence[Any]) -> Any:
@@ -170,6 +224,8 @@ def fast_reader(conn: Any) -> Callable[..., Awaitable[tuple[Any, Any, Any]]]:
         opcode = xrefs.pop(xid)
         if opcode == MULTI:
             return xid, zxid, decode_multi(frame, _REPLY.size)
+        if opcode == MULTI_READ:
+            return xid, zxid, decode_multi_read(frame, _REPLY.size)
         return xid, zxid, protocol.response_xref[opcode].deserialize(frame[_REPLY.size:])
 
     return read_response

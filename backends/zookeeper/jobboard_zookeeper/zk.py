@@ -21,7 +21,7 @@ from aiozk import exc, protocol
 from aiozk.states import States
 
 from jobboard.errors import BackendUnavailable
-from jobboard_zookeeper.fastwire import MultiRequest, encode_acl, fast_reader
+from jobboard_zookeeper.fastwire import MultiReadRequest, MultiRequest, encode_acl, fast_reader
 from jobboard_zookeeper.ops import (
     Create,
     Op,
@@ -44,6 +44,7 @@ from jobboard_zookeeper.zk_protocol import (
 logger = logging.getLogger(__name__)
 
 
+NO_NODE = -101
 TRANSIENT = {"ConnectionLoss", "OperationTimeout", "SessionExpired", "SessionMoved", "ZKSystemError"}
 """Server error replies that say nothing about the request itself."""
 SessionListener = Callable[[str], None]
@@ -324,6 +325,14 @@ class ZooKeeper:
                 return None
             raise
         return list(response.children), zxid
+
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        """Several nodes' data and stat in one request (``multiRead``); ``None`` for a missing node."""
+        _, response = await self._call(MultiReadRequest(paths), retry=True)
+        for path, result in zip(paths, response.results, strict=True):
+            if isinstance(result, int) and result != NO_NODE:
+                raise ZkError(type(exc.get_response_error(result)).__name__, path)
+        return [None if isinstance(result, int) else result for result in response.results]
 
     async def exists(self, path: str, *, watch: bool = False) -> Stat | None:
         try:
