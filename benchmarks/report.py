@@ -180,15 +180,16 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
 
 ANALYSIS = """## Reading these numbers
 
-- **Where a jobboard cycle goes.** A cycle is three requests: a `get` of the job (data and
-  version), the claim multi (`set_data` + ephemeral `create`) and the consume multi (`check`
-  + `delete` job + `delete` lock). The raw-aiozk ceiling does two requests (ephemeral
-  `create`, one `delete` multi) and skips reading the job, counting attempts, fencing, and
-  the watch-driven view. On these 2 cores the benchmark process and the ZooKeeper server
-  together keep both cores busy (compare bench CPU s and ZK CPU s to the run's time), so
-  each request saved is throughput gained. A claim without the `get` (attempts and
-  generation kept in nodes that can be bumped blindly) would make a cycle two requests;
-  that is the next step toward the ceiling at every W.
+- **Where a jobboard cycle goes.** A cycle is about two requests: the claim multi
+  (`set_data` of the job at the version read + ephemeral `create` of the lock) and the
+  consume multi (`check` + `delete` job + `delete` lock + the write marker), plus 1/16 of a
+  `multiRead` that reads the next claim candidates ahead (and the batched deletion of write
+  markers). The raw ceiling does two requests (ephemeral `create`, one `delete` multi) with
+  pre-partitioned jobs, no watch, no marker, no attempts and no fencing. jobboard's board
+  also handles four watch notifications per cycle (its live view of the board). On these 2
+  cores the benchmark process and the ZooKeeper server together keep both cores busy
+  (compare bench CPU s and ZK CPU s to the run's time), so every request, notification and
+  byte saved is throughput gained.
 - **TaskFlow gets slower with more workers.** Every thread scans the whole job list from
   the oldest job. All threads race for the same first unclaimed job. And every claim
   re-lists the directory, because its lock nodes live beside the jobs. Hence the failed
@@ -215,8 +216,8 @@ ANALYSIS = """## Reading these numbers
 - **The raw ceilings.** "raw aiozk" is stock aiozk (a `wait_for` per read, a timer per
   request); "jobboard's client fixes" runs the same two requests on jobboard's own session
   (its reader, no timer, multis encoded by `fastwire`). jobboard's ratio to the latter is the
-  board's own overhead: one more request per cycle (the `get` before the claim), four
-  notifications per cycle handled by its view, and its bookkeeping.
+  board's own overhead: the claim's `set_data` (attempts, generation), the write marker,
+  four notifications per cycle handled by its view, and its bookkeeping.
 - **Variance.** The machine is shared; rounds interleave every system, so a slow minute
   hits all of them, and the ratios within a round are steadier than the absolute figures.
 """
@@ -232,7 +233,9 @@ def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -
         (f"Produced by `{command}` (see `benchmarks/`), on {facts['date']}: {facts['cores']} cores "
         f"({facts['cpu']}), {facts['memory']}, Python {facts['python']}, ZooKeeper {facts['zookeeper']} "
         "standalone on loopback, forceSync on (as shipped). Every system ran against the same server in "
-        "the same run. Medians of the repetitions, with min–max; W = concurrent claimers."), "",
+        "the same run. Medians of the repetitions, with min–max; W = concurrent claimers."
+        + (f" The machine was shared: load average {facts['load_start']} at the start, {facts['load_end']} "
+           "at the end (`/proc/loadavg`, 1/5/15 min)." if facts.get("load_start") else "")), "",
         "## Targets", "", *targets(results), "",
         "## Claim cycle: post N jobs, then W claimers claim → consume until empty", "", *cycle_rows(cycles), "",
         "## Ratios at the same W, same run", "", *ratio_rows(results), "",

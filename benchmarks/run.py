@@ -118,7 +118,11 @@ def machine_facts(server: ZooKeeperServer) -> dict[str, str]:
     memory = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
     return {"cpu": cpu, "cores": read(["nproc"]), "memory": f"{int(memory) // 1024 // 1024} GiB",
             "python": sys.version.split()[0], "zookeeper": _zk_version(server),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": load_average()}
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def _zk_version(server: ZooKeeperServer) -> str:
@@ -161,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"round {round_number + 1} of {plan.repeat}", file=sys.stderr, flush=True)
             rounds.append([run_one(args) for args in benchmarks(plan, server.hosts, server.pid)])
         results = merge(rounds) + [run_one(args) for args in once(plan, server.hosts)]
+        facts["load_end"] = load_average()
     out = Path(options.out)
     command = " ".join(["python", "-m", "benchmarks.run", *(argv or sys.argv[1:])])
     lines = [json.dumps({"facts": facts, "command": command}), *(json.dumps(result) for result in results)]

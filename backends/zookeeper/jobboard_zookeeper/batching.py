@@ -13,6 +13,12 @@ A chunk whose multi fails (a key that exists already, a duplicate key in the
 batch) is posted job by job with :meth:`Poster.post`, which returns the job a key
 finds. A linked posting (``depends_on``) is posted alone, after every chunk before
 it, so "the jobs before a missing dependency stay posted" holds as for ``post``.
+Two chunks are in flight at a time: when one fails (``UnknownOutcome``,
+``BackendUnavailable``), the chunk beside it may have been posted (keys make
+repeating the batch safe, as the contract says).
+
+Claims use the same module: :meth:`BatchingBoard._candidate` reads the next claim
+candidates ahead, several in one ``multiRead``, for the board's claimers.
 """
 
 from __future__ import annotations
