@@ -34,6 +34,7 @@ from jobboard_zookeeper.ops import (
 from jobboard_zookeeper.zk_protocol import (
     PERSISTENT_RECURSIVE,
     AddWatchRequest,
+    coalesce_writes,
     digest_acl,
     plain_reader,
     prompt_find_server,
@@ -171,6 +172,7 @@ class ZooKeeper:
                 return None
             if conn is not None:
                 conn._read, conn.read_response = plain_reader(conn), fast_reader(conn)
+                coalesce_writes(conn)
             return conn
 
         self._session.make_connection = make_connection
