@@ -8,7 +8,13 @@ claim_next -> consume until the board is empty.
 
 Prints one JSON line: per run and median, posts/s, cycles/s, claim latency
 p50/p99 (ms), failed claim attempts (lost races), ZooKeeper requests per cycle,
-CPU seconds of the benchmark process(es) and, with --zk-pid, of the server.
+CPU seconds of the benchmark process(es) and, with --zk-pid, of the server; the
+watch notifications each claiming process receives per job of the board, and per
+job it ran itself (the clients' counts);
+CPU milliseconds per job in the claiming processes and in the server; and the
+server's own counts per cycle from its ``mntr`` four-letter word (packets received
+= requests, pings included; packets sent minus received = notifications). The
+producer board is closed before the consume phase, so only claimers are counted.
 """
 
 from __future__ import annotations
@@ -43,6 +49,25 @@ def requests_sent(board: JobBoard) -> int:
     return int(getattr(zk, "requests_sent", 0))
 
 
+def events_received(board: JobBoard) -> int:
+    zk = getattr(board, "zk", None)
+    return int(getattr(zk, "events_received", 0))
+
+
+def server_counts(hosts: str | None) -> tuple[int, int]:
+    """The server's packets received and sent so far (``mntr``), or zeros without a server."""
+    if not hosts:
+        return 0, 0
+    from tests.support.zkserver import four_letter
+
+    try:
+        reply = four_letter(int(hosts.split(",")[0].rsplit(":", 1)[1]), "mntr")
+    except OSError:
+        return 0, 0
+    found = dict(line.split("\t", 1) for line in reply.splitlines() if "\t" in line)
+    return int(found.get("zk_packets_received", 0)), int(found.get("zk_packets_sent", 0))
+
+
 async def post_jobs(board: JobBoard, count: int, name: str = "bench") -> float:
     """Post ``count`` jobs, ``POST_CONCURRENCY`` at a time; returns posts per second."""
     limiter = anyio.CapacityLimiter(POST_CONCURRENCY)
@@ -75,11 +100,19 @@ async def drain(board: JobBoard, owner: str, latencies: list[float], stop: anyio
         done += 1
 
 
-async def consume_phase(url: str, workers: int) -> dict[str, Any]:
-    """W claimers sharing one board (one session); returns the phase's figures."""
+async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = None) -> dict[str, Any]:
+    """W claimers sharing one board (one session); returns the phase's figures.
+
+    In a child process, ``ready`` (a queue) hears that the board is open and ``go``
+    (an event) starts the claimers, so that every process is measured over the same phase.
+    """
     latencies: list[float] = []
     async with open_board(url) as board:
+        if ready is not None:
+            ready.put("ready")
+            await anyio.to_thread.run_sync(go.wait)
         requests_before, conflicts_before = requests_sent(board), getattr(board, "claim_conflicts", 0)
+        events_before = events_received(board)
         watch, cpu = Stopwatch(), process_cpu_seconds()
         async with anyio.create_task_group() as group:
             results: list[int] = []
@@ -92,12 +125,13 @@ async def consume_phase(url: str, workers: int) -> dict[str, Any]:
         elapsed = watch.elapsed()
         return {"cycles": sum(results), "seconds": elapsed, "cpu_s": process_cpu_seconds() - cpu,
                 "requests": requests_sent(board) - requests_before,
+                "events": events_received(board) - events_before,
                 "failed_claims": getattr(board, "claim_conflicts", 0) - conflicts_before,
                 "latencies": latencies}
 
 
-def _consume_in_child(url: str, workers: int, queue: Any) -> None:
-    result = anyio.run(consume_phase, url, workers)
+def _consume_in_child(url: str, workers: int, queue: Any, go: Any) -> None:
+    result = anyio.run(consume_phase, url, workers, queue, go)
     result.pop("latencies")
     queue.put(result)
 
@@ -105,42 +139,59 @@ def _consume_in_child(url: str, workers: int, queue: Any) -> None:
 async def consume_in_processes(url: str, workers: int, processes: int) -> dict[str, Any]:
     """The consume phase split over ``processes`` processes of W/processes claimers each."""
     context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    children = [context.Process(target=_consume_in_child, args=(url, max(1, workers // processes), queue))
+    queue, go = context.Queue(), context.Event()
+    children = [context.Process(target=_consume_in_child, args=(url, max(1, workers // processes), queue, go))
                 for _ in range(processes)]
-    watch = Stopwatch()
     for child in children:
         child.start()
+    for _ in children:  # every board is open (and sees the whole board) before the phase starts
+        await anyio.to_thread.run_sync(queue.get, abandon_on_cancel=True)
+    watch = Stopwatch()
+    go.set()
     parts = [await anyio.to_thread.run_sync(queue.get, abandon_on_cancel=True) for _ in children]
     for child in children:
         await anyio.to_thread.run_sync(child.join)
     return {"cycles": sum(p["cycles"] for p in parts), "seconds": watch.elapsed(),
             "cpu_s": sum(p["cpu_s"] for p in parts), "requests": sum(p["requests"] for p in parts),
-            "failed_claims": sum(p["failed_claims"] for p in parts), "latencies": []}
+            "failed_claims": sum(p["failed_claims"] for p in parts), "latencies": [],
+            "events": sum(p["events"] for p in parts)}
 
 
 async def one_run(args: argparse.Namespace) -> dict[str, Any]:
     url = run_url(args.url)
-    zk_cpu = child_cpu_seconds(args.zk_pid)
+    zk_cpu, server = 0.0, (0, 0)
     async with AsyncExitStack() as stack:
         producer = await stack.enter_async_context(open_board(url))
         if args.interleaved:
+            zk_cpu, server = child_cpu_seconds(args.zk_pid), server_counts(args.hosts)
             phase, posts_per_s = await interleaved(url, producer, args)
         else:
             posts_per_s = await post_jobs(producer, args.jobs)
+            await stack.aclose()  # only the claimers' boards watch during the consume phase
+            zk_cpu, server = child_cpu_seconds(args.zk_pid), server_counts(args.hosts)
             if args.processes > 1:
                 phase = await consume_in_processes(url, args.workers, args.processes)
             else:
                 phase = await consume_phase(url, args.workers)
-        left = await producer.job_count()
+    zk_cpu, after = child_cpu_seconds(args.zk_pid) - zk_cpu, server_counts(args.hosts)
+    async with open_board(url) as board:
+        left = await board.job_count()
     latencies = sorted(phase.pop("latencies"))
+    cycles = max(phase["cycles"], 1)
     return {"posts_per_s": round(posts_per_s, 1), "cycles_per_s": round(phase["cycles"] / phase["seconds"], 1),
             "claim_p50_ms": round(1000 * percentile(latencies, 50), 2) if latencies else None,
             "claim_p99_ms": round(1000 * percentile(latencies, 99), 2) if latencies else None,
             "failed_claims": phase["failed_claims"],
             "zk_requests_per_cycle": round(phase["requests"] / max(phase["cycles"], 1), 2),
             "cpu_s": round(phase["cpu_s"], 2),
-            "zk_cpu_s": round(child_cpu_seconds(args.zk_pid) - zk_cpu, 2) if args.zk_pid else None,
+            "zk_cpu_s": round(zk_cpu, 2) if args.zk_pid else None,
+            "cpu_ms_per_job": round(1000 * phase["cpu_s"] / cycles, 3),
+            "zk_cpu_ms_per_job": round(1000 * zk_cpu / cycles, 3) if args.zk_pid else None,
+            "notifications_per_job_per_process": round(phase["events"] / cycles / args.processes, 2),
+            "notifications_per_own_job": round(phase["events"] / cycles, 2),
+            "server_requests_per_cycle": round((after[0] - server[0]) / cycles, 2) if args.hosts else None,
+            "server_notifications_per_cycle": (round(((after[1] - server[1]) - (after[0] - server[0])) / cycles, 2)
+                                               if args.hosts else None),
             "left": left}
 
 
@@ -166,7 +217,7 @@ async def interleaved(url: str, producer: JobBoard, args: argparse.Namespace) ->
                 group.start_soon(claimer, index)
             rates.append(await produce())
         phase = {"cycles": sum(done), "seconds": watch.elapsed(), "cpu_s": process_cpu_seconds() - cpu,
-                 "requests": requests_sent(board) - requests, "latencies": latencies,
+                 "requests": requests_sent(board) - requests, "latencies": latencies, "events": events_received(board),
                  "failed_claims": getattr(board, "claim_conflicts", 0)}
     return phase, rates[0]
 

@@ -7,6 +7,10 @@ It starts a standalone ZooKeeper 3.8 on a free loopback port (forceSync on, as
 ZooKeeper ships), runs each benchmark as its own process (``python -m
 benchmarks.<name> ...``), keeps every JSON line in docs/benchmarks.json and
 renders the medians, ranges and same-run ratios into docs/benchmarks.md.
+Systems are interleaved: each round runs every system once (one repetition),
+and the rounds repeat, so that a slow minute on a shared machine hits all of
+them; the medians are over the rounds. Backlog scaling and plans run once at
+the end with their own repetitions.
 """
 
 from __future__ import annotations
@@ -34,29 +38,61 @@ class Plan:
     jobs: int = 1000
     taskflow_jobs: int = 1000
     kazoo_jobs: int = 1000
-    workers: tuple[int, ...] = (1, 2, 4, 16, 64)
-    taskflow_workers: tuple[int, ...] = (1, 4, 16)
+    workers: tuple[int, ...] = (1, 4, 16, 64)
+    fleet_workers: tuple[int, ...] = (16, 64)
+    processes: tuple[int, ...] = (4, 16)
+    """Besides one process (the plain rows at the same W)."""
+    taskflow_workers: tuple[int, ...] = (1, 16)
     backlogs: str = "1000,10000,50000"
     commands: list[list[str]] = field(default_factory=list)
 
 
 def benchmarks(plan: Plan, hosts: str, zk_pid: int) -> list[list[str]]:
-    """Every benchmark command, in the order they run."""
-    common = ["--repeat", str(plan.repeat)]
+    """The commands of one round (one repetition of each system, interleaved), in the order they run."""
+    common = ["--repeat", "1"]
     ours = ["--hosts", hosts, "--jobs", str(plan.jobs), "--zk-pid", str(zk_pid), *common]
     commands = [["cycle", "--url", "memory://bench", "--jobs", str(plan.jobs), "--workers", "16", *common]]
-    commands += [["cycle", *ours, "--workers", str(w)] for w in plan.workers]
-    commands += [["cycle", *ours, "--workers", str(w), "--processes", "4"] for w in (16, 64)]
+    for w in plan.workers:
+        commands += [["cycle", *ours, "--workers", str(w)]]
+        commands += [["peers.aiozk_ceiling", "--client", client, "--hosts", hosts, "--jobs", str(plan.jobs),
+                      "--workers", str(w), *common] for client in ("fixed", "stock")]
+    commands += [["cycle", *ours, "--workers", str(w), "--processes", str(p)]
+                 for w in plan.fleet_workers for p in plan.processes]
     commands += [["cycle", *ours, "--workers", "16", "--interleaved"]]
-    commands += [["peers.aiozk_ceiling", "--hosts", hosts, "--jobs", str(plan.jobs), "--workers", str(w), *common]
-                 for w in plan.workers]
     commands += [["peers.taskflow_board", "--hosts", hosts, "--jobs", str(plan.taskflow_jobs),
                   "--workers", str(w), *common] for w in plan.taskflow_workers]
     commands += [["peers.kazoo_queue", "--hosts", hosts, "--jobs", str(plan.kazoo_jobs), "--workers", str(w),
-                  *common] for w in (1, 2, 4, 16)]
-    commands += [["scaling", "--hosts", hosts, "--backlogs", plan.backlogs, *common]]
-    commands += [["dag", "--hosts", hosts, "--workers", "4", *common]]
+                  *common] for w in (1, 4, 16)]
+    commands += [["batches", "--url", f"zookeeper://{hosts}/bench/batches", "--jobs", "10000", "--batch", "2000",
+                  "--workers", "16", *common]]
     return commands
+
+
+def once(plan: Plan, hosts: str) -> list[list[str]]:
+    """Benchmarks with their own repetitions inside, run once after the rounds (they take longest)."""
+    common = ["--repeat", str(plan.repeat)]
+    return [["scaling", "--hosts", hosts, "--backlogs", plan.backlogs, *common],
+            ["dag", "--hosts", hosts, "--workers", "4", *common]]
+
+
+def merge(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One result per command: the runs of every round together, their median and range."""
+    from benchmarks.common import median_of
+
+    merged = []
+    for results in zip(*rounds, strict=True):
+        ok = [result for result in results if "error" not in result]
+        if not ok:
+            merged.append(results[0])
+            continue
+        runs = [run for result in ok for run in result.get("runs", [])]
+        first = dict(ok[0])
+        first.update(runs=runs, repeat=len(runs), median=median_of(runs) if runs else first.get("median", {}),
+                     seconds=round(sum(result.get("seconds", 0) for result in ok), 1))
+        first["command"] = [part if part != "1" or first["command"][index - 1] != "--repeat" else str(len(ok))
+                            for index, part in enumerate(first["command"])]
+        merged.append(first)
+    return merged
 
 
 def run_one(args: list[str]) -> dict[str, Any]:
@@ -82,7 +118,11 @@ def machine_facts(server: ZooKeeperServer) -> dict[str, str]:
     memory = Path("/proc/meminfo").read_text().splitlines()[0].split()[1]
     return {"cpu": cpu, "cores": read(["nproc"]), "memory": f"{int(memory) // 1024 // 1024} GiB",
             "python": sys.version.split()[0], "zookeeper": _zk_version(server),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": load_average()}
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def _zk_version(server: ZooKeeperServer) -> str:
@@ -112,14 +152,20 @@ def main(argv: list[str] | None = None) -> int:
         return rerender(Path(options.render_from), Path(options.out))
     plan = Plan()
     if options.quick:
-        plan = Plan(repeat=1, jobs=500, taskflow_jobs=100, kazoo_jobs=200, backlogs="1000,10000")
+        plan = Plan(repeat=1, jobs=500, taskflow_jobs=100, kazoo_jobs=200, backlogs="1000,10000", workers=(1, 16),
+                    processes=(4,))
     if options.jobs:
         plan.jobs = plan.taskflow_jobs = plan.kazoo_jobs = options.jobs
     ensure_zookeeper_installed()
     with ZooKeeperServer(fsync=True) as server:
         assert server.pid is not None
         facts = machine_facts(server)
-        results = [run_one(args) for args in benchmarks(plan, server.hosts, server.pid)]
+        rounds = []
+        for round_number in range(plan.repeat):
+            print(f"round {round_number + 1} of {plan.repeat}", file=sys.stderr, flush=True)
+            rounds.append([run_one(args) for args in benchmarks(plan, server.hosts, server.pid)])
+        results = merge(rounds) + [run_one(args) for args in once(plan, server.hosts)]
+        facts["load_end"] = load_average()
     out = Path(options.out)
     command = " ".join(["python", "-m", "benchmarks.run", *(argv or sys.argv[1:])])
     lines = [json.dumps({"facts": facts, "command": command}), *(json.dumps(result) for result in results)]

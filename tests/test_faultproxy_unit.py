@@ -25,6 +25,7 @@ def test_a_multi_of_creates_led_by_a_job_is_a_post() -> None:
     assert single_create(frame(create("/r/jobs/2-1")))
     assert single_create(frame(create("/r/jobs/2-1"), create("/r/marks/ab-0000000001")))  # with its marker
     assert single_create(frame(create("/r/keys/k-x"), create("/r/jobs/2-1"), create("/r/marks/ab-1")))
+    assert single_create(frame(create("/r/jobs/2-1"), create("/r/jobs/2-2"), create("/r/marks/ab-1")))  # a chunk
 
 
 def test_other_writes_are_not() -> None:

@@ -15,6 +15,10 @@ first lock to the last multi; failed_claims (always 0 here: nothing contends); z
 cycle phase (counted at ``client.send``; 2 by construction); cpu_s of this process during the cycle phase;
 left (job znodes still there afterwards, should be 0). A ceiling to read jobboard's numbers against, not a
 job board: there is no discovery, no ownership check and no watch.
+
+``--client fixed`` runs the same requests on the client fixes jobboard uses (``jobboard_zookeeper.zk``:
+its own reader, no timer per request, multis and replies encoded by ``jobboard_zookeeper.fastwire``), so
+that jobboard's ratio to it shows the board's own overhead, not aiozk's; ``stock`` is plain aiozk.
 """
 
 from __future__ import annotations
@@ -57,6 +61,26 @@ class CountingZk:
             raise RuntimeError(f"multi delete of {job} failed: {failures!r}")
 
 
+class FixedZk(CountingZk):
+    """The same requests through jobboard's ZooKeeper session (``jobboard_zookeeper.zk``)."""
+
+    def __init__(self, zk: Any) -> None:
+        super().__init__(zk._client)
+        self.zk = zk
+
+    async def send(self, request: Any) -> Any:
+        self.requests += 1
+        return (await self.zk._call(request, retry=False))[1]
+
+    async def delete_both(self, lock: str, job: str) -> None:
+        from jobboard_zookeeper.ops import Delete
+
+        self.requests += 1
+        result = await self.zk.multi([Delete(lock), Delete(job)])
+        if not result.ok:
+            raise RuntimeError(f"multi delete of {job} failed: {result.failure()!r}")
+
+
 async def post_jobs(zk: CountingZk, jobs_dir: str, jobs: int, workers: int) -> tuple[list[str], float]:
     """Create the job znodes, ``workers`` at a time; returns their paths and creates per second."""
     async def poster(first: int) -> list[str]:
@@ -95,6 +119,8 @@ async def measure(zk: CountingZk, root: str, args: argparse.Namespace) -> dict[s
 
 
 async def one_run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.client == "fixed":
+        return await one_fixed_run(args)
     root = unique_path("aiozk")
     client = ZKClient(args.hosts, session_timeout=10)
     await client.start()
@@ -109,10 +135,30 @@ async def one_run(args: argparse.Namespace) -> dict[str, Any]:
             await client.close()
 
 
+async def one_fixed_run(args: argparse.Namespace) -> dict[str, Any]:
+    from jobboard_zookeeper.zk import ZooKeeper
+
+    root = unique_path("aiozk-fixed")
+    zk = ZooKeeper(args.hosts, session_timeout=10, connect_timeout=10)
+    await zk.start()
+    try:
+        async with asyncio.timeout(args.timeout):
+            return await measure(FixedZk(zk), root, args)
+    finally:
+        try:
+            async with asyncio.timeout(60):
+                await zk._client.deleteall(root)
+        finally:
+            await zk.close()
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = make_parser((__doc__ or "").split("\n\n")[0]).parse_args(argv)
+    parser = make_parser((__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--client", choices=("stock", "fixed"), default="stock",
+                        help="plain aiozk, or jobboard's session with its client fixes")
+    args = parser.parse_args(argv)
     runs = [asyncio.run(one_run(args)) for _ in range(args.repeat)]
-    return report("cycle", "aiozk-ceiling", args, runs)
+    return report("cycle", "aiozk-ceiling" if args.client == "stock" else "aiozk-ceiling-fixed", args, runs)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ def _string(frame: bytes, at: int) -> tuple[bytes, int]:
 
 
 def single_create(frame: bytes) -> bool:
-    """Whether a request frame is the post of one claimable job: a multi of creates only, one of
-    them a node ``.../jobs/<id>`` (the others: its write marker, its key), none a waiting job."""
+    """Whether a request frame is a post of claimable jobs: a multi of creates only, one or more
+    of them nodes ``.../jobs/<id>`` (the others: the write marker, keys), none a waiting job."""
     try:
         _, _, opcode = struct.unpack_from(">iii", frame)
         if opcode != MULTI:
@@ -49,7 +49,7 @@ def single_create(frame: bytes) -> bool:
             at += 9
             if op_type == -1 or done:
                 jobs = [path for path in paths if re.search(rb"/jobs/[^/]+$", path)]
-                return len(jobs) == 1 and not any(b"/waiting/" in path for path in paths)
+                return len(jobs) >= 1 and not any(b"/waiting/" in path for path in paths)
             if op_type != 1:
                 return False
             path, at = _string(frame, at)
@@ -155,7 +155,8 @@ class FrameProxy(TcpProxy):
         faults = self.faults
         async for frame in self._frames(reader, writer):
             xid, opcode = struct.unpack(">ii", frame[4:12]) if len(frame) >= 12 else (0, 0)
-            if opcode in faults.opcodes and faults.lose_requests > 0:
+            if opcode in faults.opcodes and faults.lose_requests > 0 and (
+                    not faults.posts_only or single_create(frame)):
                 faults.lose_requests -= 1
                 faults.note("lost_request")
                 self.link.hold(faults.hold_after)
@@ -219,10 +220,14 @@ class FaultLink:
         self.faults.hold_after = hold
         self.faults.posts_only = posts_only
 
-    def lose_request(self, count: int = 1, *, hold: float = 0.0) -> None:
-        """The next ``count`` writes are dropped before the server sees them, and the link reset."""
+    def lose_request(self, count: int = 1, *, hold: float = 0.0, posts_only: bool = False) -> None:
+        """The next ``count`` writes are dropped before the server sees them, and the link reset.
+
+        :param posts_only: only writes that are posts (see :func:`single_create`).
+        """
         self.faults.lose_requests += count
         self.faults.hold_after = hold
+        self.faults.posts_only = posts_only
 
     def disarm(self) -> None:
         """Forget armed faults that did not fire yet."""

@@ -35,6 +35,7 @@ from jobboard.job import (
     When,
     wanted,
 )
+from jobboard_zookeeper.batching import BatchingBoard, BatchPoster
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
 from jobboard_zookeeper.keep import KeepingBoard
@@ -60,7 +61,7 @@ SESSION_EVENTS = {SessionEvent.SUSPENDED: EventKind.SUSPENDED, SessionEvent.RECO
                   SessionEvent.EXPIRED: EventKind.SESSION_EXPIRED}
 
 
-class ZooKeeperBoard(KeepingBoard):
+class ZooKeeperBoard(KeepingBoard, BatchingBoard):
     """A job board stored under one ZooKeeper path; see the module docstring."""
 
     def __init__(self, url: str) -> None:
@@ -97,6 +98,7 @@ class ZooKeeperBoard(KeepingBoard):
                                     max_request_bytes=self.options.max_request_bytes)
             self.view = BoardView(self._zk, self._paths, self._publish)
             self._poster = Poster(self._zk, self._paths, self._markers, self.key_retention)
+            self._batches = BatchPoster(self._zk, self._paths, self._markers, self._poster, options.max_request_bytes)
             self._entities = Entities(self._zk, self._paths)
             self._zk.add_session_listener(self._on_session_event)  # a blip while opening re-syncs
             await self.view.sync(report=False)
@@ -273,7 +275,7 @@ class ZooKeeperBoard(KeepingBoard):
         return None
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
-        stored = await self._stored(job, claimable_only=True)
+        stored = await self._candidate(job)
         if stored is None:
             return None
         if not wanted(stored.posting.name, names):

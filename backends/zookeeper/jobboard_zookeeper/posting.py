@@ -54,6 +54,18 @@ class Poster:
             await self._zk.ensure_path(self._paths.counter(epoch + 1))
             self._epoch = max(self._epoch, epoch + 1)
 
+    async def sequences(self, count: int) -> list[int]:
+        """``count`` job sequences in one request: a multi of ``count`` counter bumps (the
+        versions are consecutive; a replay after a lost reply only skips numbers)."""
+        epoch = self._epoch
+        result = await self._zk.multi([SetData(self._paths.counter(epoch), b"", -1)] * count, retry_safe=True)
+        if not result.ok:
+            raise BackendUnavailable(f"allocating {count} job ids failed: {result.failure()}")
+        versions = [version for version in result.versions if version is not None]
+        if versions[-1] < EPOCH_SIZE:
+            return [epoch * EPOCH_SIZE + version for version in versions]
+        return [await self.next_sequence() for _ in range(count)]  # the epoch is full: move on
+
     async def post(self, posting: Posting, raw: bytes) -> Job:
         """Store an encoded posting once; a keyed post may return the job its key finds.
 

@@ -21,6 +21,7 @@ import anyio
 from jobboard.events import Event, EventKind
 from jobboard.job import wanted
 from jobboard_zookeeper.layout import Paths, is_job_id
+from jobboard_zookeeper.ops import Stat
 from jobboard_zookeeper.zk import CREATED, DELETED, ZooKeeper
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,8 @@ class BoardView:
         """How many times each job's lock was created or deleted (cleared with the job)."""
         self.names: dict[str, str] = {}
         """Job names seen so far (a name never changes), to filter without reading."""
+        self.prefetched: dict[str, tuple[bytes, Stat] | None] = {}
+        """Job nodes read ahead for claims (see ``batching``); an entry goes when its job changes."""
         self._handlers = {"jobs": self._on_job, "waiting": self._on_waiting,
                           "locks": self._on_lock, "trash": self._on_trash}
 
@@ -226,6 +229,7 @@ class BoardView:
 
     def _on_job(self, kind: int, job_id: str) -> None:
         self._skip.pop(job_id, None)
+        self.prefetched.pop(job_id, None)
         if kind == CREATED and self.jobs.add(job_id):
             ready = job_id in self._left_waiting
             self._left_waiting.discard(job_id)

@@ -21,13 +21,12 @@ from aiozk import exc, protocol
 from aiozk.states import States
 
 from jobboard.errors import BackendUnavailable
+from jobboard_zookeeper.fastwire import MultiReadRequest, MultiRequest, encode_acl, fast_reader
 from jobboard_zookeeper.ops import (
     Create,
-    Delete,
     Op,
     OutcomeUnknown,
     SessionEvent,
-    SetData,
     Stat,
     TxnResult,
     ZkError,
@@ -35,6 +34,7 @@ from jobboard_zookeeper.ops import (
 from jobboard_zookeeper.zk_protocol import (
     PERSISTENT_RECURSIVE,
     AddWatchRequest,
+    coalesce_writes,
     digest_acl,
     plain_reader,
     prompt_find_server,
@@ -45,6 +45,7 @@ from jobboard_zookeeper.zk_protocol import (
 logger = logging.getLogger(__name__)
 
 
+NO_NODE = -101
 TRANSIENT = {"ConnectionLoss", "OperationTimeout", "SessionExpired", "SessionMoved", "ZKSystemError"}
 """Server error replies that say nothing about the request itself."""
 SessionListener = Callable[[str], None]
@@ -69,6 +70,7 @@ class ZooKeeper:
         self._ping_timeout = ping_timeout
         self._auth = auth
         self.acl = digest_acl(*auth) if auth else [protocol.UNRESTRICTED_ACCESS]
+        self._acl_bytes = encode_acl(self.acl)
         self._listeners: list[SessionListener] = []
         self._session_id: int | None = None
         self._expiry_reported = False
@@ -80,6 +82,8 @@ class ZooKeeper:
         """Loop time of the last reply from the server (a ping's included)."""
         self.requests_sent = 0
         """Requests sent on this session (for benchmarks: requests per claim)."""
+        self.events_received = 0
+        """Watch notifications received (for benchmarks: notifications per job)."""
         self._hook_state_machine()
         self._hook_event_dispatch()
         self._hook_connections()
@@ -144,6 +148,7 @@ class ZooKeeper:
         original = self._session.event_dispatch
 
         def event_dispatch(event: Any) -> None:
+            self.events_received += 1
             if event.type:
                 for prefix, callback in self._trees.items():
                     if event.path.startswith(prefix):
@@ -166,7 +171,8 @@ class ZooKeeper:
                 logger.warning("ZooKeeper server %s:%s accepted but did not answer; trying another", host, port)
                 return None
             if conn is not None:
-                conn._read = plain_reader(conn)
+                conn._read, conn.read_response = plain_reader(conn), fast_reader(conn)
+                coalesce_writes(conn)
             return conn
 
         self._session.make_connection = make_connection
@@ -322,6 +328,14 @@ class ZooKeeper:
             raise
         return list(response.children), zxid
 
+    async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        """Several nodes' data and stat in one request (``multiRead``); ``None`` for a missing node."""
+        _, response = await self._call(MultiReadRequest(paths), retry=True)
+        for path, result in zip(paths, response.results, strict=True):
+            if isinstance(result, int) and result != NO_NODE:
+                raise ZkError(type(exc.get_response_error(result)).__name__, path)
+        return [None if isinstance(result, int) else result for result in response.results]
+
     async def exists(self, path: str, *, watch: bool = False) -> Stat | None:
         try:
             _, response = await self._call(protocol.ExistsRequest(path=path, watch=watch), retry=True)
@@ -363,10 +377,7 @@ class ZooKeeper:
         :param retry_safe: re-send after a lost reply (only for idempotent multis).
         :raises OutcomeUnknown: the reply was lost (unless ``retry_safe``).
         """
-        request = protocol.TransactionRequest()
-        for op in ops:
-            request.add(self._request_for(op))
-        zxid, response = await self._call(request, retry=retry_safe)
+        zxid, response = await self._call(MultiRequest(ops, self._acl_bytes, self.acl), retry=retry_safe)
         errors, versions = [], []
         for item in response.responses:
             failed = isinstance(item, BaseException) or (isinstance(item, type) and issubclass(item, Exception))
@@ -374,17 +385,6 @@ class ZooKeeper:
             stat = None if failed else getattr(item, "stat", None)
             versions.append(int(stat.version) if stat is not None else None)
         return TxnResult(tuple(ops), tuple(errors), tuple(versions), zxid)
-
-    def _request_for(self, op: Op) -> Any:
-        if isinstance(op, Create):
-            request = protocol.CreateRequest(path=op.path, data=op.data, acl=self.acl)
-            request.set_flags(ephemeral=op.ephemeral)
-            return request
-        if isinstance(op, Delete):
-            return protocol.DeleteRequest(path=op.path, version=op.version)
-        if isinstance(op, SetData):
-            return protocol.SetDataRequest(path=op.path, data=op.data, version=op.version)
-        return protocol.CheckVersionRequest(path=op.path, version=op.version)
 
     # -- watches -----------------------------------------------------------------
 

@@ -60,6 +60,28 @@ def plain_reader(conn: Any) -> Callable[[int], Awaitable[bytes]]:
     return read
 
 
+def coalesce_writes(conn: Any) -> None:
+    """Send the requests made in one turn of the event loop with one ``send``: aiozk writes
+    each request at once, and a loopback ``send`` costs more than encoding a request (the
+    kernel delivers it to the server in the caller's time): ~1/3 of a busy board's CPU."""
+    writer, loop = conn.writer, asyncio.get_running_loop()
+    write = writer.write
+    pending: list[bytes] = []
+
+    def flush() -> None:
+        data = b"".join(pending)
+        pending.clear()
+        if not writer.transport.is_closing():
+            write(data)
+
+    def coalescing_write(data: bytes) -> None:
+        if not pending:
+            loop.call_soon(flush)
+        pending.append(data)
+
+    writer.write = coalescing_write
+
+
 def stat_of(raw: Any) -> Stat:
     return Stat(version=int(raw.version), czxid=int(raw.created_zxid), mzxid=int(raw.last_modified_zxid),
                 num_children=int(raw.num_children), ephemeral_owner=int(raw.ephemeral_owner),

@@ -1,0 +1,208 @@
+"""``post_many`` on ZooKeeper: chunked multis, each exactly once like a single post.
+
+The postings are cut into chunks that fit one request (``max_request_bytes``,
+at most :data:`CHUNK_JOBS` jobs). A chunk costs two requests whatever its size:
+one multi of counter bumps allocates its ids (:meth:`Poster.sequences`), and one
+multi creates every ``jobs/<id>`` of the chunk, the key node of each keyed
+posting, and one write marker. The multi applies entirely or not at all, so the
+marker resolves a lost reply for the whole chunk exactly as for a single post
+(:mod:`jobboard_zookeeper.markers`): applied, the chunk's jobs are returned;
+certainly not applied, the same chunk is sent again with the same ids.
+
+A chunk whose multi fails (a key that exists already, a duplicate key in the
+batch) is posted job by job with :meth:`Poster.post`, which returns the job a key
+finds. A linked posting (``depends_on``) is posted alone, after every chunk before
+it, so "the jobs before a missing dependency stay posted" holds as for ``post``.
+Two chunks are in flight at a time: when one fails (``UnknownOutcome``,
+``BackendUnavailable``), the chunk beside it may have been posted (keys make
+repeating the batch safe, as the contract says).
+
+Claims use the same module: :meth:`BatchingBoard._candidate` reads the next claim
+candidates ahead, several in one ``multiRead``, for the board's claimers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from jobboard.board import JobBoard, NewJob
+from jobboard.codec import MalformedEntry, Posting, decode_posting
+from jobboard.errors import BackendUnavailable, UnknownOutcome
+from jobboard.job import Job
+from jobboard_zookeeper.keys import KeyRecord
+from jobboard_zookeeper.layout import Paths, job_id
+from jobboard_zookeeper.linked import Stored
+from jobboard_zookeeper.markers import Marker, Markers
+from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown
+from jobboard_zookeeper.posting import RACE_RETRIES, Poster
+from jobboard_zookeeper.view import BoardView
+from jobboard_zookeeper.zk import ZooKeeper
+
+CHUNK_JOBS = 2000
+READ_AHEAD = 16
+"""Claim candidates read in one request."""
+MISSING = "missing"
+IN_FLIGHT = 2
+OP_BYTES = 96
+"""Bytes a create costs in a request besides its path and data (header, ACL, flags), rounded up."""
+Prepared = tuple[Posting, bytes]
+
+
+class BatchPoster:
+    """Posts batches for one board (see the module docstring)."""
+
+    def __init__(self, zk: ZooKeeper, paths: Paths, markers: Markers, poster: Poster,
+                 max_request_bytes: int) -> None:
+        self._zk, self._paths, self._markers, self._poster = zk, paths, markers, poster
+        self._max_bytes = max_request_bytes
+
+    async def post(self, prepared: Sequence[Prepared]) -> list[Job]:
+        jobs: list[Job] = []
+        chunks = self.chunks(prepared)
+        while chunks:
+            if chunks[0][0][0].depends_on:
+                jobs.append(await self._poster.post(*chunks.pop(0)[0]))
+                continue
+            run = [chunks.pop(0)]
+            while chunks and len(run) < IN_FLIGHT and not chunks[0][0][0].depends_on:
+                run.append(chunks.pop(0))
+            for posted in await asyncio.gather(*map(self._post_chunk, run)):
+                jobs.extend(posted)
+        return jobs
+
+    def chunks(self, prepared: Sequence[Prepared]) -> list[list[Prepared]]:
+        """Runs of unlinked postings cut to fit a request; each linked posting alone."""
+        chunks: list[list[Prepared]] = []
+        chunk: list[Prepared] = []
+        size = 2 * OP_BYTES + len(self._paths.mark("m" * 32))
+        for posting, raw in prepared:
+            cost = self._cost(posting, raw)
+            if chunk and (posting.depends_on or len(chunk) >= CHUNK_JOBS or size + cost > self._max_bytes):
+                chunks.append(chunk)
+                chunk, size = [], 2 * OP_BYTES + len(self._paths.mark("m" * 32))
+            if posting.depends_on:
+                chunks.append([(posting, raw)])
+                continue
+            chunk.append((posting, raw))
+            size += cost
+        return [*chunks, chunk] if chunk else chunks
+
+    def _cost(self, posting: Posting, raw: bytes) -> int:
+        cost = OP_BYTES + len(self._paths.job("0-0000000000000")) + len(raw)
+        if posting.key is not None:
+            cost += OP_BYTES + len(self._paths.key(posting.key)) + len(KeyRecord("0-0000000000000").encode())
+        return cost
+
+    async def _post_chunk(self, chunk: list[Prepared]) -> list[Job]:
+        sequences = await self._poster.sequences(len(chunk))
+        ids = [job_id(posting.priority, sequence) for (posting, _), sequence in zip(chunk, sequences, strict=True)]
+        jobs = [posting.to_job(new_id, sequence)
+                for (posting, _), new_id, sequence in zip(chunk, ids, sequences, strict=True)]
+        ops: list[Op] = []
+        for (posting, raw), new_id in zip(chunk, ids, strict=True):
+            if posting.key is not None:
+                ops.append(Create(self._paths.key(posting.key), KeyRecord(new_id).encode()))
+            ops.append(Create(self._paths.job(new_id), raw))
+        for _ in range(RACE_RETRIES):
+            marker = self._markers.new()
+            try:
+                result = await self._zk.multi([*ops, marker.create()])
+            except OutcomeUnknown:
+                if await self._resolve(marker, chunk):
+                    return jobs
+                continue  # certainly not applied: the same chunk again
+            if result.ok:
+                self._markers.done(marker)
+                return jobs
+            return [await self._poster.post(posting, raw) for posting, raw in chunk]  # keys decide, one by one
+        raise BackendUnavailable(f"a chunk of {len(chunk)} jobs was lost {RACE_RETRIES} times on its way "
+                                 "(certainly not written); try again")
+
+    async def _resolve(self, marker: Marker, chunk: list[Prepared]) -> bool:
+        """Whether a chunk whose reply was lost was applied (as :meth:`Poster._resolve`)."""
+        try:
+            return await self._markers.applied(marker)
+        except BackendUnavailable as error:
+            if all(posting.key is not None for posting, _ in chunk):
+                raise  # posting the batch again with its keys finds what was written
+            raise UnknownOutcome(
+                f"a chunk of {len(chunk)} jobs (from {chunk[0][0].name!r}): the reply to its post was lost and "
+                f"ZooKeeper stayed unreachable, so whether it was posted cannot be told ({error}); "
+                "post with keys to retry safely") from error
+
+
+class BatchingBoard(JobBoard):
+    """The ZooKeeper board's batch operations (a base class: board.py is at its size limit)."""
+
+    _batches: BatchPoster
+    _paths: Paths
+    _inflight: set[str]
+    view: BoardView
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._reading: dict[str, asyncio.Future[None]] = {}
+        """Jobs being read ahead now, and the read's end."""
+
+    @property
+    def zk(self) -> ZooKeeper:
+        raise NotImplementedError
+
+    async def _stored(self, job: str, *, claimable_only: bool = False) -> Stored | None:
+        raise NotImplementedError
+
+    async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
+        return await self._batches.post(self._check_batch(jobs))
+
+    async def _candidate(self, job: str) -> Stored | None:
+        """A claim candidate as read: from the last read-ahead, or read now together with the
+        next candidates (one ``multiRead`` of up to :data:`READ_AHEAD` jobs serves several claims).
+
+        An entry goes when its job's node changes; one read just before a change can still be
+        stale, which only makes the claim's versioned multi fail (as a lost race). A job that is
+        delayed, out of attempts or malformed is read again, so those decisions use a fresh read.
+        """
+        cache = self.view.prefetched
+        if job in self._reading:
+            await asyncio.shield(self._reading[job])  # another claimer's read ahead has it
+        elif job not in cache:
+            await self._read_ahead(job)
+        found = cache.pop(job, MISSING)
+        if found is None:
+            return None
+        if isinstance(found, tuple):
+            raw, stat = found
+            try:
+                posting = decode_posting(raw)
+            except MalformedEntry:
+                posting = None
+            if posting is not None and not (
+                    posting.not_before is not None and posting.not_before > time.time()
+                    or posting.max_attempts is not None and posting.attempts >= posting.max_attempts):
+                self.view.names[job] = posting.name
+                return Stored(self._paths.job(job), raw, posting, stat.version, stat.num_children)
+        return await self._stored(job, claimable_only=True)
+
+    async def _read_ahead(self, job: str) -> None:
+        cache, reading = self.view.prefetched, self._reading
+        batch = [job]
+        for other in self.view.candidates(self._inflight | {job}):
+            if len(batch) >= READ_AHEAD:
+                break
+            if other not in cache and other not in reading:
+                batch.append(other)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        reading.update(dict.fromkeys(batch, done))
+        try:
+            found = await self.zk.get_many([self._paths.job(each) for each in batch])
+            if len(cache) > 8 * READ_AHEAD:
+                cache.clear()  # entries of jobs other boards took: keep the cache small
+            for each, entry in zip(batch, found, strict=True):
+                if each in self.view.jobs:
+                    cache[each] = entry
+        finally:
+            for each in batch:
+                reading.pop(each, None)
+            done.set_result(None)
