@@ -1,13 +1,11 @@
--- jobboard redis:// : every state change of a board is one call of this script. KEYS[1] = the board's
--- key prefix "jb:{<root>}:"; ARGV = operation, nonce ('' for none), the operation's arguments.
--- The clock is the server's TIME; a write's nonce records that it was applied (resolves lost replies).
--- Replies: {status, data, events}, events flat: {stream id, kind, job, detail, ...}.
--- sessions.lua follows this file in the same script (sessions, entities, the dispatch).
-local P = KEYS[1]
-local OP, NONCE = ARGV[1], ARGV[2]
-local T = redis.call('TIME')
-local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
-local EV = {}
+-- jobboard redis:// : every state change of a board is one call of this Redis function (FCALL).
+-- keys[1] = the board's key prefix "jb:{<root>}:"; args = operation, nonce ('' for none), the
+-- operation's arguments. The clock is the server's TIME; a write's nonce records that it was applied
+-- (resolves lost replies). Replies: {status, data, events}, events flat: {stream id, kind, job, detail, ...}.
+-- sessions.lua follows this file in the same library (sessions, entities, the dispatch). The library is
+-- loaded once (FUNCTION LOAD): the per-call state below is set by the dispatch at the start of each call
+-- (Redis runs one call at a time).
+local P, OP, NONCE, NOW, EV
 local MAXLEN = 100000
 -- 'err': the last failed attempt's error (msgpack; absent until an abandon or trash with one).
 local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err'}

@@ -1,6 +1,6 @@
 """The board's side of Redis: the connections, the script, the retries (``zk.py``'s role for aiozk).
 
-Every board write is one ``EVALSHA`` of ``board.lua`` carrying a nonce: a call
+Every board write is one ``FCALL`` of the board's Redis function (``board.lua``) carrying a nonce: a call
 whose reply is lost is sent again with the same nonce until it answers or the
 retry window ends, and the script recognises a nonce it already applied. The
 wire is :mod:`jobboard_redis.client_wire` (pipelined RESP over ``hiredis``' parser),
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
 import ssl
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from importlib.resources import files
 from typing import Any
@@ -29,7 +31,10 @@ from jobboard_redis.options import RedisOptions
 
 logger = logging.getLogger(__name__)
 
-LUA = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name in ("board.lua", "sessions.lua"))
+_SOURCE = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name in ("board.lua", "sessions.lua"))
+FUNCTION = "jobboard_" + hashlib.sha1(_SOURCE.encode()).hexdigest()[:16]
+"""The library's (and its one function's) name: each version of the code has its own."""
+LIBRARY = f"#!lua name={FUNCTION}\n" + _SOURCE.replace("JOBBOARD_FUNCTION", FUNCTION)
 MIN_VERSION = (7, 0)
 TRANSIENT_CODES = frozenset({"LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"})
 PERMANENT_CODES = frozenset({"NOPERM", "WRONGPASS", "NOAUTH"})
@@ -68,11 +73,17 @@ class RedisClient:
         self._reader: Wire | None = None
         self._locks = {"main": asyncio.Lock(), "reader": asyncio.Lock()}
         self._closed = False
-        self._sha = hashlib.sha1(LUA.encode()).hexdigest()
         self._wait_for = 0
         """Replicas each write waits for (``durability=strict`` with replicas)."""
         self._wait_round: asyncio.Future[Any] | None = None
-        self._script = self._evalsha
+        self._nonce_prefix = f"{uuid.uuid4().hex}."
+        self._nonces = itertools.count()
+        self._script = self._fcall
+
+    def nonce(self) -> str:
+        """A write's nonce: unique (a random prefix per client, then a counter), ending with how long
+        the server remembers it (``:<ms>``)."""
+        return f"{self._nonce_prefix}{next(self._nonces)}:{self.options.nonce_ms}"
 
     # -- connections -------------------------------------------------------
 
@@ -123,12 +134,12 @@ class RedisClient:
 
     # -- commands ----------------------------------------------------------
 
-    async def _evalsha(self, *, keys: list[str], args: list[Arg]) -> Any:
-        """EVALSHA of ``board.lua``, loading it first if the server does not know it (NOSCRIPT).
+    async def _fcall(self, *, keys: list[str], args: list[Arg]) -> Any:
+        """FCALL of the board's function, loading its library first if the server lacks it.
 
         Calls made in the same loop iteration go out together in one write (one round trip).
         """
-        command: list[Arg] = ["EVALSHA", self._sha, len(keys), *keys, *args]
+        command: list[Arg] = ["FCALL", FUNCTION, len(keys), *keys, *args]
         while True:
             wire = self._main
             if wire is None or wire.failed is not None:
@@ -138,10 +149,10 @@ class RedisClient:
                 await self._replicated(wire)
             if not isinstance(reply, ServerError):
                 return reply
-            if reply.code != "NOSCRIPT":
+            if "Function not found" not in str(reply):
                 self._failed(reply)
                 raise reply
-            await self._one(("SCRIPT", "LOAD", LUA))
+            await self._one(("FUNCTION", "LOAD", "REPLACE", LIBRARY))
 
     async def _replicated(self, wire: Wire) -> None:
         """``WAIT`` for a replica after a write (one ``WAIT`` for the writes answered together)."""
@@ -246,8 +257,9 @@ class RedisClient:
                                          f"{error or type(error).__name__}") from error
             delay = min(delay * 2, 0.5)
 
-    async def read_events(self, last_id: str, block_ms: int) -> list[tuple[str, dict[bytes, bytes]]]:
-        """Events after ``last_id`` from the board's stream (blocking up to ``block_ms``).
+    async def read_events(self, last_id: str | bytes, block_ms: int) -> list[tuple[bytes, list[bytes]]]:
+        """Events after ``last_id`` from the board's stream (blocking up to ``block_ms``): (id, flat
+        fields) pairs, as Redis sent them.
 
         :raises BackendUnavailable: the connection failed (the caller resumes from ``last_id``).
         """
@@ -267,7 +279,8 @@ class RedisClient:
             raise permanent_error(error) from error
         if not reply:
             return []
-        return [(_text(entry_id), _fields(fields)) for entry_id, fields in reply[0][1]]
+        entries: list[tuple[bytes, list[bytes]]] = reply[0][1]
+        return entries
 
     async def last_event_id(self) -> str:
         """The id of the stream's newest entry (``0-0`` when empty)."""
@@ -284,10 +297,6 @@ class RedisClient:
         for wire in (self._reader, self._main):
             if wire is not None:
                 wire.close()
-
-
-def _fields(flat: list[bytes]) -> dict[bytes, bytes]:
-    return dict(zip(flat[::2], flat[1::2], strict=False))
 
 
 def _text(value: Any) -> str:
