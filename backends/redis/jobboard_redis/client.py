@@ -55,6 +55,16 @@ def permanent_error(error: BaseException) -> JobBoardError:
     return JobBoardError(f"Redis error: {error}")
 
 
+def check_version(version_text: str) -> None:
+    """:raises JobBoardError: the server's version is older than 7.0 (no Redis functions)."""
+    try:
+        version = tuple(int(part) for part in version_text.split(".")[:2])
+    except ValueError:
+        version = (0, 0)
+    if version < MIN_VERSION:
+        raise JobBoardError(f"Redis {version_text} is too old for redis:// boards: 7.0 or newer is needed")
+
+
 def _is_transient(error: BaseException) -> bool:
     if isinstance(error, ServerError):
         return error.code in TRANSIENT_CODES
@@ -179,11 +189,7 @@ class RedisClient:
 
         :raises JobBoardError: Redis older than 7.0 or evicting keys.
         """
-        info = await self.info("server")
-        version_text = info.get("redis_version", "0.0")
-        version = tuple(int(part) for part in version_text.split(".")[:2])
-        if version < MIN_VERSION:
-            raise JobBoardError(f"Redis {version_text} is too old for redis:// boards: 7.0 or newer is needed")
+        check_version((await self.info("server")).get("redis_version", "0.0"))
         policy = (await self.info("memory")).get("maxmemory_policy", "unknown")
         if policy != "noeviction":
             raise JobBoardError(f"Redis maxmemory-policy is {policy}: evicted job keys would be lost jobs; "
