@@ -107,9 +107,9 @@ local function do_claim(j, owner, sess)
   if j.st == 'd' then redis.call('ZREM', P .. 'delayed', j.id) end
   redis.call('ZREM', P .. 'ready', j.id)
   redis.call('ZREM', P .. 'rn:' .. j.name, j.id)
-  local gen = redis.call('HINCRBY', jk(j.id), 'gen', 1)
-  redis.call('HINCRBY', jk(j.id), 'att', 1)
-  redis.call('HSET', jk(j.id), 'st', 'c', 'owner', owner, 'sess', sess, 'nb', '')
+  local gen = (tonumber(j.gen) or 0) + 1
+  redis.call('HSET', jk(j.id), 'gen', gen, 'att', (tonumber(j.att) or 0) + 1, 'st', 'c', 'owner', owner, 'sess', sess,
+    'nb', '')
   redis.call('SADD', P .. 'claims:' .. sess, j.id)
   ev('claimed', j.id, owner, gen)
   done(j.id .. ' ' .. gen)
@@ -118,6 +118,9 @@ end
 
 -- Make due delayed jobs ready; the milliseconds until the next one is due (-1: none).
 local function promote()
+  local next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
+  if #next == 0 then return -1 end
+  if tonumber(next[2]) > NOW then return tonumber(next[2]) - NOW end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'delayed', '-inf', NOW, 'LIMIT', 0, 100)) do
     redis.call('ZREM', P .. 'delayed', id)
     local j = get(id)
@@ -126,7 +129,7 @@ local function promote()
       ready_add(j)
     end
   end
-  local next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
+  next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
   if #next == 0 then return -1 end
   return math.max(0, tonumber(next[2]) - NOW)
 end
@@ -249,7 +252,8 @@ function ops.consume(id, gen, owner, result, retention)
   if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
-  unindex(j)
+  redis.call('ZREM', P .. 'all', id) -- a claimed job is in no other index but its session's claims
+  redis.call('SREM', P .. 'claims:' .. j.sess, id)
   if j.keep == '1' then redis.call('SET', P .. 'kept:' .. id, result) end
   for _, d in ipairs(redis.call('SMEMBERS', P .. 'dents:' .. id)) do
     local dj = get(d)
