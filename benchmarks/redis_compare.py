@@ -23,12 +23,13 @@ import sys
 import uuid
 from typing import Any
 
-JOBS = {"arq": 300, "taskflow": 200}
-"""Fewer jobs for the slow systems (arq polls every 0.5 s; TaskFlow lists the board per claim)."""
+JOBS = {"arq": 20, "taskflow": 50}
+"""Fewer jobs (this many per consumer) for the slow systems: arq at its default poll starts at
+most W jobs per 0.5 s; TaskFlow lists the board for every claim."""
 
 
 def command(system: str, args: argparse.Namespace, workers: int) -> list[str]:
-    jobs = str(min(args.jobs, JOBS.get(system, args.jobs)))
+    jobs = str(min(args.jobs, JOBS[system] * workers if system in JOBS else args.jobs))
     board = f"{args.redis}/0/cmp-{uuid.uuid4().hex[:8]}"
     if system == "jobboard":
         return [sys.executable, "-m", "benchmarks.cycle", "--url", board, "--jobs", jobs,
