@@ -3,6 +3,7 @@ order, a server that stops answering, a server that lost the board's function.""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 import uuid
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from jobboard import JobState, UnknownOutcome, open_board
+from jobboard import BackendUnavailable, JobState, UnknownOutcome, open_board
 from jobboard_redis import RedisBoard
 from jobboard_redis.client_wire import ConnectionLost, ServerError, connect
 from tests.support.redisserver import RedisServer
@@ -71,3 +72,21 @@ async def test_a_server_that_lost_the_function_gets_it_again(server: RedisServer
             claim = await board.claim(job, "me")
             await board.consume(claim)
             assert await board.job_count() == 1
+
+
+async def test_a_server_that_does_not_speak_resp_is_one_clear_error() -> None:
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(10)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(http, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        with anyio.fail_after(20), pytest.raises(BackendUnavailable, match="not a Redis reply") as caught:
+            async with open_board(f"redis://127.0.0.1:{port}/0/x?connect_timeout=1&session_timeout=1"):
+                pass
+        assert "\n" not in str(caught.value)
+    finally:
+        listener.close()

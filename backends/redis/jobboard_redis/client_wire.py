@@ -57,13 +57,16 @@ class Wire(asyncio.Protocol):
         self._progress = time.monotonic()
         self._parser.feed(data)
         waiting = self._waiting
-        while (reply := self._parser.gets()) is not False:
-            if not waiting:  # a reply nobody asked for: the stream is out of step
-                self._fail(ConnectionLost("Redis sent an unexpected reply"))
-                return
-            done = waiting.popleft()
-            if not done.done():
-                done.set_result(reply)
+        try:
+            while (reply := self._parser.gets()) is not False:
+                if not waiting:  # a reply nobody asked for: the stream is out of step
+                    self._fail(ConnectionLost("Redis sent an unexpected reply"))
+                    return
+                done = waiting.popleft()
+                if not done.done():
+                    done.set_result(reply)
+        except hiredis.ProtocolError as error:  # not RESP: not a Redis server (or a broken one)
+            self._fail(ConnectionLost(f"not a Redis reply: {error}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail(ConnectionLost(f"connection lost: {exc}" if exc else "connection closed by Redis"))
