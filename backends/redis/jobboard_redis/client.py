@@ -150,7 +150,7 @@ class RedisClient:
         Calls made in the same loop iteration go out together in one write (one round trip).
         """
         command: list[Arg] = ["FCALL", FUNCTION, len(keys), *keys, *args]
-        while True:
+        for loaded in (False, True):
             wire = self._main
             if wire is None or wire.failed is not None:
                 wire = await self._wire()
@@ -159,10 +159,11 @@ class RedisClient:
                 await self._replicated(wire)
             if not isinstance(reply, ServerError):
                 return reply
-            if "Function not found" not in str(reply):
+            if loaded or "Function not found" not in str(reply):
                 self._failed(reply)
                 raise reply
             await self._one(("FUNCTION", "LOAD", "REPLACE", LIBRARY))
+        raise AssertionError("unreachable")
 
     async def _replicated(self, wire: Wire) -> None:
         """``WAIT`` for a replica after a write (one ``WAIT`` for the writes answered together)."""
