@@ -14,10 +14,10 @@ from typing import Any
 
 import anyio
 import pytest
-from redis import exceptions as native
 
 from jobboard import ClaimLost, EventKind, JobBoardError, JobState, open_board
 from jobboard_redis import RedisBoard
+from jobboard_redis.client import ConnectionLost
 from tests.support.redisserver import RedisServer
 from tests.support.tcpproxy import TcpProxy
 
@@ -110,7 +110,7 @@ def lose_replies(board: RedisBoard, count: int = 1) -> list[int]:
         reply = await original(*args, **kwargs)
         if lost[0] < count:
             lost[0] += 1
-            raise native.ConnectionError("reply lost (test)")
+            raise ConnectionLost("reply lost (test)")
         return reply
 
     client._script = run  # type: ignore[method-assign]

@@ -1,13 +1,11 @@
--- jobboard redis:// : every state change of a board is one call of this script. KEYS[1] = the board's
--- key prefix "jb:{<root>}:"; ARGV = operation, nonce ('' for none), the operation's arguments.
--- The clock is the server's TIME; a write's nonce records that it was applied (resolves lost replies).
--- Replies: {status, data, events}, events flat: {stream id, kind, job, detail, ...}.
--- sessions.lua follows this file in the same script (sessions, entities, the dispatch).
-local P = KEYS[1]
-local OP, NONCE = ARGV[1], ARGV[2]
-local T = redis.call('TIME')
-local NOW = tonumber(T[1]) * 1000 + math.floor(tonumber(T[2]) / 1000)
-local EV = {}
+-- jobboard redis:// : every state change of a board is one call of this Redis function (FCALL).
+-- keys[1] = the board's key prefix "jb:{<root>}:"; args = operation, nonce ('' for none), the
+-- operation's arguments. The clock is the server's TIME; a write's nonce records that it was applied
+-- (resolves lost replies). Replies: {status, data, events}, events flat: {stream id, kind, job, detail, ...}.
+-- sessions.lua follows this file in the same library (sessions, entities, the dispatch). The library is
+-- loaded once (FUNCTION LOAD): the per-call state below is set by the dispatch at the start of each call
+-- (Redis runs one call at a time).
+local P, OP, NONCE, NOW, EV
 local MAXLEN = 100000
 -- 'err': the last failed attempt's error (msgpack; absent until an abandon or trash with one).
 local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err'}
@@ -121,9 +119,9 @@ local function do_claim(j, owner, sess)
   if j.st == 'd' then redis.call('ZREM', P .. 'delayed', j.id) end
   redis.call('ZREM', P .. 'ready', j.id)
   redis.call('ZREM', P .. 'rn:' .. j.name, j.id)
-  local gen = redis.call('HINCRBY', jk(j.id), 'gen', 1)
-  redis.call('HINCRBY', jk(j.id), 'att', 1)
-  redis.call('HSET', jk(j.id), 'st', 'c', 'owner', owner, 'sess', sess, 'nb', '')
+  local gen = (tonumber(j.gen) or 0) + 1
+  redis.call('HSET', jk(j.id), 'gen', gen, 'att', (tonumber(j.att) or 0) + 1, 'st', 'c', 'owner', owner, 'sess', sess,
+    'nb', '')
   redis.call('SADD', P .. 'claims:' .. sess, j.id)
   ev('claimed', j.id, owner, gen)
   done(j.id .. ' ' .. gen)
@@ -132,6 +130,9 @@ end
 
 -- Make due delayed jobs ready; the milliseconds until the next one is due (-1: none).
 local function promote()
+  local next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
+  if #next == 0 then return -1 end
+  if tonumber(next[2]) > NOW then return tonumber(next[2]) - NOW end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'delayed', '-inf', NOW, 'LIMIT', 0, 100)) do
     redis.call('ZREM', P .. 'delayed', id)
     local j = get(id)
@@ -140,7 +141,7 @@ local function promote()
       ready_add(j)
     end
   end
-  local next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
+  next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
   if #next == 0 then return -1 end
   return math.max(0, tonumber(next[2]) - NOW)
 end
@@ -268,7 +269,8 @@ function ops.consume(id, gen, owner, result, retention)
   if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
-  unindex(j)
+  redis.call('ZREM', P .. 'all', id) -- a claimed job is in no other index but its session's claims
+  redis.call('SREM', P .. 'claims:' .. j.sess, id)
   if j.keep == '1' then
     redis.call('SET', P .. 'kept:' .. id, result)
     index_expiry('k', id, redis.call('HGET', jk(id), 'rttl'))

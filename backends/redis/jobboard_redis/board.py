@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import uuid
 from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -303,7 +302,7 @@ class RedisBoard(KeepingRedis):
             raise settle_refused(status, job, claim.owner)
 
     def _nonce(self) -> str:
-        return f"{uuid.uuid4().hex}:{self.options.nonce_ms}"
+        return self._client.nonce()
 
     def _forget(self, claim: Claim) -> None:
         if self._claims.get(claim.job.id, (None,))[0] == claim.generation:

@@ -1,43 +1,48 @@
-"""The one module that touches redis.asyncio (as ``zk.py`` is for aiozk).
+"""The board's side of Redis: the connections, the script, the retries (``zk.py``'s role for aiozk).
 
-Every board write is one ``EVALSHA`` of ``board.lua`` carrying a nonce: a call
+Every board write is one ``FCALL`` of the board's Redis function (``board.lua``) carrying a nonce: a call
 whose reply is lost is sent again with the same nonce until it answers or the
-retry window ends, and the script recognises a nonce it already applied. Native
-exceptions are mapped here: transient ones (connection, timeout, loading,
-read-only replica) become :class:`RetryExhausted` after the window, permanent
-ones (authentication, ACL, wrong types) a :class:`~jobboard.errors.JobBoardError`.
+retry window ends, and the script recognises a nonce it already applied. The
+wire is :mod:`jobboard_redis.client_wire` (pipelined RESP over ``hiredis``' parser),
+the only module that imports a Redis library. Errors are mapped here: transient ones
+(connection, timeout, loading, read-only replica) become :class:`RetryExhausted` after
+the window, permanent ones (authentication, ACL, wrong types) a
+:class:`~jobboard.errors.JobBoardError`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import logging
+import ssl
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from importlib.resources import files
 from typing import Any
 
 import anyio
-import redis.asyncio as redis_asyncio
-from redis import exceptions as native
-from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
-from redis.backoff import NoBackoff
 
 from jobboard.errors import BackendUnavailable, JobBoardError
+from jobboard_redis.client_wire import Arg, ConnectionLost, ServerError, Wire, connect
 from jobboard_redis.options import RedisOptions
 
 logger = logging.getLogger(__name__)
 
-LUA = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name in ("board.lua", "keep.lua",
-                                                                                     "sessions.lua"))
+_SOURCE = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name in ("board.lua", "keep.lua",
+                                                                                      "sessions.lua"))
+FUNCTION = "jobboard_" + hashlib.sha1(_SOURCE.encode()).hexdigest()[:16]
+"""The library's (and its one function's) name: each version of the code has its own."""
+LIBRARY = f"#!lua name={FUNCTION}\n" + _SOURCE.replace("JOBBOARD_FUNCTION", FUNCTION)
 MIN_VERSION = (7, 0)
-TRANSIENT = (native.ConnectionError, native.TimeoutError, native.BusyLoadingError, native.ReadOnlyError,
-             native.MasterDownError, native.TryAgainError, OSError)
-PERMANENT = (native.AuthenticationError, native.AuthorizationError, native.NoPermissionError)
+TRANSIENT_CODES = frozenset({"LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"})
+PERMANENT_CODES = frozenset({"NOPERM", "WRONGPASS", "NOAUTH"})
+RECONNECT_CODES = frozenset({"MASTERDOWN", "READONLY"})
+"""Replies of a server that is not (or no longer) the primary: ask the Sentinels again."""
 
-Arg = str | bytes | int | float
+__all__ = ["Arg", "ConnectionLost", "RedisClient", "RetryExhausted", "ServerError", "permanent_error"]
 
 
 class RetryExhausted(BackendUnavailable):
@@ -46,141 +51,189 @@ class RetryExhausted(BackendUnavailable):
 
 def permanent_error(error: BaseException) -> JobBoardError:
     """A one-line error for a failure that retrying cannot fix."""
-    if isinstance(error, PERMANENT):
+    if isinstance(error, ServerError) and error.code in PERMANENT_CODES:
         return JobBoardError(f"Redis refused the board's command (check the user's ACL and password): {error}")
     return JobBoardError(f"Redis error: {error}")
 
 
+def check_version(version_text: str) -> None:
+    """:raises JobBoardError: the server's version is older than 7.0 (no Redis functions)."""
+    try:
+        version = tuple(int(part) for part in version_text.split(".")[:2])
+    except ValueError:
+        version = (0, 0)
+    if version < MIN_VERSION:
+        raise JobBoardError(f"Redis {version_text} is too old for redis:// boards: 7.0 or newer is needed")
+
+
 def _is_transient(error: BaseException) -> bool:
-    if isinstance(error, PERMANENT):
-        return False
-    if isinstance(error, TRANSIENT):
-        return True
-    text = str(error)
-    return isinstance(error, native.ResponseError) and text.startswith(("LOADING", "MASTERDOWN", "READONLY"))
+    if isinstance(error, ServerError):
+        return error.code in TRANSIENT_CODES
+    return isinstance(error, ConnectionLost)
 
 
 class RedisClient:
-    """A connection pool for board calls plus one connection for the blocking event reader."""
+    """One pipelined connection for board calls plus one for the blocking event reader."""
 
     def __init__(self, options: RedisOptions) -> None:
         self.options = options
         self.prefix = options.prefix
-        self._redis = self._connect(options, timeout=max(options.session_timeout, 1.0))
-        self._reader = self._connect(options, timeout=None, single=True)
-        self._sha = hashlib.sha1(LUA.encode()).hexdigest()
-        self._queue: list[tuple[list[Arg], asyncio.Future[Any]]] = []
-        self._flushes: set[asyncio.Task[None]] = set()
+        self._tls = ssl.create_default_context() if options.tls else None
+        self._timeout = max(options.session_timeout, 1.0)
+        self._main: Wire | None = None
+        self._reader: Wire | None = None
+        self._locks = {"main": asyncio.Lock(), "reader": asyncio.Lock()}
+        self._closed = False
         self._wait_for = 0
-        """Replicas each batch of writes waits for (``durability=strict`` with replicas)."""
-        self._script = self._evalsha
+        """Replicas each write waits for (``durability=strict`` with replicas)."""
+        self._wait_round: asyncio.Future[Any] | None = None
+        self._nonce_prefix = f"{uuid.uuid4().hex}."
+        self._nonces = itertools.count()
+        self._script = self._fcall
 
-    async def _evalsha(self, *, keys: list[str], args: list[Arg]) -> Any:
-        """EVALSHA of ``board.lua``, loading it first if the server does not know it (NOSCRIPT).
+    def nonce(self) -> str:
+        """A write's nonce: unique (a random prefix per client, then a counter), ending with how long
+        the server remembers it (``:<ms>``)."""
+        return f"{self._nonce_prefix}{next(self._nonces)}:{self.options.nonce_ms}"
 
-        Calls made in the same loop iteration go out together in one pipeline (one round trip).
+    # -- connections -------------------------------------------------------
+
+    async def _wire(self) -> Wire:
+        """The board's connection, (re)connected if needed (one attempt shared by every caller)."""
+        wire = self._main
+        if wire is not None and wire.failed is None:
+            return wire
+        async with self._locks["main"]:
+            if self._main is None or self._main.failed is not None:
+                self._main = await self._connect(self._timeout)
+            return self._main
+
+    async def _connect(self, reply_timeout: float | None) -> Wire:
+        """:raises ConnectionLost, ServerError: see :func:`~jobboard_redis.client_wire.connect`."""
+        if self._closed:
+            raise BackendUnavailable("the board's Redis connections are closed")
+        options = self.options
+        host, port = await self._primary() if options.sentinel else (options.host, options.port)
+        hello: list[list[Arg]] = []
+        if options.password is not None:
+            hello.append(["AUTH", *([options.username] if options.username else []), options.password])
+        if options.db:
+            hello.append(["SELECT", options.db])
+        if options.sentinel:
+            hello.append(["ROLE"])
+        wire, replies = await connect(host, port, reply_timeout=reply_timeout, tls=self._tls, hello=hello,
+                                      connect_timeout=min(options.retry_window, 5.0))
+        if options.sentinel and replies[-1][0] != b"master":
+            wire.close()
+            raise ConnectionLost(f"Redis {host}:{port} named by the Sentinels is not the primary (yet)")
+        return wire
+
+    async def _primary(self) -> tuple[str, int]:
+        """The primary's address, asked of the Sentinels in turn at every (re)connection."""
+        for host, port in self.options.sentinels:
+            try:
+                wire, (address,) = await connect(
+                    host, port, reply_timeout=5.0, connect_timeout=min(self.options.retry_window, 5.0), tls=None,
+                    hello=[["SENTINEL", "get-master-addr-by-name", str(self.options.sentinel)]])
+            except (ConnectionLost, ServerError) as error:
+                logger.debug("Sentinel %s:%s: %s", host, port, error)
+                continue
+            wire.close()
+            if address:
+                return _text(address[0]), int(address[1])
+        raise ConnectionLost(f"no Sentinel named a primary for {self.options.sentinel!r}")
+
+    # -- commands ----------------------------------------------------------
+
+    async def _fcall(self, *, keys: list[str], args: list[Arg]) -> Any:
+        """FCALL of the board's function, loading its library first if the server lacks it.
+
+        Calls made in the same loop iteration go out together in one write (one round trip).
         """
-        command: list[Arg] = ["EVALSHA", self._sha, len(keys), *keys, *args]
-        while True:
-            done = asyncio.get_running_loop().create_future()
-            if not self._queue:
-                asyncio.get_running_loop().call_soon(self._flush)
-            self._queue.append((command, done))
-            reply = await done
-            if not isinstance(reply, native.NoScriptError):
-                if isinstance(reply, Exception):
-                    raise reply
-                return reply
-            await self._redis.script_load(LUA)
-
-    def _flush(self) -> None:
-        batch, self._queue = self._queue, []
-        task = asyncio.get_running_loop().create_task(self._send(batch))
-        self._flushes.add(task)
-        task.add_done_callback(self._flushes.discard)
-
-    async def _send(self, batch: list[tuple[list[Arg], asyncio.Future[Any]]]) -> None:
-        try:
-            pipe = self._redis.pipeline(transaction=False)
-            for command, _ in batch:
-                pipe.execute_command(*command)
+        command: list[Arg] = ["FCALL", FUNCTION, len(keys), *keys, *args]
+        for loaded in (False, True):
+            wire = self._main
+            if wire is None or wire.failed is not None:
+                wire = await self._wire()
+            reply = await wire.send(command)
             if self._wait_for:
-                pipe.execute_command("WAIT", self._wait_for, int(self.options.retry_window * 1000))
-            replies = await pipe.execute(raise_on_error=False)
-            if self._wait_for and replies.pop() != self._wait_for:
-                logger.warning("a write was not acknowledged by a replica within %ss", self.options.retry_window)
-        except BaseException as error:  # the connection failed: every caller retries (nonces)
-            for _, done in batch:
-                if not done.done():
-                    done.set_exception(error if isinstance(error, Exception) else native.ConnectionError("cancelled"))
-            if not isinstance(error, Exception):
-                raise
-            return
-        for (_, done), reply in zip(batch, replies, strict=True):
-            if not done.done():
-                done.set_result(reply)
+                await self._replicated(wire)
+            if not isinstance(reply, ServerError):
+                return reply
+            if loaded or "Function not found" not in str(reply):
+                self._failed(reply)
+                raise reply
+            await self._one(("FUNCTION", "LOAD", "REPLACE", LIBRARY))
+        raise AssertionError("unreachable")
 
-    @staticmethod
-    def _connect(options: RedisOptions, *, timeout: float | None, single: bool = False) -> Any:
-        settings: dict[str, Any] = {
-            "db": options.db, "username": options.username, "password": options.password, "ssl": options.tls,
-            "socket_timeout": timeout, "socket_connect_timeout": min(options.retry_window, 5.0),
-            "retry": Retry(NoBackoff(), 0), "max_connections": None if single else 128,
-            "single_connection_client": single, "health_check_interval": 0}
-        if options.sentinel:  # the primary is asked of the Sentinels at every (re)connection
-            sentinels = Sentinel(  # type: ignore[no-untyped-call]
-                list(options.sentinels), socket_timeout=min(options.retry_window, 5.0))
-            del settings["single_connection_client"]  # a pool's option there, not a client's
-            return sentinels.master_for(options.sentinel, **settings)
-        return redis_asyncio.Redis(host=options.host, port=options.port, **settings)
+    async def _replicated(self, wire: Wire) -> None:
+        """``WAIT`` for a replica after a write (one ``WAIT`` for the writes answered together)."""
+        if self._wait_round is None or self._wait_round.done():
+            self._wait_round = wire.send(("WAIT", self._wait_for, int(self.options.retry_window * 1000)))
+        acknowledged = await asyncio.shield(self._wait_round)
+        if acknowledged != self._wait_for:
+            logger.warning("a write was not acknowledged by a replica within %ss", self.options.retry_window)
+
+    def _failed(self, error: ServerError) -> None:
+        """Drop the connection to a server that is no longer the primary."""
+        if error.code in RECONNECT_CODES and self._main is not None:
+            self._main.close()
+
+    async def _one(self, command: Sequence[Arg]) -> Any:
+        reply = await (await self._wire()).send(command)
+        if isinstance(reply, ServerError):
+            self._failed(reply)
+            raise reply
+        return reply
 
     async def check_server(self) -> list[str]:
         """Refuse an unusable server; return warnings (persistence off).
 
         :raises JobBoardError: Redis older than 7.0 or evicting keys.
         """
-        info = await self.command("INFO", "server")
-        version_text = str(info.get("redis_version", "0.0"))
-        version = tuple(int(part) for part in version_text.split(".")[:2])
-        if version < MIN_VERSION:
-            raise JobBoardError(f"Redis {version_text} is too old for redis:// boards: 7.0 or newer is needed")
-        policy = str((await self.command("INFO", "memory")).get("maxmemory_policy", "unknown"))
+        check_version((await self.info("server")).get("redis_version", "0.0"))
+        policy = (await self.info("memory")).get("maxmemory_policy", "unknown")
         if policy != "noeviction":
             raise JobBoardError(f"Redis maxmemory-policy is {policy}: evicted job keys would be lost jobs; "
                                 f"set maxmemory-policy noeviction")
         if self.options.durability == "strict":
             await self._check_strict()
-        if str((await self.command("INFO", "persistence")).get("aof_enabled", 0)) == "0":
+        if (await self.info("persistence")).get("aof_enabled", "0") == "0":
             return [(f"Redis {self.options.host}:{self.options.port} has appendonly off: acknowledged posts "
                      f"and settles since the last snapshot (if any) are lost if it stops")]
         return []
 
+    async def info(self, section: str) -> dict[str, str]:
+        """``INFO section`` as a mapping of text."""
+        lines = _text(await self.command("INFO", section)).splitlines()
+        return dict(line.split(":", 1) for line in lines if ":" in line and not line.startswith("#"))
+
     async def _check_strict(self) -> None:
         """:raises JobBoardError: the server does not fsync every write before answering."""
         config = await self.command("CONFIG", "GET", "append*")
-        found = dict(zip(config[::2], config[1::2], strict=True)) if isinstance(config, list) else dict(config)
-        settings = {_text(key): _text(value) for key, value in found.items()}
+        settings = {_text(key): _text(value) for key, value in zip(config[::2], config[1::2], strict=True)}
         if settings.get("appendonly") != "yes" or settings.get("appendfsync") != "always":
             raise JobBoardError(f"durability=strict needs appendonly yes and appendfsync always; the server has "
                                 f"appendonly {settings.get('appendonly')}, appendfsync {settings.get('appendfsync')}")
-        replicas = int((await self.command("INFO", "replication")).get("connected_slaves", 0))
+        replicas = int((await self.info("replication")).get("connected_slaves", "0"))
         self._wait_for = 1 if replicas else 0
 
     async def command(self, *args: Arg) -> Any:
         """One command, retried over the window on transient failures (reads, idempotent writes)."""
-        return await self._retrying(lambda: self._redis.execute_command(*args))
+        return await self._retrying(lambda: self._one(args))
 
     async def pipeline(self, commands: Sequence[Sequence[Arg]], *, errors_in_place: bool = False) -> list[Any]:
         """Several read commands in one round trip (with ``errors_in_place``, a failed command's
         reply is a :class:`~jobboard.errors.JobBoardError` instead of raising)."""
 
         async def send() -> list[Any]:
-            pipe = self._redis.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)
-            replies = await pipe.execute(raise_on_error=not errors_in_place)
-            return [permanent_error(reply) if isinstance(reply, native.ResponseError) else reply
-                    for reply in replies]
+            wire = await self._wire()
+            replies = [await done for done in [wire.send(command) for command in commands]]
+            for reply in replies:
+                if isinstance(reply, ServerError) and (_is_transient(reply) or not errors_in_place):
+                    self._failed(reply)
+                    raise reply
+            return [permanent_error(reply) if isinstance(reply, ServerError) else reply for reply in replies]
 
         replies: list[Any] = await self._retrying(send)
         return replies
@@ -190,42 +243,52 @@ class RedisClient:
         keys = [self.prefix]
         argv = [op, nonce, *args]
         status, data, events = await self._retrying(lambda: self._script(keys=keys, args=argv))
-        return _text(status), list(data), list(events)
+        return status.decode() if isinstance(status, bytes) else str(status), data, events
 
-    async def _retrying(self, send: Any) -> Any:
+    async def _retrying(self, send: Callable[[], Any]) -> Any:
+        try:
+            return await send()
+        except (ConnectionLost, ServerError) as error:
+            if not _is_transient(error):
+                raise permanent_error(error) from error
         deadline = time.monotonic() + self.options.retry_window
-        delay, attempts = 0.02, 0
+        delay = 0.02
         while True:
-            attempts += 1
+            await anyio.sleep(delay)
             try:
                 return await send()
-            except Exception as error:
+            except (ConnectionLost, ServerError) as error:
                 if not _is_transient(error):
-                    if isinstance(error, native.RedisError):
-                        raise permanent_error(error) from error
-                    raise
-                if attempts > 1 and time.monotonic() + delay > deadline:  # a stopped process retries once
+                    raise permanent_error(error) from error
+                if time.monotonic() + delay > deadline:  # a stopped process retries once
                     raise RetryExhausted(f"Redis {self.options.host}:{self.options.port} unreachable: "
                                          f"{error or type(error).__name__}") from error
-            await anyio.sleep(delay)
             delay = min(delay * 2, 0.5)
 
-    async def read_events(self, last_id: str, block_ms: int) -> list[tuple[str, dict[bytes, bytes]]]:
-        """Events after ``last_id`` from the board's stream (blocking up to ``block_ms``).
+    async def read_events(self, last_id: str | bytes, block_ms: int) -> list[tuple[bytes, list[bytes]]]:
+        """Events after ``last_id`` from the board's stream (blocking up to ``block_ms``): (id, flat
+        fields) pairs, as Redis sent them.
 
         :raises BackendUnavailable: the connection failed (the caller resumes from ``last_id``).
         """
         try:
-            reply = await self._reader.xread({self.prefix + "ev": last_id}, count=512, block=block_ms)
-        except Exception as error:
+            async with self._locks["reader"]:
+                if self._reader is None or self._reader.failed is not None:
+                    self._reader = await self._connect(None)
+                wire = self._reader
+            reply = await wire.send(("XREAD", "COUNT", 512, "BLOCK", block_ms, "STREAMS", self.prefix + "ev", last_id))
+            if isinstance(reply, ServerError):
+                raise reply
+        except (ConnectionLost, ServerError) as error:
             if _is_transient(error):
+                if self._reader is not None and isinstance(error, ServerError):
+                    self._reader.close()
                 raise BackendUnavailable(f"event stream: {error or type(error).__name__}") from error
-            if isinstance(error, native.RedisError):
-                raise permanent_error(error) from error
-            raise
+            raise permanent_error(error) from error
         if not reply:
             return []
-        return [(_text(entry_id), fields) for entry_id, fields in reply[0][1]]
+        entries: list[tuple[bytes, list[bytes]]] = reply[0][1]
+        return entries
 
     async def last_event_id(self) -> str:
         """The id of the stream's newest entry (``0-0`` when empty)."""
@@ -238,11 +301,10 @@ class RedisClient:
         return _text(entries[0][0]) if entries else None
 
     async def close(self) -> None:
-        for client in (self._reader, self._redis):
-            try:
-                await client.aclose()
-            except Exception:  # closing a broken connection: nothing left to do
-                logger.debug("error closing a Redis connection", exc_info=True)
+        self._closed = True
+        for wire in (self._reader, self._main):
+            if wire is not None:
+                wire.close()
 
 
 def _text(value: Any) -> str:

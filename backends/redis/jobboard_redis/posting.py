@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -16,7 +17,7 @@ from jobboard_redis.records import job_of, sequence_of, text
 Call = Callable[..., Awaitable[tuple[str, list[Any]]]]
 
 
-BATCH = 500
+BATCH = 100
 """Posts per script call in ``post_many`` (the server runs nothing else during a call)."""
 
 
@@ -51,26 +52,35 @@ def _job(posting: Posting, status: str, data: list[Any]) -> Job:
 async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]], nonce_ms: int) -> list[Job]:
     """Write checked postings, :data:`BATCH` per script call; each post is atomic and exactly once
     on its own (its token is its nonce), the batch is not: a missing dependency stops it there
-    (the jobs before it are posted).
+    (the jobs before it are posted). Without dependencies nothing can stop a batch, and its
+    calls go out together (the server works on one while the next is encoded and sent).
 
     :raises InvalidJob, UnknownOutcome, BackendUnavailable: as :func:`post_prepared`.
     """
+    chunks = [prepared[start:start + BATCH] for start in range(0, len(prepared), BATCH)]
+    if len(chunks) > 1 and not any(posting.depends_on for posting, _ in prepared):
+        parts = await asyncio.gather(*(_post_chunk(call, chunk, nonce_ms) for chunk in chunks))
+        return [job for part in parts for job in part]
     jobs: list[Job] = []
-    for start in range(0, len(prepared), BATCH):
-        chunk = prepared[start:start + BATCH]
-        flat: list[Any] = []
-        for posting, raw in chunk:
-            arguments = _arguments(posting, raw)
-            flat += [len(arguments) + 1, f"{posting.token}:{nonce_ms}", *arguments]
-        try:
-            _, replies = await call("post_many", "", *flat)
-        except RetryExhausted as error:
-            if any(posting.key is None for posting, _ in chunk):
-                raise UnknownOutcome(f"post_many: Redis was unreachable and whether the jobs were written "
-                                     f"cannot be told ({error}); post with keys to retry safely") from error
-            raise
-        jobs += [_job(posting, text(status), list(data)) for (posting, _), (status, data) in zip(chunk, replies, strict=False)]
+    for chunk in chunks:
+        jobs += await _post_chunk(call, chunk, nonce_ms)
     return jobs
+
+
+async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_ms: int) -> list[Job]:
+    flat: list[Any] = []
+    for posting, raw in chunk:
+        arguments = _arguments(posting, raw)
+        flat += [len(arguments) + 1, f"{posting.token}:{nonce_ms}", *arguments]
+    try:
+        _, replies = await call("post_many", "", *flat)
+    except RetryExhausted as error:
+        if any(posting.key is None for posting, _ in chunk):
+            raise UnknownOutcome(f"post_many: Redis was unreachable and whether the jobs were written "
+                                 f"cannot be told ({error}); post with keys to retry safely") from error
+        raise
+    return [_job(posting, text(status), list(data))
+            for (posting, _), (status, data) in zip(chunk, replies, strict=False)]
 
 
 async def post_prepared(call: Call, posting: Posting, raw: bytes, nonce_ms: int) -> Job:

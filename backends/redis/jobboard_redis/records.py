@@ -71,7 +71,9 @@ def posting_of(raw: Any, attempts: Any, not_before: Any, last_error: Any = None)
         delay = float(not_before) / 1000 if not_before not in (None, b"", "") else None
     except ValueError as error:
         raise MalformedEntry(f"bad stored field: {error}") from error
-    return replace(posting, attempts=count, not_before=delay).failed(error_of(last_error))
+    if count != posting.attempts or delay != posting.not_before:
+        posting = replace(posting, attempts=count, not_before=delay)
+    return posting.failed(error_of(last_error)) if last_error else posting
 
 
 def job_of(job_id: str, raw: Any, attempts: Any, not_before: Any, last_error: Any = None) -> Job:

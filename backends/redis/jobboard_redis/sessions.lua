@@ -1,4 +1,4 @@
--- jobboard redis://, continued from board.lua (one script): sessions, entities, the dispatch.
+-- jobboard redis://, continued from board.lua (one library): sessions, entities, the dispatch.
 
 -- Release a dead (or closing) session: its claims go back on the board, its entities vanish.
 local function reap(sess, why)
@@ -59,6 +59,13 @@ function ops.unregister(sess, name)
   return reply('ok')
 end
 
-local op = ops[OP]
-if not op then return redis.error_reply('jobboard: unknown operation ' .. tostring(OP)) end
-return op(unpack(ARGV, 3))
+local function dispatch(keys, args)
+  P, OP, NONCE, EV = keys[1], args[1], args[2], {}
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local op = ops[OP]
+  if not op then return redis.error_reply('jobboard: unknown operation ' .. tostring(OP)) end
+  return op(unpack(args, 3))
+end
+
+redis.register_function('JOBBOARD_FUNCTION', dispatch)

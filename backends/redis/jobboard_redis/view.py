@@ -37,11 +37,14 @@ class BoardView:
     def __init__(self, client: RedisClient, publish: Callable[[Event], None]) -> None:
         self.client = client
         self.publish = publish
-        self.last_id = "0-0"
+        self.last_id: str | bytes = "0-0"
         self._board_changed = anyio.Event()
+        self._board_waited = False
+        """Whether someone took the board signal since it was last set (else setting it is skipped)."""
         self._jobs: dict[str, anyio.Event] = {}
-        self._own: set[str] = set()
-        self._streamed: OrderedDict[str, None] = OrderedDict()
+        self._own: set[bytes] = set()
+        """Stream ids of this board's own events, already published (skipped when streamed)."""
+        self._streamed: OrderedDict[bytes, None] = OrderedDict()
         self.connected = True
         self.stopped = False
 
@@ -56,10 +59,12 @@ class BoardView:
             for event in self._jobs.values():
                 event.set()
             self._jobs.clear()
-        elif (waiting := self._jobs.pop(job, None)) is not None:
+        elif self._jobs and (waiting := self._jobs.pop(job, None)) is not None:
             waiting.set()
-        self._board_changed.set()
-        self._board_changed = anyio.Event()
+        if self._board_waited:
+            self._board_waited = False
+            self._board_changed.set()
+            self._board_changed = anyio.Event()
 
     def job_signal(self, job: str) -> anyio.Event:
         """An event set at the next change of ``job`` (take it before checking the job)."""
@@ -69,18 +74,22 @@ class BoardView:
 
     def board_signal(self) -> anyio.Event:
         """An event set at the next change of the board."""
+        self._board_waited = True
         return self._board_changed
 
     # -- events ------------------------------------------------------------
 
     def local(self, events: Sequence[object]) -> None:
         """Publish the events a script of this board reported (flat: id, kind, job, detail, ...)."""
+        streamed, own = self._streamed, self._own
         for index in range(0, len(events) - 3, 4):
-            entry_id = _text(events[index])
-            if entry_id in self._streamed:
-                del self._streamed[entry_id]
+            entry_id = events[index]
+            if not isinstance(entry_id, bytes):
+                entry_id = str(entry_id).encode()
+            if entry_id in streamed:
+                del streamed[entry_id]
             else:
-                self._own.add(entry_id)
+                own.add(entry_id)
                 self._emit(_text(events[index + 1]), _text(events[index + 2]), _text(events[index + 3]))
 
     def _emit(self, kind: str, job: str, detail: str) -> None:
@@ -119,18 +128,20 @@ class BoardView:
             self.publish(Event(EventKind.DROPPED, detail="board events were trimmed while disconnected; "
                                                          "re-read the board"))
 
-    def _streamed_entry(self, entry_id: str, fields: dict[bytes, bytes]) -> None:
+    def _streamed_entry(self, entry_id: bytes, flat: list[bytes]) -> None:
         if entry_id in self._own:
             self._own.discard(entry_id)
             return
         self._streamed[entry_id] = None
         if len(self._streamed) > REMEMBERED:
             self._streamed.popitem(last=False)
+        fields = dict(zip(flat[::2], flat[1::2], strict=False))
         self._emit(_text(fields.get(b"k", b"")), _text(fields.get(b"j", b"")), _text(fields.get(b"d", b"")))
 
 
-def _older(entry_id: str, than: str) -> bool:
+def _older(entry_id: str | bytes, than: str) -> bool:
     """Whether stream id ``entry_id`` comes before ``than`` (``0-0`` counts as the start)."""
+    entry_id = _text(entry_id)
     if entry_id == "0-0":
         return False
     return _parts(entry_id) < _parts(than)

@@ -1,0 +1,92 @@
+"""The backend's own RESP client (jobboard_redis.client_wire) against a real server: replies in
+order, a server that stops answering, a server that lost the board's function."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+from jobboard import BackendUnavailable, JobState, UnknownOutcome, open_board
+from jobboard_redis import RedisBoard
+from jobboard_redis.client_wire import ConnectionLost, ServerError, connect
+from tests.support.redisserver import RedisServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as running:
+        yield running
+
+
+async def test_replies_come_back_in_order_errors_in_place(server: RedisServer) -> None:
+    with anyio.fail_after(20):
+        wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
+        try:
+            key = f"k-{uuid.uuid4().hex}"
+            # one loop iteration: one write, 200 replies matched in order (HGET of a counter: an error)
+            sent = [wire.send(("INCR", key) if index % 7 else ("HGET", key, "f")) for index in range(200)]
+            replies = [await reply for reply in sent]
+            assert replies[0] is None  # HGET before the key exists
+            assert [reply for reply in replies if isinstance(reply, int)] == list(range(1, 172))
+            errors = [index for index, reply in enumerate(replies)
+                      if isinstance(reply, ServerError) and reply.code == "WRONGTYPE"]
+            assert errors == list(range(7, 200, 7))
+        finally:
+            wire.close()
+        with pytest.raises(ConnectionLost):
+            await wire.send(("PING",))
+
+
+async def test_a_stopped_server_times_out_and_the_board_recovers(server: RedisServer) -> None:
+    url = f"{server.url('')}/0/stop-{uuid.uuid4().hex}?session_timeout=1&connect_timeout=1"
+    with anyio.fail_after(40):
+        async with open_board(url) as board:
+            server.signal(signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(UnknownOutcome):  # no reply within the window: not a hang
+                    await board.post("while stopped")
+                assert time.monotonic() - started < 10
+            finally:
+                server.signal(signal.SIGCONT)
+            job = await board.post("after", key="after")  # reconnected: the board works again
+            assert await board.state(job) is JobState.UNCLAIMED
+
+
+async def test_a_server_that_lost_the_function_gets_it_again(server: RedisServer) -> None:
+    url = f"{server.url('')}/0/fn-{uuid.uuid4().hex}?session_timeout=5"
+    with anyio.fail_after(20):
+        async with open_board(url) as board:
+            assert isinstance(board, RedisBoard)
+            await board.post("before")
+            await board.client.command("FUNCTION", "FLUSH")  # as a server restarted empty would
+            job = await board.post("after")
+            claim = await board.claim(job, "me")
+            await board.consume(claim)
+            assert await board.job_count() == 1
+
+
+async def test_a_server_that_does_not_speak_resp_is_one_clear_error() -> None:
+    async def http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(10)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    listener = await asyncio.start_server(http, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    try:
+        with anyio.fail_after(20), pytest.raises(BackendUnavailable, match="not a Redis reply") as caught:
+            async with open_board(f"redis://127.0.0.1:{port}/0/x?connect_timeout=1&session_timeout=1"):
+                pass
+        assert "\n" not in str(caught.value)
+    finally:
+        listener.close()
