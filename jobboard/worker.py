@@ -34,6 +34,9 @@ from jobboard.worker_job import JobRunner, JobSettings
 from jobboard.worker_signals import listen_for_signals
 from jobboard.worker_support import Backoff, RunningJob, WorkerStats
 
+UNREGISTER_TIMEOUT = 2.0
+"""Seconds a stopping worker tries to unregister its entity."""
+
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "default_owner"]
 
 logger = logging.getLogger("jobboard.worker")
@@ -283,10 +286,13 @@ class Worker:
                     await anyio.sleep(delay)
 
     async def _unregister(self) -> None:
+        """Best effort, briefly: the entity goes with the board's session anyway (ZooKeeper's
+        ephemeral node, Redis' reaped session), so a stopping worker never waits out an outage."""
         with anyio.CancelScope(shield=True):
             try:
                 if self.board.is_open:
-                    with anyio.fail_after(self.config.settle_timeout):
+                    with anyio.fail_after(min(self.config.settle_timeout, UNREGISTER_TIMEOUT)):
                         await self.board.unregister_entity(self.owner)
             except (JobBoardError, TimeoutError) as error:
-                logger.warning("%s: could not unregister: %s", self.owner, error)
+                logger.warning("%s: could not unregister: %s", self.owner, str(error) or "the board did not answer "
+                               "in time (the entity goes with the board's session)")

@@ -74,3 +74,32 @@ async def test_sigterm_at_random_moments_of_start_up_and_shutdown(zk_hosts: str)
                   f"jobs done, {len(left)} back on the board; none claimed or trashed")
             await Worker(board, handlers, WorkerConfig(concurrency=4, burst=True)).run()
             assert [await board.state(job) for job in jobs] == [JobState.COMPLETE] * len(jobs)
+
+
+def test_sigterm_while_zookeeper_is_down_exits_promptly() -> None:
+    """An idle worker whose server has gone away: SIGTERM exited only after 12 s (it waited its
+    settle timeout to unregister an entity that goes away with its session anyway)."""
+    from tests.support.zkserver import ZooKeeperServer
+
+    with ZooKeeperServer() as server:
+        url = f"zookeeper://{server.hosts}/signals/down-{uuid.uuid4().hex}?session_timeout=6"
+        child = subprocess.Popen([sys.executable, "-m", "jobboard", "worker", url, "--handlers", HANDLERS],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while "claiming" not in (line := child.stderr.readline() if child.stderr else "") and \
+                    time.monotonic() < deadline:
+                assert line or child.poll() is None, "the worker ended before it claimed"
+            server.kill()
+            time.sleep(2.0)  # the worker has seen the connection go
+            started = time.monotonic()
+            child.send_signal(signal.SIGTERM)
+            child.communicate(timeout=30)
+            took = time.monotonic() - started
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+    print(f"exited {took:.1f}s after SIGTERM with its server down")
+    assert child.returncode == 0
+    assert took < 6.0

@@ -104,12 +104,12 @@ class ZooKeeper:
         self._watchdog = asyncio.create_task(self._watch_connection())
 
     async def close(self) -> None:
-        """End the session (its ephemeral nodes go at once); bounded by ``ping_timeout``."""
+        """End the session (ephemeral nodes go at once); bounded by ``ping_timeout``, 0 when disconnected."""
         self._closing = True
         if self._watchdog:
             self._watchdog.cancel()
         try:
-            await asyncio.wait_for(self._client.close(), self._ping_timeout * 2)
+            await asyncio.wait_for(self._client.close(), self._ping_timeout * 2 if self.connected else 0)
         except (TimeoutError, exc.ZKError, OSError, AttributeError):
             logger.debug("closing the ZooKeeper session timed out; dropping the connection")
             self._abort_connection()
