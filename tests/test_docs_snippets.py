@@ -20,7 +20,8 @@ import jobboard
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-RUN_ELSEWHERE = {"worker.md": "tests/test_worker_docs.py", "metrics.md": "tests/test_metrics_docs.py"}
+RUN_ELSEWHERE = {"worker.md": "tests/test_docs_programs.py", "scheduling.md": "tests/test_docs_programs.py",
+                 "metrics.md": "tests/test_metrics_docs.py"}
 BLOCK = re.compile(r"(?:<!-- snippet: (?P<marker>.*?) -->\n)?```(?P<language>\w+)\n(?P<code>.*?)```", re.DOTALL)
 EXCERPT = re.compile(r"excerpt of (docs/examples/\w+\.py)$")
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -25,35 +23,27 @@ from jobboard.handlers import Handlers
 from jobboard.live import LiveBoard
 from jobboard.metrics import BoardCollector, WorkerMetrics
 from jobboard.worker import Worker, WorkerConfig
+from tests.support.docs_programs import blocks, check_program
+from tests.support.docs_programs import programs as docs_programs
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "metrics.md"
 DASHBOARD = ROOT / "docs" / "grafana-dashboard.json"
-BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.DOTALL)
 SUFFIXES = ("_bucket", "_count", "_sum")
 
 
 def programs() -> list[tuple[str, str]]:
-    blocks = BLOCK.findall(GUIDE.read_text(encoding="utf-8"))
-    return [(text, blocks[index + 1][1]) for index, (language, text) in enumerate(blocks)
-            if language == "python" and index + 1 < len(blocks) and blocks[index + 1][0] == "output"]
+    return [(program, output) for program, output in docs_programs(GUIDE) if output]
 
 
 def test_every_program_has_its_output() -> None:
-    blocks = BLOCK.findall(GUIDE.read_text(encoding="utf-8"))
-    assert len(programs()) == sum(language == "python" for language, _ in blocks) == 3
+    assert len(programs()) == sum(language == "python" for language, _ in blocks(GUIDE)) == 3
 
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(("program", "output"), programs(), ids=[f"block-{n}" for n in range(len(programs()))])
 def test_program_runs_and_prints_its_output(program: str, output: str, tmp_path: Path) -> None:
-    script = tmp_path / "program.py"
-    script.write_text(program)
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=60, check=False)
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == "", result.stderr
-    assert result.stdout.splitlines() == output.splitlines()
+    check_program(program, output, tmp_path)
 
 
 async def exported() -> set[str]:
