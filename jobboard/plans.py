@@ -196,9 +196,9 @@ class PlanHandle:
             manifest: Any = dict((await board.get(plan_id)).details)
         except JobNotFound:
             outcome = await board.wait_for_completion(plan_id)  # finished plans keep their record
-            if outcome.state is not JobState.COMPLETE:
-                raise JobNotFound(f"no plan {plan_id} on this board") from None
             manifest = outcome.result
+            if outcome.state is not JobState.COMPLETE or not _is_manifest(manifest):
+                raise JobNotFound(f"no plan {plan_id} on this board (nor the record of a finished one)") from None
         if not _is_manifest(manifest):
             raise JobNotFound(f"{plan_id} is a job, not a plan (no plan with this id on this board)")
         return cls(board, plan_id, manifest)

@@ -36,6 +36,8 @@ from jobboard.worker_support import Backoff, RunningJob, WorkerStats
 
 UNREGISTER_TIMEOUT = 2.0
 """Seconds a stopping worker tries to unregister its entity."""
+STOP_CLAIM_WAIT = 2.0
+"""Seconds a stopping worker still waits for the reply to a claim it sent."""
 
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "default_owner"]
 
@@ -73,6 +75,7 @@ class Worker:
         self._slots = anyio.Semaphore(self.config.concurrency)
         self._stopping_since: float | None = None
         self._claiming = anyio.CancelScope()
+        self._claim_scopes: set[anyio.CancelScope] = set()
         self._registering = anyio.CancelScope()
         self._all_done = anyio.Event()
         self._job_done = anyio.Event()
@@ -101,9 +104,17 @@ class Worker:
             self._stopping_since = anyio.current_time()
         self._claiming.cancel()
         self._registering.cancel()
+        for scope in self._claim_scopes:
+            self._hurry(scope)
         if now:
             for job in list(self.running.values()):
                 job.cancel("worker stopping now")
+
+    @staticmethod
+    def _hurry(scope: anyio.CancelScope) -> None:
+        """A claim in flight when the worker stops gets :data:`STOP_CLAIM_WAIT` more seconds (its
+        reply is awaited so that a claim made is run, not lost; an outage must not hold the stop)."""
+        scope.deadline = min(scope.deadline, anyio.current_time() + STOP_CLAIM_WAIT)
 
     async def run(self, *, handle_signals: bool = False) -> WorkerStats:
         """Work until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``; a second one stops at once).
@@ -180,12 +191,20 @@ class Worker:
         try:
             self._claims_in_flight += 1
             with anyio.CancelScope(shield=True):  # a claim made must not be lost to stop()
-                with anyio.fail_after(self.config.settle_timeout):
-                    claim = await self.board.claim_next(self.owner, names=self.names)
+                with anyio.fail_after(self.config.settle_timeout) as scope:
+                    self._claim_scopes.add(scope)
+                    try:
+                        if self._stopping:
+                            self._hurry(scope)
+                        claim = await self.board.claim_next(self.owner, names=self.names)
+                    finally:
+                        self._claim_scopes.discard(scope)
         except BoardClosed:
             raise
         except (JobBoardError, TimeoutError) as error:  # BackendUnavailable, or worse: never die of it
             self._claim_done()
+            if self._stopping:
+                return None
             self.stats.backend_errors += 1
             delay = backoff.next()
             log = logger.warning if isinstance(error, (BackendUnavailable, TimeoutError)) else logger.error
@@ -194,6 +213,8 @@ class Worker:
             return None
         self._claim_done()
         if claim is None:
+            if self._stopping:
+                return None
             if self.config.burst:
                 await self._burst_idle()
             else:

@@ -79,6 +79,8 @@ class JobRunner:
         context = JobContext(job.claim, self.board, job.heartbeat, self.shared, reporter.report)
         policy, timeout = self._options(job.claim)
         job.limit = policy.limit(job.claim.job.max_attempts)
+        if job.limit is not None and job.claim.attempt > job.limit:  # e.g. requeued without a reset
+            return self._spent(job.claim, job.limit), "failed"
         settlement: Settlement | None = None
         with job.scope:
             async with anyio.create_task_group() as guards:
@@ -97,6 +99,13 @@ class JobRunner:
         if settlement is None:  # cancelled: the worker is stopping
             return Settlement(Action.ABANDON, reason=job.cancelled_because), "abandoned_on_shutdown"
         return settlement, settlement.outcome
+
+    @staticmethod
+    def _spent(claim: Claim, limit: int) -> Settlement:
+        """A claim past the attempts its policy allows: trashed unrun, keeping its last error."""
+        return Settlement(Action.TRASH, error=claim.job.last_error,
+                          reason=f"attempt {claim.attempt} of {limit} not run: its attempts were spent "
+                                 "(requeue it with reset_attempts to run it again)")
 
     def _options(self, claim: Claim) -> tuple[RetryPolicy, float | None]:
         """The retry policy and timeout for this job: the job's, the handler's, the worker's."""

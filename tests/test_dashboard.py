@@ -272,4 +272,4 @@ def test_the_command_line_wants_a_token_for_actions() -> None:
     done = subprocess.run([sys.executable, "-m", "jobboard", "dashboard", "memory://x", "--allow-actions"],
                           check=False, capture_output=True, text=True, timeout=30,
                           env={"PATH": "/usr/bin:/bin"})
-    assert done.returncode == 1 and "needs a token" in done.stderr, done.stderr
+    assert done.returncode == 2 and "needs a token" in done.stderr, done.stderr

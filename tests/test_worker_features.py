@@ -212,3 +212,28 @@ async def test_worker_level_policy_and_timeout_apply_to_plain_handlers(board_url
                 outcome = await board.wait_for_completion(job)
     assert outcome.state is JobState.TRASHED and attempts == [1, 2, 3]
     assert (worker.stats.retried, worker.stats.failed) == (2, 1)
+
+
+async def test_a_job_past_the_workers_attempts_is_trashed_without_running(board_url: str) -> None:
+    """A job trashed after the worker's max_attempts and requeued without reset_attempts ran a
+    5th time of 4 (the limit was the worker's policy, not the job's): it goes back to the trash unrun."""
+    runs: list[int] = []
+    handlers = Handlers()
+
+    @handlers.register("boom")
+    async def boom(ctx: JobContext) -> None:
+        runs.append(ctx.attempt)
+        raise RuntimeError("always")
+
+    with anyio.fail_after(30):
+        async with open_board(board_url) as board:
+            job = await board.post("boom")
+            async with running(board, handlers, retry=RetryPolicy(max_attempts=2, initial_delay=0)):
+                outcome = await board.wait_for_completion(job)
+                assert outcome.state is JobState.TRASHED and runs == [1, 2]
+                await board.requeue(job)  # attempts kept: 2 of 2 spent
+                outcome = await board.wait_for_completion(job)
+            assert outcome.state is JobState.TRASHED and runs == [1, 2], runs
+            assert outcome.reason is not None and "attempt 3 of 2 not run" in outcome.reason
+            [trashed] = [item async for item in board.trashed()]
+            assert trashed.job.last_error is not None and trashed.job.last_error.message == "always"

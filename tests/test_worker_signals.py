@@ -76,13 +76,18 @@ async def test_sigterm_at_random_moments_of_start_up_and_shutdown(zk_hosts: str)
             assert [await board.state(job) for job in jobs] == [JobState.COMPLETE] * len(jobs)
 
 
-def test_sigterm_while_zookeeper_is_down_exits_promptly() -> None:
-    """An idle worker whose server has gone away: SIGTERM exited only after 12 s (it waited its
-    settle timeout to unregister an entity that goes away with its session anyway)."""
+@pytest.mark.parametrize("backend", ["zookeeper", "redis"])
+def test_sigterm_while_the_server_is_down_exits_promptly(backend: str) -> None:
+    """An idle worker whose server has gone away: SIGTERM exited only after 12 s on ZooKeeper and
+    19 s on Redis (it waited its settle timeout to unregister an entity that goes with its session
+    anyway, then the retry window to release a session the server expires anyway)."""
+    from tests.support.redisserver import RedisServer
     from tests.support.zkserver import ZooKeeperServer
 
-    with ZooKeeperServer() as server:
-        url = f"zookeeper://{server.hosts}/signals/down-{uuid.uuid4().hex}?session_timeout=6"
+    name = f"down-{uuid.uuid4().hex}"
+    with ZooKeeperServer() if backend == "zookeeper" else RedisServer() as server:
+        url = (f"zookeeper://{server.hosts}/signals/{name}?session_timeout=6" if backend == "zookeeper"
+               else server.url(f"/0/{name}"))
         child = subprocess.Popen([sys.executable, "-m", "jobboard", "worker", url, "--handlers", HANDLERS],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -94,7 +99,7 @@ def test_sigterm_while_zookeeper_is_down_exits_promptly() -> None:
             time.sleep(2.0)  # the worker has seen the connection go
             started = time.monotonic()
             child.send_signal(signal.SIGTERM)
-            child.communicate(timeout=30)
+            _, err = child.communicate(timeout=30)
             took = time.monotonic() - started
         finally:
             if child.poll() is None:
@@ -102,4 +107,4 @@ def test_sigterm_while_zookeeper_is_down_exits_promptly() -> None:
                 child.communicate()
     print(f"exited {took:.1f}s after SIGTERM with its server down")
     assert child.returncode == 0
-    assert took < 6.0
+    assert took < 8.0, err  # 2 s at most for each of: a claim in flight, unregistering, the session

@@ -23,10 +23,12 @@ from jobboard.cli.command import (
     EXIT_NOT_MET,
     EXIT_STATUSES,
     EXIT_UNREACHABLE,
+    EXIT_USAGE,
     PROG,
     BoardAction,
     Command,
     CommandError,
+    UsageError,
     examples_epilog,
     no_arguments,
 )
@@ -177,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BackendUnavailable, BackendNotFound) as error:
         print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except UsageError as error:  # an option's value that argparse cannot judge alone
+        print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
+        return EXIT_USAGE
     except (JobBoardError, CommandError) as error:
         print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
         return EXIT_NOT_MET

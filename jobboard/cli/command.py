@@ -8,6 +8,7 @@ command modules (``jobs``, ``worker``, ``plan``, ...), which import ``command``,
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,10 @@ class CommandError(Exception):
     """A command's input is unusable (e.g. ``--details`` is not a JSON object)."""
 
 
+class UsageError(CommandError):
+    """Options that do not go together or a value out of range (exit status 2, like argparse's)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Command:
     """One subcommand: its arguments and what runs it (exactly one of the actions)."""
@@ -50,6 +55,34 @@ def examples_epilog(example: str) -> str | None:
     """The ``examples:`` section of a ``--help`` (``None`` if there is none)."""
     lines = [line.strip() for line in example.strip().splitlines() if line.strip()]
     return "examples:\n" + "\n".join(f"  {line}" for line in lines) if lines else None
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (a free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {port}")
+    return port
+
+
+def seconds(text: str, *, positive: bool = False) -> float:
+    """An argparse type: a finite number of seconds, >= 0 (> 0 with ``positive``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        raise argparse.ArgumentTypeError(f"seconds must be a finite number {'> 0' if positive else '>= 0'}, "
+                                         f"not {text}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0."""
+    return seconds(text, positive=True)
 
 
 def no_arguments(parser: argparse.ArgumentParser) -> None:

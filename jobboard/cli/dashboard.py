@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from typing import Any
 
 import anyio
 
 from jobboard.board import JobBoard
-from jobboard.cli.command import CommandError
+from jobboard.cli.command import CommandError, UsageError, port_number
 
 TOKEN_ENV = "JOBBOARD_DASHBOARD_TOKEN"
 DEMO_URL = "memory://demo"
@@ -24,7 +25,7 @@ DEMO_URL = "memory://demo"
 def dashboard_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("url", nargs="?", metavar="URL", help="the board (default: --board or $JOBBOARD_URL)")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    parser.add_argument("--port", type=int, default=8080, help="port to bind (default 8080)")
+    parser.add_argument("--port", type=port_number, default=8080, help="port to bind (default 8080)")
     parser.add_argument("--allow-actions", action="store_true",
                         help="allow cancel (and requeue / purge when the board has them) with the token")
     parser.add_argument("--token", help=f"the token actions need (default ${TOKEN_ENV})")
@@ -39,10 +40,22 @@ def _options(args: argparse.Namespace) -> Any:
 
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if args.allow_actions and not token:
-        raise CommandError(f"--allow-actions needs a token: --token T or ${TOKEN_ENV}")
+        raise UsageError(f"--allow-actions needs a token: --token T or ${TOKEN_ENV}")
     if token and len(token) < 8:
-        raise CommandError("the token is too short (8 characters or more)")
+        raise UsageError("the token is too short (8 characters or more)")
     return Options(allow_actions=args.allow_actions, token=token if args.allow_actions else None)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The dashboard's listening socket, bound before anything is printed.
+
+    :raises CommandError: the address cannot be bound (in use, not an address of this machine).
+    """
+    try:
+        return socket.create_server((host, port))
+    except OSError as error:
+        raise CommandError(f"cannot serve the dashboard on {host}:{port}: "
+                           f"{(error.strerror or str(error)).split(' (while')[0]}") from None
 
 
 async def serve(board: JobBoard, args: argparse.Namespace) -> int:
@@ -59,12 +72,14 @@ async def serve(board: JobBoard, args: argparse.Namespace) -> int:
                             timeout_graceful_shutdown=2, lifespan="on")
     server = uvicorn.Server(config)
     serve_with(app, server)
+    listener = listen(args.host, args.port)
+    port = listener.getsockname()[1]
     mode = "actions allowed with the token" if options.allow_actions else "read-only"
-    print(f"dashboard of {board.url} on http://{args.host}:{args.port}/ ({mode}); Ctrl-C stops it", flush=True)
+    print(f"dashboard of {board.url} on http://{args.host}:{port}/ ({mode}); Ctrl-C stops it", flush=True)
     async with anyio.create_task_group() as group:
         if args.demo:
             group.start_soon(run_demo_plans, board, args.demo_pace)
-        await server.serve()
+        await server.serve(sockets=[listener])
         group.cancel_scope.cancel()
     return 0 if server.started else 1
 

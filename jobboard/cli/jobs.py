@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from jobboard.board import JobBoard
-from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError
+from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError, seconds
 from jobboard.cli.output import first_line, format_table, format_time, print_json
 from jobboard.errors import JobNotFound
 from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
@@ -50,10 +50,12 @@ def post_arguments(parser: argparse.ArgumentParser) -> None:
                         help="times the job may be handed out (default: the board's)")
     parser.add_argument("--after", nargs="+", action="extend", default=[], metavar="JOB_ID",
                         help="jobs that must be consumed first")
+    parser.add_argument("--keep-result", action="store_true",
+                        help="keep the consume result for `jobboard result` / `wait` (for the board's result_ttl)")
     parser.add_argument("--key", default=None, metavar="KEY",
                         help="idempotency key: while a job posted with it is on the board (or settled "
                              "within the board's key_retention), print that job's id and post nothing")
-    parser.add_argument("--delay", type=float, default=None, metavar="SECONDS",
+    parser.add_argument("--delay", type=seconds, default=None, metavar="SECONDS",
                         help="not claimable until SECONDS from now (listed meanwhile)")
 
 
@@ -95,6 +97,7 @@ async def post(board: JobBoard, args: argparse.Namespace) -> int:
     job = await board.post(
         args.name, parse_details(args.details), priority=args.priority,
         depends_on=args.after, max_attempts=args.max_attempts, key=args.key, delay=args.delay,
+        keep_result=args.keep_result,
     )
     print(job.id)
     return 0

@@ -8,6 +8,7 @@ import signal
 import anyio
 
 from jobboard.board import JobBoard
+from jobboard.cli.command import port_number
 from jobboard.cli.observe import DEFAULT_HOST, bind, optional
 
 DEFAULT_PORT = 9465
@@ -22,7 +23,7 @@ no read per job per scrape. Stops on SIGTERM or SIGINT (exit 0)."""
 def metrics_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog, parser.formatter_class = EXAMPLE, argparse.RawDescriptionHelpFormatter
     parser.add_argument("url", nargs="?", help="board URL (or --board / $JOBBOARD_URL)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                         help=f"port to serve /metrics on (default {DEFAULT_PORT}; 0: a free port, printed)")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to serve on (default {DEFAULT_HOST})")
 

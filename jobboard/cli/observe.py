@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from jobboard.board import JobBoard
-from jobboard.cli.command import CommandError
+from jobboard.cli.command import CommandError, port_number
 from jobboard.handlers import Middleware
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def optional(module: str, extra: str, what: str) -> ModuleType:
 
 def worker_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("metrics and traces")
-    group.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+    group.add_argument("--metrics-port", type=port_number, default=None, metavar="PORT",
                        help="serve Prometheus metrics at http://HOST:PORT/metrics (jobboard[metrics]; 0: a free "
                             "port, printed)")
     group.add_argument("--metrics-host", default=DEFAULT_HOST, metavar="HOST",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from jobboard.board import JobBoard
-from jobboard.cli.command import CommandError
+from jobboard.cli.command import CommandError, positive_seconds, seconds
 from jobboard.cli.jobs import _priority, parse_details
 from jobboard.cli.options import shared_options
 from jobboard.cli.output import format_table, print_json
@@ -40,7 +40,7 @@ def schedule_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("name", help="the schedule's name (letters, digits, _.:-)")
     add.add_argument("job", help="the name of the job posted each period (a handler name)")
     when = add.add_mutually_exclusive_group(required=True)
-    when.add_argument("--every", type=float, metavar="SECONDS", help="post every SECONDS (from the epoch)")
+    when.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="post every SECONDS (from the epoch)")
     when.add_argument("--cron", metavar="EXPR", help="post at the times of a cron expression, UTC "
                       "(needs jobboard[cron])")
     add.add_argument("--details", default=None, metavar="JSON", help="the job's details, a JSON object "
@@ -48,7 +48,7 @@ def schedule_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("--priority", type=_priority, default=Priority.NORMAL, help="the job's priority")
     add.add_argument("--catch-up", choices=CATCH_UP, default="skip",
                      help="periods missed while no scheduler ran: skip them (default) or run once")
-    add.add_argument("--grace", type=float, default=None, metavar="SECONDS",
+    add.add_argument("--grace", type=seconds, default=None, metavar="SECONDS",
                      help="with skip: how late a period may still be posted (default half a period, <= 60)")
     subs["list"].add_argument("--json", action="store_true", help="print JSON instead of a table")
     subs["remove"].add_argument("name", help="the schedule to remove")

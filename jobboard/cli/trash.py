@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 
 from jobboard.board import JobBoard
-from jobboard.cli.command import EXIT_NOT_MET, CommandError
+from jobboard.cli.command import EXIT_NOT_MET, PROG, UsageError
 from jobboard.cli.output import print_json
 from jobboard.errors import InvalidJob, JobNotFound
 
@@ -62,7 +63,7 @@ async def _chosen(board: JobBoard, args: argparse.Namespace) -> list[str]:
     """The ids the arguments name (exactly one way of naming them)."""
     ways = sum((bool(args.ids), bool(args.name), args.all))
     if ways != 1:
-        raise CommandError("name the jobs one way: IDs, --name NAME or --all")
+        raise UsageError("name the jobs one way: IDs, --name NAME or --all")
     if args.ids:
         return list(dict.fromkeys(args.ids))
     names = set(args.name)
@@ -86,7 +87,7 @@ async def requeue(board: JobBoard, args: argparse.Namespace) -> int:
         for job_id in requeued:
             print(f"requeued {job_id}")
         for job_id, why in failed.items():
-            print(f"not requeued {job_id}: {why}")
+            print(f"{PROG}: error: not requeued {job_id}: {why}", file=sys.stderr)
         if not requeued and not failed:
             print("nothing to requeue")
     return EXIT_NOT_MET if failed else 0

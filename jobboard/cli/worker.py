@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from jobboard import logs
 from jobboard.board import JobBoard
-from jobboard.cli.command import CommandError
+from jobboard.cli.command import CommandError, UsageError
 from jobboard.cli.observe import WorkerExtras, worker_options
 from jobboard.cli.output import print_json
 from jobboard.early_signals import catch_early_signals
@@ -115,7 +115,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
                             timeout=args.timeout, idle_backoff_max=args.idle_backoff_max, burst=args.burst,
                             scheduler=args.schedule)
     except ValueError as error:
-        raise CommandError(str(error)) from error
+        raise UsageError(str(error)) from error
 
 
 async def run_worker(board: JobBoard, args: argparse.Namespace) -> int:

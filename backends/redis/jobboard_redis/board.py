@@ -104,10 +104,10 @@ class RedisBoard(KeepingRedis):
         if tasks:  # let them end before their connections close (bounded: a swallowed cancel)
             await asyncio.wait(tasks, timeout=1.0)
         try:
-            with anyio.fail_after(self.options.retry_window):
-                self.view.local(await self.session.close())
-        except (JobBoardError, TimeoutError) as error:  # unreachable: the server expires the session
-            logger.warning("%s: could not release the session at close: %s", self.url, error)
+            with anyio.fail_after(min(self.options.retry_window, 2.0)):  # not an outage's length: the
+                self.view.local(await self.session.close())                # server expires the session
+        except (JobBoardError, TimeoutError) as error:
+            logger.warning("%s: could not release the session at close: %s", self.url, error or "no answer")
         with anyio.move_on_after(2.0) as scope:
             await self._client.close()
         if scope.cancelled_caught:
