@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -71,3 +72,22 @@ async def test_post_can_keep_the_result_for_result_and_wait(zk_hosts: str) -> No
             await board.consume(claim, {"pages": 3})
     shown = await anyio.to_thread.run_sync(jobboard, "--board", url, "result", posted.stdout.strip())
     assert shown.returncode == 0 and '"pages": 3' in shown.stdout, shown.stdout
+
+
+async def test_list_and_top_show_when_a_delayed_job_is_due(zk_hosts: str) -> None:
+    """A job posted with --delay was listed as a plain `unclaimed` row: nothing said it could not be claimed."""
+    url = f"zookeeper://{zk_hosts}/trial/{uuid.uuid4().hex}"
+    plain = await anyio.to_thread.run_sync(jobboard, "--board", url, "post", "now")
+    listed = await anyio.to_thread.run_sync(jobboard, "--board", url, "list")
+    assert listed.returncode == 0 and "due" not in listed.stdout.splitlines()[0], listed.stdout  # only when needed
+    delayed = await anyio.to_thread.run_sync(jobboard, "--board", url, "post", "later", "--delay", "600")
+    for argv in (("list",), ("top", "--once")):
+        shown = await anyio.to_thread.run_sync(jobboard, "--board", url, *argv)
+        assert shown.returncode == 0, shown.stderr
+        table = shown.stdout[shown.stdout.index("id  "):].splitlines()
+        assert table[0].split()[4] == "due", shown.stdout
+        rows = {line.split()[0]: line.split() for line in table[1:] if line.strip()}
+        assert rows[plain.stdout.strip()][4] == "-"
+        due = rows[delayed.stdout.strip()]
+        assert due[3] == "unclaimed" and due[4] == "in" and re.fullmatch(r"9m[0-5]\ds|10m00s", due[5]), due
+        assert due[6].startswith("(20") and due[6].endswith("+00:00)"), due

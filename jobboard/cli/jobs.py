@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -134,11 +136,34 @@ async def list_jobs(board: JobBoard, args: argparse.Namespace) -> int:
     if args.json:
         print_json(records)
         return 0
-    columns = LIST_COLUMNS
-    if any(record["progress"] for record in records):  # a column only when some running job reported progress
-        columns = (*LIST_COLUMNS[:6], ("progress", lambda r: progress_text(r["progress"], 30)), LIST_COLUMNS[6])
+    columns = list_columns(records, time.time())
     print(format_table([header for header, _ in columns], [[cell(record) for _, cell in columns] for record in records]))
     return 0
+
+
+def list_columns(records: list[dict[str, Any]], now: float) -> tuple[Column, ...]:
+    """:data:`LIST_COLUMNS`, with ``progress`` when some running job reported progress and ``due``
+    when some job is not claimable yet (posted with a delay)."""
+    columns = LIST_COLUMNS
+    if any(record["progress"] for record in records):
+        columns = (*columns[:6], ("progress", lambda r: progress_text(r["progress"], 30)), *columns[6:])
+    if any(_not_due(record, now) for record in records):
+        columns = (*columns[:4], ("due", lambda r: due_text(r, now)), *columns[4:])
+    return columns
+
+
+def _not_due(record: Mapping[str, Any], now: float) -> bool:
+    return record["state"] == JobState.UNCLAIMED.value and (record["not_before"] or 0.0) > now
+
+
+def due_text(record: Mapping[str, Any], now: float) -> str:
+    """When a delayed job becomes claimable: ``in 4s (2026-01-02T03:04:05+00:00)``; ``-`` if it is."""
+    if not _not_due(record, now):
+        return "-"
+    left = math.ceil(record["not_before"] - now)
+    hours, minutes, seconds = left // 3600, left // 60 % 60, left % 60
+    relative = f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+    return f"in {relative} ({format_time(record['not_before'])})"
 
 
 def progress_text(progress: Mapping[str, Any] | None, width: int = 200) -> str:

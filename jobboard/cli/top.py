@@ -18,7 +18,7 @@ import anyio
 
 from jobboard.board import JobBoard
 from jobboard.cli.board_stats import stats_lines
-from jobboard.cli.jobs import LIST_COLUMNS, job_record
+from jobboard.cli.jobs import job_record, list_columns
 from jobboard.cli.output import format_table, format_time
 from jobboard.live import LiveBoard
 
@@ -76,8 +76,9 @@ def frame_lines(live: LiveBoard, url: str, *, max_jobs: int | None, height: int 
         max_jobs = max(height - len(lines) - 3, 1)  # the table's header, "... more", the cursor's line
     shown = jobs if max_jobs is None else jobs[:max_jobs]
     records = [job_record(item.job, item.state, item.owner) for item in shown]
-    lines += format_table([header for header, _ in LIST_COLUMNS],
-                          [[cell(record) for _, cell in LIST_COLUMNS] for record in records]).splitlines()
+    columns = list_columns(records, time.time())
+    lines += format_table([header for header, _ in columns],
+                          [[cell(record) for _, cell in columns] for record in records]).splitlines()
     if len(shown) < len(jobs):
         lines.append(f"... and {len(jobs) - len(shown)} more jobs")
     return lines
