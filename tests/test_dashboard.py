@@ -173,6 +173,45 @@ async def test_a_page_that_must_read_the_board_says_when_it_cannot() -> None:
             assert (await ahttp("GET", f"{base}/jobs/job-gone"))[0] == 200
 
 
+class UnreachableBoard(MemoryBoard):
+    """A memory board that, while ``down``, fails the live view's entity reads and makes a job read
+    wait (as a backend waiting out its connect timeout)."""
+
+    down = False
+
+    async def entities(self) -> list[Any]:
+        if self.down:
+            raise BackendUnavailable("the test took the backend down")
+        return await super().entities()
+
+    async def get(self, job: Any) -> Job:
+        if self.down:
+            await anyio.sleep(10)
+            raise BackendUnavailable("connect timeout")
+        return await super().get(job)
+
+
+async def test_the_job_page_answers_at_once_while_the_board_is_unreachable() -> None:
+    """/jobs/ID took ~10 s to answer 503 while the live view already knew the board was unreachable."""
+    with anyio.fail_after(30):
+        async with UnreachableBoard(f"memory://dash-{uuid.uuid4().hex}") as board, \
+                dashboard_in_loop(board, live_options={"entity_refresh": 0.05}) as base:
+            listed = await posted_and_seen(base, board, "seen")
+            gone = await posted_and_seen(base, board, "gone")
+            await board.consume(await board.claim(gone, "w1"))
+            await shows(base, "/", "<td>consumed</td>")  # the dashboard saw it end
+            board.down = True
+            await shows(base, "/", 'data-healthy="no"')
+            started = time.monotonic()
+            status, _, body = await ahttp("GET", f"{base}/jobs/{listed}")
+            assert status == 200 and "job seen" in body and "as last seen, may be stale" in body, body
+            status, _, body = await ahttp("GET", f"{base}/jobs/{gone}")
+            assert status == 200 and "complete" in body and "may be stale" in body, body
+            status, _, body = await ahttp("GET", f"{base}/jobs/never-posted")
+            assert status == 503 and "is not in the last known state" in body, body
+            assert time.monotonic() - started < 5  # three answers, none waiting on the board
+
+
 def test_a_job_that_cannot_be_shown_is_a_malformed_row() -> None:
     odd = Job("job-1", "odd", priority=77)  # type: ignore[arg-type]  # not a Priority: as from a foreign writer
     fine = Job("job-2", "fine")

@@ -17,7 +17,7 @@ import anyio
 
 from jobboard.board import JobBoard
 from jobboard.codec import MalformedEntry
-from jobboard.errors import JobBoardError, JobNotFound
+from jobboard.errors import BackendUnavailable, JobBoardError, JobNotFound
 from jobboard.events import EventKind
 from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
 from jobboard.live import LiveBoard
@@ -84,6 +84,8 @@ class JobView:
     dependents: tuple[ListedJob, ...] = ()
     malformed: str | None = None
     """Why the board cannot read this entry, when it is not a valid posting."""
+    stale: bool = False
+    """Shown from the live view as last seen: the board is unreachable."""
 
 
 @dataclass
@@ -167,13 +169,23 @@ class Dashboard:
     # -- one job ---------------------------------------------------------------
 
     async def job_view(self, job_id: str) -> JobView | None:
-        """The job on the board, in the trash, or ended; ``None`` if the board never had it."""
+        """The job on the board, in the trash, or ended; ``None`` if the board never had it.
+
+        While the live view is unhealthy no board read is tried (it would wait out the backend's
+        connect timeout): the job as last seen, marked stale, or :class:`BackendUnavailable` at once.
+        """
         dependents = tuple(item for item in self.live.jobs() if job_id in item.job.depends_on)
-        listed = self.live.job(job_id)
+        listed, stale = self.live.job(job_id), not self.live.healthy
         if listed is not None:
-            return JobView(job_id, listed.state, listed.job, listed.owner, dependents=dependents)
+            return JobView(job_id, listed.state, listed.job, listed.owner, dependents=dependents, stale=stale)
         if job_id in self.malformed_ids:
             return JobView(job_id, JobState.UNCLAIMED, malformed=self.malformed_ids[job_id] or "not a valid posting")
+        if stale and job_id in self.finished:
+            state, detail = self.finished[job_id]
+            return JobView(job_id, state, reason=detail or None, dependents=dependents, stale=True)
+        if stale:
+            raise BackendUnavailable(f"the board is unreachable (reconnecting) and job {job_id} "
+                                     "is not in the last known state")
         try:
             job = await self.board.get(job_id)
         except MalformedEntry as error:

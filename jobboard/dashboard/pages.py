@@ -175,6 +175,8 @@ def _job_page(view: JobView, actions: bool, requeue: bool) -> Markup:
         rows.append(("trashed", since(view.trashed_at)))
     facts = tag("dl", join(join([tag("dt", k), tag("dd", v)]) for k, v in rows))
     parts: list[object] = [tag("h1", f"job {job.name if job else view.job_id}"), facts]
+    if view.stale:
+        parts.insert(1, tag("p", "board unreachable: as last seen, may be stale", class_="malformed"))
     if actions and view.state in (JobState.UNCLAIMED, JobState.CLAIMED, JobState.WAITING):
         parts.append(button("cancel this job", f"/api/jobs/{quoted}/cancel"))
     if actions and requeue and view.state is JobState.TRASHED:
@@ -191,7 +193,8 @@ def _job_page(view: JobView, actions: bool, requeue: bool) -> Markup:
               table(["id", "name", "state"], ([job_link(d.job.id), d.job.name, state_badge(d.state)]
                                               for d in view.dependents), empty="none")]
     if view.state is JobState.COMPLETE:
-        parts += [tag("h2", "Kept result"), pretty(view.result) if view.has_result else tag("p", "none kept")]
+        parts += [tag("h2", "Kept result"), pretty(view.result) if view.has_result
+                  else tag("p", "not read: the board is unreachable" if view.stale else "none kept")]
     return join(parts)
 
 
