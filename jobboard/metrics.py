@@ -146,12 +146,23 @@ class _WorkerCollector:
 
 
 class BoardCollector:
-    """Gauges of one board from its live view, computed at scrape time (no read per job)."""
+    """Gauges of one board from its live view, computed at scrape time (no read per job).
+
+    While the view is not connected (``jobboard_board_up`` 0) only ``jobboard_board_up`` is
+    exported: the board's gauges are absent rather than stale (their last values would look current).
+    """
 
     def __init__(self, live: LiveBoard) -> None:
         self.live = live
 
     def collect(self) -> Iterable[Metric]:
+        healthy = self.live.healthy
+        if healthy:
+            yield from self._board_gauges()
+        yield GaugeMetricFamily("jobboard_board_up", "1 while the live view is connected to the board",
+                                value=1.0 if healthy else 0.0)
+
+    def _board_gauges(self) -> Iterator[Metric]:
         stats = self.live.stats()
         by_state = GaugeMetricFamily("jobboard_board_jobs", "Jobs on the board by state", labels=["state"])
         for state, count in sorted(stats.by_state.items()):
@@ -175,8 +186,6 @@ class BoardCollector:
         yield GaugeMetricFamily("jobboard_board_trash_jobs", "Jobs in the trash", value=stats.trash_size)
         yield GaugeMetricFamily("jobboard_board_workers", "Live workers (registered entities)",
                                 value=len(stats.workers))
-        yield GaugeMetricFamily("jobboard_board_up", "1 while the live view is connected to the board",
-                                value=1.0 if self.live.healthy else 0.0)
 
 
 async def bind_metrics(host: str, port: int) -> MultiListener[SocketStream]:

@@ -28,6 +28,7 @@ from jobboard.handlers import Handlers, JobContext
 from jobboard.job import Job
 from jobboard.metrics import WorkerMetrics
 from jobboard.worker import Worker, WorkerConfig
+from tests.support.redisserver import RedisServer
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -280,5 +281,26 @@ async def test_jobboard_metrics_serves_the_board_s_gauges(zk_hosts: str) -> None
                                          and value(s, "jobboard_board_jobs", state="unclaimed") == 3)
             assert value(samples, "jobboard_board_jobs_by_name", name="a", state="unclaimed") == 2
             assert value(samples, "jobboard_board_worker_running_jobs", worker="w1") == 0
+        finally:
+            await stop(child)
+
+
+async def test_the_board_s_gauges_are_absent_while_the_board_is_down() -> None:
+    """`jobboard metrics` kept exporting the last board gauges while `jobboard_board_up` was 0."""
+    with RedisServer(appendonly=False) as server:
+        child, lines = await start("metrics", server.url(f"/0/metrics-{uuid.uuid4().hex}") + "?session_timeout=4",
+                                   "--port", "0")
+        try:
+            endpoint = lines[-1].removeprefix("metrics: ")
+            samples = await anyio.to_thread.run_sync(scrape, endpoint)
+            assert value(samples, "jobboard_board_up") == 1
+            assert value(samples, "jobboard_board_jobs", state="unclaimed") == 0
+            await anyio.to_thread.run_sync(server.kill)
+            samples = await scrape_until(endpoint, lambda s: value(s, "jobboard_board_up") == 0, seconds=30)
+            board_gauges = {name for name, _ in samples if name.startswith("jobboard_board_")}
+            assert board_gauges == {"jobboard_board_up"}, board_gauges
+            await anyio.to_thread.run_sync(server.start)
+            await scrape_until(endpoint, lambda s: value(s, "jobboard_board_up") == 1
+                               and value(s, "jobboard_board_jobs", state="unclaimed") == 0, seconds=30)
         finally:
             await stop(child)
