@@ -199,10 +199,10 @@ class ZooKeeper:
             self._on_connected(self._session.session_id)
 
     def _suspended_too_long(self) -> None:
-        """Disconnected for a whole session timeout: the server has expired the session."""
+        """Disconnected for a whole session timeout: the server has presumably expired the session."""
         if self._session.state != States.CONNECTED:
             logger.warning("no ZooKeeper server for a session timeout: assuming the session expired")
-            self._report_expiry()
+            self._report_expiry("presumed expired (no server for a session timeout)")
 
     def _on_connected(self, session_id: int) -> None:
         self._last_contact = asyncio.get_running_loop().time()
@@ -212,20 +212,20 @@ class ZooKeeper:
         if previous is None:
             self._emit(SessionEvent.CONNECTED)
         elif previous == session_id:
-            self._expiry_reported = False  # an assumed expiry that the server did not carry out
-            self._emit(SessionEvent.RECONNECTED)
+            presumed, self._expiry_reported = self._expiry_reported, False  # the server did not expire it
+            self._emit(SessionEvent.RECONNECTED, "reconnected: the session presumed expired survived" * presumed)
         else:
             self._report_expiry()
             self._expiry_reported = False
             self._emit(SessionEvent.CONNECTED)
 
-    def _report_expiry(self) -> None:
+    def _report_expiry(self, shown: str = "") -> None:
         if not self._expiry_reported:
             self._expiry_reported = True
-            self._emit(SessionEvent.EXPIRED)
+            self._emit(SessionEvent.EXPIRED, shown)
 
-    def _emit(self, event: str) -> None:
-        logger.info("ZooKeeper session %s: %s", hex(self._session_id or 0), event)
+    def _emit(self, event: str, shown: str = "") -> None:
+        logger.info("ZooKeeper session %s: %s", hex(self._session_id or 0), shown or event)
         for listener in list(self._listeners):
             try:
                 listener(event)
