@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+import uuid
 from typing import Any
 
 import msgpack
@@ -121,12 +122,26 @@ def test_decode_value_of_garbage_is_malformed() -> None:
     ({"when": object()}, "details['when']"),
     ({"a": {"b": [1, {2, 3}]}}, "details['a']['b'][1]"),
     ({"big": 2**64}, "details['big']"),
+    ({"small": -(2**63) - 1}, "details['small']"),
     ({"nested": {(1, 2): "tuple key"}}, "details['nested']"),
 ])
 def test_unencodable_details_name_the_path(details: dict[str, Any], path: str) -> None:
     with pytest.raises(InvalidJob) as caught:
         make(details=details)
     assert path in str(caught.value) and "'resize'" in str(caught.value)
+
+
+def test_flat_details_are_copied_and_keep_their_values() -> None:
+    details = {"s": "x", "i": 2**64 - 1, "n": -(2**63), "f": 1.5, "b": True, "z": None, "raw": b"\x00"}
+    posting = make(details=details)
+    assert posting.details == details and posting.details is not details
+    assert decode_posting(encode_posting(posting)).details == details
+
+
+def test_tokens_are_distinct_version_4_uuids() -> None:
+    tokens = {make().token for _ in range(200)}
+    assert len(tokens) == 200
+    assert all(uuid.UUID(token).version == 4 and uuid.UUID(token).hex == token for token in tokens)
 
 
 def test_non_string_top_level_key_is_refused() -> None:
