@@ -338,20 +338,27 @@ def _posting_from_record(record: dict[str, Any]) -> Posting:
     name, details = record["name"], record["details"]
     if not isinstance(name, str) or not isinstance(details, dict):
         raise TypeError("name must be a string and details a map")
-    max_attempts, not_before = record["max_attempts"], record["not_before"]
+    max_attempts, not_before, priority = record["max_attempts"], record["not_before"], record["priority"]
+    get = record.get
+    results, key, last_error, trace = get("results"), get("key"), get("last_error"), get("trace")
     return Posting(
-        name=name, details=details, priority=Priority(record["priority"]),
+        name=name, details=details, priority=_PRIORITIES[priority] if priority in _PRIORITIES else Priority(priority),
         created_at=float(record["created_at"]),
-        depends_on=tuple(str(dep) for dep in record["depends_on"]),
+        depends_on=tuple(map(str, record["depends_on"])),
         max_attempts=None if max_attempts is None else int(max_attempts),
         keep_result=bool(record["keep_result"]), token=str(record["token"]),
         attempts=int(record["attempts"]),
         not_before=None if not_before is None else float(not_before),
-        results=dict(record.get("results") or {}),
-        key=None if record.get("key") is None else str(record["key"]),
-        last_error=_last_error(record.get("last_error")), trace=_trace(record.get("trace")),
-        result_ttl=_optional_float(record.get("result_ttl")), trash_ttl=_optional_float(record.get("trash_ttl")),
+        results=dict(results) if results else {},
+        key=None if key is None else str(key),
+        last_error=None if last_error is None else _last_error(last_error),
+        trace=None if trace is None else _trace(trace),
+        result_ttl=_optional_float(get("result_ttl")), trash_ttl=_optional_float(get("trash_ttl")),
     )
+
+
+_PRIORITIES: dict[object, Priority] = {member.value: member for member in Priority}
+"""Stored priority values and their members (``Priority(value)`` decides anything else)."""
 
 
 def _optional_float(value: Any) -> float | None:
