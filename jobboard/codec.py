@@ -267,10 +267,16 @@ def encode_value(value: Any, *, what: str) -> bytes:
 
     :raises InvalidJob: naming ``what`` when msgpack cannot carry the value.
     """
+    if value is None:
+        return _NIL  # the usual result
     problem = _find_unencodable(value, what)
     if problem:
         raise InvalidJob(problem)
-    return cast(bytes, msgpack.packb(value, use_bin_type=True))
+    return cast(bytes, _packer().pack(value))
+
+
+_NIL = b"\xc0"
+"""msgpack's ``None``."""
 
 
 def decode_value(data: bytes) -> Any:
