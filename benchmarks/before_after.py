@@ -3,19 +3,22 @@
     python -m benchmarks.before_after BASE_REV [--runs 6] [--jobs 2000] [--workers 16]
     python -m benchmarks.before_after BASE_REV --bench batches --backends memory,redis,zookeeper
 
-Checks BASE_REV out into a temporary git worktree, then alternates the benchmark of BASE_REV
-and of this tree (each in its own process, which goes first alternating from run to run)
+Checks BASE_REV out into a temporary git worktree (with this tree's ``benchmarks/``, so that
+the same benchmark code measures both libraries), then alternates the benchmark on BASE_REV
+and on this tree (each in its own process, which goes first alternating from run to run)
 against the same servers (started here), and prints one JSON line: per backend and figure,
 each pair's values, the medians, and the median of the per-pair ratios (this tree / BASE_REV).
 ``--bench cycle`` (the default, on ZooKeeper) runs ``benchmarks.cycle``: posts/s, cycles/s,
 requests per cycle and client CPU; ``--bench batches`` runs ``benchmarks.batches``: posts/s
-(16 in flight), ``post_many``/s, W-claimer cycles/s and fused cycles/s.
+(16 in flight), ``post_many``/s, W-claimer cycles/s and fused cycles/s, and the client's CPU
+microseconds per job of each (``*_cpu_us``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,7 +32,8 @@ from tests.support.zkserver import ZooKeeperServer, ensure_zookeeper_installed
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = {"cycle": ("posts_per_s", "cycles_per_s", "zk_requests_per_cycle", "cpu_s"),
-           "batches": ("posts_per_s", "post_many_per_s", "cycles_per_s", "fused_cycles_per_s")}
+           "batches": ("posts_per_s", "post_many_per_s", "cycles_per_s", "fused_cycles_per_s", "posts_cpu_us",
+                       "post_many_cpu_us", "cycles_cpu_us", "fused_cycles_cpu_us")}
 
 
 def run_bench(tree: Path, bench: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -86,6 +90,7 @@ def main() -> None:
         base = Path(scratch) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT, check=True,
                        capture_output=True)
+        shutil.copytree(ROOT / "benchmarks", base / "benchmarks", dirs_exist_ok=True)
         try:
             for run in range(args.runs):
                 for backend in backends:
