@@ -335,8 +335,9 @@ def _packer() -> msgpack.Packer:
         return cast(msgpack.Packer, _PACKERS.packer)
 
 
-def decode_posting(data: bytes | None) -> Posting:
-    """Decode and validate a stored posting.
+def decode_posting(data: bytes | None, live: tuple[int, float | None] | None = None) -> Posting:
+    """Decode and validate a stored posting; ``live``: the attempts and ``not_before`` that replace
+    the stored ones (for backends that keep them apart: no second posting built).
 
     :raises MalformedEntry: when ``data`` is not a version-1 posting.
     """
@@ -347,16 +348,19 @@ def decode_posting(data: bytes | None) -> Posting:
     if type(version) is not int or version != FORMAT_VERSION:
         raise MalformedEntry(f"not a version-{FORMAT_VERSION} posting")
     try:
-        return _posting_from_record(record)
+        return _posting_from_record(record, live)
     except (KeyError, TypeError, ValueError) as error:
         raise MalformedEntry(f"bad posting field: {error!r}") from error
 
 
-def _posting_from_record(record: dict[str, Any]) -> Posting:
+def _posting_from_record(record: dict[str, Any], live: tuple[int, float | None] | None) -> Posting:
     name, details = record["name"], record["details"]
     if not isinstance(name, str) or not isinstance(details, dict):
         raise TypeError("name must be a string and details a map")
     max_attempts, not_before, priority = record["max_attempts"], record["not_before"], record["priority"]
+    attempts, not_before = int(record["attempts"]), None if not_before is None else float(not_before)
+    if live is not None:
+        attempts, not_before = live
     get = record.get
     results, key, last_error, trace = get("results"), get("key"), get("last_error"), get("trace")
     return Posting(
@@ -365,8 +369,7 @@ def _posting_from_record(record: dict[str, Any]) -> Posting:
         depends_on=tuple(map(str, record["depends_on"])),
         max_attempts=None if max_attempts is None else int(max_attempts),
         keep_result=bool(record["keep_result"]), token=str(record["token"]),
-        attempts=int(record["attempts"]),
-        not_before=None if not_before is None else float(not_before),
+        attempts=attempts, not_before=not_before,
         results=dict(results) if results else {},
         key=None if key is None else str(key),
         last_error=None if last_error is None else _last_error(last_error),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import uuid
 from typing import Any
@@ -222,3 +223,14 @@ def test_job_sort_key_orders_by_priority_then_sequence() -> None:
         Job("e", "n", priority=Priority.NORMAL, sequence=3),
     ]
     assert [job.id for job in sorted(jobs, key=Job.sort_key)] == ["d", "b", "a", "e", "c"]
+
+
+def test_live_attempts_and_delay_replace_the_stored_ones_which_are_still_checked() -> None:
+    raw = encode_posting(make())
+    assert decode_posting(raw, (3, 12.5)) == make_like(decode_posting(raw), attempts=3, not_before=12.5)
+    with pytest.raises(MalformedEntry):
+        decode_posting(msgpack.packb({**VALID_RECORD, "attempts": "x"}), (1, None))
+
+
+def make_like(posting: Posting, **changes: Any) -> Posting:
+    return dataclasses.replace(posting, **changes)
