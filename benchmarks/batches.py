@@ -3,7 +3,8 @@ claim -> consume cycle with ``consume`` then ``claim_next``, and with ``consume_
 
     python -m benchmarks.batches --url redis://127.0.0.1:6379/0/bench [--jobs 4000] [--workers 16]
 
-Prints one JSON line (medians of --repeat runs, each on a fresh board).
+Prints one JSON line (medians of --repeat runs, each on a fresh board), with this process's CPU
+time per job of each phase in microseconds (``*_cpu_us``: the client's cost, whatever the server's).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import time
 from typing import Any
 
+from benchmarks.common import process_cpu_seconds
 from benchmarks.cycle import run_url
 from jobboard import JobBoard, NewJob, open_board
 
@@ -59,11 +61,14 @@ async def cycles(board: JobBoard, workers: int, *, fused: bool) -> float:
 async def one_run(url: str, jobs: int, workers: int, batch: int) -> dict[str, float]:
     found: dict[str, float] = {}
     async with open_board(run_url(url)) as board:
-        found["posts_per_s"] = await posts(board, jobs, workers)
-        found["cycles_per_s"] = await cycles(board, workers, fused=False)
-        found["post_many_per_s"] = await posts_many(board, jobs, batch)
-        found["fused_cycles_per_s"] = await cycles(board, workers, fused=True)
-    return {key: round(value) for key, value in found.items()}
+        phases = [("posts", lambda: posts(board, jobs, workers)), ("cycles", lambda: cycles(board, workers, fused=False)),
+                  ("post_many", lambda: posts_many(board, jobs, batch)),
+                  ("fused_cycles", lambda: cycles(board, workers, fused=True))]
+        for name, phase in phases:
+            cpu = process_cpu_seconds()
+            found[f"{name}_per_s"] = await phase()
+            found[f"{name}_cpu_us"] = 1e6 * (process_cpu_seconds() - cpu) / jobs
+    return {key: round(value, 1 if key.endswith("_cpu_us") else None) for key, value in found.items()}
 
 
 def main() -> None:

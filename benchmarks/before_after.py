@@ -1,65 +1,109 @@
-"""The claim cycle of two commits, run by run on one ZooKeeper: the cost of a change.
+"""The cost of a change: two commits' benchmarks, run by run against the same servers.
 
     python -m benchmarks.before_after BASE_REV [--runs 6] [--jobs 2000] [--workers 16]
+    python -m benchmarks.before_after BASE_REV --bench batches --backends memory,redis,zookeeper
 
-Checks BASE_REV out into a temporary git worktree, then alternates ``python -m
-benchmarks.cycle`` of BASE_REV and of this tree against the same server (started here),
-and prints one JSON line: each pair's posts/s, cycles/s, requests per cycle and client CPU,
-the medians, and the median of the per-pair ratios (this tree / BASE_REV).
+Checks BASE_REV out into a temporary git worktree (with this tree's ``benchmarks/``, so that
+the same benchmark code measures both libraries), then alternates the benchmark on BASE_REV
+and on this tree (each in its own process, which goes first alternating from run to run)
+against the same servers (started here), and prints one JSON line: per backend and figure,
+each pair's values, the medians, and the median of the per-pair ratios (this tree / BASE_REV).
+``--bench cycle`` (the default, on ZooKeeper) runs ``benchmarks.cycle``: posts/s, cycles/s,
+requests per cycle and client CPU; ``--bench batches`` runs ``benchmarks.batches``: posts/s
+(16 in flight), ``post_many``/s, W-claimer cycles/s and fused cycles/s, and the client's CPU
+microseconds per job of each (``*_cpu_us``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from tests.support.redisserver import RedisServer, ensure_redis_installed
 from tests.support.zkserver import ZooKeeperServer, ensure_zookeeper_installed
 
 ROOT = Path(__file__).resolve().parent.parent
-FIGURES = ("posts_per_s", "cycles_per_s", "zk_requests_per_cycle", "cpu_s")
+FIGURES = {"cycle": ("posts_per_s", "cycles_per_s", "zk_requests_per_cycle", "cpu_s"),
+           "batches": ("posts_per_s", "post_many_per_s", "cycles_per_s", "fused_cycles_per_s", "posts_cpu_us",
+                       "post_many_cpu_us", "cycles_cpu_us", "fused_cycles_cpu_us")}
 
 
-def cycle(tree: Path, hosts: str, jobs: int, workers: int) -> dict[str, Any]:
-    paths = [tree, tree / "backends" / "zookeeper", tree / "backends" / "memory"]
+def run_bench(tree: Path, bench: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One run of ``bench`` from ``tree`` on a fresh board under ``url``: its figures."""
+    paths = [tree] + [tree / "backends" / name for name in ("zookeeper", "redis", "memory")]
     env = {"PYTHONPATH": ":".join(map(str, paths)), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.cycle", "--hosts", hosts, "--jobs", str(jobs),
-         "--workers", str(workers), "--repeat", "1"],
-        cwd=tree, env=env, capture_output=True, text=True, check=True, timeout=600)
-    run: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])["runs"][0]
-    return run
+    command = [sys.executable, "-m", f"benchmarks.{bench}", "--url", url, "--jobs", str(args.jobs),
+               "--workers", str(args.workers), "--repeat", "1"]
+    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=True, timeout=600)
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return dict(report["runs"][0])
+
+
+def board_urls(stack: ExitStack, backends: list[str]) -> dict[str, str]:
+    """A board URL per backend, starting the servers they need."""
+    urls = {}
+    for backend in backends:
+        if backend == "memory":
+            urls[backend] = "memory://before-after"
+        elif backend == "redis":
+            ensure_redis_installed()
+            urls[backend] = stack.enter_context(RedisServer(appendonly=False)).url("/0/before-after")
+        elif backend == "zookeeper":
+            ensure_zookeeper_installed()
+            urls[backend] = f"zookeeper://{stack.enter_context(ZooKeeperServer()).hosts}/before-after"
+        else:
+            raise SystemExit(f"unknown backend {backend!r}: use memory, redis or zookeeper")
+    return urls
+
+
+def summary(pairs: list[tuple[dict[str, Any], dict[str, Any]]], figures: tuple[str, ...]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for name in figures:
+        before, after = [p[0][name] for p in pairs], [p[1][name] for p in pairs]
+        found[name] = {"base": before, "this": after, "base_median": statistics.median(before),
+                       "this_median": statistics.median(after),
+                       "ratio_median": round(statistics.median(a / b for a, b in zip(after, before, strict=True)), 3)}
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("base")
+    parser.add_argument("--bench", choices=sorted(FIGURES), default="cycle")
+    parser.add_argument("--backends", default="zookeeper", help="comma-separated: memory, redis, zookeeper")
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=16)
     args = parser.parse_args()
-    ensure_zookeeper_installed()
-    with tempfile.TemporaryDirectory() as scratch, ZooKeeperServer() as server:
+    backends = args.backends.split(",")
+    pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {backend: [] for backend in backends}
+    with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
+        urls = board_urls(stack, backends)
         base = Path(scratch) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT, check=True,
                        capture_output=True)
+        shutil.copytree(ROOT / "benchmarks", base / "benchmarks", dirs_exist_ok=True)
         try:
-            pairs = [(cycle(base, server.hosts, args.jobs, args.workers),
-                      cycle(ROOT, server.hosts, args.jobs, args.workers)) for _ in range(args.runs)]
+            for run in range(args.runs):
+                for backend in backends:
+                    trees = [base, ROOT] if run % 2 == 0 else [ROOT, base]
+                    got = {tree: run_bench(tree, args.bench, urls[backend], args)
+                           for tree in trees}
+                    pairs[backend].append((got[base], got[ROOT]))
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
-    report: dict[str, Any] = {"bench": "before_after", "base": args.base, "jobs": args.jobs,
+    report: dict[str, Any] = {"bench": f"before_after/{args.bench}", "base": args.base, "jobs": args.jobs,
                               "workers": args.workers, "runs": args.runs}
-    for name in FIGURES:
-        before, after = [p[0][name] for p in pairs], [p[1][name] for p in pairs]
-        report[name] = {"base": before, "this": after, "base_median": statistics.median(before),
-                        "this_median": statistics.median(after),
-                        "ratio_median": round(statistics.median(a / b for a, b in zip(after, before, strict=True)), 3)}
+    for backend in backends:
+        report[backend] = summary(pairs[backend], FIGURES[args.bench])
     print(json.dumps(report))
 
 

@@ -122,6 +122,11 @@ class EventHub:
     def unsubscribe(self, stream: EventStream) -> None:
         self._streams.discard(stream)
 
+    @property
+    def has_subscribers(self) -> bool:
+        """Whether any stream is open: publishers may skip building events when not."""
+        return bool(self._streams)
+
     def publish(self, event: Event) -> None:
         for stream in self._streams:
             stream._push(event)

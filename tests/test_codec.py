@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
+import uuid
 from typing import Any
 
 import msgpack
@@ -121,12 +123,26 @@ def test_decode_value_of_garbage_is_malformed() -> None:
     ({"when": object()}, "details['when']"),
     ({"a": {"b": [1, {2, 3}]}}, "details['a']['b'][1]"),
     ({"big": 2**64}, "details['big']"),
+    ({"small": -(2**63) - 1}, "details['small']"),
     ({"nested": {(1, 2): "tuple key"}}, "details['nested']"),
 ])
 def test_unencodable_details_name_the_path(details: dict[str, Any], path: str) -> None:
     with pytest.raises(InvalidJob) as caught:
         make(details=details)
     assert path in str(caught.value) and "'resize'" in str(caught.value)
+
+
+def test_flat_details_are_copied_and_keep_their_values() -> None:
+    details = {"s": "x", "i": 2**64 - 1, "n": -(2**63), "f": 1.5, "b": True, "z": None, "raw": b"\x00"}
+    posting = make(details=details)
+    assert posting.details == details and posting.details is not details
+    assert decode_posting(encode_posting(posting)).details == details
+
+
+def test_tokens_are_distinct_version_4_uuids() -> None:
+    tokens = {make().token for _ in range(200)}
+    assert len(tokens) == 200
+    assert all(uuid.UUID(token).version == 4 and uuid.UUID(token).hex == token for token in tokens)
 
 
 def test_non_string_top_level_key_is_refused() -> None:
@@ -207,3 +223,14 @@ def test_job_sort_key_orders_by_priority_then_sequence() -> None:
         Job("e", "n", priority=Priority.NORMAL, sequence=3),
     ]
     assert [job.id for job in sorted(jobs, key=Job.sort_key)] == ["d", "b", "a", "e", "c"]
+
+
+def test_live_attempts_and_delay_replace_the_stored_ones_which_are_still_checked() -> None:
+    raw = encode_posting(make())
+    assert decode_posting(raw, (3, 12.5)) == make_like(decode_posting(raw), attempts=3, not_before=12.5)
+    with pytest.raises(MalformedEntry):
+        decode_posting(msgpack.packb({**VALID_RECORD, "attempts": "x"}), (1, None))
+
+
+def make_like(posting: Posting, **changes: Any) -> Posting:
+    return dataclasses.replace(posting, **changes)

@@ -82,7 +82,7 @@ class RedisBoard(KeepingRedis):
             for warning in await client.check_server():
                 logger.warning("%s: %s", self.url, warning)
             self.session = Session(client, self.options.session_timeout, self._on_session)
-            self.view = BoardView(client, self.hub.publish)
+            self.view = BoardView(client, self.hub)
             await self.view.start()
             await self.session.open()
         except BaseException:

@@ -88,13 +88,14 @@ class RedisClient:
         """Replicas each write waits for (``durability=strict`` with replicas)."""
         self._wait_round: asyncio.Future[Any] | None = None
         self._nonce_prefix = f"{uuid.uuid4().hex}."
+        self._nonce_suffix = f":{options.nonce_ms}"
         self._nonces = itertools.count()
         self._script = self._fcall
 
     def nonce(self) -> str:
         """A write's nonce: unique (a random prefix per client, then a counter), ending with how long
         the server remembers it (``:<ms>``)."""
-        return f"{self._nonce_prefix}{next(self._nonces)}:{self.options.nonce_ms}"
+        return f"{self._nonce_prefix}{next(self._nonces)}{self._nonce_suffix}"
 
     # -- connections -------------------------------------------------------
 

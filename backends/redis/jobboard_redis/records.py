@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from typing import Any
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
@@ -65,14 +64,12 @@ def posting_of(raw: Any, attempts: Any, not_before: Any, last_error: Any = None)
     """
     if not isinstance(raw, bytes):
         raise MalformedEntry("no posting")
-    posting = decode_posting(raw)
     try:
         count = int(attempts or 0)
         delay = float(not_before) / 1000 if not_before not in (None, b"", "") else None
     except ValueError as error:
         raise MalformedEntry(f"bad stored field: {error}") from error
-    if count != posting.attempts or delay != posting.not_before:
-        posting = replace(posting, attempts=count, not_before=delay)
+    posting = decode_posting(raw, (count, delay))
     return posting.failed(error_of(last_error)) if last_error else posting
 
 

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import anyio
 
 from jobboard.errors import BackendUnavailable
-from jobboard.events import Event, EventKind
+from jobboard.events import Event, EventHub, EventKind
 from jobboard_redis.client import RedisClient
 
 logger = logging.getLogger(__name__)
@@ -34,9 +34,10 @@ def _text(value: object) -> str:
 class BoardView:
     """Publishes the board's events and wakes whoever waits for them."""
 
-    def __init__(self, client: RedisClient, publish: Callable[[Event], None]) -> None:
+    def __init__(self, client: RedisClient, hub: EventHub) -> None:
         self.client = client
-        self.publish = publish
+        self.hub = hub
+        self.publish = hub.publish
         self.last_id: str | bytes = "0-0"
         self._board_changed = anyio.Event()
         self._board_waited = False
@@ -90,12 +91,12 @@ class BoardView:
                 del streamed[entry_id]
             else:
                 own.add(entry_id)
-                self._emit(_text(events[index + 1]), _text(events[index + 2]), _text(events[index + 3]))
+                self._emit(events[index + 1], _text(events[index + 2]), events[index + 3])
 
-    def _emit(self, kind: str, job: str, detail: str) -> None:
-        mapped = KINDS.get(kind)
-        if mapped is not None:
-            self.publish(Event(mapped, job or None, detail))
+    def _emit(self, kind: object, job: str, detail: object) -> None:
+        """Publish an event of the stream (only when someone listens) and wake the job's and the board's waiters."""
+        if self.hub.has_subscribers and (mapped := KINDS.get(_text(kind))) is not None:
+            self.publish(Event(mapped, job or None, _text(detail)))
         self.notify(job or None)
 
     async def run(self) -> None:
@@ -136,7 +137,7 @@ class BoardView:
         if len(self._streamed) > REMEMBERED:
             self._streamed.popitem(last=False)
         fields = dict(zip(flat[::2], flat[1::2], strict=False))
-        self._emit(_text(fields.get(b"k", b"")), _text(fields.get(b"j", b"")), _text(fields.get(b"d", b"")))
+        self._emit(fields.get(b"k", b""), _text(fields.get(b"j", b"")), fields.get(b"d", b""))
 
 
 def _older(entry_id: str | bytes, than: str) -> bool:
