@@ -19,7 +19,8 @@ from typing import Any, Self
 from jobboard import board_inputs
 from jobboard.board_inputs import JobRef, NewJob, check_owner, job_id_of
 from jobboard.board_keeping import TrashAndProgress
-from jobboard.codec import Posting, build_posting, check_size, encode_posting
+from jobboard.checks import check_size
+from jobboard.codec import Posting, build_posting, encode_posting
 from jobboard.delay import due_time
 from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream

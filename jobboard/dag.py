@@ -20,7 +20,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobboard.codec import check_name, encode_value
+from jobboard.checks import check_name
+from jobboard.codec import encode_value
 from jobboard.errors import InvalidJob
 from jobboard.job import INTERNAL_PREFIX, JobState, Priority
 

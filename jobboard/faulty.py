@@ -26,15 +26,15 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 import anyio
 
-from jobboard.board import JobBoard, JobRef
+from jobboard.board import JobBoard
 from jobboard.errors import BackendUnavailable, ClaimLost
-from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
-from jobboard.job import Claim, Entity, Job, JobState, LastError, Outcome, Priority, TrashedJob, When
+from jobboard.job import Claim, Job, LastError
+from jobboard.wrapped import WrappedBoard
 
 T = TypeVar("T")
 KINDS = ("unavailable", "timeout", "hang")
@@ -43,14 +43,14 @@ FAULTY_METHODS = frozenset({"claim_next", "wait", "watch_claim", "consume", "aba
                             "register_entity", "unregister_entity"})
 
 
-class FaultyBoard(JobBoard):
+class FaultyBoard(WrappedBoard):
     """Forwards to ``inner``, injecting faults; see the module docstring."""
 
     def __init__(self, inner: JobBoard, *, seed: int, rate: float = 0.1, hang_for: float = 0.5,
                  methods: Collection[str] = FAULTY_METHODS, kinds: Collection[str] = SETTLE_KINDS,
                  budget: int | None = None) -> None:
-        super().__init__(inner.url)
-        self.inner, self.seed, self.rate, self.hang_for = inner, seed, rate, hang_for
+        super().__init__(inner)
+        self.seed, self.rate, self.hang_for = seed, rate, hang_for
         self.methods, self.kinds = frozenset(methods), tuple(kinds)
         self.budget = budget
         """Faults left to inject (``None``: no limit)."""
@@ -60,12 +60,7 @@ class FaultyBoard(JobBoard):
         self.applied: list[tuple[str, str, int, float]] = []
         self.lost_replies: Counter[str] = Counter()
         """Calls that applied but whose caller got ``BackendUnavailable``, by method."""
-        self.max_posting_bytes = inner.max_posting_bytes
-        self.default_max_attempts = inner.default_max_attempts
 
-    @property
-    def is_open(self) -> bool:
-        return self.inner.is_open
 
     async def _call(self, method: str, call: Callable[[], Awaitable[T]], *, settle: Claim | None = None) -> T:
         kind = self._pick(method, settle is not None)
@@ -99,67 +94,6 @@ class FaultyBoard(JobBoard):
         if self.budget is not None:
             self.budget -= 1
         return self.random.choice(kinds)
-
-    # -- life cycle and reading: forwarded as they are ------------------------------
-
-    async def open(self) -> None:
-        if not self.inner.is_open:
-            await self.inner.open()
-        self._open = True
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-        self._open = False
-
-    async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
-                   priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-                   max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
-                   delay: float | None = None, not_before: When | None = None,
-                   result_ttl: float | None = None, trash_ttl: float | None = None) -> Job:
-        return await self.inner.post(name, details, priority=priority, depends_on=depends_on,
-                                     max_attempts=max_attempts, keep_result=keep_result, key=key,
-                                     delay=delay, not_before=not_before, result_ttl=result_ttl, trash_ttl=trash_ttl)
-
-    async def get(self, job: JobRef) -> Job:
-        return await self.inner.get(job)
-
-    async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
-        async for job in self.inner.iterjobs(only_unclaimed=only_unclaimed):
-            yield job
-
-    async def state(self, job: JobRef) -> JobState:
-        return await self.inner.state(job)
-
-    async def owner(self, job: JobRef) -> str | None:
-        return await self.inner.owner(job)
-
-    async def job_count(self) -> int:
-        return await self.inner.job_count()
-
-    async def trashed(self) -> AsyncIterator[TrashedJob]:
-        async for item in self.inner.trashed():
-            yield item
-
-    async def claim(self, job: JobRef, owner: str) -> Claim:
-        return await self.inner.claim(job, owner)
-
-    async def cancel(self, job: JobRef, reason: str) -> None:
-        await self.inner.cancel(job, reason)
-
-    async def purge(self, *, older_than: float = 0.0) -> int:
-        return await self.inner.purge(older_than=older_than)
-
-    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
-        return await self.inner.requeue(job, reset_attempts=reset_attempts)
-
-    async def wait_for_completion(self, job: JobRef) -> Outcome:
-        return await self.inner.wait_for_completion(job)
-
-    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
-        return self.inner.events(maxlen)
-
-    async def entities(self) -> list[Entity]:
-        return await self.inner.entities()
 
     # -- what a worker calls: faults injected ------------------------------------------
 

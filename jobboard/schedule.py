@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from jobboard.codec import check_details, check_name
+from jobboard.checks import check_details, check_name
 from jobboard.errors import InvalidJob
 from jobboard.job import INTERNAL_PREFIX, Priority
 

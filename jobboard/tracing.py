@@ -15,7 +15,7 @@ makes no span (an idle worker polls).
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import propagate, trace
@@ -23,20 +23,15 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProvider
 
 from jobboard.board import JobBoard, JobRef, NewJob
-from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
 from jobboard.handlers import JobContext, Middleware
 from jobboard.job import (
     Claim,
-    Entity,
     Job,
-    JobState,
     LastError,
-    ListedJob,
-    Outcome,
     Priority,
-    TrashedJob,
     When,
 )
+from jobboard.wrapped import WrappedBoard
 
 __all__ = ["TracedBoard", "job_spans", "producer_context"]
 
@@ -80,28 +75,13 @@ def job_spans(tracer_provider: TracerProvider | None = None) -> Middleware:
     return traced
 
 
-class TracedBoard(JobBoard):
-    """Forwards every call to ``inner``; posts, claims and settles make spans (see the module)."""
+class TracedBoard(WrappedBoard):
+    """Forwards every call to ``inner``; posts, claims and settles make spans (see the module).
+    Reads and progress reports (frequent and cheap) are forwarded without one."""
 
     def __init__(self, inner: JobBoard, *, tracer_provider: TracerProvider | None = None) -> None:
-        super().__init__(inner.url)
-        self.inner, self.tracer = inner, _tracer(tracer_provider)
-        self.max_posting_bytes = inner.max_posting_bytes
-        self.default_max_attempts = inner.default_max_attempts
-        self.key_retention = inner.key_retention
-
-    @property
-    def is_open(self) -> bool:
-        return self.inner.is_open
-
-    async def open(self) -> None:
-        if not self.inner.is_open:
-            await self.inner.open()
-        self._open = True
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-        self._open = False
+        super().__init__(inner)
+        self.tracer = _tracer(tracer_provider)
 
     # -- traced ---------------------------------------------------------------------
 
@@ -174,58 +154,3 @@ class TracedBoard(JobBoard):
                 "cancel", "settle", None, {"messaging.message.id": job_id, "jobboard.reason": reason[:200]})):
             await self.inner.cancel(job, reason)
 
-    # -- forwarded as they are ----------------------------------------------------------
-
-    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
-        await self.inner.report_progress(claim, fraction, note)  # frequent and cheap: no span
-
-    async def purge(self, *, older_than: float = 0.0) -> int:
-        return await self.inner.purge(older_than=older_than)
-
-    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
-        return await self.inner.requeue(job, reset_attempts=reset_attempts)
-
-    async def get(self, job: JobRef) -> Job:
-        return await self.inner.get(job)
-
-    async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
-        async for job in self.inner.iterjobs(only_unclaimed=only_unclaimed):
-            yield job
-
-    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
-        async for item in self.inner.listing(only_unclaimed=only_unclaimed):
-            yield item
-
-    async def state(self, job: JobRef) -> JobState:
-        return await self.inner.state(job)
-
-    async def owner(self, job: JobRef) -> str | None:
-        return await self.inner.owner(job)
-
-    async def job_count(self) -> int:
-        return await self.inner.job_count()
-
-    async def trashed(self) -> AsyncIterator[TrashedJob]:
-        async for item in self.inner.trashed():
-            yield item
-
-    async def watch_claim(self, claim: Claim) -> str:
-        return await self.inner.watch_claim(claim)
-
-    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
-        return await self.inner.wait(names=names)
-
-    async def wait_for_completion(self, job: JobRef) -> Outcome:
-        return await self.inner.wait_for_completion(job)
-
-    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
-        return self.inner.events(maxlen)
-
-    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
-        await self.inner.register_entity(name, metadata)
-
-    async def unregister_entity(self, name: str) -> None:
-        await self.inner.unregister_entity(name)
-
-    async def entities(self) -> list[Entity]:
-        return await self.inner.entities()

@@ -10,11 +10,11 @@ from typing import Any
 import msgpack
 import pytest
 
+from jobboard.checks import check_size
 from jobboard.codec import (
     MalformedEntry,
     Posting,
     build_posting,
-    check_size,
     decode_posting,
     decode_value,
     encode_posting,

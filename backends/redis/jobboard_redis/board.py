@@ -15,7 +15,8 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobRef, NewJob, check_owner, job_id_of
-from jobboard.codec import MalformedEntry, check_size, encode_value
+from jobboard.checks import check_size
+from jobboard.codec import MalformedEntry, encode_value
 from jobboard.errors import BackendUnavailable, BoardClosed, InvalidJob, JobBoardError, JobNotFound
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import (

@@ -10,6 +10,7 @@ what expired by the server's clock, at most :data:`RETAIN_BATCH` per call.
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import logging
 import random
@@ -56,11 +57,13 @@ class KeepingRedis(JobBoard):
         options = parse_redis_url(url)
         self.result_ttl, self.trash_ttl = options.result_ttl, options.trash_ttl
 
+    @abc.abstractmethod
     async def _call(self, op: str, nonce: str, *args: str | bytes | int) -> tuple[str, list[Any]]:
-        raise NotImplementedError
+        """Run one operation of the board's function library (the board's own)."""
 
+    @abc.abstractmethod
     def _nonce(self) -> str:
-        raise NotImplementedError
+        """A fresh nonce for a write (the board's own)."""
 
     async def retain_forever(self) -> None:
         """Collect expired results and trash entries while the board is open (a task of the board)."""

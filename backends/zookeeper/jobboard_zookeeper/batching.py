@@ -27,17 +27,17 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from jobboard.board import JobBoard, NewJob
+from jobboard.board import NewJob
 from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, UnknownOutcome
 from jobboard.job import Job
+from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.keys import KeyRecord
 from jobboard_zookeeper.layout import Paths, job_id
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown
 from jobboard_zookeeper.posting import RACE_RETRIES, Poster
-from jobboard_zookeeper.view import BoardView
 from jobboard_zookeeper.zk import ZooKeeper
 
 CHUNK_JOBS = 2000
@@ -133,25 +133,17 @@ class BatchPoster:
                 "post with keys to retry safely") from error
 
 
-class BatchingBoard(JobBoard):
+class BatchingBoard(ZooKeeperBase):
     """The ZooKeeper board's batch operations (a base class: board.py is at its size limit)."""
 
     _batches: BatchPoster
-    _paths: Paths
     _inflight: set[str]
-    view: BoardView
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self._reading: dict[str, asyncio.Future[None]] = {}
         """Jobs being read ahead now, and the read's end."""
 
-    @property
-    def zk(self) -> ZooKeeper:
-        raise NotImplementedError
-
-    async def _stored(self, job: str, *, claimable_only: bool = False) -> Stored | None:
-        raise NotImplementedError
 
     async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
         return await self._batches.post(self._check_batch(jobs))

@@ -12,20 +12,19 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from jobboard.board import JobBoard, JobRef, job_id_of
+from jobboard.board import JobRef, job_id_of
 from jobboard.board_inputs import check_age, check_progress
 from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_posting, encode_value
 from jobboard.errors import BackendUnavailable, BoardConflict, ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import Claim, Job, Progress
+from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.keys import KeyRecord
-from jobboard_zookeeper.layout import Paths, TrashRecord, is_job_id, sequence_of
+from jobboard_zookeeper.layout import TrashRecord, is_job_id, sequence_of
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData
 from jobboard_zookeeper.options import parse_zookeeper_url
 from jobboard_zookeeper.refusals import not_found
 from jobboard_zookeeper.retention import DELETE_BATCH, key_deletes, retain_forever
-from jobboard_zookeeper.view import BoardView
-from jobboard_zookeeper.zk import ZooKeeper
 
 
 def lock_progress(data: bytes) -> Progress | None:
@@ -40,23 +39,15 @@ def lock_progress(data: bytes) -> Progress | None:
         return None
 
 
-class KeepingBoard(JobBoard):
+class KeepingBoard(ZooKeeperBase):
     """Progress, purge and requeue for :class:`~jobboard_zookeeper.board.ZooKeeperBoard`."""
 
-    _paths: Paths
-    view: BoardView
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         options = parse_zookeeper_url(url)
         self.result_ttl, self.trash_ttl = options.result_ttl, options.trash_ttl
 
-    @property
-    def zk(self) -> ZooKeeper:
-        raise NotImplementedError
-
-    async def _stored(self, job: str, *, claimable_only: bool = False) -> Stored | None:
-        raise NotImplementedError
 
     async def get(self, job: JobRef) -> Job:
         found = job_id_of(job)
