@@ -12,6 +12,7 @@ share it: :meth:`LiveBoard.updates` fans out the events it applied.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -64,6 +65,8 @@ class LiveBoard:
         self._entity_refresh, self._trash_refresh, self._fetch_interval = entity_refresh, trash_refresh, fetch_interval
         self._clock = clock
         self._entries: dict[str, _Entry] = {}
+        self._to_read: set[str] = set()
+        """Jobs whose fields or owner an event did not give: read by :meth:`_fetch`, then dropped."""
         self._entities: list[Entity] = []
         self._trash_size = 0
         self._buckets: dict[int, list[int]] = {}
@@ -171,21 +174,31 @@ class LiveBoard:
         elif job_id is None:
             return
         elif kind is EventKind.POSTED:
-            entries.setdefault(job_id, _Entry(None, None))
+            self._entry(job_id)
             self._count(0)
         elif kind is EventKind.CLAIMED:
-            entry = entries.setdefault(job_id, _Entry(None, None))
+            entry = self._entry(job_id)
             entry.state, entry.claimed_at = JobState.CLAIMED, self._clock()
             entry.owner, entry.owner_known = event.detail or None, bool(event.detail)
+            if not entry.owner_known:
+                self._to_read.add(job_id)
             if entry.job is not None:
                 entry.job = dataclasses.replace(entry.job, attempts=entry.job.attempts + 1)
         elif kind in (EventKind.RELEASED, EventKind.READY):
-            entry = entries.setdefault(job_id, _Entry(None, None))
+            entry = self._entry(job_id)
             entry.state, entry.owner, entry.claimed_at, entry.owner_known = JobState.UNCLAIMED, None, None, True
         elif kind in (EventKind.CONSUMED, EventKind.TRASHED):
             entries.pop(job_id, None)
             self._count(1 if kind is EventKind.CONSUMED else 2)
             self._trash_size += kind is EventKind.TRASHED
+
+    def _entry(self, job_id: str) -> _Entry:
+        """The job's entry; a new one (its fields to be read by :meth:`_fetch`) for a job not seen yet."""
+        entry = self._entries.get(job_id)
+        if entry is None:
+            entry = self._entries[job_id] = _Entry(None, None)
+            self._to_read.add(job_id)
+        return entry
 
     def _count(self, column: int) -> None:
         bucket = int(self._clock() // BUCKET_SECONDS)
@@ -208,21 +221,23 @@ class LiveBoard:
             since = old.claimed_at if old is not None and item.state is JobState.CLAIMED else None
             fresh[item.job.id] = _Entry(item.job, item.state, item.owner, since)
         self._entries = fresh
+        self._to_read.clear()  # the listing read every job's fields and owner
         self._healthy = True
 
     async def _fetch(self) -> None:
         """Read the fields of newly posted jobs and the owners events did not name."""
-        unknown = [job for job, e in self._entries.items() if e.job is None][:FETCH_BATCH]
-        ownerless = [job for job, e in self._entries.items() if not e.owner_known][:FETCH_BATCH]
-        if not unknown and not ownerless:
+        if not self._to_read:
             return
-        for job_id in unknown:
-            await self._fetch_job(job_id)
-        for job_id in ownerless:
-            owner = await self.board.owner(job_id)
+        for job_id in list(itertools.islice(self._to_read, FETCH_BATCH)):
             entry = self._entries.get(job_id)
+            if entry is not None and entry.job is None:
+                await self._fetch_job(job_id)
+                entry = self._entries.get(job_id)
             if entry is not None and not entry.owner_known:
-                entry.owner, entry.owner_known = owner, True
+                owner = await self.board.owner(job_id)
+                if not entry.owner_known:
+                    entry.owner, entry.owner_known = owner, True
+            self._to_read.discard(job_id)  # only once read: a failed read is tried again
         self._bump()
 
     async def _fetch_job(self, job_id: str) -> None:
