@@ -83,6 +83,26 @@ def ratio_rows(results: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def micros_per_cycle(result: dict[str, Any] | None, key: str) -> float | None:
+    """CPU µs per cycle of one CPU figure (``cpu_s`` of the client, ``zk_cpu_s`` of the server)."""
+    if not result:
+        return None
+    cpu, cycles = value(result, key), value(result, "cycles") or result.get("jobs")
+    return 1e6 * cpu / float(cycles) if cpu is not None and cycles else None
+
+
+def cost_rows(results: list[dict[str, Any]]) -> list[str]:
+    """Where a cycle's CPU goes: the client's and the server's, jobboard against the raw ceiling."""
+    rows = [("| W | jobboard client µs / cycle | ceiling client µs / cycle | jobboard server µs / cycle | "
+             "ceiling server µs / cycle |"), "|---|---|---|---|---|"]
+    for workers in (1, 4, 16, 64):
+        ours, ceiling = find(results, "jobboard", workers), find(results, FIXED, workers)
+        cells = [micros_per_cycle(r, key) for key in ("cpu_s", "zk_cpu_s") for r in (ours, ceiling)]
+        if any(cell is not None for cell in cells):
+            rows.append(f"| {workers} | " + " | ".join("–" if c is None else f"{c:.0f}" for c in cells) + " |")
+    return rows
+
+
 def fleet_rows(results: list[dict[str, Any]]) -> list[str]:
     """The same total W split over 1, 4, 16 processes: throughput, fan-out, CPU per job."""
     rows = [("| W in total | processes | cycles/s (min–max) | ÷ one process | notifications / job / process | "
@@ -239,6 +259,10 @@ def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -
         "## Targets", "", *targets(results), "",
         "## Claim cycle: post N jobs, then W claimers claim → consume until empty", "", *cycle_rows(cycles), "",
         "## Ratios at the same W, same run", "", *ratio_rows(results), "",
+        "## Where a cycle's CPU goes: the client and the server, per cycle", "",
+        ("CPU of the benchmark process (rusage) and of the ZooKeeper server (/proc) over the consume phase, "
+         "divided by the cycles; the ceiling is the raw cycle on jobboard's client fixes. With both cores "
+         "busy, throughput ≈ 2 cores ÷ (client + server µs per cycle)."), "", *cost_rows(results), "",
         "## A fleet: the same total W in 1, 4 and 16 processes", "",
         ("Notifications are counted by each claiming process's client; the server's requests and "
          "notifications come from its `mntr` (packets received, and sent minus received, pings included in "

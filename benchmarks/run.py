@@ -55,14 +55,14 @@ def benchmarks(plan: Plan, hosts: str, zk_pid: int) -> list[list[str]]:
     for w in plan.workers:
         commands += [["cycle", *ours, "--workers", str(w)]]
         commands += [["peers.aiozk_ceiling", "--client", client, "--hosts", hosts, "--jobs", str(plan.jobs),
-                      "--workers", str(w), *common] for client in ("fixed", "stock")]
+                      "--zk-pid", str(zk_pid), "--workers", str(w), *common] for client in ("fixed", "stock")]
     commands += [["cycle", *ours, "--workers", str(w), "--processes", str(p)]
                  for w in plan.fleet_workers for p in plan.processes]
     commands += [["cycle", *ours, "--workers", "16", "--interleaved"]]
-    commands += [["peers.taskflow_board", "--hosts", hosts, "--jobs", str(plan.taskflow_jobs),
+    commands += [["peers.taskflow_board", "--hosts", hosts, "--zk-pid", str(zk_pid), "--jobs", str(plan.taskflow_jobs),
                   "--workers", str(w), *common] for w in plan.taskflow_workers]
-    commands += [["peers.kazoo_queue", "--hosts", hosts, "--jobs", str(plan.kazoo_jobs), "--workers", str(w),
-                  *common] for w in (1, 4, 16)]
+    commands += [["peers.kazoo_queue", "--hosts", hosts, "--zk-pid", str(zk_pid), "--jobs", str(plan.kazoo_jobs),
+                  "--workers", str(w), *common] for w in (1, 4, 16)]
     commands += [["batches", "--url", f"zookeeper://{hosts}/bench/batches", "--jobs", "10000", "--batch", "2000",
                   "--workers", "16", *common]]
     return commands

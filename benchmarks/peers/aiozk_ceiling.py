@@ -99,10 +99,11 @@ async def cycle(zk: CountingZk, locks_dir: str, jobs: list[str], owner: bytes, t
         tally.consumed()
 
 
-async def cycle_phase(zk: CountingZk, root: str, paths: list[str], workers: int) -> dict[str, Any]:
+async def cycle_phase(zk: CountingZk, root: str, paths: list[str], workers: int,
+                      zk_pid: int | None = None) -> dict[str, Any]:
     tally = Tally()
     requests_before = zk.requests
-    phase = ConsumePhase()
+    phase = ConsumePhase(zk_pid)
     await asyncio.gather(*(cycle(zk, f"{root}/locks", paths[first::workers], b"w%d" % first, tally)
                            for first in range(workers)))
     phase.stop()
@@ -113,7 +114,7 @@ async def measure(zk: CountingZk, root: str, args: argparse.Namespace) -> dict[s
     for node in (root, f"{root}/jobs", f"{root}/locks"):
         await zk.create(node, b"")
     paths, posts_per_s = await post_jobs(zk, f"{root}/jobs", args.jobs, args.workers)
-    figures = await cycle_phase(zk, root, paths, args.workers)
+    figures = await cycle_phase(zk, root, paths, args.workers, args.zk_pid)
     left = len(await zk.client.get_children(f"{root}/jobs"))
     return {"post_per_s": round(posts_per_s, 1), **figures, "left": left}
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from benchmarks.common import Stopwatch, median_of, process_cpu_seconds
+from benchmarks.common import Stopwatch, child_cpu_seconds, median_of, process_cpu_seconds
 
 __all__ = ["ConsumePhase", "RequestCounter", "Stopwatch", "Tally", "count_kazoo_requests", "make_parser", "open_client",
            "per_job", "report", "request_mix", "run_threads", "unique_path"]
@@ -30,6 +30,7 @@ def make_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=int, default=3, help="runs; the report gives their median")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="seconds before a run's consume phase gives up")
+    parser.add_argument("--zk-pid", type=int, default=None, help="the ZooKeeper server's pid, to report its CPU")
     return parser
 
 
@@ -64,18 +65,22 @@ class Tally:
 class ConsumePhase:
     """Wall clock and CPU of the consume phase: from just before the first claim to the last consume."""
 
-    def __init__(self) -> None:
+    def __init__(self, zk_pid: int | None = None) -> None:
+        self.zk_pid = zk_pid
         self.started = time.perf_counter()
         self.cpu_started = process_cpu_seconds()
-        self.cpu_s = 0.0
+        self.zk_cpu_started = child_cpu_seconds(zk_pid)
+        self.cpu_s = self.zk_cpu_s = 0.0
 
     def stop(self) -> None:
         self.cpu_s = process_cpu_seconds() - self.cpu_started
+        self.zk_cpu_s = child_cpu_seconds(self.zk_pid) - self.zk_cpu_started
 
     def figures(self, tally: Tally) -> dict[str, Any]:
         seconds = max(tally.last_done_at - self.started, 1e-9)
         return {"cycles": tally.done, "cycles_per_s": round(tally.done / seconds, 1) if tally.done else 0.0,
-                "failed_claims": tally.failed_claims, "cpu_s": round(self.cpu_s, 3)}
+                "failed_claims": tally.failed_claims, "cpu_s": round(self.cpu_s, 3),
+                **({"zk_cpu_s": round(self.zk_cpu_s, 3)} if self.zk_pid else {})}
 
 
 class RequestCounter:

@@ -92,14 +92,15 @@ def consumer(queue: Any, tally: Tally, deadline: float, errors: list[str]) -> No
         errors.append(repr(error))
 
 
-def consume_phase(clients: list[Any], path: str, workers: int, timeout: float) -> dict[str, Any]:
+def consume_phase(clients: list[Any], path: str, workers: int, timeout: float,
+                  zk_pid: int | None = None) -> dict[str, Any]:
     tally, errors = Tally(), list[str]()
     deadline = time.monotonic() + timeout
     queues = [counting_lost_races(LockingQueue(clients[index % len(clients)], path), tally)
               for index in range(workers)]
     threads = [threading.Thread(target=consumer, args=(queue, tally, deadline, errors), daemon=True)
                for queue in queues]
-    phase = ConsumePhase()
+    phase = ConsumePhase(zk_pid)
     stuck = run_threads(threads, timeout + 5)
     phase.stop()
     return {**phase.figures(tally), "errors": errors, "stuck_threads": stuck}
@@ -119,7 +120,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         counter.take()
         posts_per_s = put_items(queue, args.jobs, args.workers, args.put_all)
         post_requests = counter.take()
-        phase = consume_phase(clients, root, args.workers, args.timeout)
+        phase = consume_phase(clients, root, args.workers, args.timeout, args.zk_pid)
         requests = counter.take()
         left = len(queue)
     return {"post_per_s": round(posts_per_s, 1), **phase,

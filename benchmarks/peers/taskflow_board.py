@@ -102,13 +102,14 @@ def wait_loaded(boards: list[Any], jobs: int) -> None:
         time.sleep(0.01)
 
 
-def consume_phase(boards: list[Any], workers: int, timeout: float) -> dict[str, Any]:
+def consume_phase(boards: list[Any], workers: int, timeout: float,
+                  zk_pid: int | None = None) -> dict[str, Any]:
     tally, errors = Tally(), list[str]()
     deadline = time.monotonic() + timeout
     threads = [threading.Thread(target=claimer, daemon=True,
                                 args=(boards[index % len(boards)], f"w{index}", tally, deadline, errors))
                for index in range(workers)]
-    phase = ConsumePhase()
+    phase = ConsumePhase(zk_pid)
     stuck = run_threads(threads, timeout + 5)
     phase.stop()
     return {**phase.figures(tally), "errors": errors, "stuck_threads": stuck}
@@ -132,7 +133,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         posts_per_s = post_jobs(producer, args.jobs, args.workers)
         wait_loaded(boards, args.jobs)
         post_requests = counter.take()
-        phase = consume_phase(boards, args.workers, args.timeout)
+        phase = consume_phase(boards, args.workers, args.timeout, args.zk_pid)
         requests = counter.take()
         left = jobs_left(client, producer.path)
     return {"post_per_s": round(posts_per_s, 1), **phase,
