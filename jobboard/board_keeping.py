@@ -1,7 +1,8 @@
-"""The contract's methods on progress and the trash (``report_progress``, ``purge``, ``requeue``).
+"""The contract's methods on progress and the trash (``report_progress``, ``purge``, ``requeue``), and
+``could_be_job_id``.
 
-Their defaults raise :class:`~jobboard.errors.Unsupported`, so a backend written before them still
-loads; the in-tree backends implement all three.
+Their defaults raise :class:`~jobboard.errors.Unsupported` (``could_be_job_id``: says ``True``), so a
+backend written before them still loads; the in-tree backends implement them all.
 """
 
 from __future__ import annotations
@@ -15,6 +16,17 @@ from jobboard.job import Claim, Job
 
 class TrashAndProgress(abc.ABC):  # noqa: B024 - every method has a default: a backend may implement none
     """Progress of claimed jobs, emptying and undoing the trash; mixed into :class:`~jobboard.board.JobBoard`."""
+
+    def could_be_job_id(self, job_id: str) -> bool:
+        """``False`` when ``job_id`` is not of the form this backend gives its ids: no job was ever
+        posted under it here. No I/O, never raises.
+
+        A board keeps nothing of a consumed job (but a kept result), so ``state()`` of an id that
+        left the board says ``COMPLETE`` whether it was consumed or never posted; this tells a
+        mistyped id from a finished job. The default says ``True`` of every id but the empty one
+        (the backend does not tell).
+        """
+        return job_id != ""
 
     async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
         """Store how far the claimed job is, with its claim: ``Job.progress`` shows it to every reader.

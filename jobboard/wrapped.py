@@ -43,6 +43,9 @@ class WrappedBoard(JobBoard):
     def is_open(self) -> bool:
         return self.inner.is_open
 
+    def could_be_job_id(self, job_id: str) -> bool:
+        return self.inner.could_be_job_id(job_id)
+
     async def open(self) -> None:
         if not self.inner.is_open:
             await self.inner.open()

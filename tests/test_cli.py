@@ -221,9 +221,9 @@ def test_bad_json_details_exit_1_and_post_nothing(capsys: Capture, url: str, det
 def test_show_of_an_id_not_on_the_board_says_consumed_and_that_it_cannot_tell(capsys: Capture, url: str) -> None:
     """A board keeps nothing of a consumed job (but a kept result): such an id, or one never posted,
     shows as complete with a note saying so, not as an error."""
-    status, out, err = run(capsys, "--board", url, "show", "job-404")
+    status, out, err = run(capsys, "--board", url, "show", "job-0000000404")
     fields = dict(line.split(None, 1) for line in out.splitlines())
-    assert (status, err, fields["id:"], fields["state:"], fields["result:"]) == (0, "", "job-404", "complete", "-")
+    assert (status, err, fields["id:"], fields["state:"], fields["result:"]) == (0, "", "job-0000000404", "complete", "-")
     assert "consumed" in fields["note:"] and "never posted" in fields["note:"]
 
 

@@ -91,6 +91,18 @@ async def test_show_result_and_wait_of_finished_jobs(url: str) -> None:
         assert strict_json(timed_out.stdout) == strict_json((await cli(url, "show", pending, "--json")).stdout)
 
 
+async def test_a_mistyped_id_is_an_error_not_a_complete_job(url: str) -> None:
+    with anyio.fail_after(60):
+        async with open_board(url) as board:
+            done, _, _ = await finished_jobs(board)
+        for command in (("show",), ("result",), ("wait", "--timeout", "5")):
+            found = await cli(url, *command, done + "x")
+            assert (found.returncode, found.stdout) == (1, ""), found
+            assert found.stderr == (f"jobboard: error: no job '{done}x' was ever posted on this board: "
+                                    "its ids do not look like that\n")
+        assert (await cli(url, "show", done)).returncode == 0  # the id as given is a consumed job
+
+
 async def test_wait_returns_when_the_job_is_consumed(url: str) -> None:
     with anyio.fail_after(60):
         async with open_board(url) as board:

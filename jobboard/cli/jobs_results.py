@@ -1,7 +1,8 @@
 """One job, wherever it is: ``show`` (on the board, in the trash, or consumed), ``result`` and ``wait``.
 
 A board keeps nothing of a consumed job but its result when it was posted with ``keep_result``, so a
-consumed job shows as ``complete`` (with that result) — and so does an id never posted on the board.
+consumed job shows as ``complete`` (with that result) — and so does an id never posted on the board,
+unless the backend can tell that the id is not of the form its ids take (a mistyped id): that is an error.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard
-from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG
+from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError
 from jobboard.cli.jobs import job_record, progress_text
 from jobboard.cli.output import format_time, plain, print_json
 from jobboard.errors import JobNotFound
@@ -57,7 +58,12 @@ class Found:
 
 
 async def find(board: JobBoard, job_id: str) -> Found:
-    """Look for the job on the board, then in the trash; otherwise it was consumed (its kept result)."""
+    """Look for the job on the board, then in the trash; otherwise it was consumed (its kept result).
+
+    :raises CommandError: the id is not of the form the board's ids take: never posted here.
+    """
+    if not board.could_be_job_id(job_id):
+        raise CommandError(f"no job {job_id!r} was ever posted on this board: its ids do not look like that")
     try:
         job = await board.get(job_id)
     except JobNotFound:

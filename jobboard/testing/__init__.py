@@ -24,6 +24,7 @@ from jobboard.testing._batches import BatchesConformance
 from jobboard.testing._claims import ClaimsConformance
 from jobboard.testing._delayed import DelayedConformance
 from jobboard.testing._failures import FailuresConformance
+from jobboard.testing._ids import IdsConformance
 from jobboard.testing._keeping import KeepingConformance
 from jobboard.testing._keys import KeysConformance
 from jobboard.testing._linked import LinkedConformance
@@ -34,7 +35,7 @@ from jobboard.testing._watching import WatchingConformance
 
 class JobBoardConformance(
     BasicsConformance, BatchesConformance, ClaimsConformance, DelayedConformance, FailuresConformance,
-    KeepingConformance,
+    IdsConformance, KeepingConformance,
     KeysConformance, LinkedConformance, ListingConformance, RoutingConformance,
     WatchingConformance,
 ):

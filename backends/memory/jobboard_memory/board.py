@@ -209,6 +209,10 @@ class MemoryBoard(JobBoard):
     async def cancel(self, job: JobRef, reason: str) -> None:
         self._store.cancel(job_id_of(job), str(reason), wall_clock())
 
+    def could_be_job_id(self, job_id: str) -> bool:
+        """Ids here are ``job-`` and a sequence of at least ten digits."""
+        return job_id.isascii() and job_id.startswith("job-") and len(job_id) >= 14 and job_id[4:].isdigit()
+
     async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
         keep.report_progress(self._store, claim, check_progress(fraction, note, wall_clock()))
 

@@ -88,6 +88,10 @@ class KeepingRedis(JobBoard):
             if count < RETAIN_BATCH:
                 return removed
 
+    def could_be_job_id(self, job_id: str) -> bool:
+        """Ids here are the board's sequence numbers, in decimal."""
+        return job_id.isascii() and job_id.isdigit() and not job_id.startswith("0")
+
     async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
         progress = check_progress(fraction, note, time.time())
         self._ensure_open()

@@ -69,6 +69,10 @@ class KeepingBoard(ZooKeeperBase):
         """Collect expired results and trash entries when this board is the collector (a task of the board)."""
         await retain_forever(self.zk, self._paths, self.result_ttl, self.trash_ttl)
 
+    def could_be_job_id(self, job_id: str) -> bool:
+        """Ids here are ``<rank>-<sequence>`` (see :mod:`jobboard_zookeeper.layout`)."""
+        return job_id.isascii() and is_job_id(job_id)
+
     async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
         progress = check_progress(fraction, note, time.time())
         job_id = claim.job.id
