@@ -12,28 +12,24 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from jobboard import board_inputs
 from jobboard.board_inputs import JobRef, NewJob, check_owner, job_id_of
 from jobboard.board_keeping import TrashAndProgress
+from jobboard.board_reading import BoardReading
+from jobboard.board_watching import BoardWatching
 from jobboard.checks import check_size
 from jobboard.codec import Posting, build_posting, encode_posting
 from jobboard.delay import due_time
 from jobboard.errors import BoardClosed, InvalidJob
-from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
 from jobboard.job import (
     Claim,
-    Entity,
     Job,
-    JobState,
     LastError,
-    ListedJob,
-    Outcome,
     Priority,
-    TrashedJob,
     When,
 )
 from jobboard.propagation import with_trace_context
@@ -41,8 +37,13 @@ from jobboard.propagation import with_trace_context
 __all__ = ["JobBoard", "JobRef", "NewJob", "check_owner", "job_id_of"]
 
 
-class JobBoard(TrashAndProgress):
+class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
     """An async job board. Use it as ``async with open_board(url) as board``.
+
+    Lifecycle, posting, claiming and settling are here; reads are in
+    :class:`~jobboard.board_reading.BoardReading`, waiting, events and entities in
+    :class:`~jobboard.board_watching.BoardWatching`, progress and the trash in
+    :class:`~jobboard.board_keeping.TrashAndProgress`.
 
     Every method raises :class:`~jobboard.errors.BoardClosed` before ``open``
     and after ``aclose``, and :class:`~jobboard.errors.BackendUnavailable` on a
@@ -220,51 +221,6 @@ class JobBoard(TrashAndProgress):
         check_size(name, raw, self.max_posting_bytes)
         return with_trace_context(posting, raw, self.max_posting_bytes)
 
-    # -- reading -----------------------------------------------------------
-
-    @abc.abstractmethod
-    async def get(self, job: JobRef) -> Job:
-        """A fresh snapshot of a job on the board (not in the trash).
-
-        :raises JobNotFound: the job is not on the board.
-        """
-
-    @abc.abstractmethod
-    def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
-        """Iterate the jobs on the board: higher priority first, then oldest first.
-
-        ``only_unclaimed`` keeps jobs in state ``UNCLAIMED`` (delayed ones
-        included). Entries that are not valid postings are skipped and reported
-        as ``MALFORMED`` events; they never end the iteration.
-        """
-
-    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
-        """Iterate the jobs on the board like :meth:`iterjobs`, each with its state and owner.
-
-        Each entry is a snapshot; entries are not one atomic picture of the board
-        (a job may be settled between two of them). This default reads the state
-        and owner of each job; backends override it to read them with the jobs.
-        """
-        async for job in self.iterjobs(only_unclaimed=only_unclaimed):
-            state = await self.state(job)
-            if state in (JobState.UNCLAIMED, JobState.CLAIMED, JobState.WAITING):
-                yield ListedJob(job, state, await self.owner(job) if state is JobState.CLAIMED else None)
-
-    @abc.abstractmethod
-    async def state(self, job: JobRef) -> JobState:
-        """Where the job stands. A job neither on the board nor in the trash is ``COMPLETE``."""
-
-    @abc.abstractmethod
-    async def owner(self, job: JobRef) -> str | None:
-        """The current owner, or ``None`` when the job is not claimed (or not on the board)."""
-
-    @abc.abstractmethod
-    async def job_count(self) -> int:
-        """How many jobs are on the board (unclaimed, claimed and waiting)."""
-
-    @abc.abstractmethod
-    def trashed(self) -> AsyncIterator[TrashedJob]:
-        """Iterate the trash, oldest first, with the reason of each."""
 
     # -- claiming and settling ---------------------------------------------
 
@@ -360,40 +316,3 @@ class JobBoard(TrashAndProgress):
 
         :raises JobNotFound: the job is not on the board.
         """
-
-    # -- waiting and watching ----------------------------------------------
-
-    @abc.abstractmethod
-    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
-        """Return the claimable jobs once at least one exists (board order).
-
-        Event-driven, no timeout: bound it with ``anyio.fail_after``. Backends
-        may return only the first jobs of a long board.
-
-        :param names: only jobs with one of these names.
-        """
-
-    @abc.abstractmethod
-    async def wait_for_completion(self, job: JobRef) -> Outcome:
-        """Wait until the job is consumed or trashed and return how it ended."""
-
-    @abc.abstractmethod
-    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
-        """Subscribe now to the board's events (see :class:`~jobboard.events.EventStream`)."""
-
-    # -- entities ----------------------------------------------------------
-
-    @abc.abstractmethod
-    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
-        """Announce a live participant; it disappears when this board closes or its session ends.
-
-        :raises InvalidJob: empty name or metadata msgpack cannot encode.
-        """
-
-    @abc.abstractmethod
-    async def unregister_entity(self, name: str) -> None:
-        """Remove an entity this board registered (nothing happens if it did not)."""
-
-    @abc.abstractmethod
-    async def entities(self) -> list[Entity]:
-        """The live participants registered on this board's storage, by name."""

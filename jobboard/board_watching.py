@@ -1,0 +1,54 @@
+"""The contract's waiting, watching and entities: ``wait``, ``wait_for_completion``, ``events`` and the
+live participants.
+
+Mixed into :class:`~jobboard.board.JobBoard`; every method is abstract.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from jobboard.board_inputs import JobRef
+from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
+from jobboard.job import Entity, Job, Outcome
+
+
+class BoardWatching(abc.ABC):
+    """Being told when the board changes, and who is taking part."""
+
+    @abc.abstractmethod
+    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
+        """Return the claimable jobs once at least one exists (board order).
+
+        Event-driven, no timeout: bound it with ``anyio.fail_after``. Backends
+        may return only the first jobs of a long board.
+
+        :param names: only jobs with one of these names.
+        """
+
+    @abc.abstractmethod
+    async def wait_for_completion(self, job: JobRef) -> Outcome:
+        """Wait until the job is consumed or trashed and return how it ended."""
+
+    @abc.abstractmethod
+    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
+        """Subscribe now to the board's events (see :class:`~jobboard.events.EventStream`)."""
+
+    # -- entities ----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
+        """Announce a live participant; it disappears when this board closes or its session ends.
+
+        :raises InvalidJob: empty name or metadata msgpack cannot encode.
+        """
+
+    @abc.abstractmethod
+    async def unregister_entity(self, name: str) -> None:
+        """Remove an entity this board registered (nothing happens if it did not)."""
+
+    @abc.abstractmethod
+    async def entities(self) -> list[Entity]:
+        """The live participants registered on this board's storage, by name."""
