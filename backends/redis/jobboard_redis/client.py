@@ -243,10 +243,13 @@ class RedisClient:
         """Run one operation of ``board.lua``; returns (status, data, events)."""
         keys = [self.prefix]
         argv = [op, nonce, *args]
-        status, data, events = await self._retrying(lambda: self._script(keys=keys, args=argv))
+        again = [op, f"!{nonce}", *args] if nonce else argv  # '!': a resend, which may have applied
+        status, data, events = await self._retrying(lambda: self._script(keys=keys, args=argv),
+                                                    lambda: self._script(keys=keys, args=again))
         return status.decode() if isinstance(status, bytes) else str(status), data, events
 
-    async def _retrying(self, send: Callable[[], Any]) -> Any:
+    async def _retrying(self, send: Callable[[], Any], again: Callable[[], Any] | None = None) -> Any:
+        """``send()``, then ``again()`` (default: ``send()``) after transient failures, until the window ends."""
         try:
             return await send()
         except (ConnectionLost, ServerError) as error:
@@ -254,10 +257,11 @@ class RedisClient:
                 raise permanent_error(error) from error
         deadline = time.monotonic() + self.options.retry_window
         delay = 0.02
+        again = again or send
         while True:
             await anyio.sleep(delay)
             try:
-                return await send()
+                return await again()
             except (ConnectionLost, ServerError) as error:
                 if not _is_transient(error):
                     raise permanent_error(error) from error
