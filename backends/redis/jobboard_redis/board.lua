@@ -7,7 +7,7 @@
 -- sessions.lua follows this file in the same library (sessions, entities, the dispatch). The library is
 -- loaded once (FUNCTION LOAD): the per-call state below is set by the dispatch at the start of each call
 -- (Redis runs one call at a time).
-local P, OP, NONCE, RETRY, NOW, EV
+local P, OP, NONCE, RETRY, NOW, EV, ALIVE
 
 local function now()
   if not NOW then
@@ -121,9 +121,12 @@ end
 
 local function exhausted(j) return j.maxa ~= '' and tonumber(j.att) >= tonumber(j.maxa) end
 
+-- ALIVE: the session found alive earlier in this call (consume_next checks its session twice).
 local function session_alive(sess)
+  if sess == ALIVE then return true end
   local deadline = redis.call('ZSCORE', P .. 'sessions', sess)
-  return deadline and tonumber(deadline) >= now()
+  if deadline and tonumber(deadline) >= now() then ALIVE = sess return true end
+  return false
 end
 
 -- The results delivered to a job: none when it was posted without dependencies.
@@ -188,6 +191,19 @@ end
 
 local ops = {}
 
+-- A new job's hash. Empty fields ('owner', 'sess', 'nb', 'key', 'maxa', 'rttl', 'tttl', 'keep' '0') are not
+-- written: every reader takes an absent field for an empty one (fewer fields: a cheaper HSET).
+local function write_job(id, posting, name, sc, st, deps, maxa, keep, rttl, tttl, nb, key)
+  local f = {'p', posting, 'name', name, 'sc', sc, 'st', st, 'gen', 0, 'att', 0, 'pend', deps, 'nd', deps}
+  if maxa ~= '' then f[#f + 1] = 'maxa'; f[#f + 1] = maxa end
+  if keep == '1' then f[#f + 1] = 'keep'; f[#f + 1] = keep end
+  if rttl ~= '' then f[#f + 1] = 'rttl'; f[#f + 1] = rttl end
+  if tttl ~= '' then f[#f + 1] = 'tttl'; f[#f + 1] = tttl end
+  if nb ~= '' then f[#f + 1] = 'nb'; f[#f + 1] = nb end
+  if key ~= '' then f[#f + 1] = 'key'; f[#f + 1] = key end
+  redis.call('HSET', P .. 'job:' .. id, unpack(f))
+end
+
 -- delay: milliseconds from the server's now() before the job is claimable ('0': at once).
 -- rttl, tttl: the job's own result and trash lifetimes in ms ('': the board's).
 function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
@@ -213,9 +229,7 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   local sc = string.format('%.0f', tonumber(rank) * 17592186044416 + seq)
   local nb = (tonumber(delay) > 0) and (now() + tonumber(delay)) or ''
   local st = (#deps > 0) and 'w' or ((nb ~= '') and 'd' or 'u')
-  redis.call('HSET', jk(id), 'p', posting, 'name', name, 'sc', sc, 'st', st, 'gen', 0, 'att', 0,
-    'maxa', maxa, 'owner', '', 'sess', '', 'pend', #deps, 'nb', nb, 'key', key, 'keep', keep,
-    'rttl', rttl, 'tttl', tttl, 'nd', #deps)
+  write_job(id, posting, name, sc, st, #deps, maxa, keep, rttl, tttl, nb, key)
   redis.call('ZADD', P .. 'all', sc, id)
   if st == 'u' then ready_add({id = id, name = name, sc = sc}) end
   if st == 'd' then redis.call('ZADD', P .. 'delayed', nb, id) end
@@ -236,9 +250,7 @@ local function post_simple(a)
     local b, id = k * 11, first + k
     local rank, name = a[b + 3], a[b + 4]
     local sc = string.format('%.0f', tonumber(rank) * 17592186044416 + id)
-    redis.call('HSET', P .. 'job:' .. id, 'p', a[b + 5], 'name', name, 'sc', sc, 'st', 'u', 'gen', 0, 'att', 0,
-      'maxa', a[b + 6], 'owner', '', 'sess', '', 'pend', 0, 'nb', '', 'key', '', 'keep', a[b + 7],
-      'rttl', a[b + 10], 'tttl', a[b + 11], 'nd', 0)
+    write_job(id, a[b + 5], name, sc, 'u', 0, a[b + 6], a[b + 7], a[b + 10], a[b + 11], '', '')
     all[#all + 1] = sc; all[#all + 1] = id
     if not internal(name) then ready[#ready + 1] = sc; ready[#ready + 1] = id end
     local rn = named[name]

@@ -60,7 +60,7 @@ function ops.unregister(sess, name)
 end
 
 local function dispatch(keys, args)
-  P, OP, NONCE, NOW, EV = keys[1], args[1], args[2], nil, {}
+  P, OP, NONCE, NOW, EV, ALIVE = keys[1], args[1], args[2], nil, {}, nil
   RETRY = string.sub(NONCE, 1, 1) == '!'
   if RETRY then NONCE = string.sub(NONCE, 2) end
   local op = ops[OP]
