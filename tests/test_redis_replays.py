@@ -62,3 +62,25 @@ async def test_a_post_many_chunk_posted_at_once_is_not_duplicated(redis_url: str
             assert [c.job.id for c in ready if c is not None] == [job.id for job in jobs[:50]]  # internal: by name
             internal = await board.claim_next("me", names=["jobboard.internal"])
             assert internal is not None and internal.job.id == jobs[50].id
+
+
+async def test_jobs_written_by_the_previous_layout_are_claimed_and_settled(redis_url: str) -> None:
+    """Jobs of the previous version: every field written (empty ones too), no 'nd' (dependency count)."""
+    with anyio.fail_after(20):
+        async with open_board(url(redis_url)) as board:
+            assert isinstance(board, RedisBoard)
+            prefix = board.options.prefix
+            parent = await board.post("parent")
+            child = await board.post("child", depends_on=[parent])
+            for job in (parent, child):
+                await board.client.command("HDEL", f"{prefix}job:{job.id}", "nd")
+                await board.client.command("HSET", f"{prefix}job:{job.id}", "owner", "", "sess", "", "nb", "",
+                                           "key", "", "maxa", "", "keep", "0", "rttl", "", "tttl", "")
+            claim = await board.claim_next("me")
+            assert claim is not None and claim.job.id == parent.id
+            await board.consume(claim, {"r": 1})
+            second = await board.claim_next("me")
+            assert second is not None and second.job.id == child.id and second.dependency_results == ({"r": 1},)
+            await board.consume(second)
+            assert await board.job_count() == 0
+            assert await board.client.command("EXISTS", f"{prefix}res:{child.id}") == 0
