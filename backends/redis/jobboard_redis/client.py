@@ -245,25 +245,30 @@ class RedisClient:
         A resend (the connection failed: the first call may have applied) marks its nonce with a
         leading ``!``, the only case in which the script looks the nonce up.
         """
-        keys = [self.prefix]
-        first: list[Arg] = [op, nonce, *args]
-        again = [op, f"!{nonce}", *args] if nonce else first
         wire = self._main
         if (wire is not None and wire.failed is None and not self._wait_for
                 and getattr(self._script, "__func__", None) is RedisClient._fcall):
             try:  # the common case in one step: connected, the library loaded, no WAIT
-                reply = await wire.send(("FCALL", FUNCTION, 1, self.prefix, *first))
+                reply = await wire.send(("FCALL", FUNCTION, 1, self.prefix, op, nonce, *args))
             except ConnectionLost:
-                return _status(await self._retrying(lambda: self._script(keys=keys, args=again), failed=True))
+                return await self._resend(op, nonce, args)
             if not isinstance(reply, ServerError):
-                return _status(reply)
+                status, data, events = reply
+                return status.decode(), data, events
             if "Function not found" not in str(reply):  # refused: not run (transient) or for good
                 self._failed(reply)
                 if not _is_transient(reply):
                     raise permanent_error(reply) from reply
-                return _status(await self._retrying(lambda: self._script(keys=keys, args=again), failed=True))
+                return await self._resend(op, nonce, args)
+        keys, first = [self.prefix], [op, nonce, *args]
+        again = [op, f"!{nonce}", *args] if nonce else first
         return _status(await self._retrying(lambda: self._script(keys=keys, args=first),
                                             lambda: self._script(keys=keys, args=again)))
+
+    async def _resend(self, op: str, nonce: str, args: tuple[Arg, ...]) -> tuple[str, list[Any], list[Any]]:
+        """Resend a call whose first attempt failed transiently (marked: it may have applied)."""
+        again = [op, f"!{nonce}" if nonce else nonce, *args]
+        return _status(await self._retrying(lambda: self._script(keys=[self.prefix], args=again), failed=True))
 
     async def _retrying(self, send: Callable[[], Any], again: Callable[[], Any] | None = None, *,
                         failed: bool = False) -> Any:
