@@ -1,19 +1,34 @@
 -- jobboard redis:// : every state change of a board is one call of this Redis function (FCALL).
 -- keys[1] = the board's key prefix "jb:{<root>}:"; args = operation, nonce ('' for none), the
--- operation's arguments. The clock is the server's TIME; a write's nonce records that it was applied
--- (resolves lost replies). Replies: {status, data, events}, events flat: {stream id, kind, job, detail, ...}.
+-- operation's arguments. The clock is the server's TIME (read once, when first needed); a write's nonce
+-- records that it was applied (resolves lost replies). A nonce starting with '!' is a retry (the client
+-- resends after a lost reply): only then can the write have applied already, so only a retry looks its
+-- nonce up. Replies: {status, data, events}, events flat: {stream id, kind, job, detail, ...}.
 -- sessions.lua follows this file in the same library (sessions, entities, the dispatch). The library is
 -- loaded once (FUNCTION LOAD): the per-call state below is set by the dispatch at the start of each call
 -- (Redis runs one call at a time).
-local P, OP, NONCE, NOW, EV
+local P, OP, NONCE, RETRY, NOW, EV, ALIVE
+
+local function now()
+  if not NOW then
+    local t = redis.call('TIME')
+    NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return NOW
+end
 local MAXLEN = 100000
 -- 'err': the last failed attempt's error (msgpack; absent until an abandon or trash with one).
-local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err'}
+-- 'nd': the number of dependencies the job was posted with (absent on jobs posted before it was added).
+local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err', 'nd'}
+-- A claim reads the posting in the same HMGET.
+local CLAIM_FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err', 'nd',
+  'p'}
 
-local function ev(kind, job, detail, gen)
-  local id = redis.call('XADD', P .. 'ev', 'MAXLEN', '~', MAXLEN, '*', 'k', kind, 'j', job or '',
-    'd', detail or '', 'g', gen or '')
-  EV[#EV + 1] = id; EV[#EV + 1] = kind; EV[#EV + 1] = job or ''; EV[#EV + 1] = detail or ''
+local function ev(kind, job, detail)
+  job, detail = job or '', detail or ''
+  local n = #EV
+  EV[n + 1] = redis.call('XADD', P .. 'ev', 'MAXLEN', '~', MAXLEN, '*', 'k', kind, 'j', job, 'd', detail)
+  EV[n + 2] = kind; EV[n + 3] = job; EV[n + 4] = detail
 end
 
 local function jk(id) return P .. 'job:' .. id end
@@ -26,15 +41,16 @@ local function done(value)
 end
 
 -- The job's fields, or nil when it is not on the board; false when its key is not a job hash.
-local function get(id)
-  local raw = redis.pcall('HMGET', jk(id), unpack(FIELDS))
+local function get(id, fields)
+  fields = fields or FIELDS
+  local raw = redis.pcall('HMGET', jk(id), unpack(fields))
   if type(raw) ~= 'table' or raw.err then return false end
   if not raw[1] then
     if redis.call('EXISTS', jk(id)) == 1 then return false end
     return nil
   end
   local j = {id = id}
-  for i, f in ipairs(FIELDS) do j[f] = raw[i] or '' end
+  for i, f in ipairs(fields) do j[f] = raw[i] or '' end
   if j.sc == '' or j.st == '' then return false end
   return j
 end
@@ -73,9 +89,9 @@ end
 -- ('' or nil: the board's; '0': forever). kind: 'k' kept results, 't' trash entries.
 local function index_expiry(kind, id, own)
   if own == nil or own == false or own == '' then
-    redis.call('ZADD', P .. kind .. 'def', NOW, id)
+    redis.call('ZADD', P .. kind .. 'def', now(), id)
   elseif tonumber(own) > 0 then
-    redis.call('ZADD', P .. kind .. 'exp', NOW + tonumber(own), id)
+    redis.call('ZADD', P .. kind .. 'exp', now() + tonumber(own), id)
   end
 end
 
@@ -89,7 +105,7 @@ local function to_trash(j, reason, retention)
     local tr = P .. 'tr:' .. job.id
     redis.call('DEL', tr)
     redis.call('RENAME', jk(job.id), tr)
-    redis.call('HSET', tr, 'reason', why, 'at', NOW, 'st', 't', 'owner', '', 'sess', '')
+    redis.call('HSET', tr, 'reason', why, 'at', now(), 'st', 't', 'owner', '', 'sess', '')
     redis.call('ZADD', P .. 'trash', redis.call('INCR', P .. 'tseq'), job.id)
     redis.call('HDEL', tr, 'pg', 'pr')
     index_expiry('t', job.id, redis.call('HGET', tr, 'tttl'))  -- res:<id> stays with it (requeue)
@@ -105,35 +121,44 @@ end
 
 local function exhausted(j) return j.maxa ~= '' and tonumber(j.att) >= tonumber(j.maxa) end
 
+-- ALIVE: the session found alive earlier in this call (consume_next checks its session twice).
 local function session_alive(sess)
+  if sess == ALIVE then return true end
   local deadline = redis.call('ZSCORE', P .. 'sessions', sess)
-  return deadline and tonumber(deadline) >= NOW
+  if deadline and tonumber(deadline) >= now() then ALIVE = sess return true end
+  return false
+end
+
+-- The results delivered to a job: none when it was posted without dependencies.
+local function results(id, nd)
+  if nd == '0' then return {} end
+  return redis.call('HGETALL', P .. 'res:' .. id)
 end
 
 local function claim_data(id)
-  local f = redis.call('HMGET', jk(id), 'p', 'att', 'gen', 'err')
-  return {id, f[1], f[2], f[3], redis.call('HGETALL', P .. 'res:' .. id), f[4] or ''}
+  local f = redis.call('HMGET', jk(id), 'p', 'att', 'gen', 'err', 'nd')
+  return {id, f[1], f[2], f[3], results(id, f[5] or ''), f[4] or ''}
 end
 
-local function do_claim(j, owner, sess)
+-- j: read with CLAIM_FIELDS. popped: the index it was taken from with ZPOPMIN ('ready' or 'rn'), if any.
+-- The claim's nonce is kept in the hash ('cn'): a retried claim finds it among the session's claims.
+local function do_claim(j, owner, sess, popped)
   if j.st == 'd' then redis.call('ZREM', P .. 'delayed', j.id) end
-  redis.call('ZREM', P .. 'ready', j.id)
-  redis.call('ZREM', P .. 'rn:' .. j.name, j.id)
-  local gen = (tonumber(j.gen) or 0) + 1
-  redis.call('HSET', jk(j.id), 'gen', gen, 'att', (tonumber(j.att) or 0) + 1, 'st', 'c', 'owner', owner, 'sess', sess,
-    'nb', '')
+  if popped ~= 'ready' then redis.call('ZREM', P .. 'ready', j.id) end
+  if popped ~= 'rn' then redis.call('ZREM', P .. 'rn:' .. j.name, j.id) end
+  local gen, att = (tonumber(j.gen) or 0) + 1, (tonumber(j.att) or 0) + 1
+  redis.call('HSET', jk(j.id), 'gen', gen, 'att', att, 'st', 'c', 'owner', owner, 'sess', sess, 'nb', '', 'cn', NONCE)
   redis.call('SADD', P .. 'claims:' .. sess, j.id)
-  ev('claimed', j.id, owner, gen)
-  done(j.id .. ' ' .. gen)
-  return reply('ok', claim_data(j.id))
+  ev('claimed', j.id, owner)
+  return reply('ok', {j.id, j.p, att, gen, results(j.id, j.nd), j.err})
 end
 
 -- Make due delayed jobs ready; the milliseconds until the next one is due (-1: none).
 local function promote()
   local next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
   if #next == 0 then return -1 end
-  if tonumber(next[2]) > NOW then return tonumber(next[2]) - NOW end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'delayed', '-inf', NOW, 'LIMIT', 0, 100)) do
+  if tonumber(next[2]) > now() then return tonumber(next[2]) - now() end
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'delayed', '-inf', now(), 'LIMIT', 0, 100)) do
     redis.call('ZREM', P .. 'delayed', id)
     local j = get(id)
     if j and j.st == 'd' then
@@ -143,15 +168,16 @@ local function promote()
   end
   next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
   if #next == 0 then return -1 end
-  return math.max(0, tonumber(next[2]) - NOW)
+  return math.max(0, tonumber(next[2]) - now())
 end
 
-local function replayed_claim()
-  local rec = redis.call('GET', P .. 'n:' .. NONCE)
-  if not rec then return nil end
-  local id, gen = string.match(rec, '^(%S+) (%S+)$')
-  if redis.call('HGET', jk(id), 'gen') == gen then return reply('ok', claim_data(id)) end
-  return reply('gone', {id})
+-- A retried claim that had applied: the session's claim holding its nonce (nil: none, claim now; a claim
+-- since released or settled holds it no longer, and nothing was reported to the caller).
+local function replayed_claim(sess)
+  for _, id in ipairs(redis.call('SMEMBERS', P .. 'claims:' .. sess)) do
+    if redis.call('HGET', jk(id), 'cn') == NONCE then return reply('ok', claim_data(id)) end
+  end
+  return nil
 end
 
 -- The claim's job if the claim is current: generation, then owner, then a live session.
@@ -165,11 +191,24 @@ end
 
 local ops = {}
 
--- delay: milliseconds from the server's NOW before the job is claimable ('0': at once).
+-- A new job's hash. Empty fields ('owner', 'sess', 'nb', 'key', 'maxa', 'rttl', 'tttl', 'keep' '0') are not
+-- written: every reader takes an absent field for an empty one (fewer fields: a cheaper HSET).
+local function write_job(id, posting, name, sc, st, deps, maxa, keep, rttl, tttl, nb, key)
+  local f = {'p', posting, 'name', name, 'sc', sc, 'st', st, 'gen', 0, 'att', 0, 'pend', deps, 'nd', deps}
+  if maxa ~= '' then f[#f + 1] = 'maxa'; f[#f + 1] = maxa end
+  if keep == '1' then f[#f + 1] = 'keep'; f[#f + 1] = keep end
+  if rttl ~= '' then f[#f + 1] = 'rttl'; f[#f + 1] = rttl end
+  if tttl ~= '' then f[#f + 1] = 'tttl'; f[#f + 1] = tttl end
+  if nb ~= '' then f[#f + 1] = 'nb'; f[#f + 1] = nb end
+  if key ~= '' then f[#f + 1] = 'key'; f[#f + 1] = key end
+  redis.call('HSET', P .. 'job:' .. id, unpack(f))
+end
+
+-- delay: milliseconds from the server's now() before the job is claimable ('0': at once).
 -- rttl, tttl: the job's own result and trash lifetimes in ms ('': the board's).
 function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   local deps = {...}
-  if NONCE ~= '' then
+  if RETRY then
     local id = redis.call('GET', P .. 'n:' .. NONCE)
     if id then return reply('ok', {id}) end
   end
@@ -188,11 +227,9 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   local seq = redis.call('INCR', P .. 'seq')
   local id = tostring(seq)
   local sc = string.format('%.0f', tonumber(rank) * 17592186044416 + seq)
-  local nb = (tonumber(delay) > 0) and (NOW + tonumber(delay)) or ''
+  local nb = (tonumber(delay) > 0) and (now() + tonumber(delay)) or ''
   local st = (#deps > 0) and 'w' or ((nb ~= '') and 'd' or 'u')
-  redis.call('HSET', jk(id), 'p', posting, 'name', name, 'sc', sc, 'st', st, 'gen', 0, 'att', 0,
-    'maxa', maxa, 'owner', '', 'sess', '', 'pend', #deps, 'nb', nb, 'key', key, 'keep', keep,
-    'rttl', rttl, 'tttl', tttl)
+  write_job(id, posting, name, sc, st, #deps, maxa, keep, rttl, tttl, nb, key)
   redis.call('ZADD', P .. 'all', sc, id)
   if st == 'u' then ready_add({id = id, name = name, sc = sc}) end
   if st == 'd' then redis.call('ZADD', P .. 'delayed', nb, id) end
@@ -203,9 +240,52 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   return reply('ok', {id})
 end
 
+-- Posts without dependency, key or delay, all at once: one INCRBY, one HSET and one event per job, one ZADD per
+-- index; one nonce record for the chunk (on its first post's nonce: '<first id>+<count>'). {first id, count}.
+local function post_simple(a)
+  local n = #a / 11
+  local first = redis.call('INCRBY', P .. 'seq', n) - n + 1
+  local all, ready, named = {}, {}, {}
+  for k = 0, n - 1 do
+    local b, id = k * 11, first + k
+    local rank, name = a[b + 3], a[b + 4]
+    local sc = string.format('%.0f', tonumber(rank) * 17592186044416 + id)
+    write_job(id, a[b + 5], name, sc, 'u', 0, a[b + 6], a[b + 7], a[b + 10], a[b + 11], '', '')
+    all[#all + 1] = sc; all[#all + 1] = id
+    if not internal(name) then ready[#ready + 1] = sc; ready[#ready + 1] = id end
+    local rn = named[name]
+    if not rn then rn = {}; named[name] = rn end
+    rn[#rn + 1] = sc; rn[#rn + 1] = id
+    ev('posted', tostring(id), name)
+  end
+  redis.call('ZADD', P .. 'all', unpack(all))
+  if #ready > 0 then redis.call('ZADD', P .. 'ready', unpack(ready)) end
+  for name, rn in pairs(named) do redis.call('ZADD', P .. 'rn:' .. name, unpack(rn)) end
+  NONCE = a[2]
+  done(first .. '+' .. n)
+  return reply('range', {first, n})
+end
+
+-- Whether every group has 10 post arguments (no dependency), no key and no delay; n: the number of groups.
+local function simple(a)
+  if #a % 11 ~= 0 or #a > 11 * 200 then return false end
+  for b = 0, #a - 11, 11 do
+    if a[b + 1] ~= '10' or a[b + 8] ~= '' or a[b + 9] ~= '0' then return false end
+  end
+  return true
+end
+
 -- Many posts in one call: groups of (count, nonce, post's arguments...), count = 1 + #arguments.
+-- A retried chunk first looks for the record of a chunk posted at once (see post_simple).
 function ops.post_many(...)
   local a, i, out = {...}, 1, {}
+  if RETRY and #a > 1 then
+    local rec = redis.call('GET', P .. 'n:' .. a[2])
+    local first, n = string.match(rec or '', '^(%d+)%+(%d+)$')
+    if first then return reply('range', {tonumber(first), tonumber(n)}) end
+  elseif simple(a) then
+    return post_simple(a)
+  end
   while i <= #a do
     local n = tonumber(a[i])
     NONCE = a[i + 1]
@@ -218,14 +298,14 @@ function ops.post_many(...)
 end
 
 function ops.claim(id, owner, sess, retention)
-  if NONCE ~= '' then local r = replayed_claim() if r then return r end end
+  if RETRY then local r = replayed_claim(sess) if r then return r end end
   if not session_alive(sess) then return reply('nosession') end
-  local j = get(id)
+  local j = get(id, CLAIM_FIELDS)
   if j == false then quarantine(id) return reply('notfound') end
   if not j then return reply('notfound') end
   if j.st == 'w' then return reply('waiting', {j.pend}) end
   if j.st == 'c' then return reply('claimed', {j.owner}) end
-  if j.st == 'd' and j.nb ~= '' and tonumber(j.nb) > NOW then return reply('delayed', {j.nb}) end
+  if j.st == 'd' and j.nb ~= '' and tonumber(j.nb) > now() then return reply('delayed', {j.nb}) end
   if j.st == 'd' then redis.call('ZREM', P .. 'delayed', id) end
   if exhausted(j) then
     to_trash(j, 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
@@ -235,15 +315,18 @@ function ops.claim(id, owner, sess, retention)
 end
 
 function ops.claim_next(owner, sess, retention, ...)
-  if NONCE ~= '' then local r = replayed_claim() if r then return r end end
+  if RETRY then local r = replayed_claim(sess) if r then return r end end
   if not session_alive(sess) then return reply('nosession') end
   local names = {...}
   local wait_ms = promote()
   for _ = 1, 100 do
-    local best, best_sc = nil, nil
-    if #names == 0 then
-      local head = redis.call('ZRANGE', P .. 'ready', 0, 0, 'WITHSCORES')
-      if #head > 0 then best, best_sc = head[1], tonumber(head[2]) end
+    local best, best_sc, popped = nil, nil, nil
+    if #names == 0 then  -- the head leaves 'ready' whatever it turns out to be (as below)
+      local head = redis.call('ZPOPMIN', P .. 'ready')
+      if #head > 0 then best, popped = head[1], 'ready' end
+    elseif #names == 1 then
+      local head = redis.call('ZPOPMIN', P .. 'rn:' .. names[1])
+      if #head > 0 then best, popped = head[1], 'rn' end
     else
       for _, name in ipairs(names) do
         local head = redis.call('ZRANGE', P .. 'rn:' .. name, 0, 0, 'WITHSCORES')
@@ -251,22 +334,22 @@ function ops.claim_next(owner, sess, retention, ...)
       end
     end
     if not best then return reply('none', {wait_ms}) end
-    local j = get(best)
+    local j = get(best, CLAIM_FIELDS)
     if not j or j.st ~= 'u' then
-      redis.call('ZREM', P .. 'ready', best)
-      for _, name in ipairs(names) do redis.call('ZREM', P .. 'rn:' .. name, best) end
+      if popped ~= 'ready' then redis.call('ZREM', P .. 'ready', best) end
+      if popped ~= 'rn' then for _, name in ipairs(names) do redis.call('ZREM', P .. 'rn:' .. name, best) end end
       if j == false then quarantine(best) end
     elseif exhausted(j) then
       to_trash(j, 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
     else
-      return do_claim(j, owner, sess)
+      return do_claim(j, owner, sess, popped)
     end
   end
   return reply('none', {0})
 end
 
 function ops.consume(id, gen, owner, result, retention)
-  if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
   redis.call('ZREM', P .. 'all', id) -- a claimed job is in no other index but its session's claims
@@ -280,7 +363,7 @@ function ops.consume(id, gen, owner, result, retention)
     if dj and dj.st == 'w' then
       redis.call('HSET', P .. 'res:' .. d, id, result)
       if redis.call('HINCRBY', jk(d), 'pend', -1) <= 0 then
-        if dj.nb ~= '' and tonumber(dj.nb) > NOW then  -- a delayed post, not due yet
+        if dj.nb ~= '' and tonumber(dj.nb) > now() then  -- a delayed post, not due yet
           redis.call('HSET', jk(d), 'st', 'd')
           redis.call('ZADD', P .. 'delayed', dj.nb, d)
         else
@@ -291,13 +374,17 @@ function ops.consume(id, gen, owner, result, retention)
       end
     end
   end
-  redis.call('DEL', P .. 'dents:' .. id, P .. 'res:' .. id)
+  -- One DEL: the dependents' set, the results delivered to it (if it had dependencies), the hash (unless kept).
+  local gone = {P .. 'dents:' .. id}
+  if j.nd ~= '0' then gone[2] = P .. 'res:' .. id end
   if j.key ~= '' and tonumber(retention) > 0 then
+    redis.call('DEL', unpack(gone))
     redis.call('RENAME', jk(id), P .. 'gone:' .. id)
     redis.call('HSET', P .. 'gone:' .. id, 'st', 'done', 'owner', '', 'sess', '')
     settle_key(j, P .. 'gone:' .. id, tonumber(retention))
   else
-    redis.call('DEL', jk(id))
+    gone[#gone + 1] = jk(id)
+    redis.call('DEL', unpack(gone))
     settle_key(j, nil, 0)
   end
   done('1')
@@ -307,15 +394,15 @@ end
 
 -- err: the attempt's error, kept with the job ('' keeps the previous one).
 function ops.abandon(id, gen, owner, retry_ms, err)
-  if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
   if err and err ~= '' then redis.call('HSET', jk(id), 'err', err) end
   redis.call('SREM', P .. 'claims:' .. j.sess, id)
   local delay = tonumber(retry_ms)
   if delay > 0 then
-    redis.call('HSET', jk(id), 'st', 'd', 'owner', '', 'sess', '', 'nb', NOW + delay)
-    redis.call('ZADD', P .. 'delayed', NOW + delay, id)
+    redis.call('HSET', jk(id), 'st', 'd', 'owner', '', 'sess', '', 'nb', now() + delay)
+    redis.call('ZADD', P .. 'delayed', now() + delay, id)
   else
     redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '')
     ready_add(j)
@@ -326,7 +413,7 @@ function ops.abandon(id, gen, owner, retry_ms, err)
 end
 
 function ops.trash(id, gen, owner, reason, retention, err)
-  if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
   if err and err ~= '' then redis.call('HSET', jk(id), 'err', err) end  -- the trash entry keeps it
@@ -338,7 +425,7 @@ end
 -- Whoever holds the job: a claim is revoked in the same write (the job hash, its generation with it,
 -- leaves the board: the owner's settle finds no claim; its watch_claim wakes on the 'trashed' event).
 function ops.cancel(id, reason, retention)
-  if NONCE ~= '' and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j = get(id)
   if not j then return reply('notfound') end
   to_trash(j, reason, tonumber(retention))

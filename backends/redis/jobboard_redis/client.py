@@ -240,24 +240,53 @@ class RedisClient:
         return replies
 
     async def call(self, op: str, nonce: str, *args: Arg) -> tuple[str, list[Any], list[Any]]:
-        """Run one operation of ``board.lua``; returns (status, data, events)."""
-        keys = [self.prefix]
-        argv = [op, nonce, *args]
-        status, data, events = await self._retrying(lambda: self._script(keys=keys, args=argv))
-        return status.decode() if isinstance(status, bytes) else str(status), data, events
+        """Run one operation of ``board.lua``; returns (status, data, events).
 
-    async def _retrying(self, send: Callable[[], Any]) -> Any:
-        try:
-            return await send()
-        except (ConnectionLost, ServerError) as error:
-            if not _is_transient(error):
-                raise permanent_error(error) from error
+        A resend (the connection failed: the first call may have applied) marks its nonce with a
+        leading ``!``, the only case in which the script looks the nonce up.
+        """
+        wire = self._main
+        if (wire is not None and wire.failed is None and not self._wait_for
+                and getattr(self._script, "__func__", None) is RedisClient._fcall):
+            try:  # the common case in one step: connected, the library loaded, no WAIT
+                reply = await wire.send(("FCALL", FUNCTION, 1, self.prefix, op, nonce, *args))
+            except ConnectionLost:
+                return await self._resend(op, nonce, args)
+            if not isinstance(reply, ServerError):
+                status, data, events = reply
+                return status.decode(), data, events
+            if "Function not found" not in str(reply):  # refused: not run (transient) or for good
+                self._failed(reply)
+                if not _is_transient(reply):
+                    raise permanent_error(reply) from reply
+                return await self._resend(op, nonce, args)
+        keys, first = [self.prefix], [op, nonce, *args]
+        again = [op, f"!{nonce}", *args] if nonce else first
+        return _status(await self._retrying(lambda: self._script(keys=keys, args=first),
+                                            lambda: self._script(keys=keys, args=again)))
+
+    async def _resend(self, op: str, nonce: str, args: tuple[Arg, ...]) -> tuple[str, list[Any], list[Any]]:
+        """Resend a call whose first attempt failed transiently (marked: it may have applied)."""
+        again = [op, f"!{nonce}" if nonce else nonce, *args]
+        return _status(await self._retrying(lambda: self._script(keys=[self.prefix], args=again), failed=True))
+
+    async def _retrying(self, send: Callable[[], Any], again: Callable[[], Any] | None = None, *,
+                        failed: bool = False) -> Any:
+        """``send()``, then ``again()`` (default: ``send()``) after transient failures, until the window
+        ends (``failed``: the first attempt was made by the caller and failed transiently)."""
+        if not failed:
+            try:
+                return await send()
+            except (ConnectionLost, ServerError) as error:
+                if not _is_transient(error):
+                    raise permanent_error(error) from error
         deadline = time.monotonic() + self.options.retry_window
         delay = 0.02
+        again = again or send
         while True:
             await anyio.sleep(delay)
             try:
-                return await send()
+                return await again()
             except (ConnectionLost, ServerError) as error:
                 if not _is_transient(error):
                     raise permanent_error(error) from error
@@ -306,6 +335,11 @@ class RedisClient:
         for wire in (self._reader, self._main):
             if wire is not None:
                 wire.close()
+
+
+def _status(reply: Any) -> tuple[str, list[Any], list[Any]]:
+    status, data, events = reply
+    return status.decode() if isinstance(status, bytes) else str(status), data, events
 
 
 def _text(value: Any) -> str:

@@ -28,9 +28,9 @@ end
 function ops.retain(result_ms, trash_ms, limit)
   local count, n = 0, tonumber(limit)
   local function expired(kind, board_ms)
-    local due = redis.call('ZRANGEBYSCORE', P .. kind .. 'exp', '-inf', NOW, 'LIMIT', 0, n)
+    local due = redis.call('ZRANGEBYSCORE', P .. kind .. 'exp', '-inf', now(), 'LIMIT', 0, n)
     if tonumber(board_ms) > 0 then
-      for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. kind .. 'def', '-inf', NOW - tonumber(board_ms),
+      for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. kind .. 'def', '-inf', now() - tonumber(board_ms),
         'LIMIT', 0, n)) do due[#due + 1] = id end
     end
     return due
@@ -45,7 +45,7 @@ function ops.purge(older_ms, limit)
   local count = 0
   for _, id in ipairs(redis.call('ZRANGE', P .. 'trash', 0, tonumber(limit) - 1)) do
     local at = redis.call('HGET', P .. 'tr:' .. id, 'at')
-    if at and NOW - tonumber(at) < tonumber(older_ms) then break end
+    if at and now() - tonumber(at) < tonumber(older_ms) then break end
     drop_trash(id)
     count = count + 1
   end
@@ -54,7 +54,7 @@ end
 
 -- Back on the board, unclaimed, with its id and order score; its key finds it again unless taken since.
 function ops.requeue(id, reset)
-  if NONCE ~= '' then
+  if RETRY then
     local done_id = redis.call('GET', P .. 'n:' .. NONCE)
     if done_id then return reply('ok', {id}) end
   end

@@ -73,12 +73,15 @@ async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_
         arguments = _arguments(posting, raw)
         flat += [len(arguments) + 1, f"{posting.token}:{nonce_ms}", *arguments]
     try:
-        _, replies = await call("post_many", "", *flat)
+        status, replies = await call("post_many", flat[1], *flat)  # the call's nonce: a resend is marked
     except RetryExhausted as error:
         if any(posting.key is None for posting, _ in chunk):
             raise UnknownOutcome(f"post_many: Redis was unreachable and whether the jobs were written "
                                  f"cannot be told ({error}); post with keys to retry safely") from error
         raise
+    if status == "range":  # posted at once: ids first, first + 1, ...
+        first = int(replies[0])
+        return [posting.to_job(str(first + index), first + index) for index, (posting, _) in enumerate(chunk)]
     return [_job(posting, text(status), list(data))
             for (posting, _), (status, data) in zip(chunk, replies, strict=False)]
 

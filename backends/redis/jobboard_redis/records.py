@@ -80,6 +80,8 @@ def job_of(job_id: str, raw: Any, attempts: Any, not_before: Any, last_error: An
 
 def dependency_results(posting: Posting, flat: list[Any]) -> tuple[Any, ...]:
     """The results delivered to a job (``HGETALL res:<id>``) in ``depends_on`` order."""
+    if not posting.depends_on:
+        return ()
     results = {text(flat[index]): decode_value(flat[index + 1]) for index in range(0, len(flat) - 1, 2)}
     return tuple(results.get(dep) for dep in posting.depends_on)
 

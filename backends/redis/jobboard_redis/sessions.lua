@@ -22,21 +22,21 @@ local function reap(sess, why)
 end
 
 local function reap_expired()
-  for _, sess in ipairs(redis.call('ZRANGEBYSCORE', P .. 'sessions', '-inf', '(' .. NOW, 'LIMIT', 0, 10)) do
+  for _, sess in ipairs(redis.call('ZRANGEBYSCORE', P .. 'sessions', '-inf', '(' .. now(), 'LIMIT', 0, 10)) do
     reap(sess, 'session expired')
   end
   local first = redis.call('ZRANGE', P .. 'sessions', 0, 0, 'WITHSCORES')
   if #first == 0 then return -1 end
-  return math.max(0, tonumber(first[2]) - NOW)
+  return math.max(0, tonumber(first[2]) - now())
 end
 
-function ops.open(sess, timeout_ms) redis.call('ZADD', P .. 'sessions', NOW + tonumber(timeout_ms), sess) return reply('ok', {NOW}) end
+function ops.open(sess, timeout_ms) redis.call('ZADD', P .. 'sessions', now() + tonumber(timeout_ms), sess) return reply('ok', {now()}) end
 
 function ops.beat(sess, timeout_ms)
   local alive = session_alive(sess)
   local next_ms = reap_expired()
   if not alive then return reply('expired', {next_ms}) end
-  redis.call('ZADD', P .. 'sessions', 'XX', NOW + tonumber(timeout_ms), sess)
+  redis.call('ZADD', P .. 'sessions', 'XX', now() + tonumber(timeout_ms), sess)
   return reply('ok', {reap_expired()})
 end
 
@@ -60,9 +60,9 @@ function ops.unregister(sess, name)
 end
 
 local function dispatch(keys, args)
-  P, OP, NONCE, EV = keys[1], args[1], args[2], {}
-  local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  P, OP, NONCE, NOW, EV, ALIVE = keys[1], args[1], args[2], nil, {}, nil
+  RETRY = string.sub(NONCE, 1, 1) == '!'
+  if RETRY then NONCE = string.sub(NONCE, 2) end
   local op = ops[OP]
   if not op then return redis.error_reply('jobboard: unknown operation ' .. tostring(OP)) end
   return op(unpack(args, 3))
