@@ -9,6 +9,7 @@
   const notice = document.getElementById("notice");
   const token = document.getElementById("token");
   let busy = false, again = false, last = 0, graphCount = 0;
+  let actions = 0; // actions clicked so far: only the latest one's reply is shown
   const drawn = new Map(); // mermaid source -> svg markup (mermaid's own output, labels entity-encoded)
 
   function setHealth(ok, text) {
@@ -72,14 +73,20 @@
   async function act(button) {
     if (button.dataset.confirm && !window.confirm(button.dataset.confirm)) return;
     const headers = { "X-Jobboard-Token": token ? token.value : "" };
+    const action = (actions += 1);
+    notice.textContent = "sending...";
+    notice.className = "";
+    let text, ok;
     try {
       const response = await fetch(button.dataset.action, { method: "POST", headers, cache: "no-store" });
       const body = await response.json();
-      notice.textContent = response.ok ? "done" : "refused: " + (body.error || response.status);
-      notice.className = response.ok ? "ok" : "down";
+      [text, ok] = [response.ok ? "done" : "refused: " + (body.error || response.status), response.ok];
     } catch (error) {
-      notice.textContent = "failed: " + error;
-      notice.className = "down";
+      [text, ok] = ["failed: " + error, false];
+    }
+    if (action === actions) { // an earlier click's late reply does not overwrite a later one's
+      notice.textContent = text;
+      notice.className = ok ? "ok" : "down";
     }
     refresh();
   }
