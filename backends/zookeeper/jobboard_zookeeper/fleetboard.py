@@ -5,7 +5,8 @@ On a flat board every method here does what the flat board did (one attribute te
 * ``claim_next`` first joins the members (once), then claims from its own partitions as
   on a flat board; when those have nothing claimable it *steals*: it lists the other
   partitions (their ``jobs/p<k>``, then ``locks/p<k>`` of those that have jobs; pipelined,
-  shared by the board's concurrent claimers for :data:`FOREIGN_FRESH` seconds) and claims
+  shared by the board's concurrent claimers for :data:`FOREIGN_FRESH` seconds; skipped when two
+  ``getAllChildrenNumber`` requests show no more jobs than claims on the whole board) and claims
   the best unclaimed job there with the ordinary claim multi. So it returns a claimable job
   whenever one exists anywhere, as the contract says.
 * ``wait`` returns work of its own partitions at once (watch events); for work in other
@@ -32,7 +33,7 @@ from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.fleet import PartitionedView
 from jobboard_zookeeper.layout import is_job_id, sequence_of
 from jobboard_zookeeper.linked import Stored
-from jobboard_zookeeper.partitions import PartitionedPaths
+from jobboard_zookeeper.partitions import PartitionedPaths, descendants
 from jobboard_zookeeper.view import BoardView
 from jobboard_zookeeper.zk import ZooKeeper
 
@@ -162,6 +163,12 @@ class FleetBoard(ZooKeeperBase):
         fleet, paths = self._fleet, self._paths
         assert fleet is not None and isinstance(paths, PartitionedPaths)
         try:
+            if not fleet.foreign():
+                return []
+            jobs_below, locks_below = await asyncio.gather(descendants(self.zk, paths.dir("jobs")),
+                                                           descendants(self.zk, paths.dir("locks")))
+            if jobs_below <= locks_below:  # jobs (and links) below jobs/ vs. claims: nothing unclaimed anywhere
+                return []
             parts = fleet.foreign()
             jobs = await asyncio.gather(*(self.zk.children(paths.part_dir("jobs", k)) for k in parts))
             busy = [(k, found[0]) for k, found in zip(parts, jobs, strict=True) if found and found[0]]

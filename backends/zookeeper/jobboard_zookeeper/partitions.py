@@ -149,6 +149,18 @@ class RemoveWatchesResponse(protocol.response.Response):  # type: ignore[misc]
 ANY_WATCHER = 3
 
 
+class AllChildrenNumberRequest(protocol.request.Request):  # type: ignore[misc]
+    """ZooKeeper 3.6+ ``getAllChildrenNumber`` (opcode 104): how many nodes are below a path."""
+
+    opcode = 104
+    parts = (("path", UString),)
+
+
+class AllChildrenNumberResponse(protocol.response.Response):  # type: ignore[misc]
+    opcode = 104
+    parts = (("number", Int),)
+
+
 def route(zk: ZooKeeper, prefix: str, callback: TreeCallback) -> None:
     """Deliver watch events under ``prefix`` to ``callback`` (without asking the server for any)."""
     zk._trees[prefix.rstrip("/") + "/"] = callback  # zk.py is at its size limit
@@ -157,6 +169,12 @@ def route(zk: ZooKeeper, prefix: str, callback: TreeCallback) -> None:
 async def add_watch(zk: ZooKeeper, path: str) -> None:
     """A persistent recursive watch on ``path``; its events go where :func:`route` says."""
     await zk._call(AddWatchRequest(path=path, mode=PERSISTENT_RECURSIVE), retry=True)
+
+
+async def descendants(zk: ZooKeeper, path: str) -> int:
+    """How many nodes are below ``path``, at any depth (one request, whatever their number)."""
+    _, response = await zk._call(AllChildrenNumberRequest(path=path), retry=True)
+    return int(response.number)
 
 
 async def remove_watch(zk: ZooKeeper, path: str) -> None:
