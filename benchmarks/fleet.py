@@ -3,7 +3,7 @@
     python -m benchmarks.fleet --jobs 2000 --rounds 3 --processes 1,4,16 --workers 16,64 --partitions 16
 
 Each round runs ``benchmarks.cycle`` once for every (W, P, layout), on one ZooKeeper server
-(fsync on); the table shows medians over the rounds: cycles/s, its ratio to one process of
+(fsync on, as in ``benchmarks.run``, unless ``--no-fsync``); the table shows medians over the rounds: cycles/s, its ratio to one process of
 the same layout and W, the notifications each process receives per job of the board, the
 server's notifications and requests per cycle, CPU ms per job in the claiming processes and
 in the server, and the jobs claimed by stealing.
@@ -55,13 +55,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--processes", default="1,4,16")
     parser.add_argument("--workers", default="16,64")
     parser.add_argument("--partitions", type=int, default=16)
+    parser.add_argument("--no-fsync", action="store_true", help="the server does not fsync its log (forceSync=no)")
     options = parser.parse_args(argv)
     configs = [(workers, processes, partitions)
                for workers in map(int, options.workers.split(","))
                for processes in map(int, options.processes.split(","))
                for partitions in (0, options.partitions)]
     results: dict[tuple[int, int, int], list[dict[str, Any]]] = {config: [] for config in configs}
-    with ZooKeeperServer(fsync=True) as server:
+    with ZooKeeperServer(fsync=not options.no_fsync) as server:
         assert server.pid is not None
         for round_number in range(options.rounds):
             for config in configs:

@@ -157,6 +157,7 @@ class FleetBoard(ZooKeeperBase):
         task = self._foreign
         if task is None or (task.done() and loop.time() - self._foreign_at > FOREIGN_FRESH):
             task = self._foreign = loop.create_task(self._list_foreign())
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())  # callers may be gone
         return await asyncio.shield(task)
 
     async def _list_foreign(self) -> list[str]:
