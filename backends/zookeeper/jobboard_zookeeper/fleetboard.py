@@ -5,7 +5,7 @@ On a flat board every method here does what the flat board did (one attribute te
 * ``claim_next`` first joins the members (once), then claims from its own partitions as
   on a flat board; when those have nothing claimable it *steals*: it lists the other
   partitions (their ``jobs/p<k>``, then ``locks/p<k>`` of those that have jobs; pipelined,
-  shared by the board's concurrent claimers for :data:`FOREIGN_FRESH` seconds; skipped when two
+  shared by the claimers that ask before it is sent, never reused; skipped when two
   ``getAllChildrenNumber`` requests show no more jobs than claims on the whole board) and claims
   the best unclaimed job there with the ordinary claim multi. So it returns a claimable job
   whenever one exists anywhere, as the contract says.
@@ -37,8 +37,6 @@ from jobboard_zookeeper.partitions import PartitionedPaths, descendants
 from jobboard_zookeeper.view import BoardView
 from jobboard_zookeeper.zk import ZooKeeper
 
-FOREIGN_FRESH = 0.02
-"""Seconds a listing of the other partitions serves the board's claimers."""
 POLL_FIRST = 0.05
 POLL_CAP = 1.0
 """Seconds between polls of the other partitions by an idle ``wait``, at most."""
@@ -54,8 +52,10 @@ class FleetBoard(ZooKeeperBase):
         super().__init__(url)
         self._must_join = False
         """A partitioned board that has not joined the members yet (tested by every claim_next)."""
-        self._foreign: asyncio.Task[list[str]] | None = None
-        self._foreign_at = float("-inf")
+        self._foreign_now: asyncio.Task[list[str]] | None = None
+        """The listing of the other partitions in flight."""
+        self._foreign_next: asyncio.Task[list[str]] | None = None
+        """The listing that starts when the one in flight ends (callers join it until it starts)."""
         self._idle_polls = 0
         self.steals = 0
         """Jobs claimed from partitions of other members (for benchmarks)."""
@@ -99,7 +99,7 @@ class FleetBoard(ZooKeeperBase):
         """Claim the best unclaimed job of the partitions this board does not watch, if any."""
         if self._fleet is None:
             return None
-        for job in await self._foreign_unclaimed():
+        for job in list(await self._foreign_unclaimed()):
             if job in self._inflight:
                 continue
             self._inflight.add(job)
@@ -120,7 +120,7 @@ class FleetBoard(ZooKeeperBase):
         """The first claimable job of the partitions this board does not watch (for ``wait``)."""
         if self._fleet is None:
             return None
-        for job in await self._foreign_unclaimed():
+        for job in list(await self._foreign_unclaimed()):
             found = await self._readable(job, names)
             if found is None:
                 continue
@@ -151,36 +151,39 @@ class FleetBoard(ZooKeeperBase):
         return poll if delay is None else min(delay, poll)
 
     async def _foreign_unclaimed(self) -> list[str]:
-        """Unclaimed jobs of the partitions this board does not watch, in board order (one listing
-        shared by concurrent callers, and reused for :data:`FOREIGN_FRESH` seconds)."""
-        loop = asyncio.get_running_loop()
-        task = self._foreign
-        if task is None or (task.done() and loop.time() - self._foreign_at > FOREIGN_FRESH):
-            task = self._foreign = loop.create_task(self._list_foreign())
+        """Unclaimed jobs of the partitions this board does not watch, in board order, as listed
+        after this call began (so a job posted before it is in): concurrent callers share a
+        listing that had not been sent when they asked."""
+        task = self._foreign_next
+        if task is None:
+            task = self._foreign_next = asyncio.get_running_loop().create_task(self._list_after(self._foreign_now))
             task.add_done_callback(lambda done: done.cancelled() or done.exception())  # callers may be gone
-        return await asyncio.shield(task)
+        return list(await asyncio.shield(task))
+
+    async def _list_after(self, previous: asyncio.Task[list[str]] | None) -> list[str]:
+        if previous is not None:
+            await asyncio.wait([previous])
+        self._foreign_now, self._foreign_next = self._foreign_next, None  # callers from now on need a new one
+        return await self._list_foreign()
 
     async def _list_foreign(self) -> list[str]:
         fleet, paths = self._fleet, self._paths
         assert fleet is not None and isinstance(paths, PartitionedPaths)
-        try:
-            if not fleet.foreign():
-                return []
-            jobs_below, locks_below = await asyncio.gather(descendants(self.zk, paths.dir("jobs")),
-                                                           descendants(self.zk, paths.dir("locks")))
-            if jobs_below <= locks_below:  # jobs (and links) below jobs/ vs. claims: nothing unclaimed anywhere
-                return []
-            parts = fleet.foreign()
-            jobs = await asyncio.gather(*(self.zk.children(paths.part_dir("jobs", k)) for k in parts))
-            busy = [(k, found[0]) for k, found in zip(parts, jobs, strict=True) if found and found[0]]
-            locks = await asyncio.gather(*(self.zk.children(paths.part_dir("locks", k)) for k, _ in busy))
-            unclaimed: list[str] = []
-            for (_, children), locked in zip(busy, locks, strict=True):
-                taken = set(locked[0]) if locked else set()
-                unclaimed += [job for job in children if job not in taken and is_job_id(job)]
-            return sorted(unclaimed)
-        finally:
-            self._foreign_at = asyncio.get_running_loop().time()
+        if not fleet.foreign():
+            return []
+        jobs_below, locks_below = await asyncio.gather(descendants(self.zk, paths.dir("jobs")),
+                                                       descendants(self.zk, paths.dir("locks")))
+        if jobs_below <= locks_below:  # jobs (and links) below jobs/ vs. claims: nothing unclaimed anywhere
+            return []
+        parts = fleet.foreign()
+        jobs = await asyncio.gather(*(self.zk.children(paths.part_dir("jobs", k)) for k in parts))
+        busy = [(k, found[0]) for k, found in zip(parts, jobs, strict=True) if found and found[0]]
+        locks = await asyncio.gather(*(self.zk.children(paths.part_dir("locks", k)) for k, _ in busy))
+        unclaimed: list[str] = []
+        for (_, children), locked in zip(busy, locks, strict=True):
+            taken = set(locked[0]) if locked else set()
+            unclaimed += [job for job in children if job not in taken and is_job_id(job)]
+        return sorted(unclaimed)
 
     # -- watching one job -------------------------------------------------------------
 

@@ -118,8 +118,21 @@ async def open_layout(zk: ZooKeeper, options: ZooKeeperOptions) -> Paths:
         await zk.ensure_path(paths.dir(name))
     if found:
         await zk.ensure_path(paths.dir("members"))
-        await asyncio.gather(*(zk.ensure_path(path) for name in PARTITIONED for path in paths.listed_dirs(name)))
+        await _ensure_partitions(zk, paths)
     return paths
+
+
+async def _ensure_partitions(zk: ZooKeeper, paths: Paths) -> None:
+    """Create the partition directories that are missing (three listings when none is)."""
+    listed = await asyncio.gather(*(zk.children(paths.dir(name)) for name in PARTITIONED))
+    there = {f"{paths.dir(name)}/{child}" for name, found in zip(PARTITIONED, listed, strict=True)
+             for child in (found[0] if found else [])}
+    missing = [path for name in PARTITIONED for path in paths.listed_dirs(name) if path not in there]
+    results = await asyncio.gather(*(zk.multi([Create(path)], retry_safe=True) for path in missing))
+    for path, result in zip(missing, results, strict=True):
+        failure = result.failure()
+        if failure is not None and failure[1] != "NodeExists":
+            raise ZkError(failure[1], path)
 
 
 async def list_dir(zk: ZooKeeper, paths: Paths, name: str) -> list[str]:
