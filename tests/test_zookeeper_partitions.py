@@ -24,6 +24,7 @@ from jobboard.job import Job
 from jobboard_zookeeper import ZooKeeperBoard
 from jobboard_zookeeper.fleet import PartitionedView, owned_partitions
 from jobboard_zookeeper.partitions import PartitionedPaths
+from tests.support.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.timeout(60)
 K = 4
@@ -231,3 +232,23 @@ async def test_a_member_that_subscribes_to_events_observes_every_partition(board
             while event.job_id != job.id:
                 event = await anext(stream)
             assert event.kind is EventKind.POSTED
+
+
+async def test_a_member_whose_session_expired_joins_again(zk_hosts: str) -> None:
+    host, port = zk_hosts.rsplit(":", 1)
+    root = f"/partitions/{uuid.uuid4().hex}"
+    async with TcpProxy(host, int(port)) as proxy:
+        with anyio.fail_after(45):
+            async with open_board(f"zookeeper://{proxy.hosts}{root}?partitions={K}&session_timeout=2") as a, \
+                    open_board(f"zookeeper://{zk_hosts}{root}?session_timeout=2") as b:
+                assert isinstance(a, ZooKeeperBoard) and isinstance(b, ZooKeeperBoard)
+                assert await a.claim_next("a") is None and await b.claim_next("b") is None
+                await until(lambda: len(fleet(b).owned) == K // 2)
+                proxy.pause()  # a's session expires: b owns everything
+                await until(lambda: fleet(b).current == frozenset(range(K)), 20)
+                job = await b.post("j")
+                proxy.resume()  # a starts a new session, registers again, and the partitions split again
+                await until(lambda: len(fleet(a).owned) == K // 2 and len(fleet(b).owned) == K // 2, 20)
+                assert fleet(a).owned | fleet(b).owned == set(range(K))
+                claims = [await board.claim_next(name) for board, name in ((a, "a"), (b, "b"))]
+                assert [claim.job.id for claim in claims if claim is not None] == [job.id]
