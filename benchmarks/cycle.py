@@ -5,6 +5,7 @@ claim_next -> consume until the board is empty.
     python -m benchmarks.cycle --url memory://bench --jobs 2000 --workers 16
     python -m benchmarks.cycle --url ... --interleaved       # producers post while workers consume
     python -m benchmarks.cycle --url ... --processes 4       # W claimers split over 4 processes
+    python -m benchmarks.cycle --url ... --partitions 16     # a partitioned zookeeper:// board
 
 Prints one JSON line: per run and median, posts/s, cycles/s, claim latency
 p50/p99 (ms), failed claim attempts (lost races), ZooKeeper requests per cycle,
@@ -112,7 +113,7 @@ async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = Non
             ready.put("ready")
             await anyio.to_thread.run_sync(go.wait)
         requests_before, conflicts_before = requests_sent(board), getattr(board, "claim_conflicts", 0)
-        events_before = events_received(board)
+        events_before, steals_before = events_received(board), getattr(board, "steals", 0)
         watch, cpu = Stopwatch(), process_cpu_seconds()
         async with anyio.create_task_group() as group:
             results: list[int] = []
@@ -127,7 +128,7 @@ async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = Non
                 "requests": requests_sent(board) - requests_before,
                 "events": events_received(board) - events_before,
                 "failed_claims": getattr(board, "claim_conflicts", 0) - conflicts_before,
-                "latencies": latencies}
+                "steals": getattr(board, "steals", 0) - steals_before, "latencies": latencies}
 
 
 def _consume_in_child(url: str, workers: int, queue: Any, go: Any) -> None:
@@ -154,7 +155,7 @@ async def consume_in_processes(url: str, workers: int, processes: int) -> dict[s
     return {"cycles": sum(p["cycles"] for p in parts), "seconds": watch.elapsed(),
             "cpu_s": sum(p["cpu_s"] for p in parts), "requests": sum(p["requests"] for p in parts),
             "failed_claims": sum(p["failed_claims"] for p in parts), "latencies": [],
-            "events": sum(p["events"] for p in parts)}
+            "events": sum(p["events"] for p in parts), "steals": sum(p["steals"] for p in parts)}
 
 
 async def one_run(args: argparse.Namespace) -> dict[str, Any]:
@@ -181,7 +182,7 @@ async def one_run(args: argparse.Namespace) -> dict[str, Any]:
     return {"posts_per_s": round(posts_per_s, 1), "cycles_per_s": round(phase["cycles"] / phase["seconds"], 1),
             "claim_p50_ms": round(1000 * percentile(latencies, 50), 2) if latencies else None,
             "claim_p99_ms": round(1000 * percentile(latencies, 99), 2) if latencies else None,
-            "failed_claims": phase["failed_claims"],
+            "failed_claims": phase["failed_claims"], "steals": phase.get("steals", 0),
             "zk_requests_per_cycle": round(phase["requests"] / max(phase["cycles"], 1), 2),
             "cpu_s": round(phase["cpu_s"], 2),
             "zk_cpu_s": round(zk_cpu, 2) if args.zk_pid else None,
@@ -231,9 +232,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--interleaved", action="store_true")
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="zookeeper://: create each run's board with ?partitions=K")
     parser.add_argument("--zk-pid", type=int, default=None, help="the ZooKeeper server's pid, to report its CPU")
     args = parser.parse_args(argv)
     args.url = args.url or f"zookeeper://{args.hosts or '127.0.0.1:2181'}/bench/cycle"
+    if args.partitions:
+        args.url += ("&" if "?" in args.url else "?") + f"partitions={args.partitions}"
     return args
 
 
@@ -241,7 +246,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     runs = [asyncio.run(one_run(args)) for _ in range(args.repeat)]
     report = {"bench": "cycle", "system": "jobboard", "backend": args.url.split(":")[0], "jobs": args.jobs,
-              "workers": args.workers, "processes": args.processes, "interleaved": args.interleaved,
+              "workers": args.workers, "processes": args.processes, "partitions": args.partitions,
+              "interleaved": args.interleaved,
               "repeat": args.repeat, "runs": runs, "median": median_of(runs)}
     print(json.dumps(report), flush=True)
     return report

@@ -230,9 +230,10 @@ ANALYSIS = """## Reading these numbers
 - **Several processes.** Every process keeps its own view of the board and receives every
   watch event (4 per job): the fleet table shows the notifications per job a process runs
   growing as 4 × processes, and the server's notifications per cycle likewise. Claimers in
-  different processes also race for the same jobs (more requests per cycle). The design
-  that makes a process's cost follow its own work (partitions of the job directory owned by
-  processes, stealing when idle) is in docs/backends/zookeeper.md; it is not implemented yet.
+  different processes also race for the same jobs (more requests per cycle). This table is
+  the flat (default) layout; a board created with `?partitions=K` makes a process's
+  notifications follow its own work (partitions owned by processes, stealing when idle: see
+  docs/backends/zookeeper.md and the partitioned fleet table, `python -m benchmarks.fleet`).
 - **The raw ceilings.** "raw aiozk" is stock aiozk (a `wait_for` per read, a timer per
   request); "jobboard's client fixes" runs the same two requests on jobboard's own session
   (its reader, no timer, multis encoded by `fastwire`). jobboard's ratio to the latter is the

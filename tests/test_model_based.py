@@ -30,3 +30,9 @@ def test_zookeeper_board_follows_the_model(zk_hosts: str) -> None:
     run_model_test(
         lambda: f"zookeeper://{zk_hosts}/model/{uuid.uuid4().hex}?session_timeout=4", examples=40,
     )
+
+
+def test_partitioned_zookeeper_board_follows_the_model(zk_hosts: str) -> None:
+    run_model_test(
+        lambda: f"zookeeper://{zk_hosts}/model/{uuid.uuid4().hex}?session_timeout=4&partitions=4", examples=15,
+    )

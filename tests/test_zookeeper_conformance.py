@@ -24,3 +24,17 @@ class TestZooKeeperConformance(JobBoardConformance):
         path = f"{board.options.root}/jobs/2-0000000000000"
         result = await board.zk.multi([Create(path, b"\x93written by another tool")])
         assert result.ok
+
+
+class TestPartitionedZooKeeperConformance(TestZooKeeperConformance):
+    """The same suite on a board whose jobs are split into 4 partitions (see jobboard_zookeeper.partitions)."""
+
+    @pytest.fixture
+    def board_url(self, zk_hosts: str) -> str:
+        return f"zookeeper://{zk_hosts}/conformance/{uuid.uuid4().hex}?session_timeout=4&partitions=4"
+
+    async def inject_malformed(self, board: JobBoard) -> None:
+        assert isinstance(board, ZooKeeperBoard)
+        path = board._paths.job("2-0000000000000")
+        result = await board.zk.multi([Create(path, b"\x93written by another tool")])
+        assert result.ok

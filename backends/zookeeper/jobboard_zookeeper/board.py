@@ -21,7 +21,7 @@ import anyio
 from jobboard.board import JobRef, check_owner, job_id_of
 from jobboard.codec import MalformedEntry
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
-from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
+from jobboard.events import Event, EventHub, EventKind
 from jobboard.job import (
     Claim,
     Entity,
@@ -38,18 +38,20 @@ from jobboard.job import (
 from jobboard_zookeeper.batching import BatchingBoard, BatchPoster
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
+from jobboard_zookeeper.fleetboard import FleetBoard
 from jobboard_zookeeper.keep import KeepingBoard
-from jobboard_zookeeper.layout import DIRECTORIES, Paths, is_job_id
+from jobboard_zookeeper.layout import Paths, is_job_id
 from jobboard_zookeeper.layout import sequence_of as sequence_in
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.markers import Markers
 from jobboard_zookeeper.ops import SessionEvent
 from jobboard_zookeeper.options import parse_zookeeper_url
+from jobboard_zookeeper.partitions import list_dir, open_layout
 from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.reading import listed_jobs, lock_owners, outcome, trash_items
 from jobboard_zookeeper.refusals import claim_refused, not_found
 from jobboard_zookeeper.settle import Settler
-from jobboard_zookeeper.view import SETTLED, WORK, BoardView, CandidatePicker
+from jobboard_zookeeper.view import SETTLED, WORK, CandidatePicker
 from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ SESSION_EVENTS = {SessionEvent.SUSPENDED: EventKind.SUSPENDED, SessionEvent.RECO
                   SessionEvent.EXPIRED: EventKind.SESSION_EXPIRED}
 
 
-class ZooKeeperBoard(KeepingBoard, BatchingBoard):
+class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
     """A job board stored under one ZooKeeper path; see the module docstring."""
 
     def __init__(self, url: str) -> None:
@@ -91,12 +93,11 @@ class ZooKeeperBoard(KeepingBoard, BatchingBoard):
                              auth=options.auth)
         await self._zk.start()
         try:
-            for name in DIRECTORIES:
-                await self._zk.ensure_path(self._paths.dir(name))
+            self._paths = await open_layout(self._zk, options)  # flat, or partitioned (see .partitions)
             self._markers = Markers(self._zk, self._paths)
             self._settler = Settler(self._zk, self._paths, self._markers, max_posting_bytes=self.max_posting_bytes,
                                     max_request_bytes=self.options.max_request_bytes)
-            self.view = BoardView(self._zk, self._paths, self._publish)
+            self.view = self._make_view(self._zk)
             self._poster = Poster(self._zk, self._paths, self._markers, self.key_retention)
             self._batches = BatchPoster(self._zk, self._paths, self._markers, self._poster, options.max_request_bytes)
             self._entities = Entities(self._zk, self._paths)
@@ -140,10 +141,11 @@ class ZooKeeperBoard(KeepingBoard, BatchingBoard):
         if event in (SessionEvent.RECONNECTED, SessionEvent.CONNECTED):
             self._spawn(self._recover(new_session=event == SessionEvent.CONNECTED))
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _recover(self, *, new_session: bool) -> None:
         try:
@@ -198,8 +200,7 @@ class ZooKeeperBoard(KeepingBoard, BatchingBoard):
             self._publish(Event(EventKind.MALFORMED, job, "not a valid posting"))
 
     async def _listing(self, name: str) -> list[str]:
-        children = await self.zk.children(self._paths.dir(name))
-        return [child for child in (children[0] if children else []) if is_job_id(child)]
+        return [child for child in await list_dir(self.zk, self._paths, name) if is_job_id(child)]
 
     async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
         async for listed in self.listing(only_unclaimed=only_unclaimed):
@@ -260,6 +261,8 @@ class ZooKeeperBoard(KeepingBoard, BatchingBoard):
     async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
         self._ensure_open()
         owner = check_owner(owner)
+        if self._must_join:  # a partitioned board's first claim (see .fleetboard)
+            await self._join()
         picker = CandidatePicker(self.view.candidates(self._inflight, names))
         picker.contended = time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
         while (job := picker.next(self.view.locks)) is not None:
@@ -272,7 +275,7 @@ class ZooKeeperBoard(KeepingBoard, BatchingBoard):
             if outcome is not None:
                 return outcome
             picker.contended |= self.claim_conflicts > conflicts  # only a lost race spreads out
-        return None
+        return None if self._fleet is None else await self._steal(owner, names)
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
         stored = await self._candidate(job)
@@ -320,13 +323,15 @@ class ZooKeeperBoard(KeepingBoard, BatchingBoard):
 
     async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
         self._ensure_open()
+        if self._must_join:
+            await self._join()
         while True:
             self._ensure_open()  # aclose() wakes waiters: they must not wait on
             change = self.view.change(WORK)
             ready = await self._first_claimable(names)
             if ready is not None:
                 return [ready]  # the first one found: callers claim, they need not read on
-            delay = self.view.next_delay_end()
+            delay = self._wake_after(self.view.next_delay_end())
             with anyio.move_on_after(float("inf") if delay is None else delay):
                 await change.wait()
 
@@ -341,9 +346,9 @@ class ZooKeeperBoard(KeepingBoard, BatchingBoard):
                 self.view.skip_until(job, not_before)
                 continue
             return stored.posting.to_job(job, sequence_in(job))
-        return None
+        return None if self._fleet is None else await self._foreign_claimable(names)
 
-    async def watch_claim(self, claim: Claim) -> str:
+    async def _claim_watch(self, claim: Claim) -> str:
         job, seen = claim.job.id, None
         while True:
             if not self._open:
@@ -363,19 +368,13 @@ class ZooKeeperBoard(KeepingBoard, BatchingBoard):
                     continue
             await change.wait()
 
-    async def wait_for_completion(self, job: JobRef) -> Outcome:
-        self._ensure_open()
-        found = job_id_of(job)
+    async def _completion(self, found: str) -> Outcome:
         while True:
             self._ensure_open()
             change = self.view.change(SETTLED)
             if await self._poster.locate(found) is None:
                 return await outcome(self.zk, self._paths, found)
             await change.wait()
-
-    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
-        self._ensure_open()
-        return self.hub.subscribe(maxlen)
 
     # -- entities ------------------------------------------------------------------
 

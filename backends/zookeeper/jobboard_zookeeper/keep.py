@@ -59,7 +59,7 @@ class KeepingBoard(ZooKeeperBase):
     async def job_of(self, job_id: str, stored: Stored) -> Job:
         """The job as read, with the progress its claim reported (read only for jobs this board sees claimed)."""
         job = stored.posting.to_job(job_id, sequence_of(job_id))
-        if job_id not in self.view.locks:
+        if job_id not in self.view.locks and self.view.watches(job_id):
             return job
         found = await self.zk.get(self._paths.lock(job_id))
         progress = lock_progress(found[0]) if found is not None else None

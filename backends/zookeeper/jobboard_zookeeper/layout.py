@@ -56,10 +56,17 @@ def is_job_id(name: str) -> bool:
 
 
 class Paths:
-    """Absolute paths under one board root."""
+    """Absolute paths under one board root (the flat layout; see :mod:`.partitions` for the other)."""
+
+    partitions = 0
+    """How many partitions ``jobs/``, ``waiting/`` and ``locks/`` are split into (0: none)."""
 
     def __init__(self, root: str) -> None:
         self.root = "/" + root.strip("/")
+
+    def listed_dirs(self, name: str) -> list[str]:
+        """The directories whose children are the entries of ``name`` (``jobs``, ``trash`` ...)."""
+        return [self.dir(name)]
 
     def dir(self, name: str) -> str:
         return f"{self.root}/{name}"

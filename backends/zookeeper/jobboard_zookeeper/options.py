@@ -39,6 +39,9 @@ class ZooKeeperOptions:
     """Seconds a kept result stays (0: forever)."""
     trash_ttl: float = DEFAULT_TRASH_TTL
     """Seconds a trashed job stays in the trash (0: forever)."""
+    partitions: int | None = None
+    """Split jobs/, waiting/ and locks/ into this many partitions when the board is created
+    (see :mod:`jobboard_zookeeper.partitions`); ``None``: the layout the board was created with."""
     username: str | None = None
     password: str | None = None
 
@@ -56,11 +59,21 @@ class ZooKeeperOptions:
         return self.jute_maxbuffer - REQUEST_FRAMING
 
 
+MAX_PARTITIONS = 1024
+
+
+def partition_count(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_PARTITIONS:
+        raise ValueError(f"at most {MAX_PARTITIONS} partitions")
+    return value
+
+
 CONVERTERS = {
     "session_timeout": positive_float, "connect_timeout": positive_float,
     "ping_interval": positive_float, "ping_timeout": positive_float,
     "jute_maxbuffer": positive_int, "max_attempts": positive_int, "key_retention": non_negative_float,
-    "result_ttl": non_negative_float, "trash_ttl": non_negative_float,
+    "result_ttl": non_negative_float, "trash_ttl": non_negative_float, "partitions": partition_count,
 }
 
 

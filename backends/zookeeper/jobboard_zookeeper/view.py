@@ -145,6 +145,14 @@ class BoardView:
         ends = [until for job_id, until in self._skip.items() if until != float("inf") and job_id in self.jobs]
         return max(0.0, min(ends) - time.time()) if ends else None
 
+    def watches(self, job_id: str) -> bool:
+        """Whether this view hears about ``job_id``'s changes (a flat board's: every job's)."""
+        return True
+
+    def skipped(self, job_id: str) -> bool:
+        """Whether ``job_id`` is passed over now (delayed or malformed, as far as known)."""
+        return self._skipped(job_id)
+
     def _skipped(self, job_id: str) -> bool:
         until = self._skip.get(job_id)
         if until is None:
