@@ -7,13 +7,19 @@ import sys
 
 
 def main() -> int:
-    if "worker" in sys.argv[1:]:
+    worker = "worker" in sys.argv[1:]
+    if worker:
         from jobboard.early_signals import catch_early_signals
 
         catch_early_signals()
     from jobboard.cli import main as cli_main
 
-    return cli_main()
+    status = cli_main()
+    if worker:  # a plain def handler's thread must not hold the process (see jobboard.cli.worker_exit)
+        from jobboard.cli.worker_exit import exit_without_waiting
+
+        exit_without_waiting(status)
+    return status
 
 
 if __name__ == "__main__":

@@ -183,3 +183,32 @@ def test_jobboard_worker_catches_sigterm_before_its_heavy_imports() -> None:
     assert probe.returncode == 0, probe.stderr
     assert "heavy after importing the entry point: []" in probe.stdout
     assert "SIGTERM caught when jobboard.cli is imported: True" in probe.stdout
+
+
+async def test_sigterm_does_not_wait_for_a_plain_def_handler_thread(zk_hosts: str) -> None:
+    """The job goes back to the board after the grace period, and the process exits then too:
+    not when the handler's thread (which nothing can interrupt) finishes 30 s later."""
+    url = f"zookeeper://{zk_hosts}/cli-worker/{uuid.uuid4().hex}"
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "jobboard", "worker", url, "--handlers", HANDLERS, "--grace-period", "1",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert child.stdout is not None and child.stderr is not None
+    try:
+        with anyio.fail_after(40):
+            assert (await child.stdout.readline()).startswith(b"worker ")
+            async with open_board(url) as board:
+                job = await board.post("block", {"s": 30})
+                while await board.state(job) is not JobState.CLAIMED:
+                    await anyio.sleep(0.02)
+                child.send_signal(signal.SIGTERM)
+                started = anyio.current_time()
+                _, err = await child.communicate()
+                stopped_after = anyio.current_time() - started
+                assert await board.state(job) is JobState.UNCLAIMED
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+    assert child.returncode == 0, err.decode()
+    assert stopped_after < 12, f"the process waited {stopped_after:.1f} s for the handler's thread"
+    assert b"exiting with 1 handler thread(s) still running" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import anyio
@@ -29,3 +30,11 @@ async def sleep(ctx: JobContext) -> float:
 @handlers.register("fail", retry=RetryPolicy(max_attempts=2, initial_delay=0.05))
 async def fail(ctx: JobContext) -> None:
     raise ValueError(f"always fails (attempt {ctx.attempt})")
+
+
+@handlers.register("block")
+def block(ctx: JobContext) -> float:
+    """A plain def handler: runs in a thread that nothing can interrupt."""
+    seconds = float(ctx.details.get("s", 0.1))
+    time.sleep(seconds)
+    return seconds
