@@ -184,6 +184,8 @@ class BoardCollector:
         yield GaugeMetricFamily("jobboard_board_oldest_unclaimed_age_seconds", "Age of the oldest claimable "
                                 "job (0: none)", value=stats.oldest_unclaimed_age or 0.0)
         yield GaugeMetricFamily("jobboard_board_trash_jobs", "Jobs in the trash", value=stats.trash_size)
+        yield GaugeMetricFamily("jobboard_board_records", "The library's records of plans and schedules "
+                                "(not counted as jobs)", value=stats.records)
         yield GaugeMetricFamily("jobboard_board_workers", "Live workers (registered entities)",
                                 value=len(stats.workers))
 

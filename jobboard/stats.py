@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobboard.board import JobBoard
-from jobboard.job import Entity, JobState, ListedJob, Priority
+from jobboard.job import INTERNAL_PREFIX, Entity, JobState, ListedJob, Priority
 
 ON_BOARD = (JobState.UNCLAIMED, JobState.CLAIMED, JobState.WAITING)
 
@@ -45,6 +45,9 @@ class BoardStats:
     """Seconds since the oldest claimable job (unclaimed and due) was posted; ``None`` if none."""
     trash_size: int
     workers: tuple[WorkerView, ...]
+    records: int = 0
+    """The library's own records on the board (plans, schedules: names starting with ``jobboard.``).
+    They wait, unclaimed, for as long as what they describe, so no other figure counts them."""
 
     @property
     def total(self) -> int:
@@ -59,7 +62,7 @@ class BoardStats:
             "by_name": {name: dict(counts) for name, counts in self.by_name.items()},
             "by_priority": dict(self.by_priority),
             "oldest_unclaimed_age": age if age is not None and math.isfinite(age) else None,
-            "trash_size": self.trash_size,
+            "trash_size": self.trash_size, "records": self.records,
             "workers": [{"name": w.name, "metadata": dict(w.metadata),
                          "running": [{"id": job, "name": name, "claimed_at": at} for job, name, at in w.running]}
                         for w in self.workers],
@@ -68,15 +71,20 @@ class BoardStats:
 
 def summarize(jobs: Iterable[ListedJob], trash_size: int, entities: Sequence[Entity], *,
               now: float | None = None, claimed_at: Mapping[str, float] | None = None) -> BoardStats:
-    """The figures of ``jobs`` (listed jobs), the trash size and the live entities."""
+    """The figures of ``jobs`` (listed jobs), the trash size and the live entities; the library's
+    records (see :attr:`BoardStats.records`) are only counted."""
     now = time.time() if now is None else now
     by_state = {state.value: 0 for state in ON_BOARD}
     by_name: dict[str, dict[str, int]] = {}
     by_priority: dict[str, int] = {}
     oldest: float | None = None
     running: dict[str, list[tuple[str, str, float | None]]] = {}
+    records = 0
     for item in jobs:
         job, state = item.job, item.state.value
+        if job.name.startswith(INTERNAL_PREFIX):
+            records += 1
+            continue
         by_state[state] = by_state.get(state, 0) + 1
         counts = by_name.setdefault(job.name, {})
         counts[state] = counts.get(state, 0) + 1
@@ -90,7 +98,7 @@ def summarize(jobs: Iterable[ListedJob], trash_size: int, entities: Sequence[Ent
     workers = tuple(WorkerView(entity.name, entity.metadata, tuple(running.get(entity.name, ())))
                     for entity in sorted(entities, key=lambda entity: entity.name))
     return BoardStats(now, by_state, by_name, by_priority,
-                      None if oldest is None else max(0.0, now - oldest), trash_size, workers)
+                      None if oldest is None else max(0.0, now - oldest), trash_size, workers, records)
 
 
 async def read_stats(board: JobBoard) -> BoardStats:

@@ -197,9 +197,9 @@ async def test_sigterm_does_not_wait_for_a_plain_def_handler_thread(zk_hosts: st
         with anyio.fail_after(40):
             assert (await child.stdout.readline()).startswith(b"worker ")
             async with open_board(url) as board:
+                events = board.events()
                 job = await board.post("block", {"s": 30})
-                while await board.state(job) is not JobState.CLAIMED:
-                    await anyio.sleep(0.02)
+                await claimed(events, job.id)
                 child.send_signal(signal.SIGTERM)
                 started = anyio.current_time()
                 _, err = await child.communicate()

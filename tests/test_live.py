@@ -154,3 +154,22 @@ async def test_readers_are_told_when_the_entities_change() -> None:
             await board.unregister_entity("late")
             await view.changed(version)
             assert view.stats().workers == ()
+
+
+async def test_records_of_plans_and_schedules_are_counted_apart(board_url: str) -> None:
+    """A plan's record waits unclaimed for as long as the plan: as a job, it would be the oldest
+    unclaimed one for ever (an alert on that age would never clear)."""
+    from jobboard.dag import Plan
+    from jobboard.plans import post_plan
+
+    plan = Plan("two")
+    first = plan.task("resize", 1)
+    plan.task("notify", after=[first])
+    with anyio.fail_after(20):
+        async with open_board(board_url) as board:
+            await post_plan(board, plan)
+            stats = await read_stats(board)
+    assert stats.records >= 1
+    assert stats.by_state == {"unclaimed": 1, "claimed": 0, "waiting": 1}
+    assert sorted(stats.by_name) == ["notify", "resize"]
+    assert stats.total == 2 and stats.to_json()["records"] == stats.records

@@ -45,6 +45,8 @@ def stats_lines(stats: BoardStats, *, max_names: int | None = None) -> list[str]
         f"oldest unclaimed: {duration(stats.oldest_unclaimed_age)}    trash: {stats.trash_size}    "
         + f"workers: {len(stats.workers)}",
     ]
+    if stats.records:
+        lines.append(f"records of plans and schedules: {stats.records} (not counted above)")
     names = sorted(stats.by_name.items(), key=lambda item: (-sum(item[1].values()), item[0]))
     if names:
         shown = names if max_names is None else names[:max_names]
