@@ -194,6 +194,6 @@ def test_unreachable_zookeeper_says_why_at_once_and_at_the_end(host: str, cause:
 
 def test_out_of_range_zookeeper_port_is_a_bad_url() -> None:
     result = jobboard("check", "zookeeper://127.0.0.1:99999/cli-edges?connect_timeout=1")
-    assert result.returncode == 1
+    assert result.returncode == 2  # a usage error: 1 would say "no live worker"
     assert result.stderr.startswith("jobboard: error: bad port in host '127.0.0.1:99999'")
     assert result.stderr.count("\n") == 1

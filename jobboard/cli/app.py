@@ -38,7 +38,7 @@ from jobboard.cli.options import URL_ENV, add_global_options, shared_options
 from jobboard.cli.plan import plan_arguments, plan_command
 from jobboard.cli.schedule import schedule_arguments, schedule_command
 from jobboard.cli.worker import check, check_arguments, run_worker, worker_arguments
-from jobboard.errors import BackendNotFound, BackendUnavailable, JobBoardError
+from jobboard.errors import BackendNotFound, BackendUnavailable, InvalidURL, JobBoardError
 from jobboard.registry import open_board
 
 
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     except (BackendUnavailable, BackendNotFound) as error:
         print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    except UsageError as error:  # an option's value that argparse cannot judge alone
+    except (UsageError, InvalidURL) as error:  # an option's value that argparse cannot judge alone
         print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
         return EXIT_USAGE
     except (JobBoardError, CommandError) as error:

@@ -21,7 +21,7 @@ EXIT_STATUSES = """exit statuses:
   0  ok
   1  the condition is not met (check: no live worker; result, wait: not finished
      or trashed; plan status: failed) or the command failed
-  2  usage error (bad option or argument, no board given)
+  2  usage error (bad option or argument, bad board URL, no board given)
   3  the board is unreachable (retrying may help) or no installed backend serves its URL"""
 
 BoardAction = Callable[[JobBoard, argparse.Namespace], Awaitable[int]]
