@@ -28,6 +28,15 @@ class TrashAndProgress(abc.ABC):  # noqa: B024 - every method has a default: a b
         """
         return job_id != ""
 
+    async def never_posted(self, job_id: str) -> bool:
+        """``True`` when no job was ever posted on this board under ``job_id``: it is not of the
+        form of the board's ids (:meth:`could_be_job_id`), or past the last id the board has
+        given. ``False`` when one may have been (the backend cannot tell a consumed job from
+        nothing). One read at most; the answer holds when it was read (a post may give the id
+        a moment later).
+        """
+        return not self.could_be_job_id(job_id)
+
     async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
         """Store how far the claimed job is, with its claim: ``Job.progress`` shows it to every reader.
 

@@ -46,6 +46,9 @@ class WrappedBoard(JobBoard):
     def could_be_job_id(self, job_id: str) -> bool:
         return self.inner.could_be_job_id(job_id)
 
+    async def never_posted(self, job_id: str) -> bool:
+        return await self.inner.never_posted(job_id)
+
     async def open(self) -> None:
         if not self.inner.is_open:
             await self.inner.open()

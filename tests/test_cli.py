@@ -219,12 +219,22 @@ def test_bad_json_details_exit_1_and_post_nothing(capsys: Capture, url: str, det
 
 
 def test_show_of_an_id_not_on_the_board_says_consumed_and_that_it_cannot_tell(capsys: Capture, url: str) -> None:
-    """A board keeps nothing of a consumed job (but a kept result): such an id, or one never posted,
-    shows as complete with a note saying so, not as an error."""
-    status, out, err = run(capsys, "--board", url, "show", "job-0000000404")
+    """A board keeps nothing of a consumed job (but a kept result): such an id shows as complete
+    with a note saying so, not as an error; an id past the last one the board gave is an error."""
+    async def consumed_job() -> str:
+        with anyio.fail_after(5):
+            async with open_board(url) as board:
+                job = await board.post("x")
+                await board.consume(await board.claim(job, "w1"))
+                return job.id
+
+    consumed = anyio.run(consumed_job)
+    status, out, err = run(capsys, "--board", url, "show", consumed)
     fields = dict(line.split(None, 1) for line in out.splitlines())
-    assert (status, err, fields["id:"], fields["state:"], fields["result:"]) == (0, "", "job-0000000404", "complete", "-")
+    assert (status, err, fields["id:"], fields["state:"], fields["result:"]) == (0, "", consumed, "complete", "-")
     assert "consumed" in fields["note:"] and "never posted" in fields["note:"]
+    status, out, err = run(capsys, "--board", url, "show", "job-0000000404")
+    assert (status, out) == (1, "") and "was ever posted" in err
 
 
 def test_board_rejection_of_a_post_is_one_line(capsys: Capture, url: str) -> None:

@@ -103,6 +103,21 @@ async def test_a_mistyped_id_is_an_error_not_a_complete_job(url: str) -> None:
         assert (await cli(url, "show", done)).returncode == 0  # the id as given is a consumed job
 
 
+async def test_an_id_the_board_has_not_given_yet_is_an_error(url: str) -> None:
+    """``wait ID && deploy`` must not succeed on a well-formed id from another board."""
+    with anyio.fail_after(60):
+        async with open_board(url) as board:
+            done, _, _ = await finished_jobs(board)
+        not_yet = "999999" if url.startswith("redis") else "2-9999999999999"
+        for command in (("show",), ("result",), ("wait", "--timeout", "5")):
+            found = await cli(url, *command, not_yet)
+            assert (found.returncode, found.stdout) == (1, ""), found
+            assert found.stderr == (f"jobboard: error: no job '{not_yet}' was ever posted on this board: "
+                                    "it has not given that id yet\n")
+        shown = await cli(url, "show", done)  # consumed, with its kept result: not an error
+        assert (shown.returncode, fields(shown.stdout)["state:"]) == (0, "complete")
+
+
 async def test_wait_returns_when_the_job_is_consumed(url: str) -> None:
     with anyio.fail_after(60):
         async with open_board(url) as board:

@@ -38,3 +38,16 @@ def test_the_default_refuses_only_the_empty_id() -> None:
                 return [board.could_be_job_id(text) for text in ("", "bogus-id", posted.id)]
 
     assert anyio.run(check) == [False, True, True]
+
+
+@pytest.mark.parametrize("past_the_last", ["job-0000000003", "job-99999999999"])
+def test_memory_knows_the_ids_it_has_not_given_yet(past_the_last: str) -> None:
+    async def check() -> tuple[bool, bool]:
+        with anyio.fail_after(5):
+            async with MemoryBoard(f"memory://{uuid.uuid4().hex}") as board:
+                first = await board.post("a")
+                await board.post("b")
+                await board.consume(await board.claim(first, "w1"))
+                return await board.never_posted(first.id), await board.never_posted(past_the_last)
+
+    assert anyio.run(check) == (False, True)

@@ -2,7 +2,8 @@
 
 A board keeps nothing of a consumed job but its result when it was posted with ``keep_result``, so a
 consumed job shows as ``complete`` (with that result) — and so does an id never posted on the board,
-unless the backend can tell that the id is not of the form its ids take (a mistyped id): that is an error.
+unless the backend can tell that no job was ever posted under the id (not the form of its ids, or past
+the last id it gave): that is an error.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class Found:
 async def find(board: JobBoard, job_id: str) -> Found:
     """Look for the job on the board, then in the trash; otherwise it was consumed (its kept result).
 
-    :raises CommandError: the id is not of the form the board's ids take: never posted here.
+    :raises CommandError: the id is not of the form the board's ids take, or the board has not
+        given it yet: never posted here.
     """
     if not board.could_be_job_id(job_id):
         raise CommandError(f"no job {job_id!r} was ever posted on this board: its ids do not look like that")
@@ -77,6 +79,8 @@ async def find(board: JobBoard, job_id: str) -> Found:
         outcome = await board.wait_for_completion(job_id)
     if outcome.state is JobState.TRASHED:  # trashed since the trash was read
         return Found(job_id, JobState.TRASHED, reason=outcome.reason)
+    if outcome.result is None and await board.never_posted(job_id):
+        raise CommandError(f"no job {job_id!r} was ever posted on this board: it has not given that id yet")
     return Found(job_id, JobState.COMPLETE, result=outcome.result)
 
 

@@ -18,6 +18,13 @@ class IdsConformance(ConformanceBase):
         await board.cancel(trashed, "not wanted")
         ids = [consumed.id, trashed.id, waiting.id, linked.id, *(job.id for job in many)]
         assert [job_id for job_id in ids if not board.could_be_job_id(job_id)] == []
+        assert [job_id for job_id in ids if await board.never_posted(job_id)] == []
+
+    @bounded
+    async def test_never_posted_of_ids_it_cannot_have_given(self, board: JobBoard) -> None:
+        await board.post("a")
+        assert await board.never_posted("")
+        assert all([await board.never_posted(text) for text in NOT_IDS if not board.could_be_job_id(text)])
 
     @bounded
     async def test_could_be_job_id_answers_any_string_without_raising(self, board: JobBoard) -> None:

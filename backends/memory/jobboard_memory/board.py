@@ -213,6 +213,10 @@ class MemoryBoard(JobBoard):
         """Ids here are ``job-`` and a sequence of at least ten digits."""
         return job_id.isascii() and job_id.startswith("job-") and len(job_id) >= 14 and job_id[4:].isdigit()
 
+    async def never_posted(self, job_id: str) -> bool:
+        self._ensure_open()
+        return not self.could_be_job_id(job_id) or int(job_id[4:]) > self._store.last_sequence
+
     async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
         keep.report_progress(self._store, claim, check_progress(fraction, note, wall_clock()))
 

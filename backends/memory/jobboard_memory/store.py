@@ -77,6 +77,8 @@ class Store:
         """The entries behind ``trash`` (for ``requeue``)."""
         self._ready: list[tuple[int, int, str]] = []
         self._sequence = itertools.count(1)
+        self.last_sequence = 0
+        """The sequence of the last id given (ids past it were never posted)."""
         self._publish = publish
         self.keys: dict[str, KeyRecord] = {}
         self._settled_keys: dict[str, float] = {}
@@ -106,7 +108,7 @@ class Store:
         :raises InvalidJob: a dependency is not on the board (nothing is added).
         :raises MalformedEntry: ``raw`` is not a posting (it is kept in ``malformed``).
         """
-        sequence = next(self._sequence)
+        sequence = self.last_sequence = next(self._sequence)
         job_id = f"job-{sequence:010d}"
         try:
             posting = decode_posting(raw)

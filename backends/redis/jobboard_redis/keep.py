@@ -23,7 +23,8 @@ from jobboard.board_inputs import check_age, check_progress
 from jobboard.codec import MalformedEntry, decode_value, encode_value
 from jobboard.errors import BoardConflict, InvalidJob, JobBoardError, JobNotFound
 from jobboard.job import Claim, Job, Progress
-from jobboard_redis.options import parse_redis_url
+from jobboard_redis.client import RedisClient
+from jobboard_redis.options import RedisOptions, parse_redis_url
 from jobboard_redis.records import settle_refused, text
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ def retention_interval(result_ttl: float, trash_ttl: float) -> float:
 
 class KeepingRedis(JobBoard):
     """Progress, retention, purge and requeue for :class:`~jobboard_redis.board.RedisBoard`."""
+
+    options: RedisOptions
+    _client: RedisClient  # the board's, set by its open()
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -91,6 +95,14 @@ class KeepingRedis(JobBoard):
     def could_be_job_id(self, job_id: str) -> bool:
         """Ids here are the board's sequence numbers, in decimal."""
         return job_id.isascii() and job_id.isdigit() and not job_id.startswith("0")
+
+    async def never_posted(self, job_id: str) -> bool:
+        """Past the board's sequence counter: one ``GET``."""
+        if not self.could_be_job_id(job_id):
+            return True
+        self._ensure_open()
+        last = await self._client.command("GET", self.options.prefix + "seq")
+        return int(job_id) > int(last or 0)
 
     async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
         progress = check_progress(fraction, note, time.time())

@@ -23,6 +23,7 @@ from jobboard_zookeeper.layout import TrashRecord, is_job_id, sequence_of
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData
 from jobboard_zookeeper.options import parse_zookeeper_url
+from jobboard_zookeeper.reading import last_sequence
 from jobboard_zookeeper.refusals import not_found
 from jobboard_zookeeper.retention import DELETE_BATCH, key_deletes, retain_forever
 
@@ -72,6 +73,10 @@ class KeepingBoard(ZooKeeperBase):
     def could_be_job_id(self, job_id: str) -> bool:
         """Ids here are ``<rank>-<sequence>`` (see :mod:`jobboard_zookeeper.layout`)."""
         return job_id.isascii() and is_job_id(job_id)
+
+    async def never_posted(self, job_id: str) -> bool:
+        """Past the board's counter: two reads."""
+        return not self.could_be_job_id(job_id) or sequence_of(job_id) > await last_sequence(self.zk, self._paths)
 
     async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
         progress = check_progress(fraction, note, time.time())
