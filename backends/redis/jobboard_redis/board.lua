@@ -113,7 +113,7 @@ local function to_trash(j, reason, retention)
     ev('trashed', job.id, why)
     for _, d in ipairs(redis.call('SMEMBERS', P .. 'dents:' .. job.id)) do
       local dj = get(d)
-      if dj and dj.st == 'w' then queue[#queue + 1] = {dj, 'dependency ' .. job.id .. ' was trashed: ' .. why} end
+      if dj and dj.st == 'w' then queue[#queue + 1] = {dj, 'dependency ' .. job.id .. ' (' .. job.name .. ') was trashed: ' .. why} end
     end
     redis.call('DEL', P .. 'dents:' .. job.id)
   end
