@@ -285,3 +285,9 @@ def test_python_dash_m_jobboard_runs() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["id", "name", "priority", "state", "owner", "attempts", "last_error"]
+
+
+def test_demo_refuses_a_board_it_would_not_use(capsys: Capture) -> None:
+    status, out, err = run(capsys, "--board", "redis://127.0.0.1:1/0/demo", "demo")
+    assert (status, out) == (2, "")
+    assert err.startswith("jobboard: error: the demo runs on its own memory://demo board") and err.count("\n") == 1

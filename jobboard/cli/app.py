@@ -43,7 +43,13 @@ from jobboard.registry import open_board
 
 
 def demo(args: argparse.Namespace) -> int:
-    """Run the README's demo (imported lazily: it is not needed by other commands)."""
+    """Run the README's demo (imported lazily: it is not needed by other commands).
+
+    :raises UsageError: ``--board`` given: the demo runs on its own ``memory://demo`` board.
+    """
+    if args.board:
+        raise UsageError("the demo runs on its own memory://demo board: --board is not used "
+                         "(to try another board, post with `jobboard post` and run `jobboard worker`)")
     from jobboard import demo as demo_module
 
     return demo_module.main()
