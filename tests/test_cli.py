@@ -291,3 +291,14 @@ def test_demo_refuses_a_board_it_would_not_use(capsys: Capture) -> None:
     status, out, err = run(capsys, "--board", "redis://127.0.0.1:1/0/demo", "demo")
     assert (status, out) == (2, "")
     assert err.startswith("jobboard: error: the demo runs on its own memory://demo board") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("post", "a", "--max-attempts", "0"), "argument --max-attempts: must be 1 or more, not 0"),
+    (("worker", "--handlers", "x:y", "--grace-period", "-1"), "argument --grace-period: seconds must be"),
+    (("worker", "--handlers", "x:y", "--max-attempts", "-2"), "argument --max-attempts: must be 0 or more"),
+])
+def test_out_of_range_counts_and_durations_are_usage_errors(capsys: Capture, url: str, argv: tuple[str, ...],
+                                                            message: str) -> None:
+    status, out, err = run(capsys, "--board", url, *argv)
+    assert (status, out) == (2, "") and message in err

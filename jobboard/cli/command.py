@@ -80,6 +80,22 @@ def seconds(text: str, *, positive: bool = False) -> float:
     return value
 
 
+def whole_number(text: str, *, least: int = 0) -> int:
+    """An argparse type: a whole number >= ``least``."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be {least} or more, not {value}")
+    return value
+
+
+def attempts_limit(text: str) -> int:
+    """An argparse type: a job's ``max_attempts``, 1 or more."""
+    return whole_number(text, least=1)
+
+
 def positive_seconds(text: str) -> float:
     """An argparse type: a finite number of seconds > 0."""
     return seconds(text, positive=True)

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from jobboard import logs
 from jobboard.board import JobBoard
-from jobboard.cli.command import CommandError, UsageError
+from jobboard.cli.command import CommandError, UsageError, seconds, whole_number
 from jobboard.cli.observe import WorkerExtras, worker_options
 from jobboard.cli.output import print_json
 from jobboard.early_signals import catch_early_signals
@@ -66,8 +66,8 @@ def worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=int, default=1, help="jobs in flight (default 1)")
     parser.add_argument("--owner", default=None, help="worker name (default host-pid-random)")
     parser.add_argument("--lease", type=float, default=None, help="claim lease in seconds")
-    parser.add_argument("--grace-period", type=float, default=30.0, help="seconds to finish jobs on SIGTERM")
-    parser.add_argument("--max-attempts", type=int, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
+    parser.add_argument("--grace-period", type=seconds, default=30.0, help="seconds to finish jobs on SIGTERM")
+    parser.add_argument("--max-attempts", type=whole_number, default=DEFAULT_MAX_ATTEMPTS, metavar="N",
                         help=f"trash a failing job after N attempts, when it has no limit of its own "
                              f"(default {DEFAULT_MAX_ATTEMPTS}; 0: no limit)")
     parser.add_argument("--retry-delay", type=float, default=1.0, metavar="SECONDS",
