@@ -1,0 +1,134 @@
+"""zookeeper:// posts in one request (the version chain, :mod:`jobboard_zookeeper.chain`): one
+request per post while a board posts alone; boards posting at the same time, and replies lost in
+the middle of a chain of pipelined posts, never duplicate or lose a job, and ids keep posting order."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from jobboard import Job, JobBoard, NewJob, open_board
+from jobboard_zookeeper.board import ZooKeeperBoard
+from tests.support.faultproxy import FaultLink
+
+pytestmark = pytest.mark.timeout(90)
+
+Posted = tuple[float, float, Job]
+"""When a post was called, when it returned, and the job."""
+
+
+@pytest.fixture
+async def link(zk_hosts: str) -> AsyncIterator[FaultLink]:
+    host, port = zk_hosts.rsplit(":", 1)
+    async with FaultLink([(host, int(port))]) as running:
+        yield running
+
+
+def url_of(hosts: str) -> str:
+    return f"zookeeper://{hosts}/chain/{uuid.uuid4().hex}?session_timeout=10"
+
+
+def chain_of(board: JobBoard) -> tuple[int, int]:
+    """The board's chained posts and conflicts so far."""
+    assert isinstance(board, ZooKeeperBoard)
+    chain = board._poster.chain
+    return chain.chained, chain.conflicts
+
+
+async def post_in_flight(board: JobBoard, tag: str, count: int, in_flight: int,
+                         posted: list[Posted]) -> None:
+    """``count`` posts, ``in_flight`` at a time, each recorded with its call and return times."""
+
+    async def poster(lane: int) -> None:
+        for index in range(lane, count, in_flight):
+            called = time.monotonic()
+            job = await board.post(tag, {"i": index})
+            posted.append((called, time.monotonic(), job))
+
+    await asyncio.gather(*(poster(lane) for lane in range(in_flight)))
+
+
+def assert_exactly_once(posted: list[Posted], stored: list[Job]) -> None:
+    ids = [job.id for _, _, job in posted]
+    assert len(set(ids)) == len(ids), "two posts returned the same id"
+    assert sorted(job.id for job in stored) == sorted(ids), "a job was lost or posted twice"
+    by_id = {job.id: job for job in stored}
+    assert all(by_id[job.id].name == job.name and by_id[job.id].details == job.details for _, _, job in posted)
+
+
+def assert_posting_order(posted: list[Posted]) -> None:
+    """A post that returned before another was called has the smaller id (same priority)."""
+    done = sorted(posted, key=lambda entry: entry[1])
+    at, latest = 0, ""
+    for called, _, job in sorted(posted, key=lambda entry: entry[0]):
+        while at < len(done) and done[at][1] < called:
+            latest = max(latest, done[at][2].id)
+            at += 1
+        assert job.id > latest, f"{job.id} was posted after {latest} returned"
+
+
+async def test_a_board_posting_alone_sends_one_request_per_post(zk_hosts: str) -> None:
+    with anyio.fail_after(40):
+        async with open_board(url_of(zk_hosts)) as board:
+            assert isinstance(board, ZooKeeperBoard)
+            posted: list[Posted] = []
+            before = board.zk.requests_sent
+            await post_in_flight(board, "j", 400, 16, posted)
+            requests = board.zk.requests_sent - before
+            stored = [job async for job in board.iterjobs()]
+            chained, conflicts = chain_of(board)
+    assert_exactly_once(posted, stored)
+    assert_posting_order(posted)
+    assert conflicts == 0 and chained >= 390, (chained, conflicts)
+    assert requests / 400 < 1.2, f"{requests / 400:.2f} requests per post (2 with a bump before each)"
+
+
+async def test_boards_posting_at_once_never_duplicate_or_lose_a_job_and_keep_posting_order(
+        zk_hosts: str) -> None:
+    url = url_of(zk_hosts)
+    with anyio.fail_after(60):
+        async with open_board(url) as first, open_board(url) as second, open_board(url) as third:
+            posted: list[Posted] = []
+            batches: list[Job] = []
+
+            async def batch() -> None:  # post_many bumps the counter in between
+                for _ in range(3):
+                    batches.extend(await third.post_many([NewJob("b", {"i": i}) for i in range(50)]))
+                    await anyio.sleep(0.05)
+
+            await asyncio.gather(post_in_flight(first, "a", 400, 8, posted),
+                                 post_in_flight(second, "b", 400, 8, posted),
+                                 post_in_flight(third, "c", 100, 1, posted), batch())
+            stored = [job async for job in first.iterjobs()]
+            conflicts = sum(chain_of(board)[1] for board in (first, second, third))
+    assert_exactly_once(posted + [(0.0, 0.0, job) for job in batches], stored)
+    assert_posting_order(posted)
+    assert conflicts > 0, "the boards never broke each other's chain: the fallback was not exercised"
+
+
+@pytest.mark.parametrize("fault", ["lose_reply", "lose_request"])
+async def test_a_reply_lost_in_the_middle_of_a_chain_loses_and_duplicates_nothing(
+        link: FaultLink, fault: str) -> None:
+    with anyio.fail_after(60):
+        async with open_board(url_of(link.hosts)) as board:
+            posted: list[Posted] = []
+            await post_in_flight(board, "warm", 64, 16, posted)
+            chained_before, _ = chain_of(board)
+
+            async def strike() -> None:
+                await anyio.sleep(0.02)
+                getattr(link, fault)(posts_only=True)  # a chained post in the middle of the stream
+
+            await asyncio.gather(post_in_flight(board, "j", 600, 16, posted), strike())
+            assert link.faults.done["lost_" + fault.removeprefix("lose_")] == 1
+            await post_in_flight(board, "after", 64, 16, posted)
+            chained_after, _ = chain_of(board)
+            stored = [job async for job in board.iterjobs()]
+    assert_exactly_once(posted, stored)
+    assert_posting_order(posted)
+    assert chained_after - chained_before >= 32, "the chain was not re-established after the fault"
