@@ -132,3 +132,28 @@ async def test_a_reply_lost_in_the_middle_of_a_chain_loses_and_duplicates_nothin
     assert_exactly_once(posted, stored)
     assert_posting_order(posted)
     assert chained_after - chained_before >= 32, "the chain was not re-established after the fault"
+
+
+async def test_batches_keep_their_order_while_another_board_posts(
+        zk_hosts: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chained chunks (several in flight) that find the counter moved take ids apart, in order."""
+    from jobboard_zookeeper import batching
+
+    monkeypatch.setattr(batching, "CHUNK_JOBS", 50)
+    url = url_of(zk_hosts)
+    with anyio.fail_after(60):
+        async with open_board(url) as batcher, open_board(url) as single:
+            posted: list[Posted] = []
+            batches: list[list[Job]] = []
+
+            async def post_batches() -> None:
+                for round_ in range(6):
+                    batches.append(await batcher.post_many([NewJob("b", {"r": round_, "i": i}) for i in range(400)]))
+
+            await asyncio.gather(post_batches(), post_in_flight(single, "s", 600, 8, posted))
+            stored = [job async for job in batcher.iterjobs()]
+            conflicts = chain_of(batcher)[1]
+    assert_exactly_once(posted + [(0.0, 0.0, job) for batch in batches for job in batch], stored)
+    for batch in batches:
+        assert [job.id for job in batch] == sorted(job.id for job in batch), "a batch lost its order"
+    assert conflicts > 0, "the batches never found the counter moved: the fallback was not exercised"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from jobboard.board import NewJob
 from jobboard.codec import MalformedEntry, Posting, decode_posting
@@ -37,7 +38,7 @@ from jobboard_zookeeper.layout import Paths, job_id
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown
-from jobboard_zookeeper.posting import RACE_RETRIES, Poster
+from jobboard_zookeeper.posting import RACE_RETRIES, Poster, counter_moved
 from jobboard_zookeeper.zk import ZooKeeper
 
 CHUNK_JOBS = 2000
@@ -48,6 +49,20 @@ IN_FLIGHT = 2
 OP_BYTES = 96
 """Bytes a create costs in a request besides its path and data (header, ACL, flags), rounded up."""
 Prepared = tuple[Posting, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    """A chunk's place in its batch: set ``placed`` once its ids are final (written, or taken
+    apart from the chain); ``before`` is the chunk before's."""
+
+    before: asyncio.Future[None] | None
+    placed: asyncio.Future[None]
+
+    @staticmethod
+    def done(placed: asyncio.Future[None]) -> None:
+        if not placed.done():
+            placed.set_result(None)
 
 
 class BatchPoster:
@@ -66,11 +81,28 @@ class BatchPoster:
                 jobs.append(await self._poster.post(*chunks.pop(0)[0]))
                 continue
             run = [chunks.pop(0)]
-            while chunks and len(run) < IN_FLIGHT and not chunks[0][0][0].depends_on:
+            while chunks and not chunks[0][0][0].depends_on:
                 run.append(chunks.pop(0))
-            for posted in await asyncio.gather(*map(self._post_chunk, run)):
+            for posted in await self._pipelined(run):
                 jobs.extend(posted)
         return jobs
+
+    async def _pipelined(self, run: list[list[Prepared]]) -> list[list[Job]]:
+        """The chunks of ``run``, sent in order, :data:`IN_FLIGHT` at a time: the server works on
+        one while this board encodes the next and reads the replies (and watch events) of the last."""
+        gate = asyncio.Semaphore(IN_FLIGHT)
+        loop = asyncio.get_running_loop()
+        placed: list[asyncio.Future[None]] = [loop.create_future() for _ in run]
+
+        async def post_chunk(index: int) -> list[Job]:
+            try:
+                async with gate:
+                    return await self._post_chunk(run[index], Order(placed[index - 1] if index else None,
+                                                                    placed[index]))
+            finally:
+                Order.done(placed[index])
+
+        return await asyncio.gather(*map(post_chunk, range(len(run))))
 
     def chunks(self, prepared: Sequence[Prepared]) -> list[list[Prepared]]:
         """Runs of unlinked postings cut to fit a request; each linked posting alone."""
@@ -90,35 +122,64 @@ class BatchPoster:
         return [*chunks, chunk] if chunk else chunks
 
     def _cost(self, posting: Posting, raw: bytes) -> int:
-        cost = OP_BYTES + len(self._paths.job("0-0000000000000")) + len(raw)
+        cost = 2 * OP_BYTES + len(self._paths.counter(0)) + len(self._paths.job("0-0000000000000")) + len(raw)
         if posting.key is not None:
             cost += OP_BYTES + len(self._paths.key(posting.key)) + len(KeyRecord("0-0000000000000").encode())
         return cost
 
-    async def _post_chunk(self, chunk: list[Prepared]) -> list[Job]:
-        sequences = await self._poster.sequences(len(chunk))
-        ids = [job_id(posting.priority, sequence) for (posting, _), sequence in zip(chunk, sequences, strict=True)]
-        jobs = [posting.to_job(new_id, sequence)
-                for (posting, _), new_id, sequence in zip(chunk, ids, sequences, strict=True)]
+    async def _post_chunk(self, chunk: list[Prepared], order: Order) -> list[Job]:
+        """One chunk in one multi (chained: :mod:`jobboard_zookeeper.chain`), or after a multi of
+        counter bumps. Ids taken apart from the chain are taken only once the chunk before has its
+        own, so the batch keeps its order on the board."""
+        turn = self._poster.chain.take(len(chunk))
+        sequences = turn.sequences if turn is not None else await self._ids_after(order, len(chunk))
+        for _ in range(RACE_RETRIES):
+            ids = [job_id(posting.priority, sequence) for (posting, _), sequence in zip(chunk, sequences, strict=True)]
+            bumps = [] if turn is None else turn.bumps(self._paths.counter(turn.epoch))
+            marker = self._markers.new()
+            try:
+                result = await self._zk.multi([*bumps, *self._creates(chunk, ids), marker.create()])
+            except OutcomeUnknown:
+                if turn is not None:
+                    self._poster.chain.missed(turn, contended=False)
+                if await self._resolve(marker, chunk):
+                    return self._jobs(chunk, ids, sequences)
+                if turn is not None:  # certainly not applied: the same chunk again, with new ids
+                    turn, sequences = None, await self._ids_after(order, len(chunk))
+                continue  # certainly not applied: the same chunk again
+            if result.ok:
+                self._markers.done(marker)
+                if turn is not None:
+                    self._poster.chain.hit(turn)
+                return self._jobs(chunk, ids, sequences)
+            if turn is not None:
+                self._poster.chain.missed(turn, contended=counter_moved(result, bumps))
+                if counter_moved(result, bumps):  # another writer moved the counter: take ids apart
+                    turn, sequences = None, await self._ids_after(order, len(chunk))
+                    continue
+            return [await self._poster.post(posting, raw) for posting, raw in chunk]  # keys decide, one by one
+        raise BackendUnavailable(f"a chunk of {len(chunk)} jobs was lost {RACE_RETRIES} times on its way "
+                                 "(certainly not written); try again")
+
+    async def _ids_after(self, order: Order, count: int) -> list[int]:
+        if order.before is not None:
+            await asyncio.wait([order.before])
+        sequences = await self._poster.sequences(count)
+        Order.done(order.placed)
+        return sequences
+
+    def _creates(self, chunk: list[Prepared], ids: list[str]) -> list[Op]:
         ops: list[Op] = []
         for (posting, raw), new_id in zip(chunk, ids, strict=True):
             if posting.key is not None:
                 ops.append(Create(self._paths.key(posting.key), KeyRecord(new_id).encode()))
             ops.append(Create(self._paths.job(new_id), raw))
-        for _ in range(RACE_RETRIES):
-            marker = self._markers.new()
-            try:
-                result = await self._zk.multi([*ops, marker.create()])
-            except OutcomeUnknown:
-                if await self._resolve(marker, chunk):
-                    return jobs
-                continue  # certainly not applied: the same chunk again
-            if result.ok:
-                self._markers.done(marker)
-                return jobs
-            return [await self._poster.post(posting, raw) for posting, raw in chunk]  # keys decide, one by one
-        raise BackendUnavailable(f"a chunk of {len(chunk)} jobs was lost {RACE_RETRIES} times on its way "
-                                 "(certainly not written); try again")
+        return ops
+
+    @staticmethod
+    def _jobs(chunk: list[Prepared], ids: list[str], sequences: list[int]) -> list[Job]:
+        return [posting.to_job(new_id, sequence)
+                for (posting, _), new_id, sequence in zip(chunk, ids, sequences, strict=True)]
 
     async def _resolve(self, marker: Marker, chunk: list[Prepared]) -> bool:
         """Whether a chunk whose reply was lost was applied (as :meth:`Poster._resolve`)."""

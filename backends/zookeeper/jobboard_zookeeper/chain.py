@@ -26,6 +26,7 @@ import asyncio
 from dataclasses import dataclass
 
 from jobboard_zookeeper.layout import EPOCH_SIZE
+from jobboard_zookeeper.ops import Op, SetData
 
 MIN_COOLDOWN = 0.01
 MAX_COOLDOWN = 1.0
@@ -35,15 +36,25 @@ CALM = 256
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """One chained post's place: the counter version it expects and the sequence it gets."""
+    """A chained write's place: the counter version it expects and the ``count`` sequences it
+    gets (a chunk of ``post_many`` moves the counter ``count`` times in its multi)."""
 
     epoch: int
     expected: int
     generation: int
+    count: int = 1
 
     @property
     def sequence(self) -> int:
         return self.epoch * EPOCH_SIZE + self.expected + 1
+
+    @property
+    def sequences(self) -> list[int]:
+        return list(range(self.sequence, self.sequence + self.count))
+
+    def bumps(self, counter: str) -> list[Op]:
+        """The ``set_data`` operations that move the counter, first in the write's multi."""
+        return [SetData(counter, b"", self.expected + step) for step in range(self.count)]
 
 
 class Chain:
@@ -64,19 +75,19 @@ class Chain:
         self.conflicts = 0
         """Chained posts that found the counter moved by another writer."""
 
-    def take(self) -> Turn | None:
-        """The next chained post's turn, or ``None``: post in two requests."""
+    def take(self, count: int = 1) -> Turn | None:
+        """The next chained write's turn, or ``None``: allocate with a bump first."""
         version = self._next
-        if version is None or self._bumps or version + 1 >= EPOCH_SIZE:
+        if version is None or self._bumps or version + count >= EPOCH_SIZE:
             return None
         if self._idle_until and asyncio.get_running_loop().time() < self._idle_until:
             return None
-        self._next = version + 1
-        return Turn(self._epoch, version, self._generation)
+        self._next = version + count
+        return Turn(self._epoch, version, self._generation, count)
 
     def hit(self, turn: Turn) -> None:
-        """A chained post applied."""
-        self.chained += 1
+        """A chained write applied."""
+        self.chained += turn.count
         if turn.generation == self._generation:
             self._calm += 1
             if self._calm >= CALM:

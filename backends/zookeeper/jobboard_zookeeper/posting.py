@@ -31,6 +31,12 @@ from jobboard_zookeeper.zk import ZooKeeper
 RACE_RETRIES = 5
 
 
+def counter_moved(result: TxnResult, bumps: list[Op]) -> bool:
+    """Whether a chained multi failed because the counter was not at the version it expected."""
+    failure = result.failure()
+    return failure is not None and any(failure[0] is bump for bump in bumps)
+
+
 class Poster:
     """Allocates job ids and writes postings for one board."""
 
@@ -138,11 +144,11 @@ class Poster:
         """A post in one request (:mod:`jobboard_zookeeper.chain`): the job, or ``None`` and the
         tries left for the two-request post when it did not apply (a lost try counts as one)."""
         new_id = job_id(posting.priority, turn.sequence)
-        bump = SetData(self._paths.counter(turn.epoch), b"", turn.expected)
+        bump = turn.bumps(self._paths.counter(turn.epoch))
         ops = await self._ops(new_id, posting, raw, None)
         marker = self._markers.new()
         try:
-            result = await self._zk.multi([bump, *ops, marker.create()])
+            result = await self._zk.multi([*bump, *ops, marker.create()])
         except OutcomeUnknown:
             self.chain.missed(turn, contended=False)
             if await self._resolve(marker, posting):
@@ -152,8 +158,7 @@ class Poster:
             self._markers.done(marker)
             self.chain.hit(turn)
             return posting.to_job(new_id, turn.sequence), 0
-        failure = result.failure()
-        self.chain.missed(turn, contended=failure is not None and failure[0] is bump)
+        self.chain.missed(turn, contended=counter_moved(result, bump))
         return None, RACE_RETRIES
 
     async def _resolve(self, marker: Marker, posting: Posting) -> bool:
