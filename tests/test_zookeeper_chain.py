@@ -40,12 +40,20 @@ def chain_of(board: JobBoard) -> tuple[int, int]:
     return chain.chained, chain.conflicts
 
 
+def groups_of(board: JobBoard) -> int:
+    assert isinstance(board, ZooKeeperBoard)
+    return board._batches.grouper.groups
+
+
 async def post_in_flight(board: JobBoard, tag: str, count: int, in_flight: int,
-                         posted: list[Posted]) -> None:
-    """``count`` posts, ``in_flight`` at a time, each recorded with its call and return times."""
+                         posted: list[Posted], *, spread: int = 4) -> None:
+    """``count`` posts, ``in_flight`` at a time, each recorded with its call and return times; the
+    lanes post in ``spread`` different turns of the event loop (so in as many groups, pipelined)."""
 
     async def poster(lane: int) -> None:
         for index in range(lane, count, in_flight):
+            for _ in range(lane % spread):
+                await asyncio.sleep(0)
             called = time.monotonic()
             job = await board.post(tag, {"i": index})
             posted.append((called, time.monotonic(), job))
@@ -72,20 +80,22 @@ def assert_posting_order(posted: list[Posted]) -> None:
         assert job.id > latest, f"{job.id} was posted after {latest} returned"
 
 
-async def test_a_board_posting_alone_sends_one_request_per_post(zk_hosts: str) -> None:
+@pytest.mark.parametrize("in_flight", [1, 16])
+async def test_a_board_posting_alone_sends_one_request_per_group_of_posts(zk_hosts: str, in_flight: int) -> None:
     with anyio.fail_after(40):
         async with open_board(url_of(zk_hosts)) as board:
             assert isinstance(board, ZooKeeperBoard)
             posted: list[Posted] = []
-            before = board.zk.requests_sent
-            await post_in_flight(board, "j", 400, 16, posted)
-            requests = board.zk.requests_sent - before
+            before, groups = board.zk.requests_sent, groups_of(board)
+            await post_in_flight(board, "j", 400, in_flight, posted)
+            requests, groups = board.zk.requests_sent - before, groups_of(board) - groups
             stored = [job async for job in board.iterjobs()]
             chained, conflicts = chain_of(board)
     assert_exactly_once(posted, stored)
     assert_posting_order(posted)
     assert conflicts == 0 and chained >= 390, (chained, conflicts)
-    assert requests / 400 < 1.2, f"{requests / 400:.2f} requests per post (2 with a bump before each)"
+    assert requests <= 1.1 * groups + 20, f"{requests} requests for {groups} groups (and marker deletions)"
+    assert groups <= (400 if in_flight == 1 else 400 / 2), f"{groups} groups of posts for 400 posts {in_flight} at a time"
 
 
 async def test_boards_posting_at_once_never_duplicate_or_lose_a_job_and_keep_posting_order(
@@ -147,8 +157,8 @@ async def test_batches_keep_their_order_while_another_board_posts(
             batches: list[list[Job]] = []
 
             async def post_batches() -> None:
-                for round_ in range(6):
-                    batches.append(await batcher.post_many([NewJob("b", {"r": round_, "i": i}) for i in range(400)]))
+                batches.extend([await batcher.post_many([NewJob("b", {"r": round_, "i": i}) for i in range(400)])
+                                for round_ in range(6)])
 
             await asyncio.gather(post_batches(), post_in_flight(single, "s", 600, 8, posted))
             stored = [job async for job in batcher.iterjobs()]

@@ -33,6 +33,7 @@ from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, UnknownOutcome
 from jobboard.job import Job
 from jobboard_zookeeper.base import ZooKeeperBase
+from jobboard_zookeeper.grouping import Grouper
 from jobboard_zookeeper.keys import KeyRecord
 from jobboard_zookeeper.layout import Paths, job_id
 from jobboard_zookeeper.linked import Stored
@@ -72,13 +73,15 @@ class BatchPoster:
                  max_request_bytes: int) -> None:
         self._zk, self._paths, self._markers, self._poster = zk, paths, markers, poster
         self._max_bytes = max_request_bytes
+        self.grouper = Grouper(self)
+        poster.group = self.grouper.post
 
     async def post(self, prepared: Sequence[Prepared]) -> list[Job]:
         jobs: list[Job] = []
         chunks = self.chunks(prepared)
         while chunks:
             if chunks[0][0][0].depends_on:
-                jobs.append(await self._poster.post(*chunks.pop(0)[0]))
+                jobs.append(await self._poster.post_one(*chunks.pop(0)[0]))
                 continue
             run = [chunks.pop(0)]
             while chunks and not chunks[0][0][0].depends_on:
@@ -127,6 +130,10 @@ class BatchPoster:
             cost += OP_BYTES + len(self._paths.key(posting.key)) + len(KeyRecord("0-0000000000000").encode())
         return cost
 
+    async def post_chunk(self, chunk: list[Prepared]) -> list[Job]:
+        """One chunk of postings (made by :meth:`chunks`), exactly once; its jobs in order."""
+        return await self._post_chunk(chunk, Order(None, asyncio.get_running_loop().create_future()))
+
     async def _post_chunk(self, chunk: list[Prepared], order: Order) -> list[Job]:
         """One chunk in one multi (chained: :mod:`jobboard_zookeeper.chain`), or after a multi of
         counter bumps. Ids taken apart from the chain are taken only once the chunk before has its
@@ -157,9 +164,9 @@ class BatchPoster:
                 if counter_moved(result, bumps):  # another writer moved the counter: take ids apart
                     turn, sequences = None, await self._ids_after(order, len(chunk))
                     continue
-            return [await self._poster.post(posting, raw) for posting, raw in chunk]  # keys decide, one by one
-        raise BackendUnavailable(f"a chunk of {len(chunk)} jobs was lost {RACE_RETRIES} times on its way "
-                                 "(certainly not written); try again")
+            return [await self._poster.post_one(posting, raw) for posting, raw in chunk]  # keys decide, one by one
+        raise BackendUnavailable(f"{len(chunk)} job(s) posted together (from {chunk[0][0].name!r}) were lost "
+                                 f"{RACE_RETRIES} times on their way (certainly not written); try again")
 
     async def _ids_after(self, order: Order, count: int) -> list[int]:
         if order.before is not None:
@@ -189,7 +196,7 @@ class BatchPoster:
             if all(posting.key is not None for posting, _ in chunk):
                 raise  # posting the batch again with its keys finds what was written
             raise UnknownOutcome(
-                f"a chunk of {len(chunk)} jobs (from {chunk[0][0].name!r}): the reply to its post was lost and "
+                f"{len(chunk)} job(s) posted together (from {chunk[0][0].name!r}): the reply was lost and "
                 f"ZooKeeper stayed unreachable, so whether it was posted cannot be told ({error}); "
                 "post with keys to retry safely") from error
 

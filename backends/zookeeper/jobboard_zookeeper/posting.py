@@ -17,6 +17,7 @@ the poster reads back is never posted twice.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, BoardConflict, InvalidJob, UnknownOutcome
@@ -47,6 +48,8 @@ class Poster:
         self._server_now = 0.0
         """The server's clock at the last counter bump (key retention is judged by it)."""
         self.chain = Chain()
+        self.group: Callable[[Posting, bytes], Awaitable[Job]] | None = None
+        """Where unlinked posts go to be sent with the others of their turn (set by the batch poster)."""
 
     async def open(self) -> None:
         """Find the current counter (a new one is started before a version could overflow)."""
@@ -97,7 +100,14 @@ class Poster:
         return [await self.next_sequence() for _ in range(count)]  # the epoch is full: move on
 
     async def post(self, posting: Posting, raw: bytes) -> Job:
-        """Store an encoded posting once; a keyed post may return the job its key finds.
+        """Store an encoded posting once: with the other posts of this turn of the event loop
+        (:mod:`jobboard_zookeeper.grouping`) unless it is linked; as :meth:`post_one` otherwise."""
+        if self.group is None or posting.depends_on:
+            return await self.post_one(posting, raw)
+        return await self.group(posting, raw)
+
+    async def post_one(self, posting: Posting, raw: bytes) -> Job:
+        """Store an encoded posting once, alone; a keyed post may return the job its key finds.
 
         :raises InvalidJob: a dependency is not on the board (nothing is written).
         :raises BackendUnavailable: not connected (a keyed post may be repeated safely).
