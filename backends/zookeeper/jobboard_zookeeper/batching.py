@@ -1,21 +1,27 @@
 """``post_many`` on ZooKeeper: chunked multis, each exactly once like a single post.
 
 The postings are cut into chunks that fit one request (``max_request_bytes``,
-at most :data:`CHUNK_JOBS` jobs). A chunk costs two requests whatever its size:
-one multi of counter bumps allocates its ids (:meth:`Poster.sequences`), and one
-multi creates every ``jobs/<id>`` of the chunk, the key node of each keyed
-posting, and one write marker. The multi applies entirely or not at all, so the
-marker resolves a lost reply for the whole chunk exactly as for a single post
-(:mod:`jobboard_zookeeper.markers`): applied, the chunk's jobs are returned;
-certainly not applied, the same chunk is sent again with the same ids.
+at most :data:`CHUNK_JOBS` jobs). A chunk is one multi while this board's version
+chain holds (:mod:`jobboard_zookeeper.chain`): ``set_data`` of the counter at its
+expected version once per job (the new versions are the chunk's sequences), then
+every ``jobs/<id>`` of the chunk, the key node of each keyed posting, and one write
+marker. Otherwise (another board moved the counter) it is two: a multi of counter
+bumps allocates its ids (:meth:`Poster.sequences`), then the multi of creates. The
+multi applies entirely or not at all, so the marker resolves a lost reply for the
+whole chunk exactly as for a single post (:mod:`jobboard_zookeeper.markers`):
+applied, the chunk's jobs are returned; certainly not applied, the chunk is sent
+again (with the same ids, or with new ones taken apart from the chain once the
+chunk before has its own, so the batch keeps its order on the board).
 
 A chunk whose multi fails (a key that exists already, a duplicate key in the
-batch) is posted job by job with :meth:`Poster.post`, which returns the job a key
-finds. A linked posting (``depends_on``) is posted alone, after every chunk before
-it, so "the jobs before a missing dependency stay posted" holds as for ``post``.
-Two chunks are in flight at a time: when one fails (``UnknownOutcome``,
-``BackendUnavailable``), the chunk beside it may have been posted (keys make
-repeating the batch safe, as the contract says).
+batch) is posted job by job with :meth:`Poster.post_one`, which returns the job a
+key finds. A linked posting (``depends_on``) is posted alone, after every chunk
+before it, so "the jobs before a missing dependency stay posted" holds as for
+``post``. :data:`IN_FLIGHT` chunks are in flight at a time: when one fails
+(``UnknownOutcome``, ``BackendUnavailable``), the chunks beside it may have been
+posted (keys make repeating the batch safe, as the contract says). Single posts
+made in the same turn of the event loop are sent as one chunk too
+(:mod:`jobboard_zookeeper.grouping`).
 
 Claims use the same module: :meth:`BatchingBoard._candidate` reads the next claim
 candidates ahead, several in one ``multiRead``, for the board's claimers.
