@@ -1,16 +1,17 @@
 """Posts made in the same turn of the event loop are written together, in one multi.
 
 A board with many posts in flight (16 tasks posting, a web handler per request)
-pays per request on the server (its pipeline, a transaction in the log, an fsync)
-far more than per operation. So :meth:`Poster.post` does not send an unlinked
-post at once: it queues it, and at the end of the loop's turn every post queued
-is sent as one chunk of :class:`~jobboard_zookeeper.batching.BatchPoster` (one
-multi: the counter moves, every job and key is created, one write marker). The
-multi applies entirely or not at all, so every post of the group keeps the single
-post's promise: a lost reply is resolved by the group's marker (applied: every job
-is returned; certainly not applied: sent again); a group that fails (a key that
-exists, another writer moved the counter) is posted again one by one, each post
-then finding the job its key names. Ids follow the order of the calls; a post
+pays for every request besides its operations: a round trip, the server's request
+pipeline, a transaction in its log and an fsync, the client's encoding. So
+:meth:`Poster.post` does not send an unlinked post at once: it queues it, and at
+the end of the loop's turn every post queued is sent as one chunk of
+:class:`~jobboard_zookeeper.batching.BatchPoster` (one multi: the counter moves,
+every job and key is created, one write marker). The multi applies entirely or
+not at all, so every post of the group keeps the single post's promise: a lost
+reply is resolved by the group's marker (applied: every job is returned; certainly
+not applied: sent again); a group that finds the counter moved takes its ids apart
+and is sent again whole; one that fails on a key is posted again one by one, each
+post then finding the job its key names. Ids follow the order of the calls; a post
 that returned before another was called has the smaller id, as before.
 
 What a post shares with the others of its group: their fate when the reply is
