@@ -214,13 +214,13 @@ ANALYSIS = """## Reading these numbers
   the oldest job. All threads race for the same first unclaimed job. And every claim
   re-lists the directory, because its lock nodes live beside the jobs. Hence the failed
   claims and the requests per job at W = 16.
-- **Posts.** jobboard posts with two requests: the id allocation (`set_data` on a
-  counter) and the multi that creates the job. That keeps a post recognisable after a lost
-  reply and lets linked jobs name their dependencies in one transaction. TaskFlow posts
-  with a single `create` (plus the watch re-listing it triggers). Both are bound by
-  ZooKeeper's write path, so the issue's target of 30 times TaskFlow's posts, which was set
-  against a reference of about 100 posts/s, cannot be met against a TaskFlow that posts
-  from W threads at thousands per second. The table shows both as measured.
+- **Posts.** A jobboard post is one multi that steps the id counter (`set_data` at the
+  version the board expects) and creates the job and its write marker. The unlinked posts
+  made in one turn of the event loop share that multi: with 16 in flight, about 16 posts a
+  request. After another board moved the counter, a post takes its id first, in two
+  requests. The write marker keeps a post recognisable after a lost reply. TaskFlow posts
+  with a single `create` per post (plus the watch re-listing it triggers), one round trip at
+  a time per thread.
 - **Job count.** TaskFlow slows down as the job count grows (it re-lists every job per claim),
   jobboard does not. The default set uses 1000 jobs per run to stay within about 5 minutes.
   The same set at 2000 jobs per system (`python -m benchmarks.run --jobs 2000`, about

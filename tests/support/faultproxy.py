@@ -37,8 +37,9 @@ def _string(frame: bytes, at: int) -> tuple[bytes, int]:
 
 
 def single_create(frame: bytes) -> bool:
-    """Whether a request frame is a post of claimable jobs: a multi of creates only, one or more
-    of them nodes ``.../jobs/<id>`` (the others: the write marker, keys), none a waiting job."""
+    """Whether a request frame is a post of claimable jobs: a multi of creates only (but for a
+    ``set_data`` of a counter: a chained post), one or more of them nodes ``.../jobs/<id>`` (the
+    others: the write marker, keys), none a waiting job."""
     try:
         _, _, opcode = struct.unpack_from(">iii", frame)
         if opcode != MULTI:
@@ -50,6 +51,13 @@ def single_create(frame: bytes) -> bool:
             if op_type == -1 or done:
                 jobs = [path for path in paths if re.search(rb"/jobs/[^/]+$", path)]
                 return len(jobs) >= 1 and not any(b"/waiting/" in path for path in paths)
+            if op_type == 5:  # set_data: path, data, version
+                path, at = _string(frame, at)
+                _, at = _string(frame, at)
+                at += 4
+                if b"/counters/" not in path:
+                    return False
+                continue
             if op_type != 1:
                 return False
             path, at = _string(frame, at)

@@ -1,21 +1,27 @@
 """``post_many`` on ZooKeeper: chunked multis, each exactly once like a single post.
 
 The postings are cut into chunks that fit one request (``max_request_bytes``,
-at most :data:`CHUNK_JOBS` jobs). A chunk costs two requests whatever its size:
-one multi of counter bumps allocates its ids (:meth:`Poster.sequences`), and one
-multi creates every ``jobs/<id>`` of the chunk, the key node of each keyed
-posting, and one write marker. The multi applies entirely or not at all, so the
-marker resolves a lost reply for the whole chunk exactly as for a single post
-(:mod:`jobboard_zookeeper.markers`): applied, the chunk's jobs are returned;
-certainly not applied, the same chunk is sent again with the same ids.
+at most :data:`CHUNK_JOBS` jobs). A chunk is one multi while this board's version
+chain holds (:mod:`jobboard_zookeeper.chain`): ``set_data`` of the counter at its
+expected version once per job (the new versions are the chunk's sequences), then
+every ``jobs/<id>`` of the chunk, the key node of each keyed posting, and one write
+marker. Otherwise (another board moved the counter) it is two: a multi of counter
+bumps allocates its ids (:meth:`Poster.sequences`), then the multi of creates. The
+multi applies entirely or not at all, so the marker resolves a lost reply for the
+whole chunk exactly as for a single post (:mod:`jobboard_zookeeper.markers`):
+applied, the chunk's jobs are returned; certainly not applied, the chunk is sent
+again (with the same ids, or with new ones taken apart from the chain once the
+chunk before has its own, so the batch keeps its order on the board).
 
 A chunk whose multi fails (a key that exists already, a duplicate key in the
-batch) is posted job by job with :meth:`Poster.post`, which returns the job a key
-finds. A linked posting (``depends_on``) is posted alone, after every chunk before
-it, so "the jobs before a missing dependency stay posted" holds as for ``post``.
-Two chunks are in flight at a time: when one fails (``UnknownOutcome``,
-``BackendUnavailable``), the chunk beside it may have been posted (keys make
-repeating the batch safe, as the contract says).
+batch) is posted job by job with :meth:`Poster.post_one`, which returns the job a
+key finds. A linked posting (``depends_on``) is posted alone, after every chunk
+before it, so "the jobs before a missing dependency stay posted" holds as for
+``post``. :data:`IN_FLIGHT` chunks are in flight at a time: when one fails
+(``UnknownOutcome``, ``BackendUnavailable``), the chunks beside it may have been
+posted (keys make repeating the batch safe, as the contract says). Single posts
+made in the same turn of the event loop are sent as one chunk too
+(:mod:`jobboard_zookeeper.grouping`).
 
 Claims use the same module: :meth:`BatchingBoard._candidate` reads the next claim
 candidates ahead, several in one ``multiRead``, for the board's claimers.
@@ -26,18 +32,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from jobboard.board import NewJob
 from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, UnknownOutcome
 from jobboard.job import Job
 from jobboard_zookeeper.base import ZooKeeperBase
+from jobboard_zookeeper.grouping import Grouper
 from jobboard_zookeeper.keys import KeyRecord
 from jobboard_zookeeper.layout import Paths, job_id
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown
-from jobboard_zookeeper.posting import RACE_RETRIES, Poster
+from jobboard_zookeeper.posting import RACE_RETRIES, Poster, counter_moved
 from jobboard_zookeeper.zk import ZooKeeper
 
 CHUNK_JOBS = 2000
@@ -50,6 +58,20 @@ OP_BYTES = 96
 Prepared = tuple[Posting, bytes]
 
 
+@dataclass(frozen=True, slots=True)
+class Order:
+    """A chunk's place in its batch: set ``placed`` once its ids are final (written, or taken
+    apart from the chain); ``before`` is the chunk before's."""
+
+    before: asyncio.Future[None] | None
+    placed: asyncio.Future[None]
+
+    @staticmethod
+    def done(placed: asyncio.Future[None]) -> None:
+        if not placed.done():
+            placed.set_result(None)
+
+
 class BatchPoster:
     """Posts batches for one board (see the module docstring)."""
 
@@ -57,20 +79,39 @@ class BatchPoster:
                  max_request_bytes: int) -> None:
         self._zk, self._paths, self._markers, self._poster = zk, paths, markers, poster
         self._max_bytes = max_request_bytes
+        self.grouper = Grouper(self)
+        poster.group = self.grouper.post
 
     async def post(self, prepared: Sequence[Prepared]) -> list[Job]:
         jobs: list[Job] = []
         chunks = self.chunks(prepared)
         while chunks:
             if chunks[0][0][0].depends_on:
-                jobs.append(await self._poster.post(*chunks.pop(0)[0]))
+                jobs.append(await self._poster.post_one(*chunks.pop(0)[0]))
                 continue
             run = [chunks.pop(0)]
-            while chunks and len(run) < IN_FLIGHT and not chunks[0][0][0].depends_on:
+            while chunks and not chunks[0][0][0].depends_on:
                 run.append(chunks.pop(0))
-            for posted in await asyncio.gather(*map(self._post_chunk, run)):
+            for posted in await self._pipelined(run):
                 jobs.extend(posted)
         return jobs
+
+    async def _pipelined(self, run: list[list[Prepared]]) -> list[list[Job]]:
+        """The chunks of ``run``, sent in order, :data:`IN_FLIGHT` at a time: the server works on
+        one while this board encodes the next and reads the replies (and watch events) of the last."""
+        gate = asyncio.Semaphore(IN_FLIGHT)
+        loop = asyncio.get_running_loop()
+        placed: list[asyncio.Future[None]] = [loop.create_future() for _ in run]
+
+        async def post_chunk(index: int) -> list[Job]:
+            try:
+                async with gate:
+                    return await self._post_chunk(run[index], Order(placed[index - 1] if index else None,
+                                                                    placed[index]))
+            finally:
+                Order.done(placed[index])
+
+        return await asyncio.gather(*map(post_chunk, range(len(run))))
 
     def chunks(self, prepared: Sequence[Prepared]) -> list[list[Prepared]]:
         """Runs of unlinked postings cut to fit a request; each linked posting alone."""
@@ -90,35 +131,68 @@ class BatchPoster:
         return [*chunks, chunk] if chunk else chunks
 
     def _cost(self, posting: Posting, raw: bytes) -> int:
-        cost = OP_BYTES + len(self._paths.job("0-0000000000000")) + len(raw)
+        cost = 2 * OP_BYTES + len(self._paths.counter(0)) + len(self._paths.job("0-0000000000000")) + len(raw)
         if posting.key is not None:
             cost += OP_BYTES + len(self._paths.key(posting.key)) + len(KeyRecord("0-0000000000000").encode())
         return cost
 
-    async def _post_chunk(self, chunk: list[Prepared]) -> list[Job]:
-        sequences = await self._poster.sequences(len(chunk))
-        ids = [job_id(posting.priority, sequence) for (posting, _), sequence in zip(chunk, sequences, strict=True)]
-        jobs = [posting.to_job(new_id, sequence)
-                for (posting, _), new_id, sequence in zip(chunk, ids, sequences, strict=True)]
+    async def post_chunk(self, chunk: list[Prepared]) -> list[Job]:
+        """One chunk of postings (made by :meth:`chunks`), exactly once; its jobs in order."""
+        return await self._post_chunk(chunk, Order(None, asyncio.get_running_loop().create_future()))
+
+    async def _post_chunk(self, chunk: list[Prepared], order: Order) -> list[Job]:
+        """One chunk in one multi (chained: :mod:`jobboard_zookeeper.chain`), or after a multi of
+        counter bumps. Ids taken apart from the chain are taken only once the chunk before has its
+        own, so the batch keeps its order on the board."""
+        turn = self._poster.chain.take(len(chunk))
+        sequences = turn.sequences if turn is not None else await self._ids_after(order, len(chunk))
+        for _ in range(RACE_RETRIES):
+            ids = [job_id(posting.priority, sequence) for (posting, _), sequence in zip(chunk, sequences, strict=True)]
+            bumps = [] if turn is None else turn.bumps(self._paths.counter(turn.epoch))
+            marker = self._markers.new()
+            try:
+                result = await self._zk.multi([*bumps, *self._creates(chunk, ids), marker.create()])
+            except OutcomeUnknown:
+                if turn is not None:
+                    self._poster.chain.missed(turn, contended=False)
+                if await self._resolve(marker, chunk):
+                    return self._jobs(chunk, ids, sequences)
+                if turn is not None:  # certainly not applied: the same chunk again, with new ids
+                    turn, sequences = None, await self._ids_after(order, len(chunk))
+                continue  # certainly not applied: the same chunk again
+            if result.ok:
+                self._markers.done(marker)
+                if turn is not None:
+                    self._poster.chain.hit(turn)
+                return self._jobs(chunk, ids, sequences)
+            if turn is not None:
+                self._poster.chain.missed(turn, contended=counter_moved(result, bumps))
+                if counter_moved(result, bumps):  # another writer moved the counter: take ids apart
+                    turn, sequences = None, await self._ids_after(order, len(chunk))
+                    continue
+            return [await self._poster.post_one(posting, raw) for posting, raw in chunk]  # keys decide, one by one
+        raise BackendUnavailable(f"{len(chunk)} job(s) posted together (from {chunk[0][0].name!r}) were lost "
+                                 f"{RACE_RETRIES} times on their way (certainly not written); try again")
+
+    async def _ids_after(self, order: Order, count: int) -> list[int]:
+        if order.before is not None:
+            await asyncio.wait([order.before])
+        sequences = await self._poster.sequences(count)
+        Order.done(order.placed)
+        return sequences
+
+    def _creates(self, chunk: list[Prepared], ids: list[str]) -> list[Op]:
         ops: list[Op] = []
         for (posting, raw), new_id in zip(chunk, ids, strict=True):
             if posting.key is not None:
                 ops.append(Create(self._paths.key(posting.key), KeyRecord(new_id).encode()))
             ops.append(Create(self._paths.job(new_id), raw))
-        for _ in range(RACE_RETRIES):
-            marker = self._markers.new()
-            try:
-                result = await self._zk.multi([*ops, marker.create()])
-            except OutcomeUnknown:
-                if await self._resolve(marker, chunk):
-                    return jobs
-                continue  # certainly not applied: the same chunk again
-            if result.ok:
-                self._markers.done(marker)
-                return jobs
-            return [await self._poster.post(posting, raw) for posting, raw in chunk]  # keys decide, one by one
-        raise BackendUnavailable(f"a chunk of {len(chunk)} jobs was lost {RACE_RETRIES} times on its way "
-                                 "(certainly not written); try again")
+        return ops
+
+    @staticmethod
+    def _jobs(chunk: list[Prepared], ids: list[str], sequences: list[int]) -> list[Job]:
+        return [posting.to_job(new_id, sequence)
+                for (posting, _), new_id, sequence in zip(chunk, ids, sequences, strict=True)]
 
     async def _resolve(self, marker: Marker, chunk: list[Prepared]) -> bool:
         """Whether a chunk whose reply was lost was applied (as :meth:`Poster._resolve`)."""
@@ -128,7 +202,7 @@ class BatchPoster:
             if all(posting.key is not None for posting, _ in chunk):
                 raise  # posting the batch again with its keys finds what was written
             raise UnknownOutcome(
-                f"a chunk of {len(chunk)} jobs (from {chunk[0][0].name!r}): the reply to its post was lost and "
+                f"{len(chunk)} job(s) posted together (from {chunk[0][0].name!r}): the reply was lost and "
                 f"ZooKeeper stayed unreachable, so whether it was posted cannot be told ({error}); "
                 "post with keys to retry safely") from error
 

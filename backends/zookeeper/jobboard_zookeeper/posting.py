@@ -1,30 +1,41 @@
 """Posting on ZooKeeper: exactly once, with ids allocated before the write.
 
-A job's sequence is the new data version of a counter node (one ``set_data``
-with version -1: cheap, never contended, a replay only skips a number). Its
-id names the nodes the post creates, all in one multi: ``jobs/<id>``, or for a
-linked job ``waiting/<id>`` plus a link ``<dependency>/<id>`` under each
-dependency (a dependency that is gone makes the whole multi fail), the key node
-for a keyed post, and a write marker. A lost reply is resolved by the marker
-(:mod:`jobboard_zookeeper.markers`): the post is sent again only if the first
-one was certainly not applied, so a job consumed before the poster reads back is
-never posted twice.
+A job's sequence is the new data version of a counter node. Its id names the
+nodes the post creates, all in one multi: ``jobs/<id>``, or for a linked job
+``waiting/<id>`` plus a link ``<dependency>/<id>`` under each dependency (a
+dependency that is gone makes the whole multi fail), the key node for a keyed
+post, and a write marker. An unlinked post is one request while this board is
+the only one posting: the multi also moves the counter from the version this
+board expects (:mod:`jobboard_zookeeper.chain`). Otherwise, and after such a
+multi failed, the sequence is taken first with one ``set_data`` at any version
+(cheap, never contended, a replay only skips a number). A lost reply is
+resolved by the marker (:mod:`jobboard_zookeeper.markers`): the post is sent
+again only if the first one was certainly not applied, so a job consumed before
+the poster reads back is never posted twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, BoardConflict, InvalidJob, UnknownOutcome
 from jobboard.job import Job
+from jobboard_zookeeper.chain import Chain, Turn
 from jobboard_zookeeper.keys import KeyRecord, expired
 from jobboard_zookeeper.layout import EPOCH_SIZE, Paths, TrashRecord, job_id, sequence_of
 from jobboard_zookeeper.markers import Marker, Markers
-from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown, SetData, TxnResult
+from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown, SetData, Stat, TxnResult
 from jobboard_zookeeper.zk import ZooKeeper
 
 RACE_RETRIES = 5
+
+
+def counter_moved(result: TxnResult, bumps: list[Op]) -> bool:
+    """Whether a chained multi failed because the counter was not at the version it expected."""
+    failure = result.failure()
+    return failure is not None and any(failure[0] is bump for bump in bumps)
 
 
 class Poster:
@@ -36,6 +47,9 @@ class Poster:
         self._epoch = 0
         self._server_now = 0.0
         """The server's clock at the last counter bump (key retention is judged by it)."""
+        self.chain = Chain()
+        self.group: Callable[[Posting, bytes], Awaitable[Job]] | None = None
+        """Where unlinked posts go to be sent with the others of their turn (set by the batch poster)."""
 
     async def open(self) -> None:
         """Find the current counter (a new one is started before a version could overflow)."""
@@ -43,22 +57,41 @@ class Poster:
         epochs = [int(name[2:]) for name in (counters[0] if counters else []) if name[2:].isdigit()]
         self._epoch = max(epochs, default=0)
         await self._zk.ensure_path(self._paths.counter(self._epoch))
+        stat = await self._zk.exists(self._paths.counter(self._epoch))
+        if stat is not None:
+            self.chain.start(self._epoch, stat.version)
 
     async def next_sequence(self) -> int:
         while True:
             epoch = self._epoch
-            stat = await self._zk.bump(self._paths.counter(epoch))
+            stat = await self._bump(epoch)
             self._server_now, version = stat.mtime, stat.version
             if version < EPOCH_SIZE:
                 return epoch * EPOCH_SIZE + version
             await self._zk.ensure_path(self._paths.counter(epoch + 1))
             self._epoch = max(self._epoch, epoch + 1)
 
+    async def _bump(self, epoch: int) -> Stat:
+        self.chain.bumping()
+        try:
+            stat = await self._zk.bump(self._paths.counter(epoch))
+        except BaseException:
+            self.chain.bumped(epoch, None)
+            raise
+        self.chain.bumped(epoch, stat.version)
+        return stat
+
     async def sequences(self, count: int) -> list[int]:
         """``count`` job sequences in one request: a multi of ``count`` counter bumps (the
         versions are consecutive; a replay after a lost reply only skips numbers)."""
         epoch = self._epoch
-        result = await self._zk.multi([SetData(self._paths.counter(epoch), b"", -1)] * count, retry_safe=True)
+        self.chain.bumping()
+        try:
+            result = await self._zk.multi([SetData(self._paths.counter(epoch), b"", -1)] * count, retry_safe=True)
+        except BaseException:
+            self.chain.bumped(epoch, None)
+            raise
+        self.chain.bumped(epoch, result.versions[-1] if result.ok else None)
         if not result.ok:
             raise BackendUnavailable(f"allocating {count} job ids failed: {result.failure()}")
         versions = [version for version in result.versions if version is not None]
@@ -67,17 +100,28 @@ class Poster:
         return [await self.next_sequence() for _ in range(count)]  # the epoch is full: move on
 
     async def post(self, posting: Posting, raw: bytes) -> Job:
-        """Store an encoded posting once; a keyed post may return the job its key finds.
+        """Store an encoded posting once: with the other posts of this turn of the event loop
+        (:mod:`jobboard_zookeeper.grouping`) unless it is linked; as :meth:`post_one` otherwise."""
+        if self.group is None or posting.depends_on:
+            return await self.post_one(posting, raw)
+        return await self.group(posting, raw)
+
+    async def post_one(self, posting: Posting, raw: bytes) -> Job:
+        """Store an encoded posting once, alone; a keyed post may return the job its key finds.
 
         :raises InvalidJob: a dependency is not on the board (nothing is written).
         :raises BackendUnavailable: not connected (a keyed post may be repeated safely).
         :raises UnknownOutcome: a lost reply could not be resolved in time.
         """
+        turn = None if posting.depends_on else self.chain.take()
+        job, tries = (None, RACE_RETRIES) if turn is None else await self._chained(turn, posting, raw)
+        if job is not None:
+            return job
         sequence = await self.next_sequence()
         new_id = job_id(posting.priority, sequence)
         takeover: int | None = None  # the version of an expired key this post takes over
-        lost = False
-        for _ in range(RACE_RETRIES):
+        lost = tries < RACE_RETRIES
+        for _ in range(tries):
             try:
                 ops = await self._ops(new_id, posting, raw, takeover)
             except InvalidJob:  # a dependency went: the key may still find the job posted before
@@ -105,6 +149,27 @@ class Poster:
             raise BackendUnavailable(f"job {posting.name!r}: the post was lost {RACE_RETRIES} times on its way "
                                      "(certainly not written); try again")
         raise InvalidJob(f"job {posting.name!r}: its dependencies or key kept changing while it was posted")
+
+    async def _chained(self, turn: Turn, posting: Posting, raw: bytes) -> tuple[Job | None, int]:
+        """A post in one request (:mod:`jobboard_zookeeper.chain`): the job, or ``None`` and the
+        tries left for the two-request post when it did not apply (a lost try counts as one)."""
+        new_id = job_id(posting.priority, turn.sequence)
+        bump = turn.bumps(self._paths.counter(turn.epoch))
+        ops = await self._ops(new_id, posting, raw, None)
+        marker = self._markers.new()
+        try:
+            result = await self._zk.multi([*bump, *ops, marker.create()])
+        except OutcomeUnknown:
+            self.chain.missed(turn, contended=False)
+            if await self._resolve(marker, posting):
+                return posting.to_job(new_id, turn.sequence), 0
+            return None, RACE_RETRIES - 1
+        if result.ok:
+            self._markers.done(marker)
+            self.chain.hit(turn)
+            return posting.to_job(new_id, turn.sequence), 0
+        self.chain.missed(turn, contended=counter_moved(result, bump))
+        return None, RACE_RETRIES
 
     async def _resolve(self, marker: Marker, posting: Posting) -> bool:
         """Whether a post whose reply was lost was applied; unkeyed posts never say "retry"."""
