@@ -291,3 +291,17 @@ def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -
     if errors:
         parts += ["## Failed benchmarks", "", *[f"- `{e.get('command')}`: {e['error'][-300:]}" for e in errors], ""]
     return "\n".join(parts)
+
+
+MANUAL = "(not produced by `benchmarks.run`)"
+"""Marks a section of the report written by hand (other benchmarks' figures): kept when re-rendering."""
+
+
+def with_manual_sections(rendered: str, previous: str) -> str:
+    """``rendered`` with the hand-written sections of ``previous`` put back before "Reading these numbers"."""
+    sections = previous.split("\n## ")
+    kept = [f"## {section.rstrip()}\n\n" for section in sections[1:] if MANUAL in section.split("\n", 1)[0]]
+    marker = "## Reading these numbers"
+    if not kept or marker not in rendered:
+        return rendered
+    return rendered.replace(marker, "".join(kept) + marker, 1)

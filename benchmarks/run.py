@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import render
+from benchmarks.report import render, with_manual_sections
 from tests.support.zkserver import ZooKeeperServer, ensure_zookeeper_installed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -137,7 +137,8 @@ def rerender(source: Path, out: Path) -> int:
     lines = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
     header: dict[str, Any] = lines[0] if "facts" in lines[0] else {"facts": {}, "command": "python -m benchmarks.run"}
     results = [line for line in lines if "facts" not in line]
-    out.write_text(render(results, header["facts"], header["command"]))
+    previous = out.read_text() if out.exists() else ""
+    out.write_text(with_manual_sections(render(results, header["facts"], header["command"]), previous))
     return 0
 
 
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python", "-m", "benchmarks.run", *(argv or sys.argv[1:])])
     lines = [json.dumps({"facts": facts, "command": command}), *(json.dumps(result) for result in results)]
     out.with_suffix(".json").write_text("\n".join(lines) + "\n")
-    out.write_text(render(results, facts, command))
+    previous = out.read_text() if out.exists() else ""
+    out.write_text(with_manual_sections(render(results, facts, command), previous))
     print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
     return 0 if all("error" not in result for result in results) else 1
 
