@@ -41,6 +41,8 @@ class Plan:
     workers: tuple[int, ...] = (1, 4, 16, 64)
     fleet_workers: tuple[int, ...] = (16, 64)
     processes: tuple[int, ...] = (4, 16)
+    partitions: int = 16
+    """The fleet rows run again on a board created with ``?partitions=K`` (docs/backends/zookeeper.md)."""
     """Besides one process (the plain rows at the same W)."""
     taskflow_workers: tuple[int, ...] = (1, 16)
     backlogs: str = "1000,10000,50000"
@@ -57,6 +59,8 @@ def benchmarks(plan: Plan, hosts: str, zk_pid: int) -> list[list[str]]:
         commands += [["peers.aiozk_ceiling", "--client", client, "--hosts", hosts, "--jobs", str(plan.jobs),
                       "--zk-pid", str(zk_pid), "--workers", str(w), *common] for client in ("fixed", "stock")]
     commands += [["cycle", *ours, "--workers", str(w), "--processes", str(p)]
+                 for w in plan.fleet_workers for p in plan.processes]
+    commands += [["cycle", *ours, "--workers", str(w), "--processes", str(p), "--partitions", str(plan.partitions)]
                  for w in plan.fleet_workers for p in plan.processes]
     commands += [["cycle", *ours, "--workers", "16", "--interleaved"]]
     commands += [["peers.taskflow_board", "--hosts", hosts, "--zk-pid", str(zk_pid), "--jobs", str(plan.taskflow_jobs),
