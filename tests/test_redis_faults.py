@@ -299,3 +299,16 @@ async def test_events_trimmed_while_disconnected_are_reported(redis_url: str) ->
                 proxy.resume()
                 kinds = [(await anext(stream)).kind for _ in range(3)]
                 assert kinds[:2] == [EventKind.RECONNECTED, EventKind.DROPPED]
+
+
+async def test_closing_after_the_server_went_away_says_why_the_session_stays(
+        server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """The warning named nothing ("... at close: ") when the release got no answer."""
+    with anyio.fail_after(30):
+        board = open_board(board_url(server.url(""), session_timeout=3))
+        await board.open()
+        await anyio.to_thread.run_sync(server.kill)
+        with caplog.at_level(logging.WARNING, logger="jobboard_redis"):
+            await board.aclose()
+    [warning] = [r.getMessage() for r in caplog.records if "could not release the session" in r.getMessage()]
+    assert warning.endswith("could not release the session at close (no answer): the server expires it in 3 s")

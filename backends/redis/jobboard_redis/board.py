@@ -99,8 +99,7 @@ class RedisBoard(KeepingRedis):
         self._open = False
         self.view.notify()
         self.session.stopped = self.view.stopped = True
-        tasks = list(self._tasks)
-        for task in tasks:
+        for task in (tasks := list(self._tasks)):
             task.cancel()
         if tasks:  # let them end before their connections close (bounded: a swallowed cancel)
             await asyncio.wait(tasks, timeout=1.0)
@@ -108,7 +107,8 @@ class RedisBoard(KeepingRedis):
             with anyio.fail_after(min(self.options.retry_window, 2.0)):  # not an outage's length: the
                 self.view.local(await self.session.close())                # server expires the session
         except (JobBoardError, TimeoutError) as error:
-            logger.warning("%s: could not release the session at close: %s", self.url, error or "no answer")
+            logger.warning("%s: could not release the session at close (%s): the server expires it in %g s",
+                           self.url, str(error) or "no answer", self.options.session_timeout)
         with anyio.move_on_after(2.0) as scope:
             await self._client.close()
         if scope.cancelled_caught:
