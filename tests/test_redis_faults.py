@@ -15,7 +15,7 @@ from typing import Any
 import anyio
 import pytest
 
-from jobboard import ClaimLost, EventKind, JobBoardError, JobState, open_board
+from jobboard import ClaimLost, EventKind, EventStream, JobBoardError, JobState, open_board
 from jobboard_redis import RedisBoard
 from jobboard_redis.client import ConnectionLost
 from tests.support.redisserver import RedisServer
@@ -76,15 +76,22 @@ async def test_killed_owner_releases_its_claim_within_the_session_timeout(redis_
     assert released <= session_timeout + 0.5
 
 
+async def seen_claimed(events: EventStream, job_id: str) -> None:
+    async for event in events:
+        if event.kind is EventKind.CLAIMED and event.job_id == job_id:
+            return
+
+
 async def test_stopped_owner_is_fenced_and_its_settle_refused(redis_url: str) -> None:
     url = board_url(redis_url, session_timeout=1.0)
     with anyio.fail_after(60):
-        async with open_board(url) as rival:
+        async with open_board(url) as rival, rival.events() as events:
             job = await rival.post("a")
             child, line = await spawn_owner(url)
             assert line == ["claimed", job.id]
             child.send_signal(signal.SIGSTOP)
             try:
+                await seen_claimed(events, job.id)  # else wait() may offer the job before the rival hears of it
                 assert [j.id for j in await rival.wait()] == [job.id]  # reaped by the rival's heartbeat
                 taken = await rival.claim(job, "rival")
             finally:

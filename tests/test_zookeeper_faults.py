@@ -55,9 +55,10 @@ async def test_expired_owner_loses_its_claim(proxy: TcpProxy, zk_hosts: str) -> 
     url = board_url(proxy.hosts, session_timeout=2)
     with anyio.fail_after(60):
         async with open_board(url) as owner, open_board(url.replace(proxy.hosts, zk_hosts)) as rival:
-            stream = owner.events()
+            stream, rival_stream = owner.events(), rival.events()
             job = await owner.post("a")
             stale = await owner.claim(job, "owner")
+            await next_kind(rival_stream, EventKind.CLAIMED)  # the rival's view knows of the lock
             proxy.pause()  # no bytes either way: the server expires the session
             await next_kind(stream, EventKind.SUSPENDED)
             assert [j.id for j in await rival.wait()] == [job.id]  # the lock expired with the session
