@@ -13,8 +13,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from jobboard import EventKind, EventStream, JobState, open_board
+from jobboard import JobState, open_board
 from jobboard.cli import main
+from tests.support.boards import claimed
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,13 +60,6 @@ def test_worker_command_refuses_bad_handler_specs(
     assert main(["worker", f"memory://{uuid.uuid4().hex}", "--handlers", spec]) == 1
     error = capsys.readouterr().err
     assert error.startswith("jobboard: error:") and message in error and error.count("\n") == 1
-
-
-async def claimed(events: EventStream, job_id: str) -> None:
-    """Until the stream shows ``job_id`` claimed."""
-    async for event in events:
-        if event.kind is EventKind.CLAIMED and event.job_id == job_id:
-            return
 
 
 def test_a_sigterm_while_the_worker_starts_is_a_clean_stop() -> None:

@@ -15,9 +15,10 @@ from typing import Any
 import anyio
 import pytest
 
-from jobboard import ClaimLost, EventKind, EventStream, JobBoardError, JobState, open_board
+from jobboard import ClaimLost, EventKind, JobBoardError, JobState, open_board
 from jobboard_redis import RedisBoard
 from jobboard_redis.client import ConnectionLost
+from tests.support.boards import claimed
 from tests.support.redisserver import RedisServer
 from tests.support.tcpproxy import TcpProxy
 
@@ -76,12 +77,6 @@ async def test_killed_owner_releases_its_claim_within_the_session_timeout(redis_
     assert released <= session_timeout + 0.5
 
 
-async def seen_claimed(events: EventStream, job_id: str) -> None:
-    async for event in events:
-        if event.kind is EventKind.CLAIMED and event.job_id == job_id:
-            return
-
-
 async def test_stopped_owner_is_fenced_and_its_settle_refused(redis_url: str) -> None:
     url = board_url(redis_url, session_timeout=1.0)
     with anyio.fail_after(60):
@@ -91,7 +86,7 @@ async def test_stopped_owner_is_fenced_and_its_settle_refused(redis_url: str) ->
             assert line == ["claimed", job.id]
             child.send_signal(signal.SIGSTOP)
             try:
-                await seen_claimed(events, job.id)  # else wait() may offer the job before the rival hears of it
+                await claimed(events, job.id)  # else wait() may offer the job before the rival hears of it
                 assert [j.id for j in await rival.wait()] == [job.id]  # reaped by the rival's heartbeat
                 taken = await rival.claim(job, "rival")
             finally:

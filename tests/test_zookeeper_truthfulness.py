@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from jobboard import EventKind, EventStream, JobNotFound, open_board
+from jobboard import JobNotFound, open_board
+from tests.support.boards import claimed
 from tests.support.faultproxy import FaultLink
 
 pytestmark = pytest.mark.timeout(90)
@@ -54,12 +55,6 @@ async def link(zk_hosts: str) -> AsyncIterator[FaultLink]:
         yield running
 
 
-async def seen_claimed(events: EventStream, job_id: str) -> None:
-    async for event in events:
-        if event.kind is EventKind.CLAIMED and event.job_id == job_id:
-            return
-
-
 @pytest.mark.parametrize("settle", ["consume", "abandon"])
 async def test_a_settle_after_sigstop_past_the_session_timeout_raises_claim_lost(
         zk_hosts: str, settle: str) -> None:
@@ -76,7 +71,7 @@ async def test_a_settle_after_sigstop_past_the_session_timeout_raises_claim_lost
                 os.kill(child.pid, signal.SIGSTOP)  # frozen past its session timeout
                 # The rival's view hears of the other board's claim on its own connection, maybe after the
                 # child said so: until it has, wait() may still offer the job (a claim would then race).
-                await seen_claimed(events, job.id)
+                await claimed(events, job.id)
                 assert [j.id for j in await rival.wait()] == [job.id]  # its lock expired
                 taken = await rival.claim(job, "rival")
                 assert taken.generation == 2

@@ -6,6 +6,8 @@ import uuid
 
 import pytest
 
+from jobboard.events import EventKind, EventStream
+
 BACKENDS = ("memory", "zookeeper", "redis")
 
 
@@ -18,3 +20,10 @@ def fresh_board_url(request: pytest.FixtureRequest, prefix: str) -> str:
     if request.param == "redis":
         return f"{request.getfixturevalue('redis_url')}/0/{name}?session_timeout=4"
     return f"zookeeper://{request.getfixturevalue('zk_hosts')}/{prefix}/{name}?session_timeout=4"
+
+
+async def claimed(events: EventStream, job_id: str) -> None:
+    """Until ``events`` shows ``job_id`` claimed (by any board): then this board's view knows of the lock."""
+    async for event in events:
+        if event.kind is EventKind.CLAIMED and event.job_id == job_id:
+            return

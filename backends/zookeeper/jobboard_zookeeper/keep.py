@@ -23,7 +23,7 @@ from jobboard_zookeeper.layout import TrashRecord, is_job_id, sequence_of
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData
 from jobboard_zookeeper.options import parse_zookeeper_url
-from jobboard_zookeeper.reading import last_sequence
+from jobboard_zookeeper.posting import last_sequence
 from jobboard_zookeeper.refusals import not_found
 from jobboard_zookeeper.retention import DELETE_BATCH, key_deletes, retain_forever
 

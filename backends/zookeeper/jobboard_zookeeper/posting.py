@@ -38,6 +38,19 @@ def counter_moved(result: TxnResult, bumps: list[Op]) -> bool:
     return failure is not None and any(failure[0] is bump for bump in bumps)
 
 
+async def newest_epoch(zk: ZooKeeper, paths: Paths) -> int:
+    """The epoch of the board's newest counter (0 when it has none yet)."""
+    listed = await zk.children(paths.dir("counters"))
+    return max((int(name[2:]) for name in (listed[0] if listed else []) if name[2:].isdigit()), default=0)
+
+
+async def last_sequence(zk: ZooKeeper, paths: Paths) -> int:
+    """The sequence of the last id the board gave (0: none yet): its newest counter's version."""
+    epoch = await newest_epoch(zk, paths)
+    stat = await zk.exists(paths.counter(epoch))
+    return epoch * EPOCH_SIZE + (stat.version if stat is not None else 0)
+
+
 class Poster:
     """Allocates job ids and writes postings for one board."""
 
@@ -53,9 +66,7 @@ class Poster:
 
     async def open(self) -> None:
         """Find the current counter (a new one is started before a version could overflow)."""
-        counters = await self._zk.children(self._paths.dir("counters"))
-        epochs = [int(name[2:]) for name in (counters[0] if counters else []) if name[2:].isdigit()]
-        self._epoch = max(epochs, default=0)
+        self._epoch = await newest_epoch(self._zk, self._paths)
         await self._zk.ensure_path(self._paths.counter(self._epoch))
         stat = await self._zk.exists(self._paths.counter(self._epoch))
         if stat is not None:

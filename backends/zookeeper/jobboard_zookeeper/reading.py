@@ -7,23 +7,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 
 from jobboard.codec import MalformedEntry, decode_posting, decode_value
 from jobboard.job import Job, JobState, ListedJob, Outcome, TrashedJob
-from jobboard_zookeeper.layout import EPOCH_SIZE, LockRecord, Paths, TrashRecord, sequence_of
+from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.retention import unpack_result
 from jobboard_zookeeper.zk import ZooKeeper
 
 READ_BATCH = 256
 """Jobs read concurrently while listing."""
-
-
-async def last_sequence(zk: ZooKeeper, paths: Paths) -> int:
-    """The sequence of the last id the board gave (0: none yet): its newest counter's version."""
-    listed = await zk.children(paths.dir("counters"))
-    epochs = [int(name[2:]) for name in (listed[0] if listed else []) if name[2:].isdigit()]
-    if not epochs:
-        return 0
-    stat = await zk.exists(paths.counter(max(epochs)))
-    return max(epochs) * EPOCH_SIZE + (stat.version if stat is not None else 0)
 
 
 async def lock_owners(zk: ZooKeeper, paths: Paths, job_ids: list[str]) -> dict[str, str]:
