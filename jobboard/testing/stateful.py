@@ -96,8 +96,9 @@ class JobBoardMachine(Probes):
     """
 
     claim_next_best_first: ClassVar[bool] = True
-    """Whether ``claim_next`` must hand out the model's best job; when False, any job it may
-    hand out is accepted, and which exhausted jobs it trashed on the way is read back."""
+    """Whether ``claim_next`` must hand out the model's best job and ``wait`` the first claimable
+    ones; when False, any job it may hand out is accepted (and which exhausted jobs it trashed on
+    the way is read back), and ``wait`` may return any claimable ones, in board order."""
     trash_diamonds: ClassVar[bool] = True
     """Whether to trash (cancel, trash, or exhaust) a job that reaches one of its dependents
     along two paths; when False, steps that would are skipped."""
