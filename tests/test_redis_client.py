@@ -14,7 +14,7 @@ import pytest
 
 from jobboard import BackendUnavailable, JobState, UnknownOutcome, open_board
 from jobboard_redis import RedisBoard
-from jobboard_redis.client_wire import ConnectionLost, ServerError, connect
+from jobboard_redis.client_wire import WRITE_EVERY, ConnectionLost, ServerError, connect
 from tests.support.redisserver import RedisServer
 
 pytestmark = pytest.mark.timeout(60)
@@ -43,6 +43,29 @@ async def test_replies_come_back_in_order_errors_in_place(server: RedisServer) -
             wire.close()
         with pytest.raises(ConnectionLost):
             await wire.send(("PING",))
+
+
+async def test_a_busy_loop_iteration_writes_every_few_commands_at_once(server: RedisServer) -> None:
+    """Redis starts on the first commands while the client still queues the rest (one write per
+    loop iteration made the two take turns), and a command that cannot be encoded queues nothing."""
+    with anyio.fail_after(20):
+        wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
+        try:
+            assert wire.transport is not None
+            writes: list[bytes] = []
+            write = wire.transport.write
+            wire.transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
+            key = f"k-{uuid.uuid4().hex}"
+            sent = [wire.send(("INCR", key)) for _ in range(WRITE_EVERY)]
+            assert len(writes) == 1  # already on its way, within this iteration
+            with pytest.raises(TypeError):
+                wire.send(("INCR", key, None))  # type: ignore[arg-type]
+            sent += [wire.send(("INCR", key)) for _ in range(2 * WRITE_EVERY + 1)]
+            assert len(writes) == 3
+            assert [await reply for reply in sent] == list(range(1, 3 * WRITE_EVERY + 2))
+            assert len(writes) == 4  # the last command went out at the end of the iteration
+        finally:
+            wire.close()
 
 
 async def test_a_stopped_server_times_out_and_the_board_recovers(server: RedisServer) -> None:

@@ -1,7 +1,8 @@
 """A small pipelined RESP connection over ``hiredis``' parser (the only module that imports it).
 
-Every command issued in one event-loop iteration goes out in one write; replies are
-matched to their callers first in, first out. A connection whose replies stop coming
+Commands issued in one event-loop iteration go out together, in writes of at most
+:data:`WRITE_EVERY` commands, so Redis starts on the first while the rest are still being
+prepared; replies are matched to their callers first in, first out. A connection whose replies stop coming
 for ``timeout`` seconds while commands wait is aborted, and every waiting command fails
 with :class:`ConnectionLost`, as does every command of a connection that drops.
 Chosen over ``redis.asyncio`` and ``coredis`` by measurement (docs/backends/redis.md).
@@ -19,6 +20,12 @@ from typing import Any
 import hiredis
 
 Arg = str | bytes | int | float
+
+WRITE_EVERY = 4
+"""Commands per write when more are queued in one loop iteration. One write per iteration made the
+client and Redis take turns (each idle while the other worked); writing every 4 commands lets them
+work at once: the full cycle at 16 in flight went from 9,100 to 15,700 cycles/s (1: 13,800; 2: 15,300;
+8: 14,100; docs/backends/redis.md)."""
 
 
 class ConnectionLost(ConnectionError):
@@ -43,6 +50,7 @@ class Wire(asyncio.Protocol):
         self._parser = hiredis.Reader(replyError=ServerError)
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._out: list[bytes] = []
+        self._flush_due = False
         self._progress = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
@@ -77,22 +85,32 @@ class Wire(asyncio.Protocol):
     # -- commands ----------------------------------------------------------
 
     def send(self, command: Sequence[Arg]) -> asyncio.Future[Any]:
-        """Queue one command (written at the end of this loop iteration); its future gets the reply
+        """Queue one command (written with the next :data:`WRITE_EVERY`, or at the end of this loop
+        iteration); its future gets the reply
         (a :class:`ServerError` for an error reply) or fails with :class:`ConnectionLost`."""
         done = self._loop.create_future()
         if self.failed is not None:
             done.set_exception(self.failed)
             return done
-        if not self._out:
-            self._loop.call_soon(self._flush)
-        self._out.append(hiredis.pack_command(tuple(command)))  # type: ignore[arg-type]
+        packed = hiredis.pack_command(tuple(command))  # type: ignore[arg-type]
         if not self._waiting and self.timeout is not None and self._timer is None:
             self._progress = time.monotonic()
             self._timer = self._loop.call_later(self.timeout, self._check)
         self._waiting.append(done)
+        out = self._out
+        out.append(packed)
+        if len(out) >= WRITE_EVERY:
+            self._write()
+        elif not self._flush_due:
+            self._flush_due = True
+            self._loop.call_soon(self._flush)
         return done
 
     def _flush(self) -> None:
+        self._flush_due = False
+        self._write()
+
+    def _write(self) -> None:
         out, self._out = self._out, []
         if self.transport is not None and self.failed is None and out:
             self.transport.write(b"".join(out))
