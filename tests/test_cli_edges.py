@@ -104,6 +104,18 @@ def test_verbose_is_accepted_after_the_command(capsys: Capture, url: str) -> Non
     assert status == 0
 
 
+def test_a_negative_value_gets_the_options_own_message(capsys: Capture, url: str) -> None:
+    """argparse took ``-1d`` for an option and said only "expected one argument"."""
+    status, _, err = run(capsys, "--board", url, "purge", "--older-than", "-1d")
+    assert status == 2 and "argument --older-than: not a duration: '-1d'" in err
+    status, _, err = run(capsys, "--board", url, "post", "resize", "--max-attempts", "-3")
+    assert status == 2 and "argument --max-attempts: must be 1 or more, not -3" in err
+    status, _, err = run(capsys, "--board", url, "list", "--json", "-1")  # a flag takes no value
+    assert status == 2 and "unrecognized arguments: -1" in err
+    status, out, _ = run(capsys, "--board", url, "purge", "--older-than", "1d")
+    assert status == 0 and out.startswith("purged 0 job(s)")
+
+
 @pytest.mark.parametrize("action", ["status", "wait", "show", "cancel", "cleanup"])
 def test_plan_has_help_per_action(capsys: Capture, action: str) -> None:
     status, out, _ = run(capsys, "plan", action, "--help")

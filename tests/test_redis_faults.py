@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -18,6 +19,7 @@ import pytest
 from jobboard import ClaimLost, EventKind, JobBoardError, JobState, open_board
 from jobboard_redis import RedisBoard
 from jobboard_redis.client import ConnectionLost
+from jobboard_redis.client_wire import ServerError, connect
 from tests.support.boards import claimed
 from tests.support.redisserver import RedisServer
 from tests.support.tcpproxy import TcpProxy
@@ -230,6 +232,37 @@ async def test_persistence_off_is_warned_about(server: RedisServer, caplog: pyte
         async with open_board(board_url(server.url(""))):
             pass
     assert any("appendonly off" in record.getMessage() for record in caplog.records)
+
+
+async def test_no_false_persistence_warning_while_redis_loads_its_aof(caplog: pytest.LogCaptureFixture) -> None:
+    """While Redis loads its AOF at start-up, INFO says ``aof_enabled:0``: a board opened then
+    warned "appendonly off" of a server that has it on."""
+    with RedisServer() as server, anyio.fail_after(40):
+        url = board_url(server.url(""))
+        async with open_board(url) as board:
+            await board.post("before")
+        await anyio.to_thread.run_sync(server.kill)
+        aof = next((server.dir or Path()).glob("appendonlydir/*.incr.aof"))
+        with aof.open("ab") as file:  # a second or so of commands to replay at start-up
+            file.write(b"*3\r\n$3\r\nSET\r\n$4\r\nfill\r\n$1\r\nx\r\n" * 1_500_000)
+        server.spawn()
+        while not await _loading(server.port):
+            await anyio.sleep(0.01)
+        with caplog.at_level(logging.WARNING):
+            async with open_board(url) as board:
+                assert [job.name async for job in board.iterjobs()] == ["before"]
+    assert not [record for record in caplog.records if "appendonly off" in record.getMessage()]
+
+
+async def _loading(port: int) -> bool:
+    """Whether the server answers and is loading its data."""
+    try:
+        wire, (info,) = await connect("127.0.0.1", port, reply_timeout=5, connect_timeout=1, tls=None,
+                                      hello=[("INFO", "persistence")])
+    except (ConnectionLost, ServerError):
+        return False
+    wire.close()
+    return b"loading:1" in info
 
 
 def test_unknown_url_options_are_refused() -> None:

@@ -30,6 +30,7 @@ from jobboard.cli.command import (
     CommandError,
     UsageError,
     examples_epilog,
+    negative_values_attached,
     no_arguments,
 )
 from jobboard.cli.dashboard import dashboard_arguments, serve
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (see :data:`EXIT_STATUSES`)."""
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(negative_values_attached(parser, sys.argv[1:] if argv is None else argv))
         prepare = getattr(args, "prepare", None)  # e.g. the worker: signals and logging before connecting
         with prepare(args) if prepare is not None else contextlib.nullcontext():
             configure_logging(args.verbose)

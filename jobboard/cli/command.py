@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from jobboard.board import JobBoard
@@ -103,3 +104,30 @@ def positive_seconds(text: str) -> float:
 
 def no_arguments(parser: argparse.ArgumentParser) -> None:
     """A command without arguments."""
+
+
+_NEGATIVE = re.compile(r"-\d")
+
+
+def negative_values_attached(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
+    """``--older-than -1d`` as ``--older-than=-1d``: argparse takes a value starting with ``-`` and a
+    digit for an option and says only "expected one argument"; attached, the option's own check
+    names what is wrong with the value. Only options that take a value are joined."""
+    takes_value = set(_value_options(parser))
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] in takes_value and _NEGATIVE.match(token):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
+def _value_options(parser: argparse.ArgumentParser) -> Iterator[str]:
+    """The long option strings of ``parser`` and its subcommands that take one value."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _value_options(sub)
+        elif action.nargs is None and action.option_strings:  # flags have nargs=0
+            yield from (option for option in action.option_strings if option.startswith("--"))

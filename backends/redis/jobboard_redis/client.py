@@ -199,10 +199,24 @@ class RedisClient:
                                 f"set maxmemory-policy noeviction")
         if self.options.durability == "strict":
             await self._check_strict()
-        if (await self.info("persistence")).get("aof_enabled", "0") == "0":
+        if not await self._appendonly(await self.info("persistence")):
             return [(f"Redis {self.options.host}:{self.options.port} has appendonly off: acknowledged posts "
                      f"and settles since the last snapshot (if any) are lost if it stops")]
         return []
+
+    async def _appendonly(self, persistence: dict[str, str]) -> bool:
+        """Whether the server writes an AOF. While it loads one at start-up, ``INFO`` says
+        ``aof_enabled:0``: then its configuration is asked (and a user not allowed ``CONFIG`` gets
+        no warning, since it cannot be told)."""
+        if persistence.get("aof_enabled", "0") == "1":
+            return True
+        if persistence.get("loading") != "1":
+            return False
+        try:
+            setting = await self.command("CONFIG", "GET", "appendonly")
+        except JobBoardError:
+            return True
+        return _text(setting[1]) == "yes" if len(setting) == 2 else True
 
     async def info(self, section: str) -> dict[str, str]:
         """``INFO section`` as a mapping of text."""
