@@ -246,7 +246,7 @@ async def test_no_false_persistence_warning_while_redis_loads_its_aof(caplog: py
         with aof.open("ab") as file:  # a second or so of commands to replay at start-up
             file.write(b"*3\r\n$3\r\nSET\r\n$4\r\nfill\r\n$1\r\nx\r\n" * 1_500_000)
         server.spawn()
-        while not await _loading(server.port):
+        while not await _loading(server.port):  # noqa: ASYNC110 - another process loads
             await anyio.sleep(0.01)
         with caplog.at_level(logging.WARNING):
             async with open_board(url) as board:
