@@ -108,8 +108,12 @@ def test_a_negative_value_gets_the_options_own_message(capsys: Capture, url: str
     """argparse took ``-1d`` for an option and said only "expected one argument"."""
     status, _, err = run(capsys, "--board", url, "purge", "--older-than", "-1d")
     assert status == 2 and "argument --older-than: not a duration: '-1d'" in err
-    status, _, err = run(capsys, "--board", url, "post", "resize", "--max-attempts", "-3")
+    status, _, err = run(capsys, "--board", url, "post", "resize", "--delay", "-1e3")
+    assert status == 2 and "argument --delay: seconds must be a finite number >= 0, not -1e3" in err
+    status, _, err = run(capsys, "--board", url, "post", "resize", "--max-attempts", "-3")  # a plain number
     assert status == 2 and "argument --max-attempts: must be 1 or more, not -3" in err
+    status, out, _ = run(capsys, "--board", url, "post", "--", "-1d")  # after "--": a positional, as given
+    assert status == 0 and out.strip()
     status, _, err = run(capsys, "--board", url, "list", "--json", "-1")  # a flag takes no value
     assert status == 2 and "unrecognized arguments: -1" in err
     status, out, _ = run(capsys, "--board", url, "purge", "--older-than", "1d")

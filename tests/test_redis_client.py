@@ -4,6 +4,7 @@ order, a server that stops answering, a server that lost the board's function.""
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import time
 import uuid
@@ -31,7 +32,7 @@ async def test_replies_come_back_in_order_errors_in_place(server: RedisServer) -
         wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
         try:
             key = f"k-{uuid.uuid4().hex}"
-            # one loop iteration: one write, 200 replies matched in order (HGET of a counter: an error)
+            # one loop iteration: 200 commands pipelined, their replies matched in order (HGET of a counter: an error)
             sent = [wire.send(("INCR", key) if index % 7 else ("HGET", key, "f")) for index in range(200)]
             replies = [await reply for reply in sent]
             assert replies[0] is None  # HGET before the key exists
@@ -66,6 +67,22 @@ async def test_a_busy_loop_iteration_writes_every_few_commands_at_once(server: R
             assert len(writes) == 4  # the last command went out at the end of the iteration
         finally:
             wire.close()
+
+
+async def test_commands_sent_while_the_connection_closes_fail_unwritten(
+        server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Writes to a closing transport are dropped with asyncio's "socket.send() raised exception."
+    warning from the fifth on; with a write every few commands one iteration made that many."""
+    with anyio.fail_after(20):
+        wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
+        assert wire.transport is not None
+        wire.transport.close()  # closing: connection_lost is on its way
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            sent = [wire.send(("PING",)) for _ in range(8 * WRITE_EVERY)]
+            for reply in sent:
+                with pytest.raises(ConnectionLost):
+                    await reply
+        assert not [record for record in caplog.records if "socket.send()" in record.getMessage()]
 
 
 async def test_a_stopped_server_times_out_and_the_board_recovers(server: RedisServer) -> None:

@@ -238,7 +238,7 @@ async def test_no_false_persistence_warning_while_redis_loads_its_aof(caplog: py
     """While Redis loads its AOF at start-up, INFO says ``aof_enabled:0``: a board opened then
     warned "appendonly off" of a server that has it on."""
     with RedisServer() as server, anyio.fail_after(40):
-        url = board_url(server.url(""))
+        url = board_url(server.url(""), connect_timeout=30)  # LOADING is retried for that long
         async with open_board(url) as board:
             await board.post("before")
         await anyio.to_thread.run_sync(server.kill)

@@ -112,10 +112,13 @@ _NEGATIVE = re.compile(r"-\d")
 def negative_values_attached(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
     """``--older-than -1d`` as ``--older-than=-1d``: argparse takes a value starting with ``-`` and a
     digit for an option and says only "expected one argument"; attached, the option's own check
-    names what is wrong with the value. Only options that take a value are joined."""
+    names what is wrong with the value. Only options spelt in full that take a value are joined,
+    and nothing after ``--``."""
     takes_value = set(_value_options(parser))
     out: list[str] = []
-    for token in argv:
+    for index, token in enumerate(argv):
+        if token == "--":
+            return out + list(argv[index:])
         if out and out[-1] in takes_value and _NEGATIVE.match(token):
             out[-1] = f"{out[-1]}={token}"
         else:

@@ -149,7 +149,7 @@ class RedisClient:
     async def _fcall(self, *, keys: list[str], args: list[Arg]) -> Any:
         """FCALL of the board's function, loading its library first if the server lacks it.
 
-        Calls made in the same loop iteration go out together in one write (one round trip).
+        Calls made in the same loop iteration go out together, pipelined (a write every few commands).
         """
         command: list[Arg] = ["FCALL", FUNCTION, len(keys), *keys, *args]
         for loaded in (False, True):
@@ -214,7 +214,9 @@ class RedisClient:
             return False
         try:
             setting = await self.command("CONFIG", "GET", "appendonly")
-        except JobBoardError:
+        except BackendUnavailable:
+            raise
+        except JobBoardError:  # not allowed CONFIG: it cannot be told
             return True
         return _text(setting[1]) == "yes" if len(setting) == 2 else True
 
@@ -238,7 +240,7 @@ class RedisClient:
         return await self._retrying(lambda: self._one(args))
 
     async def pipeline(self, commands: Sequence[Sequence[Arg]], *, errors_in_place: bool = False) -> list[Any]:
-        """Several read commands in one round trip (with ``errors_in_place``, a failed command's
+        """Several read commands pipelined (with ``errors_in_place``, a failed command's
         reply is a :class:`~jobboard.errors.JobBoardError` instead of raising)."""
 
         async def send() -> list[Any]:

@@ -24,8 +24,8 @@ Arg = str | bytes | int | float
 WRITE_EVERY = 4
 """Commands per write when more are queued in one loop iteration. One write per iteration made the
 client and Redis take turns (each idle while the other worked); writing every 4 commands lets them
-work at once: the full cycle at 16 in flight went from 9,100 to 15,700 cycles/s (1: 13,800; 2: 15,300;
-8: 14,100; docs/backends/redis.md)."""
+work at once: the full cycle at 16 in flight went from 9,100 to 15,600 cycles/s (1: 13,800; 2: 15,300;
+8: 14,100; medians of 2 interleaved rounds, docs/backends/redis.md)."""
 
 
 class ConnectionLost(ConnectionError):
@@ -111,9 +111,17 @@ class Wire(asyncio.Protocol):
         self._write()
 
     def _write(self) -> None:
+        """Write what is queued; a closing connection writes nothing (``connection_lost`` fails the
+        waiting commands), a failed write fails them at once (the replies would be out of step)."""
         out, self._out = self._out, []
-        if self.transport is not None and self.failed is None and out:
-            self.transport.write(b"".join(out))
+        transport = self.transport
+        if transport is None or self.failed is not None or not out or transport.is_closing():
+            return
+        try:
+            transport.write(b"".join(out))
+        except Exception as error:
+            self._fail(ConnectionLost(f"cannot write to Redis: {error}"))
+            raise
 
     def _check(self) -> None:
         """Abort the connection if commands have waited ``timeout`` without any reply."""
