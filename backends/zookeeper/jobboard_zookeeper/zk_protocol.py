@@ -63,9 +63,9 @@ def plain_reader(conn: Any) -> Callable[[int], Awaitable[bytes]]:
 WRITE_EVERY = 4
 """Requests per ``send`` when more are made in one turn of the event loop. One ``send`` per turn
 made the client and the server take turns; a ``send`` every 4 lets the server start on them while
-the client makes the rest: a board's cycle at W=16 went from 4,700 to 5,600/s (2: 5,800; 8: 5,700;
-medians of 3 interleaved runs, docs/backends/zookeeper.md). 2, 4 and 8 differed by less than the
-runs did; 4 is the redis:// wire's choice, where it measured best."""
+the client makes the rest: a board's cycle at W=16 gained 5 % (7 interleaved pairs; W=64 0.5 %;
+docs/backends/zookeeper.md). 2, 4 and 8 differed by less than the runs did; 4 is the redis://
+wire's choice, where it measured best (1.7×)."""
 
 
 def coalesce_writes(conn: Any) -> None:
