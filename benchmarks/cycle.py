@@ -1,5 +1,9 @@
 """Claim-cycle throughput of a jobboard board: post N jobs, then W claimers do
-claim_next -> consume until the board is empty.
+claim_next -> consume until all N are consumed; the phase is timed from its start to the
+last consume, as the peers' benchmarks time theirs (``benchmarks.peers.common.ConsumePhase``).
+Until 2026-11-24 it ran until every claimer had returned: an idle claimer's last wait (up to
+0.05 s) and the board listing that told it the board was empty were counted, which took
+20-40 % off a 1,000-job phase of one process and more off a fleet's.
 
     python -m benchmarks.cycle --url zookeeper://127.0.0.1:2181/bench --jobs 2000 --workers 16 --repeat 3
     python -m benchmarks.cycle --url memory://bench --jobs 2000 --workers 16
@@ -84,29 +88,72 @@ async def post_jobs(board: JobBoard, count: int, name: str = "bench") -> float:
     return count / watch.elapsed()
 
 
-async def drain(board: JobBoard, owner: str, latencies: list[float], stop: anyio.Event | None = None) -> int:
-    """claim_next -> consume until the board is empty (or ``stop`` is set and it is empty)."""
-    done = 0
-    while True:
+class Tally:
+    """Jobs consumed so far by every claimer of the phase, and when the last was (wall clock).
+    In one process a plain count; across processes ``multiprocessing.Value``s (``shared``)."""
+
+    def __init__(self, total: int | None, shared: tuple[Any, Any] | None = None) -> None:
+        self.total = total
+        self._count, self._last = shared if shared is not None else (None, None)
+        self._local, self.last = 0, 0.0
+
+    @property
+    def count(self) -> int:
+        return int(self._count.value) if self._count is not None else self._local
+
+    def add(self) -> None:
+        now = time.time()
+        if self._count is None:
+            self._local, self.last = self._local + 1, now
+            return
+        with self._count.get_lock():
+            self._count.value += 1
+            self._last.value = max(self._last.value, now)
+
+    def complete(self) -> bool:
+        return self.total is not None and self.count >= self.total
+
+
+IDLE_CHECK = 20
+"""Idle waits (0.05 s each) before a claimer with a ``Tally`` asks the board whether it is empty:
+the phase ends when every posted job is consumed (no listing in the claim loop: ``job_count``
+lists 2-3 directories, 2-3·K on a partitioned board, which is not what a worker does)."""
+
+
+async def drain(board: JobBoard, owner: str, latencies: list[float], stop: anyio.Event | None = None,
+                tally: Tally | None = None) -> int:
+    """claim_next -> consume until every job is consumed (``tally``) or the board is empty (or
+    ``stop`` is set and it is empty)."""
+    done, idle = 0, 0
+    tally = tally or Tally(None)
+    while not tally.complete():
         started = time.perf_counter()
         claim = await board.claim_next(owner)
         latencies.append(time.perf_counter() - started)
         if claim is None:
-            if (stop is None or stop.is_set()) and await board.job_count() == 0:
+            idle += 1
+            if ((tally.total is None or idle % IDLE_CHECK == 0) and (stop is None or stop.is_set())
+                    and await board.job_count() == 0):
                 return done
             with anyio.move_on_after(0.05):
                 await board.wait()
             continue
+        idle = 0
         await board.consume(claim)
         done += 1
+        tally.add()
+    return done
 
 
-async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = None) -> dict[str, Any]:
-    """W claimers sharing one board (one session); returns the phase's figures.
+async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = None,
+                        tally: Tally | None = None) -> dict[str, Any]:
+    """W claimers sharing one board (one session) until ``tally`` is complete; the phase's figures
+    (its seconds: from the start to the last consume).
 
     In a child process, ``ready`` (a queue) hears that the board is open and ``go``
     (an event) starts the claimers, so that every process is measured over the same phase.
     """
+    tally = tally or Tally(None)
     latencies: list[float] = []
     async with open_board(url) as board:
         if ready is not None:
@@ -114,16 +161,16 @@ async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = Non
             await anyio.to_thread.run_sync(go.wait)
         requests_before, conflicts_before = requests_sent(board), getattr(board, "claim_conflicts", 0)
         events_before, steals_before = events_received(board), getattr(board, "steals", 0)
-        watch, cpu = Stopwatch(), process_cpu_seconds()
+        watch, cpu, started = Stopwatch(), process_cpu_seconds(), time.time()
         async with anyio.create_task_group() as group:
             results: list[int] = []
 
             async def claimer(index: int) -> None:
-                results.append(await drain(board, f"c{index}", latencies))
+                results.append(await drain(board, f"c{index}", latencies, tally=tally))
 
             for index in range(workers):
                 group.start_soon(claimer, index)
-        elapsed = watch.elapsed()
+        elapsed = watch.elapsed() if tally.total is None or not tally.last else tally.last - started
         return {"cycles": sum(results), "seconds": elapsed, "cpu_s": process_cpu_seconds() - cpu,
                 "requests": requests_sent(board) - requests_before,
                 "events": events_received(board) - events_before,
@@ -131,28 +178,31 @@ async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = Non
                 "steals": getattr(board, "steals", 0) - steals_before, "latencies": latencies}
 
 
-def _consume_in_child(url: str, workers: int, queue: Any, go: Any) -> None:
-    result = anyio.run(consume_phase, url, workers, queue, go)
+def _consume_in_child(url: str, workers: int, queue: Any, go: Any, total: int, shared: tuple[Any, Any]) -> None:
+    result = anyio.run(consume_phase, url, workers, queue, go, Tally(total, shared))
     result.pop("latencies")
     queue.put(result)
 
 
-async def consume_in_processes(url: str, workers: int, processes: int) -> dict[str, Any]:
-    """The consume phase split over ``processes`` processes of W/processes claimers each."""
+async def consume_in_processes(url: str, workers: int, processes: int, total: int) -> dict[str, Any]:
+    """The consume phase split over ``processes`` processes of W/processes claimers each, until
+    ``total`` jobs are consumed; its seconds run from the start to the last consume."""
     context = multiprocessing.get_context("spawn")
     queue, go = context.Queue(), context.Event()
-    children = [context.Process(target=_consume_in_child, args=(url, max(1, workers // processes), queue, go))
+    shared = (context.Value("i", 0), context.Value("d", 0.0))
+    children = [context.Process(target=_consume_in_child,
+                                args=(url, max(1, workers // processes), queue, go, total, shared))
                 for _ in range(processes)]
     for child in children:
         child.start()
     for _ in children:  # every board is open (and sees the whole board) before the phase starts
         await anyio.to_thread.run_sync(queue.get, abandon_on_cancel=True)
-    watch = Stopwatch()
+    started = time.time()
     go.set()
     parts = [await anyio.to_thread.run_sync(queue.get, abandon_on_cancel=True) for _ in children]
     for child in children:
         await anyio.to_thread.run_sync(child.join)
-    return {"cycles": sum(p["cycles"] for p in parts), "seconds": watch.elapsed(),
+    return {"cycles": sum(p["cycles"] for p in parts), "seconds": shared[1].value - started,
             "cpu_s": sum(p["cpu_s"] for p in parts), "requests": sum(p["requests"] for p in parts),
             "failed_claims": sum(p["failed_claims"] for p in parts), "latencies": [],
             "events": sum(p["events"] for p in parts), "steals": sum(p["steals"] for p in parts)}
@@ -171,9 +221,9 @@ async def one_run(args: argparse.Namespace) -> dict[str, Any]:
             await stack.aclose()  # only the claimers' boards watch during the consume phase
             zk_cpu, server = child_cpu_seconds(args.zk_pid), server_counts(args.hosts)
             if args.processes > 1:
-                phase = await consume_in_processes(url, args.workers, args.processes)
+                phase = await consume_in_processes(url, args.workers, args.processes, args.jobs)
             else:
-                phase = await consume_phase(url, args.workers)
+                phase = await consume_phase(url, args.workers, tally=Tally(args.jobs))
     zk_cpu, after = child_cpu_seconds(args.zk_pid) - zk_cpu, server_counts(args.hosts)
     async with open_board(url) as board:
         left = await board.job_count()

@@ -218,6 +218,13 @@ ANALYSIS = """## Reading these numbers
   cores the benchmark process and the ZooKeeper server together keep both cores busy
   (compare bench CPU s and ZK CPU s to the run's time), so every request, notification and
   byte saved is throughput gained.
+- **One clock for every system.** Each consume phase is timed from its start to its last
+  consume, for jobboard (`benchmarks.cycle`) as for the peers (`ConsumePhase`). Before
+  2026-11-24 jobboard's phase ran until every claimer had returned: the last idle wait (up
+  to 0.05 s) and the listing that told a claimer the board was empty were counted, which
+  took 20-40 % off one process's 1,000-job phase and more off a fleet's (then `job_count()`
+  listed 2·K directories in every idle claimer). Figures on this page from before that date
+  were measured with that clock.
 - **TaskFlow gets slower with more workers.** Every thread scans the whole job list from
   the oldest job. All threads race for the same first unclaimed job. And every claim
   re-lists the directory, because its lock nodes live beside the jobs. Hence the failed
