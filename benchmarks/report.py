@@ -224,7 +224,10 @@ ANALYSIS = """## Reading these numbers
   to 0.05 s) and the listing that told a claimer the board was empty were counted, which
   took 20-40 % off one process's 1,000-job phase and more off a fleet's (then `job_count()`
   listed 2·K directories in every idle claimer). Figures on this page from before that date
-  were measured with that clock.
+  were measured with that clock. Since the same day every process's board also waits for
+  work once before the phase (on a partitioned board that joins the fleet, and each join
+  makes every member re-list its partitions), and a fleet's phase starts 0.5 s after the
+  last join: the phase measures a running fleet, not its start.
 - **TaskFlow gets slower with more workers.** Every thread scans the whole job list from
   the oldest job. All threads race for the same first unclaimed job. And every claim
   re-lists the directory, because its lock nodes live beside the jobs. Hence the failed
