@@ -23,6 +23,13 @@ local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend
 -- A claim reads the posting in the same HMGET.
 local CLAIM_FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err', 'nd',
   'p'}
+-- The hot paths read only what they use: each field read costs the bridge a string and the job's
+-- table an entry (an HMGET of 15 fields cost 2.1 us against 1.0 for 7, and building the table
+-- about as much again). 'sc' and 'st' are always read: get() tells a malformed hash by them.
+-- claim_next: its head job, claimed or (exhausted: read again in full) trashed.
+local NEXT_FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'err', 'nd', 'p'}
+-- consume: the fence and what settling reads.
+local CONSUME_FIELDS = {'sc', 'st', 'gen', 'owner', 'sess', 'keep', 'key', 'nd'}
 
 local function ev(kind, job, detail)
   job, detail = job or '', detail or ''
@@ -181,8 +188,8 @@ local function replayed_claim(sess)
 end
 
 -- The claim's job if the claim is current: generation, then owner, then a live session.
-local function fenced(id, gen, owner)
-  local j = get(id)
+local function fenced(id, gen, owner, fields)
+  local j = get(id, fields)
   if not j or j.st ~= 'c' or j.gen ~= gen then return nil, 'lost' end
   if j.owner ~= owner then return nil, 'owner' end
   if not session_alive(j.sess) then return nil, 'lost' end
@@ -334,13 +341,13 @@ function ops.claim_next(owner, sess, retention, ...)
       end
     end
     if not best then return reply('none', {wait_ms}) end
-    local j = get(best, CLAIM_FIELDS)
+    local j = get(best, NEXT_FIELDS)
     if not j or j.st ~= 'u' then
       if popped ~= 'ready' then redis.call('ZREM', P .. 'ready', best) end
       if popped ~= 'rn' then for _, name in ipairs(names) do redis.call('ZREM', P .. 'rn:' .. name, best) end end
       if j == false then quarantine(best) end
     elseif exhausted(j) then
-      to_trash(j, 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
+      to_trash(get(best), 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
     else
       return do_claim(j, owner, sess, popped)
     end
@@ -350,7 +357,7 @@ end
 
 function ops.consume(id, gen, owner, result, retention)
   if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
-  local j, why = fenced(id, gen, owner)
+  local j, why = fenced(id, gen, owner, CONSUME_FIELDS)
   if not j then return reply(why) end
   redis.call('ZREM', P .. 'all', id) -- a claimed job is in no other index but its session's claims
   redis.call('SREM', P .. 'claims:' .. j.sess, id)
