@@ -112,6 +112,8 @@ def test_a_negative_value_gets_the_options_own_message(capsys: Capture, url: str
     assert status == 2 and "argument --delay: seconds must be a finite number >= 0, not -1e3" in err
     status, _, err = run(capsys, "--board", url, "post", "resize", "--max-attempts", "-3")  # a plain number
     assert status == 2 and "argument --max-attempts: must be 1 or more, not -3" in err
+    status, _, err = run(capsys, "--board", url, "purge", "--older", "-1d")  # abbreviated, as argparse allows
+    assert status == 2 and "argument --older-than: not a duration: '-1d'" in err
     status, out, _ = run(capsys, "--board", url, "post", "--", "-1d")  # after "--": a positional, as given
     assert status == 0 and out.strip()
     status, _, err = run(capsys, "--board", url, "list", "--json", "-1")  # a flag takes no value

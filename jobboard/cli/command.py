@@ -112,25 +112,36 @@ _NEGATIVE = re.compile(r"-\d")
 def negative_values_attached(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
     """``--older-than -1d`` as ``--older-than=-1d``: argparse takes a value starting with ``-`` and a
     digit for an option and says only "expected one argument"; attached, the option's own check
-    names what is wrong with the value. Only options spelt in full that take a value are joined,
-    and nothing after ``--``."""
-    takes_value = set(_value_options(parser))
+    names what is wrong with the value. Only options that take a value are joined (spelt in full,
+    or abbreviated to a prefix of no other option), and nothing after ``--``."""
+    options = dict(_long_options(parser))
     out: list[str] = []
     for index, token in enumerate(argv):
         if token == "--":
             return out + list(argv[index:])
-        if out and out[-1] in takes_value and _NEGATIVE.match(token):
+        if out and _NEGATIVE.match(token) and _takes_value(out[-1], options):
             out[-1] = f"{out[-1]}={token}"
         else:
             out.append(token)
     return out
 
 
-def _value_options(parser: argparse.ArgumentParser) -> Iterator[str]:
-    """The long option strings of ``parser`` and its subcommands that take one value."""
+def _takes_value(token: str, options: dict[str, bool]) -> bool:
+    """Whether ``token`` names one long option (in full or by a unique prefix) that takes a value."""
+    if not token.startswith("--") or "=" in token:
+        return False
+    if token in options:
+        return options[token]
+    matches = {option for option in options if option.startswith(token)}
+    return len(matches) == 1 and options[matches.pop()]
+
+
+def _long_options(parser: argparse.ArgumentParser) -> Iterator[tuple[str, bool]]:
+    """The long option strings of ``parser`` and its subcommands, each with whether it takes one value."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for sub in action.choices.values():
-                yield from _value_options(sub)
-        elif action.nargs is None and action.option_strings:  # flags have nargs=0
-            yield from (option for option in action.option_strings if option.startswith("--"))
+                yield from _long_options(sub)
+        elif action.option_strings:  # flags have nargs=0, options with one value nargs=None
+            yield from ((option, action.nargs is None) for option in action.option_strings
+                        if option.startswith("--"))
