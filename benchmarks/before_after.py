@@ -23,7 +23,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,21 @@ from tests.support.redisserver import RedisServer, ensure_redis_installed
 from tests.support.zkserver import ZooKeeperServer, ensure_zookeeper_installed
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@contextmanager
+def base_tree(rev: str) -> Iterator[Path]:
+    """``rev`` checked out in a temporary git worktree with this tree's ``benchmarks/`` (so that the
+    same benchmark code measures both libraries); removed afterwards."""
+    with tempfile.TemporaryDirectory() as scratch:
+        base = Path(scratch) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", str(base), rev], cwd=ROOT, check=True,
+                       capture_output=True)
+        shutil.copytree(ROOT / "benchmarks", base / "benchmarks", dirs_exist_ok=True)
+        try:
+            yield base
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
 FIGURES = {"cycle": ("posts_per_s", "cycles_per_s", "zk_requests_per_cycle", "cpu_s"),
            "batches": ("posts_per_s", "post_many_per_s", "cycles_per_s", "fused_cycles_per_s", "posts_cpu_us",
                        "post_many_cpu_us", "cycles_cpu_us", "fused_cycles_cpu_us")}
@@ -85,21 +101,15 @@ def main() -> None:
     args = parser.parse_args()
     backends = args.backends.split(",")
     pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {backend: [] for backend in backends}
-    with tempfile.TemporaryDirectory() as scratch, ExitStack() as stack:
+    with ExitStack() as stack:
         urls = board_urls(stack, backends)
-        base = Path(scratch) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT, check=True,
-                       capture_output=True)
-        shutil.copytree(ROOT / "benchmarks", base / "benchmarks", dirs_exist_ok=True)
-        try:
-            for run in range(args.runs):
-                for backend in backends:
-                    trees = [base, ROOT] if run % 2 == 0 else [ROOT, base]
-                    got = {tree: run_bench(tree, args.bench, urls[backend], args)
-                           for tree in trees}
-                    pairs[backend].append((got[base], got[ROOT]))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
+        base = stack.enter_context(base_tree(args.base))
+        for run in range(args.runs):
+            for backend in backends:
+                trees = [base, ROOT] if run % 2 == 0 else [ROOT, base]
+                got = {tree: run_bench(tree, args.bench, urls[backend], args)
+                       for tree in trees}
+                pairs[backend].append((got[base], got[ROOT]))
     report: dict[str, Any] = {"bench": f"before_after/{args.bench}", "base": args.base, "jobs": args.jobs,
                               "workers": args.workers, "runs": args.runs}
     for backend in backends:

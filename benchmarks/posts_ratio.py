@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.before_after import ROOT
+from benchmarks.before_after import ROOT, base_tree
 from tests.support.zkserver import ZooKeeperServer, ensure_zookeeper_installed
 
 
@@ -62,17 +60,10 @@ def main() -> None:
     args = parser.parse_args()
     ensure_zookeeper_installed()
     rounds: list[dict[str, float]] = []
-    with tempfile.TemporaryDirectory() as scratch:
-        base = Path(scratch) / "base"
-        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT, check=True,
-                       capture_output=True)
-        shutil.copytree(ROOT / "benchmarks", base / "benchmarks", dirs_exist_ok=True)
-        try:
-            for index in range(args.runs):
-                with ZooKeeperServer(fsync=True) as server:
-                    rounds.append(one_round(server, {"base": base, "this": ROOT}, "base" if index % 2 == 0 else "this"))
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
+    with base_tree(args.base) as base:
+        for index in range(args.runs):
+            with ZooKeeperServer(fsync=True) as server:
+                rounds.append(one_round(server, {"base": base, "this": ROOT}, "base" if index % 2 == 0 else "this"))
     report: dict[str, Any] = {"bench": "posts_ratio", "base": args.base, "runs": args.runs}
     for figure in rounds[0]:
         values = [one[figure] for one in rounds]
