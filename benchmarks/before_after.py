@@ -47,20 +47,27 @@ def base_tree(rev: str) -> Iterator[Path]:
             yield base
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
+
+
 FIGURES = {"cycle": ("posts_per_s", "cycles_per_s", "zk_requests_per_cycle", "cpu_s"),
            "batches": ("posts_per_s", "post_many_per_s", "cycles_per_s", "fused_cycles_per_s", "posts_cpu_us",
                        "post_many_cpu_us", "cycles_cpu_us", "fused_cycles_cpu_us")}
 
 
-def run_bench(tree: Path, bench: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One run of ``bench`` from ``tree`` on a fresh board under ``url``: its figures."""
+def run_module(tree: Path, module_args: list[str], timeout: float = 600) -> dict[str, Any]:
+    """``python -m MODULE ARGS...`` with ``tree``'s library (and its backends): its first run's figures."""
     paths = [tree] + [tree / "backends" / name for name in ("zookeeper", "redis", "memory")]
     env = {"PYTHONPATH": ":".join(map(str, paths)), "PATH": "/usr/bin:/bin"}
-    command = [sys.executable, "-m", f"benchmarks.{bench}", "--url", url, "--jobs", str(args.jobs),
-               "--workers", str(args.workers), "--repeat", "1"]
-    done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, check=True, timeout=600)
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    done = subprocess.run([sys.executable, "-m", *module_args], cwd=tree, env=env, capture_output=True, text=True,
+                          check=True, timeout=timeout)
+    report: dict[str, Any] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
     return dict(report["runs"][0])
+
+
+def run_bench(tree: Path, bench: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One run of ``bench`` from ``tree`` on a fresh board under ``url``: its figures."""
+    return run_module(tree, [f"benchmarks.{bench}", "--url", url, "--jobs", str(args.jobs),
+                             "--workers", str(args.workers), "--repeat", "1"])
 
 
 def board_urls(stack: ExitStack, backends: list[str]) -> dict[str, str]:

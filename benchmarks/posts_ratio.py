@@ -16,22 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.before_after import ROOT, base_tree
+from benchmarks.before_after import ROOT, base_tree, run_module
 from tests.support.zkserver import ZooKeeperServer, ensure_zookeeper_installed
 
 
 def run(tree: Path, args: list[str]) -> dict[str, Any]:
-    paths = [tree] + [tree / "backends" / name for name in ("zookeeper", "redis", "memory")]
-    env = {"PYTHONPATH": ":".join(map(str, paths)), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", *args], cwd=tree, env=env, capture_output=True, text=True,
-                          check=True, timeout=900)
-    report: dict[str, Any] = json.loads([line for line in done.stdout.splitlines() if line.startswith("{")][-1])
-    return dict(report["runs"][0])
+    return run_module(tree, args, timeout=900)
 
 
 def one_round(server: ZooKeeperServer, trees: dict[str, Path], first: str) -> dict[str, float]:

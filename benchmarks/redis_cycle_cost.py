@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from benchmarks.redis_clients import SYSTEMS
+from benchmarks.redis_compare import median
 
 
 async def server_figures(url: str) -> dict[str, float]:
@@ -59,10 +60,6 @@ async def one(url: str, system: str, workers: int, seconds: float) -> dict[str, 
             "xread_us": round((after.get("xread_us", 0.0) - before.get("xread_us", 0.0)) / cycles, 1),
             "busy_share": round((client_cpu + after["server_cpu_s"] - before["server_cpu_s"]) / elapsed, 2)}
 
-
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
 
 
 async def measure(url: str, systems: list[str], workers: int, seconds: float, rounds: int) -> dict[str, Any]:

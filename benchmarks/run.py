@@ -41,9 +41,9 @@ class Plan:
     workers: tuple[int, ...] = (1, 4, 16, 64)
     fleet_workers: tuple[int, ...] = (16, 64)
     processes: tuple[int, ...] = (4, 16)
+    """Besides one process (the plain rows at the same W)."""
     partitions: int = 16
     """The fleet rows run again on a board created with ``?partitions=K`` (docs/backends/zookeeper.md)."""
-    """Besides one process (the plain rows at the same W)."""
     taskflow_workers: tuple[int, ...] = (1, 16)
     backlogs: str = "1000,10000,50000"
     commands: list[list[str]] = field(default_factory=list)

@@ -92,8 +92,8 @@ def whole_number(text: str, *, least: int = 0) -> int:
     return value
 
 
-def attempts_limit(text: str) -> int:
-    """An argparse type: a job's ``max_attempts``, 1 or more."""
+def positive_whole_number(text: str) -> int:
+    """An argparse type: a whole number, 1 or more (a job's ``max_attempts``, a count)."""
     return whole_number(text, least=1)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jobboard.board import JobBoard
-from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError, attempts_limit, seconds
+from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError, positive_whole_number, seconds
 from jobboard.cli.output import first_line, format_table, format_time, print_json
 from jobboard.errors import JobNotFound
 from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
@@ -48,7 +48,7 @@ def post_arguments(parser: argparse.ArgumentParser) -> None:
                         help="job details, a JSON object; @PATH reads it from a file, - from stdin")
     parser.add_argument("--priority", type=_priority, default=Priority.NORMAL,
                         help="very_low, low, normal (default), high or very_high (or -2..2)")
-    parser.add_argument("--max-attempts", type=attempts_limit, default=None, metavar="N",
+    parser.add_argument("--max-attempts", type=positive_whole_number, default=None, metavar="N",
                         help="times the job may be handed out, 1 or more (default: the board's)")
     parser.add_argument("--after", nargs="+", action="extend", default=[], metavar="JOB_ID",
                         help="jobs that must be consumed first")

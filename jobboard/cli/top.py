@@ -18,6 +18,7 @@ import anyio
 
 from jobboard.board import JobBoard
 from jobboard.cli.board_stats import stats_lines
+from jobboard.cli.command import positive_whole_number
 from jobboard.cli.jobs import job_record, list_columns
 from jobboard.cli.output import format_table, format_time
 from jobboard.live import LiveBoard
@@ -41,22 +42,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _positive_int(text: str) -> int:
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"not a whole number > 0: {text!r}")
-    return int(text)
-
-
 def top_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interval", type=_positive_float, default=1.0, metavar="SECONDS",
                         help="redraw at least this often (default 1); changes redraw sooner, "
                              f"at most {int(1 / MIN_REDRAW_GAP)} times a second")
-    parser.add_argument("--jobs", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--jobs", type=positive_whole_number, default=None, metavar="N",
                         help=f"show the first N jobs (default: what fits the terminal; "
                              f"{JOBS_WHEN_NOT_A_TERMINAL} when not a terminal)")
     ends = parser.add_mutually_exclusive_group()
     ends.add_argument("--once", action="store_true", help="draw one frame and exit")
-    ends.add_argument("--iterations", type=_positive_int, default=None, metavar="N",
+    ends.add_argument("--iterations", type=positive_whole_number, default=None, metavar="N",
                       help="draw N frames and exit (default: until Ctrl-C)")
 
 

@@ -9,7 +9,6 @@ path) as a remote one.
 from __future__ import annotations
 
 import heapq
-import itertools
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
@@ -76,7 +75,6 @@ class Store:
         self.trashed_entries: dict[str, Entry] = {}
         """The entries behind ``trash`` (for ``requeue``)."""
         self._ready: list[tuple[int, int, str]] = []
-        self._sequence = itertools.count(1)
         self.last_sequence = 0
         """The sequence of the last id given (ids past it were never posted)."""
         self._publish = publish
@@ -108,7 +106,8 @@ class Store:
         :raises InvalidJob: a dependency is not on the board (nothing is added).
         :raises MalformedEntry: ``raw`` is not a posting (it is kept in ``malformed``).
         """
-        sequence = self.last_sequence = next(self._sequence)
+        self.last_sequence += 1
+        sequence = self.last_sequence
         job_id = f"job-{sequence:010d}"
         try:
             posting = decode_posting(raw)

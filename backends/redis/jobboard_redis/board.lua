@@ -268,8 +268,7 @@ local function post_simple(a)
   redis.call('ZADD', P .. 'all', unpack(all))
   if #ready > 0 then redis.call('ZADD', P .. 'ready', unpack(ready)) end
   for name, rn in pairs(named) do redis.call('ZADD', P .. 'rn:' .. name, unpack(rn)) end
-  NONCE = a[2]
-  done(first .. '+' .. n)
+  done(first .. '+' .. n)  -- NONCE: the call's, its first post's
   return reply('range', {first, n})
 end
 
@@ -287,7 +286,7 @@ end
 function ops.post_many(...)
   local a, i, out = {...}, 1, {}
   if RETRY and #a > 1 then
-    local rec = redis.call('GET', P .. 'n:' .. a[2])
+    local rec = redis.call('GET', P .. 'n:' .. NONCE)
     local first, n = string.match(rec or '', '^(%d+)%+(%d+)$')
     if first then return reply('range', {tonumber(first), tonumber(n)}) end
   elseif simple(a) then
@@ -384,14 +383,14 @@ function ops.consume(id, gen, owner, result, retention)
   -- One DEL: the dependents' set, the results delivered to it (if it had dependencies), the hash (unless kept).
   local gone = {P .. 'dents:' .. id}
   if j.nd ~= '0' then gone[2] = P .. 'res:' .. id end
-  if j.key ~= '' and tonumber(retention) > 0 then
-    redis.call('DEL', unpack(gone))
+  local kept = j.key ~= '' and tonumber(retention) > 0
+  if not kept then gone[#gone + 1] = jk(id) end
+  redis.call('DEL', unpack(gone))
+  if kept then
     redis.call('RENAME', jk(id), P .. 'gone:' .. id)
     redis.call('HSET', P .. 'gone:' .. id, 'st', 'done', 'owner', '', 'sess', '')
     settle_key(j, P .. 'gone:' .. id, tonumber(retention))
   else
-    gone[#gone + 1] = jk(id)
-    redis.call('DEL', unpack(gone))
     settle_key(j, nil, 0)
   end
   done('1')

@@ -79,6 +79,12 @@ class BatchPoster:
                  max_request_bytes: int) -> None:
         self._zk, self._paths, self._markers, self._poster = zk, paths, markers, poster
         self._max_bytes = max_request_bytes
+        self._chunk_bytes = 2 * OP_BYTES + len(paths.mark("m" * 32))
+        """A chunk's bytes besides its jobs: the multi and its write marker."""
+        self._job_bytes = 2 * OP_BYTES + len(paths.counter(0)) + len(paths.job("0-0000000000000"))
+        """A job's bytes besides its posting: its counter step and its create."""
+        self._key_bytes = OP_BYTES + len(KeyRecord("0-0000000000000").encode())
+        """A key node's bytes besides its path."""
         self.grouper = Grouper(self)
         poster.group = self.grouper.post
 
@@ -117,12 +123,12 @@ class BatchPoster:
         """Runs of unlinked postings cut to fit a request; each linked posting alone."""
         chunks: list[list[Prepared]] = []
         chunk: list[Prepared] = []
-        size = 2 * OP_BYTES + len(self._paths.mark("m" * 32))
+        size = self._chunk_bytes
         for posting, raw in prepared:
             cost = self._cost(posting, raw)
             if chunk and (posting.depends_on or len(chunk) >= CHUNK_JOBS or size + cost > self._max_bytes):
                 chunks.append(chunk)
-                chunk, size = [], 2 * OP_BYTES + len(self._paths.mark("m" * 32))
+                chunk, size = [], self._chunk_bytes
             if posting.depends_on:
                 chunks.append([(posting, raw)])
                 continue
@@ -131,9 +137,9 @@ class BatchPoster:
         return [*chunks, chunk] if chunk else chunks
 
     def _cost(self, posting: Posting, raw: bytes) -> int:
-        cost = 2 * OP_BYTES + len(self._paths.counter(0)) + len(self._paths.job("0-0000000000000")) + len(raw)
+        cost = self._job_bytes + len(raw)
         if posting.key is not None:
-            cost += OP_BYTES + len(self._paths.key(posting.key)) + len(KeyRecord("0-0000000000000").encode())
+            cost += self._key_bytes + len(self._paths.key(posting.key))
         return cost
 
     async def post_chunk(self, chunk: list[Prepared]) -> list[Job]:

@@ -99,7 +99,7 @@ class FleetBoard(ZooKeeperBase):
         """Claim the best unclaimed job of the partitions this board does not watch, if any."""
         if self._fleet is None:
             return None
-        for job in list(await self._foreign_unclaimed()):
+        for job in await self._foreign_unclaimed():
             if job in self._inflight:
                 continue
             self._inflight.add(job)
@@ -120,7 +120,7 @@ class FleetBoard(ZooKeeperBase):
         """The first claimable job of the partitions this board does not watch (for ``wait``)."""
         if self._fleet is None:
             return None
-        for job in list(await self._foreign_unclaimed()):
+        for job in await self._foreign_unclaimed():
             found = await self._readable(job, names)
             if found is None:
                 continue

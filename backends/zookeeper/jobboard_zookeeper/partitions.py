@@ -128,11 +128,7 @@ async def _ensure_partitions(zk: ZooKeeper, paths: Paths) -> None:
     there = {f"{paths.dir(name)}/{child}" for name, found in zip(PARTITIONED, listed, strict=True)
              for child in (found[0] if found else [])}
     missing = [path for name in PARTITIONED for path in paths.listed_dirs(name) if path not in there]
-    results = await asyncio.gather(*(zk.multi([Create(path)], retry_safe=True) for path in missing))
-    for path, result in zip(missing, results, strict=True):
-        failure = result.failure()
-        if failure is not None and failure[1] != "NodeExists":
-            raise ZkError(failure[1], path)
+    await asyncio.gather(*(zk.create_missing(path) for path in missing))
 
 
 async def list_dir(zk: ZooKeeper, paths: Paths, name: str) -> list[str]:

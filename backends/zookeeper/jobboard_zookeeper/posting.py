@@ -18,16 +18,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, BoardConflict, InvalidJob, UnknownOutcome
 from jobboard.job import Job
-from jobboard_zookeeper.chain import Chain, Turn
+from jobboard_zookeeper.chain import Chain
 from jobboard_zookeeper.keys import KeyRecord, expired
 from jobboard_zookeeper.layout import EPOCH_SIZE, Paths, TrashRecord, job_id, sequence_of
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown, SetData, Stat, TxnResult
 from jobboard_zookeeper.zk import ZooKeeper
+
+T = TypeVar("T")
 
 RACE_RETRIES = 5
 
@@ -83,26 +86,25 @@ class Poster:
             self._epoch = max(self._epoch, epoch + 1)
 
     async def _bump(self, epoch: int) -> Stat:
+        return await self._counter_write(epoch, self._zk.bump(self._paths.counter(epoch)), lambda stat: stat.version)
+
+    async def _counter_write(self, epoch: int, write: Awaitable[T], version_of: Callable[[T], int | None]) -> T:
+        """``write`` of the counter of ``epoch``, the chain told before and after (its new version)."""
         self.chain.bumping()
         try:
-            stat = await self._zk.bump(self._paths.counter(epoch))
+            result = await write
         except BaseException:
             self.chain.bumped(epoch, None)
             raise
-        self.chain.bumped(epoch, stat.version)
-        return stat
+        self.chain.bumped(epoch, version_of(result))
+        return result
 
     async def sequences(self, count: int) -> list[int]:
         """``count`` job sequences in one request: a multi of ``count`` counter bumps (the
         versions are consecutive; a replay after a lost reply only skips numbers)."""
         epoch = self._epoch
-        self.chain.bumping()
-        try:
-            result = await self._zk.multi([SetData(self._paths.counter(epoch), b"", -1)] * count, retry_safe=True)
-        except BaseException:
-            self.chain.bumped(epoch, None)
-            raise
-        self.chain.bumped(epoch, result.versions[-1] if result.ok else None)
+        bumps = self._zk.multi([SetData(self._paths.counter(epoch), b"", -1)] * count, retry_safe=True)
+        result = await self._counter_write(epoch, bumps, lambda done: done.versions[-1] if done.ok else None)
         if not result.ok:
             raise BackendUnavailable(f"allocating {count} job ids failed: {result.failure()}")
         versions = [version for version in result.versions if version is not None]
@@ -118,21 +120,18 @@ class Poster:
         return await self.group(posting, raw)
 
     async def post_one(self, posting: Posting, raw: bytes) -> Job:
-        """Store an encoded posting once, alone; a keyed post may return the job its key finds.
+        """Store an encoded posting once, alone, its sequence taken first (a linked post, or a keyed
+        one whose chunk failed); a keyed post may return the job its key finds.
 
         :raises InvalidJob: a dependency is not on the board (nothing is written).
         :raises BackendUnavailable: not connected (a keyed post may be repeated safely).
         :raises UnknownOutcome: a lost reply could not be resolved in time.
         """
-        turn = None if posting.depends_on else self.chain.take()
-        job, tries = (None, RACE_RETRIES) if turn is None else await self._chained(turn, posting, raw)
-        if job is not None:
-            return job
         sequence = await self.next_sequence()
         new_id = job_id(posting.priority, sequence)
         takeover: int | None = None  # the version of an expired key this post takes over
-        lost = tries < RACE_RETRIES
-        for _ in range(tries):
+        lost = False
+        for _ in range(RACE_RETRIES):
             try:
                 ops = await self._ops(new_id, posting, raw, takeover)
             except InvalidJob:  # a dependency went: the key may still find the job posted before
@@ -160,27 +159,6 @@ class Poster:
             raise BackendUnavailable(f"job {posting.name!r}: the post was lost {RACE_RETRIES} times on its way "
                                      "(certainly not written); try again")
         raise InvalidJob(f"job {posting.name!r}: its dependencies or key kept changing while it was posted")
-
-    async def _chained(self, turn: Turn, posting: Posting, raw: bytes) -> tuple[Job | None, int]:
-        """A post in one request (:mod:`jobboard_zookeeper.chain`): the job, or ``None`` and the
-        tries left for the two-request post when it did not apply (a lost try counts as one)."""
-        new_id = job_id(posting.priority, turn.sequence)
-        bump = turn.bumps(self._paths.counter(turn.epoch))
-        ops = await self._ops(new_id, posting, raw, None)
-        marker = self._markers.new()
-        try:
-            result = await self._zk.multi([*bump, *ops, marker.create()])
-        except OutcomeUnknown:
-            self.chain.missed(turn, contended=False)
-            if await self._resolve(marker, posting):
-                return posting.to_job(new_id, turn.sequence), 0
-            return None, RACE_RETRIES - 1
-        if result.ok:
-            self._markers.done(marker)
-            self.chain.hit(turn)
-            return posting.to_job(new_id, turn.sequence), 0
-        self.chain.missed(turn, contended=counter_moved(result, bump))
-        return None, RACE_RETRIES
 
     async def _resolve(self, marker: Marker, posting: Posting) -> bool:
         """Whether a post whose reply was lost was applied; unkeyed posts never say "retry"."""

@@ -22,15 +22,7 @@ from aiozk.states import States
 
 from jobboard.errors import BackendUnavailable
 from jobboard_zookeeper.fastwire import MultiReadRequest, MultiRequest, encode_acl, fast_reader
-from jobboard_zookeeper.ops import (
-    Create,
-    Op,
-    OutcomeUnknown,
-    SessionEvent,
-    Stat,
-    TxnResult,
-    ZkError,
-)
+from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown, SessionEvent, Stat, TxnResult, ZkError
 from jobboard_zookeeper.zk_protocol import (
     PERSISTENT_RECURSIVE,
     AddWatchRequest,
@@ -366,10 +358,13 @@ class ZooKeeper:
         for index in range(1, len(parts) + 1):
             node = "/" + "/".join(parts[:index])
             if await self.exists(node) is None:
-                result = await self.multi([Create(node)], retry_safe=True)
-                failure = result.failure()
-                if failure and failure[1] != "NodeExists":
-                    raise ZkError(failure[1], node)
+                await self.create_missing(node)
+
+    async def create_missing(self, node: str) -> None:
+        """Create the persistent ``node`` (its parent exists) unless it exists. :raises ZkError:"""
+        failure = (await self.multi([Create(node)], retry_safe=True)).failure()
+        if failure and failure[1] != "NodeExists":
+            raise ZkError(failure[1], node)
 
     async def multi(self, ops: Sequence[Op], *, retry_safe: bool = False) -> TxnResult:
         """Run ``ops`` as one transaction: all apply or none do.
