@@ -347,3 +347,23 @@ async def test_closing_after_the_server_went_away_says_why_the_session_stays(
             await board.aclose()
     [warning] = [r.getMessage() for r in caplog.records if "could not release the session" in r.getMessage()]
     assert warning.endswith("could not release the session at close (no answer): the server expires it in 3 s")
+
+
+async def test_a_claim_refused_for_a_session_the_server_lost_replaces_it_at_once(redis_url: str) -> None:
+    """As after a failover whose new primary never heard of (or already expired) this board's session."""
+    with anyio.fail_after(30):
+        async with open_board(board_url(redis_url, session_timeout=10)) as board, board.events() as stream:
+            assert isinstance(board, RedisBoard)
+            held = await board.claim(await board.post("held"), "w")
+            free = await board.post("free")
+            lost = board.session.id
+            await board.client.command("ZREM", f"{board.options.prefix}sessions", lost)
+            claim = await board.claim_next("w")  # not BackendUnavailable until the next heartbeat
+            assert claim is not None and claim.job.id in (free.id, held.job.id)
+            assert board.session.id != lost
+            assert (await board.watch_claim(held)) in ("session expired", "claimed again")
+            with pytest.raises(ClaimLost):
+                await board.consume(held, "late")  # the lost session's claim is fenced
+            while (await anext(stream)).kind is not EventKind.SESSION_EXPIRED:
+                pass  # the released claim's event may come first
+            await board.consume(claim, "done")

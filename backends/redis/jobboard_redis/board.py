@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -17,11 +17,10 @@ import anyio
 from jobboard.board import JobRef, NewJob, check_owner, job_id_of
 from jobboard.checks import check_size
 from jobboard.codec import MalformedEntry, encode_value
-from jobboard.errors import BackendUnavailable, BoardClosed, InvalidJob, JobBoardError, JobNotFound
+from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
 from jobboard.job import (
     Claim,
-    Entity,
     Job,
     JobState,
     LastError,
@@ -41,7 +40,6 @@ from jobboard_redis.records import (
     delay_ms,
     dependency_results,
     encode_error,
-    entities_of,
     job_of,
     jobs_of,
     posting_of,
@@ -72,7 +70,6 @@ class RedisBoard(KeepingRedis):
         self.hub = EventHub()
         self._tasks: set[asyncio.Task[None]] = set()
         self._claims: dict[str, tuple[int, str]] = {}  # claims made here: job -> (generation, session)
-        self._entities: dict[str, bytes] = {}
         self._reported: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------
@@ -133,13 +130,6 @@ class RedisBoard(KeepingRedis):
             self.view.notify()
         elif change == "renewed":
             self._spawn(self._restore_entities())
-
-    async def _restore_entities(self) -> None:
-        for name, metadata in list(self._entities.items()):
-            try:
-                await self.client.call("register", "", self.session.id, name, metadata)
-            except Exception:
-                logger.exception("could not restore entity %s on %s", name, self.url)
 
     async def _call(self, op: str, nonce: str, *args: str | bytes | int) -> tuple[str, list[Any]]:
         try:
@@ -234,18 +224,30 @@ class RedisBoard(KeepingRedis):
         self._claims[job_id] = (generation, self.session.id)
         return Claim(job, owner, generation, dependency_results(posting, list(results)))
 
+    async def _claiming(self, op: str, arguments: Callable[[str], tuple[str | int, ...]]) -> tuple[str, list[Any]]:
+        """Call a claiming *op* under this board's session; a session the server no longer has
+        (expired, or lost at a failover) is replaced at once and the call made once more.
+
+        :raises BackendUnavailable: still refused, or the server could not be reached.
+        """
+        for _ in range(2):
+            session = self.session.id
+            status, data = await self._call(op, self._nonce(), *arguments(session))
+            if status != "nosession":
+                return status, data
+            await self.session.recover(session)
+        raise BackendUnavailable("this board's Redis session is being renewed; retry")
+
     async def claim(self, job: JobRef, owner: str) -> Claim:
         found, owner = job_id_of(job), check_owner(owner)
         self._ensure_open()
-        status, data = await self._call("claim", self._nonce(), found, owner, self.session.id, self._retention_ms)
+        status, data = await self._claiming("claim", lambda session: (found, owner, session, self._retention_ms))
         if status == "ok":
             try:
                 return self._claim_of(owner, data)
             except MalformedEntry:
                 await self._set_aside(found)
                 raise JobNotFound(f"job {found} is not a valid posting (set aside)") from None
-        if status == "nosession":
-            raise BackendUnavailable("this board's Redis session is being renewed; retry")
         raise claim_refused(status, found, data)
 
     async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
@@ -255,10 +257,8 @@ class RedisBoard(KeepingRedis):
             return None
         wanted = sorted(names) if names is not None else []
         for _ in range(100):
-            status, data = await self._call("claim_next", self._nonce(), owner, self.session.id,
-                                            self._retention_ms, *wanted)
-            if status == "nosession":
-                raise BackendUnavailable("this board's Redis session is being renewed; retry")
+            status, data = await self._claiming(
+                "claim_next", lambda session: (owner, session, self._retention_ms, *wanted))
             if status == "none":
                 return None
             if status != "ok":
@@ -381,20 +381,3 @@ class RedisBoard(KeepingRedis):
     def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
         self._ensure_open()
         return self.hub.subscribe(maxlen)
-
-    # -- entities ------------------------------------------------------------
-
-    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidJob(f"entity name must be a non-empty string, not {name!r}")
-        raw = encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
-        self._ensure_open()
-        self._entities[name] = raw
-        await self._call("register", "", self.session.id, name, raw)
-
-    async def unregister_entity(self, name: str) -> None:
-        self._entities.pop(name, None)
-        await self._call("unregister", "", self.session.id, name)
-
-    async def entities(self) -> list[Entity]:
-        return entities_of(await self.client.command("HGETALL", self._key("ents")))

@@ -1,4 +1,4 @@
-"""Progress of running jobs, retention, purge and requeue on Redis (a base of ``RedisBoard``).
+"""Progress of running jobs, retention, purge, requeue and entities on Redis (a base of ``RedisBoard``).
 
 The scripts are in ``keep.lua``. Progress is a field pair of the job hash (``pg`` the
 generation that reported it, ``pr`` the progress), shown only while that claim holds.
@@ -15,6 +15,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -22,10 +23,11 @@ from jobboard.board import JobBoard, JobRef, job_id_of
 from jobboard.board_inputs import check_age, check_progress
 from jobboard.codec import MalformedEntry, decode_value, encode_value
 from jobboard.errors import BoardConflict, InvalidJob, JobBoardError, JobNotFound
-from jobboard.job import Claim, Job, Progress
+from jobboard.job import Claim, Entity, Job, Progress
 from jobboard_redis.client import RedisClient
 from jobboard_redis.options import RedisOptions, parse_redis_url
-from jobboard_redis.records import settle_refused, text
+from jobboard_redis.records import entities_of, settle_refused, text
+from jobboard_redis.session import Session
 
 logger = logging.getLogger(__name__)
 
@@ -51,15 +53,17 @@ def retention_interval(result_ttl: float, trash_ttl: float) -> float:
 
 
 class KeepingRedis(JobBoard):
-    """Progress, retention, purge and requeue for :class:`~jobboard_redis.board.RedisBoard`."""
+    """Progress, retention, purge, requeue and entities for :class:`~jobboard_redis.board.RedisBoard`."""
 
     options: RedisOptions
     _client: RedisClient  # the board's, set by its open()
+    session: Session  # the board's, set by its open()
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
         options = parse_redis_url(url)
         self.result_ttl, self.trash_ttl = options.result_ttl, options.trash_ttl
+        self._entities: dict[str, bytes] = {}  # registered here: restored on a new session
 
     @abc.abstractmethod
     async def _call(self, op: str, nonce: str, *args: str | bytes | int) -> tuple[str, list[Any]]:
@@ -134,3 +138,29 @@ class KeepingRedis(JobBoard):
         if status != "ok":
             raise BoardConflict(f"requeueing job {found}: a job hash with its id is on the board already")
         return await self.get(found)
+
+    # -- entities ------------------------------------------------------------
+
+    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise InvalidJob(f"entity name must be a non-empty string, not {name!r}")
+        raw = encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
+        self._ensure_open()
+        self._entities[name] = raw
+        await self._call("register", "", self.session.id, name, raw)
+
+    async def unregister_entity(self, name: str) -> None:
+        self._entities.pop(name, None)
+        await self._call("unregister", "", self.session.id, name)
+
+    async def entities(self) -> list[Entity]:
+        self._ensure_open()
+        return entities_of(await self._client.command("HGETALL", self.options.prefix + "ents"))
+
+    async def _restore_entities(self) -> None:
+        """Register this board's entities again under its new session (after a replaced one)."""
+        for name, metadata in list(self._entities.items()):
+            try:
+                await self._client.call("register", "", self.session.id, name, metadata)
+            except Exception:
+                logger.exception("could not restore entity %s on %s", name, self.url)

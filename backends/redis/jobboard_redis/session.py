@@ -44,6 +44,8 @@ class Session:
         """When the last acknowledged heartbeat was *sent* (monotonic)."""
         self.fenced = False
         self.stopped = False
+        self._beating = anyio.Lock()
+        """Held around each heartbeat: one renewal (or replacement) at a time."""
 
     async def open(self) -> None:
         self.id = uuid.uuid4().hex
@@ -56,7 +58,8 @@ class Session:
         while not self.stopped:
             pause = self.timeout / 3
             try:
-                pause = min(pause, await self.beat())
+                async with self._beating:
+                    pause = min(pause, await self.beat())
             except BackendUnavailable as error:
                 logger.warning("heartbeat failed: %s", error)
                 pause = min(pause, 0.2)
@@ -86,6 +89,18 @@ class Session:
             self.last_ack = sent
         next_ms = int(data[0]) if data else -1
         return self.timeout / 3 if next_ms < 0 else next_ms / 1000 + 0.002
+
+    async def recover(self, refused: str) -> None:
+        """The server refused session *refused* as dead: renew or replace it now.
+
+        Concurrent callers share one heartbeat: a caller whose session was already replaced
+        returns at once. The replaced session's claims are declared lost as by the heartbeat.
+
+        :raises BackendUnavailable: the server could not be reached.
+        """
+        async with self._beating:
+            if self.id == refused and not self.stopped:
+                await self.beat()
 
     def _fence_if_late(self) -> None:
         if not self.fenced and time.monotonic() - self.last_ack > self.timeout:
