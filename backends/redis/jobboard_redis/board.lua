@@ -247,12 +247,19 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   return reply('ok', {id})
 end
 
--- Posts without dependency, key or delay, all at once: one INCRBY, one HSET and one event per job, one ZADD per
--- index; one nonce record for the chunk (on its first post's nonce: '<first id>+<count>'). {first id, count}.
+-- Posts without dependency, key or delay, all at once: one INCRBY, one HSET per job, one ZADD per index, one
+-- 'posted' event per run of consecutive jobs of one name (its job: '<first id>+<count>' when count > 1, which
+-- readers expand to one event per job); one nonce record for the chunk (on its first post's nonce:
+-- '<first id>+<count>'). {first id, count}.
 local function post_simple(a)
   local n = #a / 11
   local first = redis.call('INCRBY', P .. 'seq', n) - n + 1
   local all, ready, named = {}, {}, {}
+  local run_first, run_name = first, a[4]
+  local function posted_run(after)
+    local count = after - run_first
+    ev('posted', count > 1 and (run_first .. '+' .. count) or tostring(run_first), run_name)
+  end
   for k = 0, n - 1 do
     local b, id = k * 11, first + k
     local rank, name = a[b + 3], a[b + 4]
@@ -263,8 +270,9 @@ local function post_simple(a)
     local rn = named[name]
     if not rn then rn = {}; named[name] = rn end
     rn[#rn + 1] = sc; rn[#rn + 1] = id
-    ev('posted', tostring(id), name)
+    if name ~= run_name then posted_run(id); run_first, run_name = id, name end
   end
+  posted_run(first + n)
   redis.call('ZADD', P .. 'all', unpack(all))
   if #ready > 0 then redis.call('ZADD', P .. 'ready', unpack(ready)) end
   for name, rn in pairs(named) do redis.call('ZADD', P .. 'rn:' .. name, unpack(rn)) end

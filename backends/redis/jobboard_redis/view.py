@@ -62,6 +62,9 @@ class BoardView:
             self._jobs.clear()
         elif self._jobs and (waiting := self._jobs.pop(job, None)) is not None:
             waiting.set()
+        self._notify_board()
+
+    def _notify_board(self) -> None:
         if self._board_waited:
             self._board_waited = False
             self._board_changed.set()
@@ -95,9 +98,24 @@ class BoardView:
 
     def _emit(self, kind: object, job: str, detail: object) -> None:
         """Publish an event of the stream (only when someone listens) and wake the job's and the board's waiters."""
+        if "+" in job and (run := _run_of(job)) is not None:
+            self._emit_run(kind, run, detail)
+            return
         if self.hub.has_subscribers and (mapped := KINDS.get(_text(kind))) is not None:
             self.publish(Event(mapped, job or None, _text(detail)))
         self.notify(job or None)
+
+    def _emit_run(self, kind: object, jobs: range, detail: object) -> None:
+        """One event of a run of jobs (``'<first id>+<count>'``, from ``post_many``): one event per job."""
+        if self.hub.has_subscribers and (mapped := KINDS.get(_text(kind))) is not None:
+            text = _text(detail)
+            for job in jobs:
+                self.publish(Event(mapped, str(job), text))
+        if self._jobs:
+            for job in jobs:
+                if (waiting := self._jobs.pop(str(job), None)) is not None:
+                    waiting.set()
+        self._notify_board()
 
     async def run(self) -> None:
         """Read the stream until cancelled or stopped; reconnects resume from the last id."""
@@ -138,6 +156,14 @@ class BoardView:
             self._streamed.popitem(last=False)
         fields = dict(zip(flat[::2], flat[1::2], strict=False))
         self._emit(fields.get(b"k", b""), _text(fields.get(b"j", b"")), fields.get(b"d", b""))
+
+
+def _run_of(job: str) -> range | None:
+    """The ids of a run ``'<first id>+<count>'``, or ``None`` when ``job`` is not one (then it is one job's id)."""
+    first, _, count = job.partition("+")
+    if not (first.isdigit() and count.isdigit() and first.isascii() and count.isascii()) or len(count) > 4:
+        return None  # a foreign entry's: as for another job id (a script's run is at most 200 jobs)
+    return range(int(first), int(first) + int(count))
 
 
 def _older(entry_id: str | bytes, than: str) -> bool:

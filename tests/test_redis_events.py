@@ -1,0 +1,47 @@
+"""redis://'s event stream: what one write adds to it, and what every board reads out of it."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+
+from jobboard import Event, EventKind, EventStream, NewJob, open_board
+from jobboard_redis import RedisBoard
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def posted(stream: EventStream, count: int) -> list[tuple[str | None, str]]:
+    found: list[Event] = []
+    while len(found) < count:
+        event = await anext(stream)
+        if event.kind is EventKind.POSTED:
+            found.append(event)
+    return [(event.job_id, event.detail) for event in found]
+
+
+async def test_a_post_many_run_of_one_name_is_one_stream_entry_and_one_event_per_job(redis_url: str) -> None:
+    url = f"{redis_url}/0/events-{uuid.uuid4().hex}"
+    with anyio.fail_after(30):
+        async with open_board(url) as writer, open_board(url) as reader, \
+                writer.events() as own, reader.events() as streamed:
+            assert isinstance(writer, RedisBoard)
+            stream_key = writer.options.prefix + "ev"
+            before = await writer.client.command("XLEN", stream_key)
+            batch = [NewJob("same", {"i": i}) for i in range(50)] + [NewJob("other"), NewJob("same")]
+            jobs = await writer.post_many(batch)
+            assert await writer.client.command("XLEN", stream_key) - before == 3  # same, other, same
+            expected = [(job.id, job.name) for job in jobs]
+            assert await posted(own, len(jobs)) == expected  # this board's own, from the script's reply
+            assert await posted(streamed, len(jobs)) == expected  # another board's, from the stream
+            assert [job.name for job in await reader.wait(names=["other"])] == ["other"]
+
+
+def test_only_a_well_formed_bounded_run_is_expanded() -> None:
+    from jobboard_redis.view import _run_of
+
+    assert _run_of("7+3") == range(7, 10)
+    for foreign in ("7+", "+3", "a+3", "7+-3", "7+٣", "7+99999", "7+3+1"):
+        assert _run_of(foreign) is None, foreign
