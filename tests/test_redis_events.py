@@ -7,7 +7,7 @@ import uuid
 import anyio
 import pytest
 
-from jobboard import Event, EventKind, EventStream, NewJob, open_board
+from jobboard import ClaimLost, Event, EventKind, EventStream, NewJob, open_board
 from jobboard_redis import RedisBoard
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,3 +45,24 @@ def test_only_a_well_formed_bounded_run_is_expanded() -> None:
     assert _run_of("7+3") == range(7, 10)
     for foreign in ("7+", "+3", "a+3", "7+-3", "7+٣", "7+99999", "7+3+1"):
         assert _run_of(foreign) is None, foreign
+
+
+async def test_a_claim_from_before_a_wipe_cannot_settle_the_job_that_reuses_its_id(redis_url: str) -> None:
+    """Redis restarted without persistence (or a failover that lost the claim): ids and generations
+    start over, yet a claim made before must not settle the job that now has its id."""
+    url = f"{redis_url}/0/wiped-{uuid.uuid4().hex}"
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            assert isinstance(board, RedisBoard)
+            stale = await board.claim(await board.post("a", {"v": "old"}), "w")
+            keys = await board.client.command("KEYS", board.options.prefix.replace("{", "\\{").replace("}", "\\}")
+                                              + "*")
+            await board.client.command("DEL", *keys)  # everything of the board, its session too
+            fresh = await board.post("a", {"v": "new"}, keep_result=True)
+            assert fresh.id == stale.job.id  # the premise: the id is reused
+            taken = await board.claim(fresh, "w")  # the same owner
+            assert taken.generation > stale.generation
+            with pytest.raises(ClaimLost):
+                await board.consume(stale, "stale result")
+            await board.consume(taken, "fresh result")
+            assert (await board.wait_for_completion(fresh)).result == "fresh result"

@@ -27,7 +27,7 @@ async def test_a_claim_next_whose_reply_is_lost_returns_that_claim(redis_url: st
             first, second = await board.post("a"), await board.post("b")
             lost = lose_replies(board, 1)
             claim = await board.claim_next("me")
-            assert lost == [1] and claim is not None and claim.job.id == first.id and claim.generation == 1
+            assert lost == [1] and claim is not None and claim.job.id == first.id and claim.attempt == 1
             assert await board.owner(second) is None  # the resend claimed nothing more
             nxt = await board.consume_and_claim_next(claim, "r")
             assert nxt is not None and nxt.job.id == second.id
@@ -44,7 +44,7 @@ async def test_a_fused_consume_and_claim_whose_reply_is_lost_is_applied_once(red
             assert claim is not None
             lost = lose_replies(board, 1)
             nxt = await board.consume_and_claim_next(claim, "done")
-            assert lost == [1] and nxt is not None and nxt.job.id == jobs[1].id and nxt.generation == 1
+            assert lost == [1] and nxt is not None and nxt.job.id == jobs[1].id and nxt.attempt == 1
             assert await board.owner(jobs[2]) is None
             assert await board.job_count() == 2
 

@@ -149,11 +149,15 @@ end
 
 -- j: read with CLAIM_FIELDS. popped: the index it was taken from with ZPOPMIN ('ready' or 'rn'), if any.
 -- The claim's nonce is kept in the hash ('cn'): a retried claim finds it among the session's claims.
+-- The generation is the server's clock in ms, or one more than the job's if that is later: it keeps
+-- increasing where the job's own count would start over (a restart without persistence reusing ids,
+-- a failover that lost claims), so a claim from before cannot settle a later one.
 local function do_claim(j, owner, sess, popped)
   if j.st == 'd' then redis.call('ZREM', P .. 'delayed', j.id) end
   if popped ~= 'ready' then redis.call('ZREM', P .. 'ready', j.id) end
   if popped ~= 'rn' then redis.call('ZREM', P .. 'rn:' .. j.name, j.id) end
-  local gen, att = (tonumber(j.gen) or 0) + 1, (tonumber(j.att) or 0) + 1
+  local gen = string.format('%.0f', math.max((tonumber(j.gen) or 0) + 1, now()))
+  local att = (tonumber(j.att) or 0) + 1
   redis.call('HSET', jk(j.id), 'gen', gen, 'att', att, 'st', 'c', 'owner', owner, 'sess', sess, 'nb', '', 'cn', NONCE)
   redis.call('SADD', P .. 'claims:' .. sess, j.id)
   ev('claimed', j.id, owner)
