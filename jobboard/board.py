@@ -232,6 +232,10 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
         any earlier claim of the job. A job that has used up ``max_attempts``
         is moved to the trash ("max attempts exceeded") instead.
 
+        Cancelling a claim (a timeout, a shutdown) after its request went out
+        leaves no job claimed by no one: a claim it made is released in the
+        background (so it does ``claim_next`` and ``consume_and_claim_next``).
+
         :raises AlreadyClaimed: another owner holds the job.
         :raises NotClaimable: the job is waiting for dependencies or delayed.
         :raises JobNotFound: the job is not on the board (or was just trashed

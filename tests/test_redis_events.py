@@ -43,7 +43,8 @@ def test_only_a_well_formed_bounded_run_is_expanded() -> None:
     from jobboard_redis.view import _run_of
 
     assert _run_of("7+3") == range(7, 10)
-    for foreign in ("7+", "+3", "a+3", "7+-3", "7+٣", "7+99999", "7+3+1"):
+    assert _run_of("7+200") == range(7, 207)
+    for foreign in ("7+", "+3", "a+3", "7+-3", "7+٣", "7+0", "7+1", "7+201", "7+99999", "7+3+1"):
         assert _run_of(foreign) is None, foreign
 
 

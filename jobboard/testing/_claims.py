@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import anyio
@@ -217,3 +218,31 @@ class ClaimsConformance(ConformanceBase):
         taken = await other.claim(job, "w2")
         assert taken.generation > claim.generation and taken.attempt == 2
         assert [j.id for j in await listed(other)] == [job.id]
+
+    @bounded
+    async def test_a_cancelled_claim_leaves_no_job_claimed(self, board: JobBoard) -> None:
+        """``claim``, ``claim_next`` or ``consume_and_claim_next`` cancelled at any point (a timeout,
+        a shutdown) either returned its claim or left the job claimable: no job stays behind a claim
+        that no caller holds."""
+        job = await board.post("b", max_attempts=1000)
+        for call in ("claim", "claim_next", "consume_and_claim_next"):
+            for step in range(30):  # cancelled after 0 to 6 ms: before, during and after one round trip
+                done = await board.claim(await board.post("a"), "w") if call == "consume_and_claim_next" else None
+                claim = None
+                with anyio.move_on_after(step * 0.0002):
+                    if done is not None:
+                        claim = await board.consume_and_claim_next(done, names=["b"])
+                    else:
+                        claim = await (board.claim(job, "w") if call == "claim" else board.claim_next("w"))
+                if done is not None:
+                    with contextlib.suppress(ClaimLost):
+                        await board.consume(done)  # unless the cancelled call did
+                if claim is not None:
+                    await board.abandon(claim)
+                    continue
+                for _ in range(200):  # a backend may release it in the background: 2 s at most
+                    if await board.owner(job) is None:
+                        break
+                    await anyio.sleep(0.01)
+                else:
+                    pytest.fail(f"{call} cancelled after {step * 0.2:.1f} ms left job {job.id} claimed by no caller")

@@ -34,13 +34,12 @@ from jobboard_redis.client import RedisClient
 from jobboard_redis.keep import KeepingRedis
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
-from jobboard_redis.reads import claim_status, completion, job_state, read_listed
+from jobboard_redis.reads import claim_status, completion, job_state, read_listed, read_trashed
 from jobboard_redis.records import (
     claim_refused,
     delay_ms,
     dependency_results,
     encode_error,
-    job_of,
     jobs_of,
     posting_of,
     sequence_of,
@@ -202,17 +201,11 @@ class RedisBoard(KeepingRedis):
     async def trashed(self) -> AsyncIterator[TrashedJob]:
         ids = [text(job) for job in await self.client.command("ZRANGE", self._key("trash"), 0, -1)]
         for start in range(0, len(ids), READ_BATCH):
-            batch = ids[start:start + READ_BATCH]
-            rows = await self.client.pipeline([("HMGET", self._key("tr", job), "p", "att", "reason", "at", "err")
-                                               for job in batch])
-            for job, (raw, attempts, reason, at, error) in zip(batch, rows, strict=True):
-                try:
-                    item = TrashedJob(job_of(job, raw, attempts, None, error), text(reason or b""),
-                                      float(at or 0) / 1000)
-                except (MalformedEntry, ValueError):
+            for job, item in await read_trashed(self.client, ids[start:start + READ_BATCH]):
+                if item is None:
                     self.hub.publish(Event(EventKind.MALFORMED, job, "not a valid trashed posting"))
-                    continue
-                yield item
+                else:
+                    yield item
 
     # -- claiming ------------------------------------------------------------
 
@@ -231,12 +224,34 @@ class RedisBoard(KeepingRedis):
         :raises BackendUnavailable: still refused, or the server could not be reached.
         """
         for _ in range(2):
-            session = self.session.id
-            status, data = await self._call(op, self._nonce(), *arguments(session))
+            session, nonce = self.session.id, self._nonce()
+            status, data = await self._claim_call(op, nonce, *arguments(session), claim_nonce=nonce, session=session)
             if status != "nosession":
                 return status, data
-            await self.session.recover(session)
+            try:
+                await self.session.recover(session)
+            except BackendUnavailable:
+                if not self._open:
+                    raise BoardClosed(f"board {self.url} closed during {op}") from None
+                raise
         raise BackendUnavailable("this board's Redis session is being renewed; retry")
+
+    async def _claim_call(self, op: str, nonce: str, *args: str | bytes | int, claim_nonce: str,
+                          session: str) -> tuple[str, list[Any]]:
+        """A call that may claim under ``claim_nonce``: if its caller gives up before the reply
+        (cancelled, or out of retries), a claim it made goes back on the board in the background."""
+        try:
+            return await self._call(op, nonce, *args)
+        except (anyio.get_cancelled_exc_class(), BackendUnavailable):
+            if self._open:
+                self._spawn(self._unclaim(claim_nonce, session))
+            raise
+
+    async def _unclaim(self, nonce: str, session: str) -> None:
+        try:
+            await self._call("unclaim", nonce, session)  # a RELEASED event names the job, if there was one
+        except JobBoardError as error:  # the claim, if made, goes back when the session ends
+            logger.warning("%s: could not release a claim given up before its reply: %s", self.url, error)
 
     async def claim(self, job: JobRef, owner: str) -> Claim:
         found, owner = job_id_of(job), check_owner(owner)
@@ -325,9 +340,10 @@ class RedisBoard(KeepingRedis):
             await self.consume(claim, result)
             return None
         wanted = sorted(names) if names is not None else []
-        status, data = await self._call(
+        session, claim_nonce = self.session.id, self._nonce()
+        status, data = await self._claim_call(
             "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, raw,
-            self._retention_ms, self.session.id, self._nonce(), *wanted)
+            self._retention_ms, session, claim_nonce, *wanted, claim_nonce=claim_nonce, session=session)
         if status in ("lost", "owner"):
             raise settle_refused(status, claim.job.id, claim.owner)
         self._forget(claim)

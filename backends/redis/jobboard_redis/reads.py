@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobboard.codec import MalformedEntry, decode_value
-from jobboard.job import Job, JobState, ListedJob, Outcome
+from jobboard.job import Job, JobState, ListedJob, Outcome, TrashedJob
 from jobboard_redis.client import RedisClient
 from jobboard_redis.keep import with_progress
 from jobboard_redis.records import job_of, text
@@ -71,3 +71,17 @@ async def completion(client: RedisClient, job: str) -> Outcome | None:
     if state is None:
         return Outcome(job, JobState.COMPLETE, result=None if kept is None else decode_value(kept))
     return None
+
+
+async def read_trashed(client: RedisClient, ids: Sequence[str]) -> list[tuple[str, TrashedJob | None]]:
+    """The trash entries of ``ids`` (one pipelined read); ``None`` for a malformed one."""
+    rows = await client.pipeline([("HMGET", f"{client.prefix}tr:{job}", "p", "att", "reason", "at", "err")
+                                  for job in ids])
+    found: list[tuple[str, TrashedJob | None]] = []
+    for job, (raw, attempts, reason, at, error) in zip(ids, rows, strict=True):
+        try:
+            found.append((job, TrashedJob(job_of(job, raw, attempts, None, error), text(reason or b""),
+                                          float(at or 0) / 1000)))
+        except (MalformedEntry, ValueError):
+            found.append((job, None))
+    return found

@@ -108,15 +108,24 @@ class Session:
             self.on_change("expired", [])
 
     async def _replace(self, why: str) -> None:
-        """Give up this session (its claims go back on the board) and start a new one."""
+        """Give up this session (its claims go back on the board) and start a new one.
+
+        Not cancellable half-way (a caller's timeout would leave no session until the next
+        heartbeat); a board stopped meanwhile starts none.
+
+        :raises BackendUnavailable: the server could not be reached, or the board was stopped.
+        """
         logger.warning("%s: claims of session %s are lost, starting a new one", why, self.id)
         if not self.fenced:
             self.fenced = True
             self.on_change("expired", [])
-        events = await self.close()
-        if events:
-            self.on_change("events", events)
-        await self.open()
+        with anyio.CancelScope(shield=True):  # bounded: every call gives up after the retry window
+            events = await self.close()
+            if events:
+                self.on_change("events", events)
+            if self.stopped:
+                raise BackendUnavailable("the board closed while its Redis session was being replaced")
+            await self.open()
         self.on_change("renewed", [])
 
     async def close(self) -> list[object]:

@@ -30,6 +30,24 @@ local function reap_expired()
   return math.max(0, tonumber(first[2]) - now())
 end
 
+-- A claim whose caller gave up before its reply (cancelled, or out of retries): the session's claim that holds
+-- the call's nonce goes back on the board as if it had not been made (its attempt uncounted; its generation
+-- stays, so nothing can settle it). 'none': no such claim (never made, or settled or released since).
+function ops.unclaim(sess)
+  for _, id in ipairs(redis.call('SMEMBERS', P .. 'claims:' .. sess)) do
+    local j = get(id)
+    if j and j.st == 'c' and j.sess == sess and redis.call('HGET', jk(id), 'cn') == NONCE then
+      redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '', 'att', math.max(0, tonumber(j.att) - 1))
+      redis.call('HDEL', jk(id), 'cn')
+      redis.call('SREM', P .. 'claims:' .. sess, id)
+      ready_add(j)
+      ev('released', id, 'claim given up before its reply (owner ' .. j.owner .. ')')
+      return reply('ok', {id})
+    end
+  end
+  return reply('none')
+end
+
 function ops.open(sess, timeout_ms) redis.call('ZADD', P .. 'sessions', now() + tonumber(timeout_ms), sess) return reply('ok', {now()}) end
 
 function ops.beat(sess, timeout_ms)

@@ -24,6 +24,8 @@ logger = logging.getLogger(__name__)
 KINDS = {"posted": EventKind.POSTED, "claimed": EventKind.CLAIMED, "released": EventKind.RELEASED,
          "ready": EventKind.READY, "consumed": EventKind.CONSUMED, "trashed": EventKind.TRASHED}
 BLOCK_MS = 1000
+MAX_RUN = 200
+"""The most jobs one stream entry stands for (the scripts' ``post_simple`` takes at most 200 a call)."""
 REMEMBERED = 20000
 
 
@@ -161,8 +163,10 @@ class BoardView:
 def _run_of(job: str) -> range | None:
     """The ids of a run ``'<first id>+<count>'``, or ``None`` when ``job`` is not one (then it is one job's id)."""
     first, _, count = job.partition("+")
-    if not (first.isdigit() and count.isdigit() and first.isascii() and count.isascii()) or len(count) > 4:
-        return None  # a foreign entry's: as for another job id (a script's run is at most 200 jobs)
+    if not (first.isdigit() and count.isdigit() and first.isascii() and count.isascii()) or len(count) > 3:
+        return None
+    if not 2 <= int(count) <= MAX_RUN:
+        return None  # not a script's: read as one job id, like any other foreign entry
     return range(int(first), int(first) + int(count))
 
 

@@ -97,6 +97,7 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
             self._markers = Markers(self._zk, self._paths)
             self._settler = Settler(self._zk, self._paths, self._markers, max_posting_bytes=self.max_posting_bytes,
                                     max_request_bytes=self.options.max_request_bytes)
+            self._settler.on_orphan = lambda: self._spawn(self._recover(new_session=False, resync=False))
             self.view = self._make_view(self._zk)
             self._poster = Poster(self._zk, self._paths, self._markers, self.key_retention)
             self._batches = BatchPoster(self._zk, self._paths, self._markers, self._poster, options.max_request_bytes)
@@ -147,14 +148,16 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _recover(self, *, new_session: bool) -> None:
+    async def _recover(self, *, new_session: bool, resync: bool = True) -> None:
+        """After a reconnect (or a claim given up: no ``resync``), release or forget the claims lost."""
         try:
             if new_session:
                 self._settler.lost.clear()  # their locks died with the old session
                 await self._entities.restore()
             else:
                 await self._settler.release_orphans()
-            await self.view.sync(report=True)
+            if resync:
+                await self.view.sync(report=True)
         except Exception:
             logger.exception("could not resynchronise %s after reconnecting", self.url)
 

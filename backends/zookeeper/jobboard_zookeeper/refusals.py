@@ -1,9 +1,10 @@
-"""Why a claim did not win, and the error each reason becomes (no I/O here)."""
+"""Why a claim did not win, and the error each reason becomes; why a settle failed (no I/O here)."""
 
 from __future__ import annotations
 
 from jobboard.errors import BackendUnavailable, JobBoardError, JobNotFound, NotClaimable
-from jobboard_zookeeper.ops import Create, TxnResult
+from jobboard_zookeeper.layout import Paths
+from jobboard_zookeeper.ops import Create, Op, TxnResult
 
 
 def why_not(result: TxnResult | None) -> str:
@@ -31,3 +32,11 @@ def claim_refused(job_id: str, outcome: str) -> JobBoardError:
 
 def not_found(job_id: str) -> JobNotFound:
     return JobNotFound(f"job {job_id} is not on the board")
+
+
+def lost_claim(failure: tuple[Op, str], paths: Paths, job_id: str) -> bool:
+    """Whether a failed settle failed on the claim itself (not on a dependent)."""
+    op, error = failure
+    if op.path == paths.lock(job_id):
+        return True
+    return op.path == paths.job(job_id) and error in ("BadVersion", "NoNode")

@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from anyio import get_cancelled_exc_class
+
 from jobboard.codec import MalformedEntry, decode_posting, encode_posting, encode_value
 from jobboard.errors import (
     BackendUnavailable,
@@ -36,7 +38,7 @@ from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
 from jobboard_zookeeper.linked import LinkedOps, Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
-from jobboard_zookeeper.refusals import why_not
+from jobboard_zookeeper.refusals import lost_claim, why_not
 from jobboard_zookeeper.retention import pack_result
 from jobboard_zookeeper.zk import ZooKeeper
 
@@ -90,7 +92,8 @@ class Settler:
         self.unsettled: dict[str, Unsettled] = {}
         """Settles whose reply was lost and whose outcome was not read back yet, by job."""
         self.lost: dict[str, Held] = {}
-        """Claims of a session that expired (or was assumed expired), by job."""
+        """Claims of a session that expired (or was assumed expired), or given up, by job."""
+        self.on_orphan: Callable[[], object] = lambda: None
 
     def expire(self) -> None:
         """The session is gone: every claim it held is lost."""
@@ -99,9 +102,7 @@ class Settler:
 
     def lost_reason(self, claim: Claim) -> str | None:
         lost = self.lost.get(claim.job.id)
-        if lost is not None and lost.generation == claim.generation:
-            return "session expired"
-        return None
+        return "session expired" if lost is not None and lost.generation == claim.generation else None
 
     async def why_lost(self, claim: Claim) -> str | None:
         """Read whether ``claim`` is still current: ``None`` if it is, else why not."""
@@ -119,9 +120,14 @@ class Settler:
             return "claimed again"
         return None
 
+    def give_up(self, job_id: str, held: Held) -> None:
+        """A claim cancelled before its reply: if made, nobody holds it; released at once (``on_orphan``)."""
+        self.lost[job_id] = held
+        self.on_orphan()
+
     async def release_orphans(self) -> None:
-        """After an assumed expiry the session came back: release the claims given up
-        (and claims whose reply was lost and never read back: those whose lock is ours)."""
+        """After an assumed expiry the session came back, or a claim was cancelled before its reply:
+        release the claims given up (and those whose reply was lost: those whose lock is ours)."""
         for job_id, held in list(self.lost.items()):
             if await self._lock_is(job_id, held.nonce):
                 ops: list[Op] = [Check(self._paths.job(job_id), held.generation), Delete(self._paths.lock(job_id))]
@@ -143,16 +149,12 @@ class Settler:
         lock = LockRecord(owner, uuid.uuid4().hex, time.time())
         ops: list[Op] = [SetData(stored.path, raw, stored.version),
                          Create(self._paths.lock(job_id), lock.encode(), ephemeral=True)]
+        unheld = Held(owner, stored.version + 1, lock.nonce, raw)  # the claim, if nobody gets it
         try:
-            result = await self._zk.multi(ops)
-            won = result.ok
-        except OutcomeUnknown:
-            result = None
-            try:
-                won = await self._lock_is(job_id, lock.nonce)
-            except BackendUnavailable:  # if it was applied, nobody holds it: release it once back
-                self.lost[job_id] = Held(owner, stored.version + 1, lock.nonce, raw)
-                raise
+            won, result = await self._apply_claim(job_id, ops, unheld)
+        except get_cancelled_exc_class():
+            self.give_up(job_id, unheld)
+            raise
         if not won:
             return why_not(result)
         generation = stored.version + 1
@@ -160,6 +162,18 @@ class Settler:
         self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0, claimed.key)
         job = claimed.to_job(job_id, sequence_of(job_id))
         return Claim(job, owner, generation, claimed.dependency_results())
+
+    async def _apply_claim(self, job_id: str, ops: list[Op], unheld: Held) -> tuple[bool, TxnResult | None]:
+        """Whether the claim multi was applied, and its result (``None``: its reply was lost)."""
+        try:
+            result = await self._zk.multi(ops)
+            return result.ok, result
+        except OutcomeUnknown:
+            try:
+                return await self._lock_is(job_id, unheld.nonce), None
+            except BackendUnavailable:  # if it was applied, nobody holds it: release it once back
+                self.lost[job_id] = unheld
+                raise
 
     async def _lock_is(self, job_id: str, nonce: str) -> bool:
         """After a lost claim reply: whether the lock holds this claim's nonce (read after a sync,
@@ -367,7 +381,7 @@ class Settler:
         """
         job_id = claim.job.id
         failure = result.failure()
-        if failure is None or _lost_claim(failure, self._paths, job_id):
+        if failure is None or lost_claim(failure, self._paths, job_id):
             self.held.pop(job_id, None)
             raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
         op, error = failure
@@ -383,10 +397,3 @@ class Settler:
                 f"settling job {job_id} needs a {size}-byte transaction, over this board's limit of "
                 f"{self.max_request_bytes} bytes (jute_maxbuffer): the result is too large for "
                 f"{'the job and its dependents' if len(ops) > 4 else 'the board'}; store it elsewhere")
-
-def _lost_claim(failure: tuple[Op, str], paths: Paths, job_id: str) -> bool:
-    """Whether a failed settle failed on the claim itself (not on a dependent)."""
-    op, error = failure
-    if op.path == paths.lock(job_id):
-        return True
-    return op.path == paths.job(job_id) and error in ("BadVersion", "NoNode")
