@@ -7,15 +7,19 @@
 -- sessions.lua follows this file in the same library (sessions, entities, the dispatch). The library is
 -- loaded once (FUNCTION LOAD): the per-call state below is set by the dispatch at the start of each call
 -- (Redis runs one call at a time).
-local P, OP, NONCE, RETRY, NOW, EV, ALIVE
+local P, OP, NONCE, RETRY, NOW, NOW_US, EV, ALIVE
 
 local function now()
   if not NOW then
     local t = redis.call('TIME')
-    NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    NOW = math.floor(NOW_US / 1000)
   end
   return NOW
 end
+
+-- The server's clock in microseconds (the same reading as now()): no two calls share one.
+local function now_us() now() return NOW_US end
 local MAXLEN = 100000
 -- 'err': the last failed attempt's error (msgpack; absent until an abandon or trash with one).
 -- 'nd': the number of dependencies the job was posted with (absent on jobs posted before it was added).
@@ -149,14 +153,15 @@ end
 
 -- j: read with CLAIM_FIELDS. popped: the index it was taken from with ZPOPMIN ('ready' or 'rn'), if any.
 -- The claim's nonce is kept in the hash ('cn'): a retried claim finds it among the session's claims.
--- The generation is the server's clock in ms, or one more than the job's if that is later: it keeps
--- increasing where the job's own count would start over (a restart without persistence reusing ids,
--- a failover that lost claims), so a claim from before cannot settle a later one.
+-- The generation is the server's clock in microseconds, or one more than the job's if that is later: it
+-- keeps increasing where the job's own count would start over (a restart without persistence reusing ids,
+-- a failover that lost claims), so a claim from before cannot settle a later one. (Calls run one at a time
+-- and take microseconds each, so no two read the same time.)
 local function do_claim(j, owner, sess, popped)
   if j.st == 'd' then redis.call('ZREM', P .. 'delayed', j.id) end
   if popped ~= 'ready' then redis.call('ZREM', P .. 'ready', j.id) end
   if popped ~= 'rn' then redis.call('ZREM', P .. 'rn:' .. j.name, j.id) end
-  local gen = string.format('%.0f', math.max((tonumber(j.gen) or 0) + 1, now()))
+  local gen = string.format('%.0f', math.max((tonumber(j.gen) or 0) + 1, now_us()))
   local att = (tonumber(j.att) or 0) + 1
   redis.call('HSET', jk(j.id), 'gen', gen, 'att', att, 'st', 'c', 'owner', owner, 'sess', sess, 'nb', '', 'cn', NONCE)
   redis.call('SADD', P .. 'claims:' .. sess, j.id)
@@ -315,7 +320,7 @@ function ops.post_many(...)
   return reply('ok', out)
 end
 
-function ops.claim(id, owner, sess, retention)
+function ops.claim(owner, sess, retention, id)  -- as claim_next's, then the job
   if RETRY then local r = replayed_claim(sess) if r then return r end end
   if not session_alive(sess) then return reply('nosession') end
   local j = get(id, CLAIM_FIELDS)

@@ -1,15 +1,14 @@
 """``redis://``: a job board on Redis, every state change one atomic script (``board.lua``).
 
 Claims belong to this board's session (:mod:`jobboard_redis.session`); events come from the
-board's stream (:mod:`jobboard_redis.view`). The layout is in docs/backends/redis.md.
-"""
+board's stream (:mod:`jobboard_redis.view`). The layout is in docs/backends/redis.md."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -217,15 +216,18 @@ class RedisBoard(KeepingRedis):
         self._claims[job_id] = (generation, self.session.id)
         return Claim(job, owner, generation, dependency_results(posting, list(results)))
 
-    async def _claiming(self, op: str, arguments: Callable[[str], tuple[str | int, ...]]) -> tuple[str, list[Any]]:
-        """Call a claiming *op* under this board's session; a session the server no longer has
-        (expired, or lost at a failover) is replaced at once and the call made once more.
+    async def _claiming(self, op: str, owner: str, *rest: str) -> tuple[str, list[Any]]:
+        """Call a claiming *op* (owner, session, retention, *rest) under this board's session; a session the
+        server no longer has (expired, lost at a failover) is replaced at once and the call made once more.
 
-        :raises BackendUnavailable: still refused, or the server could not be reached.
-        """
+        :raises BackendUnavailable: still refused, or the server could not be reached."""
         for _ in range(2):
             session, nonce = self.session.id, self._nonce()
-            status, data = await self._claim_call(op, nonce, *arguments(session), claim_nonce=nonce, session=session)
+            try:
+                status, data = await self._call(op, nonce, owner, session, self._retention_ms, *rest)
+            except (anyio.get_cancelled_exc_class(), BackendUnavailable):
+                self._given_up(nonce, session)
+                raise
             if status != "nosession":
                 return status, data
             try:
@@ -236,16 +238,11 @@ class RedisBoard(KeepingRedis):
                 raise
         raise BackendUnavailable("this board's Redis session is being renewed; retry")
 
-    async def _claim_call(self, op: str, nonce: str, *args: str | bytes | int, claim_nonce: str,
-                          session: str) -> tuple[str, list[Any]]:
-        """A call that may claim under ``claim_nonce``: if its caller gives up before the reply
-        (cancelled, or out of retries), a claim it made goes back on the board in the background."""
-        try:
-            return await self._call(op, nonce, *args)
-        except (anyio.get_cancelled_exc_class(), BackendUnavailable):
-            if self._open:
-                self._spawn(self._unclaim(claim_nonce, session))
-            raise
+    def _given_up(self, claim_nonce: str, session: str) -> None:
+        """A call that may have claimed under ``claim_nonce`` lost its caller before the reply (cancelled,
+        or out of retries): a claim it made goes back on the board in the background."""
+        if self._open:
+            self._spawn(self._unclaim(claim_nonce, session))
 
     async def _unclaim(self, nonce: str, session: str) -> None:
         try:
@@ -256,7 +253,7 @@ class RedisBoard(KeepingRedis):
     async def claim(self, job: JobRef, owner: str) -> Claim:
         found, owner = job_id_of(job), check_owner(owner)
         self._ensure_open()
-        status, data = await self._claiming("claim", lambda session: (found, owner, session, self._retention_ms))
+        status, data = await self._claiming("claim", owner, found)
         if status == "ok":
             try:
                 return self._claim_of(owner, data)
@@ -272,8 +269,7 @@ class RedisBoard(KeepingRedis):
             return None
         wanted = sorted(names) if names is not None else []
         for _ in range(100):
-            status, data = await self._claiming(
-                "claim_next", lambda session: (owner, session, self._retention_ms, *wanted))
+            status, data = await self._claiming("claim_next", owner, *wanted)
             if status == "none":
                 return None
             if status != "ok":
@@ -341,9 +337,13 @@ class RedisBoard(KeepingRedis):
             return None
         wanted = sorted(names) if names is not None else []
         session, claim_nonce = self.session.id, self._nonce()
-        status, data = await self._claim_call(
-            "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, raw,
-            self._retention_ms, session, claim_nonce, *wanted, claim_nonce=claim_nonce, session=session)
+        try:
+            status, data = await self._call(
+                "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, raw,
+                self._retention_ms, session, claim_nonce, *wanted)
+        except (anyio.get_cancelled_exc_class(), BackendUnavailable):
+            self._given_up(claim_nonce, session)
+            raise
         if status in ("lost", "owner"):
             raise settle_refused(status, claim.job.id, claim.owner)
         self._forget(claim)
