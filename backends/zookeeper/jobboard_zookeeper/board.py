@@ -1,10 +1,8 @@
 """``zookeeper://``: a job board on ZooKeeper, through aiozk.
 
-Layout and records are in :mod:`jobboard_zookeeper.layout`, the transactions
-in :mod:`jobboard_zookeeper.settle`, the watched view in
-:mod:`jobboard_zookeeper.view`. Claims are ephemeral nodes of this board's
-session: if the session expires every claim is gone, the board reports
-``SESSION_EXPIRED`` and settling those claims raises ``ClaimLost``.
+Layout and records are in :mod:`jobboard_zookeeper.layout`, the transactions in :mod:`jobboard_zookeeper.settle`,
+the watched view in :mod:`jobboard_zookeeper.view`. Claims are ephemeral nodes of this board's session: if the
+session expires every claim is gone, the board reports ``SESSION_EXPIRED`` and settling them raises ``ClaimLost``.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ import anyio
 
 from jobboard.board import JobRef, check_owner, job_id_of
 from jobboard.codec import MalformedEntry
-from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
+from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, JobBoardError, NotClaimable
 from jobboard.events import Event, EventHub, EventKind
 from jobboard.job import (
     Claim,
@@ -97,7 +95,7 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
             self._markers = Markers(self._zk, self._paths)
             self._settler = Settler(self._zk, self._paths, self._markers, max_posting_bytes=self.max_posting_bytes,
                                     max_request_bytes=self.options.max_request_bytes)
-            self._settler.on_orphan = lambda: self._spawn(self._recover(new_session=False, resync=False))
+            self._settler.on_orphan = self._release_given_up
             self.view = self._make_view(self._zk)
             self._poster = Poster(self._zk, self._paths, self._markers, self.key_retention)
             self._batches = BatchPoster(self._zk, self._paths, self._markers, self._poster, options.max_request_bytes)
@@ -148,18 +146,26 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _recover(self, *, new_session: bool, resync: bool = True) -> None:
-        """After a reconnect (or a claim given up: no ``resync``), release or forget the claims lost."""
+    async def _recover(self, *, new_session: bool) -> None:
         try:
             if new_session:
                 self._settler.lost.clear()  # their locks died with the old session
                 await self._entities.restore()
             else:
                 await self._settler.release_orphans()
-            if resync:
-                await self.view.sync(report=True)
+            await self.view.sync(report=True)
         except Exception:
             logger.exception("could not resynchronise %s after reconnecting", self.url)
+
+    def _release_given_up(self) -> None:  # a claim cancelled before its reply: released if it was made
+        if self._open:
+            self._spawn(self._release_orphans())
+
+    async def _release_orphans(self) -> None:
+        try:
+            await self._settler.release_orphans()
+        except JobBoardError as error:  # retried at the next reconnect; released when the session ends
+            logger.warning("%s: could not release a claim given up before its reply: %s", self.url, error)
 
     # -- posting -------------------------------------------------------------
 
