@@ -225,6 +225,7 @@ class ClaimsConformance(ConformanceBase):
         a shutdown) either returned its claim or left the job claimable: no job stays behind a claim
         that no caller holds."""
         job = await board.post("b", max_attempts=1000)
+        returned = 0
         for call in ("claim", "claim_next", "consume_and_claim_next"):
             for step in range(30):  # cancelled after 0 to 6 ms: before, during and after one round trip
                 done = await board.claim(await board.post("a"), "w") if call == "consume_and_claim_next" else None
@@ -238,6 +239,7 @@ class ClaimsConformance(ConformanceBase):
                     with contextlib.suppress(ClaimLost):
                         await board.consume(done)  # unless the cancelled call did
                 if claim is not None:
+                    returned += 1
                     await board.abandon(claim)
                     continue
                 for _ in range(200):  # a backend may release it in the background: 2 s at most
@@ -246,3 +248,8 @@ class ClaimsConformance(ConformanceBase):
                     await anyio.sleep(0.01)
                 else:
                     pytest.fail(f"{call} cancelled after {step * 0.2:.1f} ms left job {job.id} claimed by no caller")
+            again = await board.claim_next("w", names=["b"])  # claimable again, not merely unowned
+            assert again is not None and again.job.id == job.id
+            returned += 1
+            assert again.attempt == returned, "a claim no caller received counted an attempt"
+            await board.abandon(again)

@@ -35,8 +35,8 @@ end
 -- stays, so nothing can settle it). 'none': no such claim (never made, or settled or released since).
 function ops.unclaim(sess)
   for _, id in ipairs(redis.call('SMEMBERS', P .. 'claims:' .. sess)) do
-    local j = get(id)
-    if j and j.st == 'c' and j.sess == sess and redis.call('HGET', jk(id), 'cn') == NONCE then
+    local j = redis.pcall('HGET', jk(id), 'cn') == NONCE and get(id)  -- pcall: a foreign key is no hash
+    if j and j.st == 'c' and j.sess == sess then
       redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '', 'att', math.max(0, tonumber(j.att) - 1))
       redis.call('HDEL', jk(id), 'cn')
       redis.call('SREM', P .. 'claims:' .. sess, id)

@@ -18,7 +18,7 @@ import anyio
 
 from jobboard.board import JobRef, check_owner, job_id_of
 from jobboard.codec import MalformedEntry
-from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, JobBoardError, NotClaimable
+from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
 from jobboard.events import Event, EventHub, EventKind
 from jobboard.job import (
     Claim,
@@ -95,7 +95,7 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
             self._markers = Markers(self._zk, self._paths)
             self._settler = Settler(self._zk, self._paths, self._markers, max_posting_bytes=self.max_posting_bytes,
                                     max_request_bytes=self.options.max_request_bytes)
-            self._settler.on_orphan = self._release_given_up
+            self._settler.on_given_up = self._release_given_up
             self.view = self._make_view(self._zk)
             self._poster = Poster(self._zk, self._paths, self._markers, self.key_retention)
             self._batches = BatchPoster(self._zk, self._paths, self._markers, self._poster, options.max_request_bytes)
@@ -150,22 +150,19 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
         try:
             if new_session:
                 self._settler.lost.clear()  # their locks died with the old session
+                self._settler.given_up.pending.clear()
                 await self._entities.restore()
             else:
                 await self._settler.release_orphans()
+                await self._settler.given_up.release()
             await self.view.sync(report=True)
         except Exception:
             logger.exception("could not resynchronise %s after reconnecting", self.url)
 
-    def _release_given_up(self) -> None:  # a claim cancelled before its reply: released if it was made
-        if self._open:
-            self._spawn(self._release_orphans())
 
-    async def _release_orphans(self) -> None:
-        try:
-            await self._settler.release_orphans()
-        except JobBoardError as error:  # retried at the next reconnect; released when the session ends
-            logger.warning("%s: could not release a claim given up before its reply: %s", self.url, error)
+    def _release_given_up(self) -> None:  # claims cancelled before their reply: released if they were made
+        if self._open:
+            self._spawn(self._settler.given_up.release())
 
     # -- posting -------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from anyio import get_cancelled_exc_class
 
-from jobboard.codec import MalformedEntry, decode_posting, encode_posting, encode_value
+from jobboard.codec import decode_posting, encode_posting, encode_value
 from jobboard.errors import (
     BackendUnavailable,
     BoardConflict,
@@ -38,6 +38,7 @@ from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
 from jobboard_zookeeper.linked import LinkedOps, Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
+from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, lock_is
 from jobboard_zookeeper.refusals import lost_claim, why_not
 from jobboard_zookeeper.retention import pack_result
 from jobboard_zookeeper.zk import ZooKeeper
@@ -92,8 +93,10 @@ class Settler:
         self.unsettled: dict[str, Unsettled] = {}
         """Settles whose reply was lost and whose outcome was not read back yet, by job."""
         self.lost: dict[str, Held] = {}
-        """Claims of a session that expired (or was assumed expired), or given up, by job."""
-        self.on_orphan: Callable[[], object] = lambda: None
+        """Claims of a session that expired (or was assumed expired), by job."""
+        self.given_up = GivenUpClaims(zk, paths)
+        self.on_given_up: Callable[[], object] = lambda: None
+        """Called when a release of :attr:`given_up` must start (the board's)."""
 
     def expire(self) -> None:
         """The session is gone: every claim it held is lost."""
@@ -120,16 +123,11 @@ class Settler:
             return "claimed again"
         return None
 
-    def give_up(self, job_id: str, held: Held) -> None:
-        """A claim cancelled before its reply: if made, nobody holds it; released at once (``on_orphan``)."""
-        self.lost[job_id] = held
-        self.on_orphan()
-
     async def release_orphans(self) -> None:
-        """After an assumed expiry the session came back, or a claim was cancelled before its reply:
-        release the claims given up (and those whose reply was lost: those whose lock is ours)."""
+        """After an assumed expiry the session came back: release the claims given up
+        (and claims whose reply was lost and never read back: those whose lock is ours)."""
         for job_id, held in list(self.lost.items()):
-            if await self._lock_is(job_id, held.nonce):
+            if await lock_is(self._zk, self._paths, job_id, held.nonce):
                 ops: list[Op] = [Check(self._paths.job(job_id), held.generation), Delete(self._paths.lock(job_id))]
                 if (await self._zk.multi(ops, retry_safe=True)).ok:
                     logger.info("released orphaned claim of job %s", job_id)
@@ -152,8 +150,9 @@ class Settler:
         unheld = Held(owner, stored.version + 1, lock.nonce, raw)  # the claim, if nobody gets it
         try:
             won, result = await self._apply_claim(job_id, ops, unheld)
-        except get_cancelled_exc_class():
-            self.give_up(job_id, unheld)
+        except get_cancelled_exc_class():  # its caller is gone: release it if it was made
+            if self.given_up.add(GivenUp(job_id, stored.path, lock.nonce, stored.version + 1, stored.raw)):
+                self.on_given_up()
             raise
         if not won:
             return why_not(result)
@@ -170,21 +169,11 @@ class Settler:
             return result.ok, result
         except OutcomeUnknown:
             try:
-                return await self._lock_is(job_id, unheld.nonce), None
+                return await lock_is(self._zk, self._paths, job_id, unheld.nonce), None
             except BackendUnavailable:  # if it was applied, nobody holds it: release it once back
-                self.lost[job_id] = unheld
+                if (held := self.held.get(job_id)) is None or held.generation != unheld.generation:
+                    self.lost[job_id] = unheld  # (not if this board holds that generation: it won)
                 raise
-
-    async def _lock_is(self, job_id: str, nonce: str) -> bool:
-        """After a lost claim reply: whether the lock holds this claim's nonce (read after a sync,
-        so a follower that lags behind the leader cannot hide an applied claim)."""
-        path = self._paths.lock(job_id)
-        await self._zk.sync(path)
-        found = await self._zk.get(path)
-        try:
-            return found is not None and LockRecord.decode(found[0]).nonce == nonce
-        except MalformedEntry:
-            return False
 
     async def exhaust(self, job_id: str, stored: Stored) -> bool:
         """Trash a job that used its attempts (nobody may hold it); True if done."""

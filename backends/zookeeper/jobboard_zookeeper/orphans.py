@@ -1,0 +1,83 @@
+"""Claims nobody stands behind: made by a call whose caller gave up (cancelled) before its reply.
+
+Such a claim may or may not have been applied. If its lock holds the claim's nonce (read after a
+sync, so a lagging follower cannot hide it), the job is put back as it was before the claim (the
+attempt uncounted) and the lock deleted, in one multi checked at the claim's generation; else
+nothing was claimed. One release runs at a time per board and takes every claim given up so far.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from jobboard.codec import MalformedEntry
+from jobboard.errors import BackendUnavailable
+from jobboard_zookeeper.layout import LockRecord, Paths
+from jobboard_zookeeper.ops import Delete, Op, SetData
+from jobboard_zookeeper.zk import ZooKeeper
+
+logger = logging.getLogger(__name__)
+
+
+async def lock_is(zk: ZooKeeper, paths: Paths, job_id: str, nonce: str) -> bool:
+    """Whether the job's lock holds this claim's nonce (read after a sync)."""
+    path = paths.lock(job_id)
+    await zk.sync(path)
+    found = await zk.get(path)
+    try:
+        return found is not None and LockRecord.decode(found[0]).nonce == nonce
+    except MalformedEntry:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class GivenUp:
+    """A claim whose caller gave up before its reply."""
+
+    job_id: str
+    path: str
+    """The job node the claim wrote."""
+    nonce: str
+    generation: int
+    """The job node's version if the claim was applied."""
+    posting: bytes
+    """The job node's data before the claim."""
+
+
+class GivenUpClaims:
+    """The claims given up on one board, released in the background (see the module docstring)."""
+
+    def __init__(self, zk: ZooKeeper, paths: Paths) -> None:
+        self._zk, self._paths = zk, paths
+        self.pending: dict[tuple[str, str], GivenUp] = {}
+        self.releasing = False
+
+    def add(self, claim: GivenUp) -> bool:
+        """Remember ``claim``; True if a release must be started (none is running)."""
+        self.pending[claim.job_id, claim.nonce] = claim
+        return not self.releasing
+
+    async def release(self) -> None:
+        """Release every pending claim that was applied. One that cannot be checked (the servers
+        are away) stays pending: retried after the reconnect, and its lock dies with the session.
+
+        :raises BackendUnavailable: as the reads and the multi.
+        """
+        if self.releasing:
+            return
+        self.releasing = True
+        try:
+            while self.pending:
+                key, claim = next(iter(self.pending.items()))
+                if await lock_is(self._zk, self._paths, claim.job_id, claim.nonce):
+                    ops: list[Op] = [SetData(claim.path, claim.posting, claim.generation),
+                                     Delete(self._paths.lock(claim.job_id))]
+                    if (await self._zk.multi(ops, retry_safe=True)).ok:
+                        logger.info("released job %s, claimed by a call given up before its reply", claim.job_id)
+                self.pending.pop(key, None)  # (cleared meanwhile if the session was replaced)
+        except BackendUnavailable as error:
+            logger.warning("could not release a claim given up before its reply (retried after a reconnect): %s",
+                           error)
+        finally:
+            self.releasing = False
