@@ -129,15 +129,28 @@ class RedisBoard(KeepingRedis):
         elif change == "renewed":
             self._spawn(self._restore_entities())
 
-    async def _call(self, op: str, nonce: str, *args: str | bytes | int) -> tuple[str, list[Any]]:
+    async def _call(self, op: str, nonce: str, *args: str | bytes | int,
+                    claim: tuple[str, str] | None = None) -> tuple[str, list[Any]]:
+        """One operation of the board's function. ``claim``: (nonce, session) of the claim the call may
+        make; if its caller gives up before the reply (cancelled, or out of retries), a claim it made
+        goes back on the board in the background (``unclaim``).
+
+        :raises BoardClosed: the board closed meanwhile."""
         try:
             status, data, events = await self.client.call(op, nonce, *args)
-        except BackendUnavailable:
-            if not self._open:
-                raise BoardClosed(f"board {self.url} closed during {op}") from None
+        except (anyio.get_cancelled_exc_class(), BackendUnavailable) as error:
+            if claim is not None and self._open:
+                self._spawn(self._unclaim(*claim))
+            if isinstance(error, BackendUnavailable):
+                self._raise_if_closed(op)
             raise
         self.view.local(events)
         return status, data
+
+    def _raise_if_closed(self, op: str) -> None:
+        """:raises BoardClosed: the board closed during ``op`` (for a caller handling a failure of it)."""
+        if not self._open:
+            raise BoardClosed(f"board {self.url} closed during {op}") from None
 
     async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
                    priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
@@ -223,26 +236,16 @@ class RedisBoard(KeepingRedis):
         :raises BackendUnavailable: still refused, or the server could not be reached."""
         for _ in range(2):
             session, nonce = self.session.id, self._nonce()
-            try:
-                status, data = await self._call(op, nonce, owner, session, self._retention_ms, *rest)
-            except (anyio.get_cancelled_exc_class(), BackendUnavailable):
-                self._given_up(nonce, session)
-                raise
+            status, data = await self._call(op, nonce, owner, session, self._retention_ms, *rest,
+                                            claim=(nonce, session))
             if status != "nosession":
                 return status, data
             try:
                 await self.session.recover(session)
             except BackendUnavailable:
-                if not self._open:
-                    raise BoardClosed(f"board {self.url} closed during {op}") from None
+                self._raise_if_closed(op)
                 raise
         raise BackendUnavailable("this board's Redis session is being renewed; retry")
-
-    def _given_up(self, claim_nonce: str, session: str) -> None:
-        """A call that may have claimed under ``claim_nonce`` lost its caller before the reply (cancelled,
-        or out of retries): a claim it made goes back on the board in the background."""
-        if self._open:
-            self._spawn(self._unclaim(claim_nonce, session))
 
     async def _unclaim(self, nonce: str, session: str) -> None:
         try:
@@ -337,13 +340,9 @@ class RedisBoard(KeepingRedis):
             return None
         wanted = sorted(names) if names is not None else []
         session, claim_nonce = self.session.id, self._nonce()
-        try:
-            status, data = await self._call(
-                "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, raw,
-                self._retention_ms, session, claim_nonce, *wanted)
-        except (anyio.get_cancelled_exc_class(), BackendUnavailable):
-            self._given_up(claim_nonce, session)
-            raise
+        status, data = await self._call(
+            "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, raw,
+            self._retention_ms, session, claim_nonce, *wanted, claim=(claim_nonce, session))
         if status in ("lost", "owner"):
             raise settle_refused(status, claim.job.id, claim.owner)
         self._forget(claim)

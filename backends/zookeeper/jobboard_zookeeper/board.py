@@ -159,7 +159,6 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
         except Exception:
             logger.exception("could not resynchronise %s after reconnecting", self.url)
 
-
     def _release_given_up(self) -> None:  # claims cancelled before their reply: released if they were made
         if self._open:
             self._spawn(self._settler.given_up.release())

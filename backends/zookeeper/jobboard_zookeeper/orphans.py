@@ -31,6 +31,14 @@ async def lock_is(zk: ZooKeeper, paths: Paths, job_id: str, nonce: str) -> bool:
         return False
 
 
+async def release_lock(zk: ZooKeeper, paths: Paths, job_id: str, nonce: str, guard: Op) -> bool:
+    """Delete the job's lock if it holds ``nonce``, in one multi with ``guard`` (an op on the job node
+    at the claim's generation); True if released."""
+    if not await lock_is(zk, paths, job_id, nonce):
+        return False
+    return (await zk.multi([guard, Delete(paths.lock(job_id))], retry_safe=True)).ok
+
+
 @dataclass(frozen=True, slots=True)
 class GivenUp:
     """A claim whose caller gave up before its reply."""
@@ -70,11 +78,9 @@ class GivenUpClaims:
         try:
             while self.pending:
                 key, claim = next(iter(self.pending.items()))
-                if await lock_is(self._zk, self._paths, claim.job_id, claim.nonce):
-                    ops: list[Op] = [SetData(claim.path, claim.posting, claim.generation),
-                                     Delete(self._paths.lock(claim.job_id))]
-                    if (await self._zk.multi(ops, retry_safe=True)).ok:
-                        logger.info("released job %s, claimed by a call given up before its reply", claim.job_id)
+                put_back = SetData(claim.path, claim.posting, claim.generation)
+                if await release_lock(self._zk, self._paths, claim.job_id, claim.nonce, put_back):
+                    logger.info("released job %s, claimed by a call given up before its reply", claim.job_id)
                 self.pending.pop(key, None)  # (cleared meanwhile if the session was replaced)
         except BackendUnavailable as error:
             logger.warning("could not release a claim given up before its reply (retried after a reconnect): %s",

@@ -38,7 +38,7 @@ from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
 from jobboard_zookeeper.linked import LinkedOps, Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
-from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, lock_is
+from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, lock_is, release_lock
 from jobboard_zookeeper.refusals import lost_claim, why_not
 from jobboard_zookeeper.retention import pack_result
 from jobboard_zookeeper.zk import ZooKeeper
@@ -127,10 +127,9 @@ class Settler:
         """After an assumed expiry the session came back: release the claims given up
         (and claims whose reply was lost and never read back: those whose lock is ours)."""
         for job_id, held in list(self.lost.items()):
-            if await lock_is(self._zk, self._paths, job_id, held.nonce):
-                ops: list[Op] = [Check(self._paths.job(job_id), held.generation), Delete(self._paths.lock(job_id))]
-                if (await self._zk.multi(ops, retry_safe=True)).ok:
-                    logger.info("released orphaned claim of job %s", job_id)
+            if await release_lock(self._zk, self._paths, job_id, held.nonce,
+                                  Check(self._paths.job(job_id), held.generation)):
+                logger.info("released orphaned claim of job %s", job_id)
             if self.lost.get(job_id) is held:  # a claim made meanwhile replaced it
                 del self.lost[job_id]
 
