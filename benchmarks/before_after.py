@@ -1,7 +1,7 @@
 """The cost of a change: two commits' benchmarks, run by run against the same servers.
 
     python -m benchmarks.before_after BASE_REV [--runs 6] [--jobs 2000] [--workers 16]
-    python -m benchmarks.before_after BASE_REV --bench batches --backends memory,redis,zookeeper
+    python -m benchmarks.before_after BASE_REV --bench batches --backends memory,redis,zookeeper [--batch 100]
 
 Checks BASE_REV out into a temporary git worktree (with this tree's ``benchmarks/``, so that
 the same benchmark code measures both libraries), then alternates the benchmark on BASE_REV
@@ -66,8 +66,9 @@ def run_module(tree: Path, module_args: list[str], timeout: float = 600) -> dict
 
 def run_bench(tree: Path, bench: str, url: str, args: argparse.Namespace) -> dict[str, Any]:
     """One run of ``bench`` from ``tree`` on a fresh board under ``url``: its figures."""
+    extra = ["--batch", str(args.batch)] if bench == "batches" else []
     return run_module(tree, [f"benchmarks.{bench}", "--url", url, "--jobs", str(args.jobs),
-                             "--workers", str(args.workers), "--repeat", "1"])
+                             "--workers", str(args.workers), "--repeat", "1", *extra])
 
 
 def board_urls(stack: ExitStack, backends: list[str]) -> dict[str, str]:
@@ -105,6 +106,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=6)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=100, help="postings per post_many call (--bench batches)")
     args = parser.parse_args()
     backends = args.backends.split(",")
     pairs: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {backend: [] for backend in backends}

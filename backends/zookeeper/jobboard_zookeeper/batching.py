@@ -48,11 +48,13 @@ from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown
 from jobboard_zookeeper.posting import RACE_RETRIES, Poster, counter_moved
 from jobboard_zookeeper.zk import ZooKeeper
 
-CHUNK_JOBS = 2000
+CHUNK_JOBS = 250
+"""Jobs in one chunk at most: small enough that chunks overlap (the server creates one while this
+board encodes the next and reads the replies of the last); docs/backends/zookeeper.md, "Batches"."""
 READ_AHEAD = 16
 """Claim candidates read in one request."""
 MISSING = "missing"
-IN_FLIGHT = 2
+IN_FLIGHT = 4
 OP_BYTES = 96
 """Bytes a create costs in a request besides its path and data (header, ACL, flags), rounded up."""
 Prepared = tuple[Posting, bytes]
