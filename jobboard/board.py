@@ -24,7 +24,7 @@ from jobboard.board_watching import BoardWatching
 from jobboard.checks import check_size
 from jobboard.codec import Posting, build_posting, encode_posting
 from jobboard.delay import due_time
-from jobboard.errors import BoardClosed, InvalidJob
+from jobboard.errors import BoardClosed, DependencyMissing, InvalidJob
 from jobboard.job import (
     Claim,
     Job,
@@ -166,17 +166,24 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
         Every posting's name, priority, options, details and size are checked
         before any is written: an ``InvalidJob`` (naming the index) writes
         nothing. Each job is then posted atomically and exactly once, as by
-        :meth:`post` (a dependency that is not on the board is found then, and
-        the jobs before it stay posted); the batch as a whole is not atomic: a
-        backend failure part way leaves the first ones posted (give keys to
-        repeat a batch safely). Backends may send the batch in fewer round trips.
+        :meth:`post`. A dependency that is not on the board is found then: the
+        batch stops there with :class:`DependencyMissing`, whose ``index`` names
+        the posting and whose ``posted`` holds the jobs written before it. The
+        batch as a whole is not atomic: a backend failure part way leaves the
+        first ones posted (give keys to repeat a batch safely). Backends may send
+        the batch in fewer round trips.
         """
         self._check_batch(jobs)
-        return [await self.post(job.name, job.details, priority=job.priority, depends_on=job.depends_on,
-                                max_attempts=job.max_attempts, keep_result=job.keep_result, key=job.key,
-                                delay=job.delay, not_before=job.not_before,
-                                result_ttl=job.result_ttl, trash_ttl=job.trash_ttl)
-                for job in jobs]
+        posted: list[Job] = []
+        for index, job in enumerate(jobs):
+            try:
+                posted.append(await self.post(job.name, job.details, priority=job.priority, depends_on=job.depends_on,
+                                              max_attempts=job.max_attempts, keep_result=job.keep_result, key=job.key,
+                                              delay=job.delay, not_before=job.not_before,
+                                              result_ttl=job.result_ttl, trash_ttl=job.trash_ttl))
+            except DependencyMissing as error:
+                raise error.in_batch(index, posted) from None
+        return posted
 
     def _check_batch(self, jobs: Sequence[NewJob]) -> list[tuple[Posting, bytes]]:
         """Prepare every posting of a batch (see :meth:`post_many`).

@@ -6,10 +6,14 @@ Each raises :class:`~jobboard.errors.InvalidJob` naming the job and what is wron
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from jobboard.errors import InvalidJob
+
+TIMEOUT_KEY = "jobboard.timeout"
+"""A job's details may carry this key: seconds its handler may run (wins over the handler's); checked at post."""
 
 MAX_NAME_LENGTH = 200
 
@@ -53,15 +57,23 @@ def check_details(name: str, details: Mapping[str, Any] | None) -> dict[str, Any
         return {}
     if not isinstance(details, Mapping):
         raise InvalidJob(f"job {name!r}: details must be a mapping, not {type(details).__name__}")
-    if type(details) is dict and _plain(details):
-        return dict(details)
-    for key in details:
-        if not isinstance(key, str):
-            raise InvalidJob(f"job {name!r}: details key {key!r} is not a string")
-    problem = find_unencodable(details, "details")
-    if problem:
-        raise InvalidJob(f"job {name!r}: {problem}")
+    if not (type(details) is dict and _plain(details)):
+        for key in details:
+            if not isinstance(key, str):
+                raise InvalidJob(f"job {name!r}: details key {key!r} is not a string")
+        problem = find_unencodable(details, "details")
+        if problem:
+            raise InvalidJob(f"job {name!r}: {problem}")
+    if TIMEOUT_KEY in details:
+        _check_timeout(name, details[TIMEOUT_KEY])
     return dict(details)
+
+
+def _check_timeout(name: str, value: Any) -> None:
+    """:raises InvalidJob: a ``jobboard.timeout`` that is not a positive, finite number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise InvalidJob(f"job {name!r}: details[{TIMEOUT_KEY!r}] must be a positive number of seconds, "
+                         f"not {value!r}")
 
 
 _SCALARS = frozenset({str, float, bool, bytes, type(None)})
@@ -85,6 +97,13 @@ def check_size(name: str, encoded: bytes, limit: int) -> None:
             f"job {name!r}: posting is {len(encoded)} bytes, over this board's limit of "
             f"{limit} bytes (max_posting_bytes); store large payloads elsewhere and post a reference"
         )
+
+
+def check_result_size(job_id: str, encoded: bytes, limit: int) -> None:
+    """:raises InvalidJob: when an encoded result exceeds the backend's ``limit`` (nothing written)."""
+    if len(encoded) > limit:
+        raise InvalidJob(f"result of job {job_id} is {len(encoded)} bytes, over this board's limit of {limit} "
+                         "bytes (max_posting_bytes); store it elsewhere and return a reference")
 
 
 def find_unencodable(value: Any, path: str) -> str | None:

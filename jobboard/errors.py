@@ -7,8 +7,12 @@ backend's client library are mapped with :func:`translate_errors` and kept as
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jobboard.job import Job
 
 
 class JobBoardError(Exception):
@@ -62,6 +66,24 @@ class BackendNotFound(JobBoardError):
 
 class InvalidJob(JobBoardError):
     """A job's name, details, priority or options are not acceptable; nothing was written."""
+
+
+class DependencyMissing(InvalidJob):
+    """A posting names a dependency that is not on the board (consumed, trashed or never posted).
+
+    From ``post``, nothing was written (``index`` is ``None``). From ``post_many`` the batch
+    stopped at that posting: ``index`` is its place in the batch and ``posted`` the batch's jobs
+    written before it, in order; it and the postings after it were not written.
+    """
+
+    def __init__(self, message: str, *, index: int | None = None, posted: Sequence[Job] = ()) -> None:
+        super().__init__(message)
+        self.index = index
+        self.posted: list[Job] = list(posted)
+
+    def in_batch(self, index: int, posted: Sequence[Job]) -> DependencyMissing:
+        """This error as ``post_many`` raises it: the posting's index named, the jobs before it kept."""
+        return DependencyMissing(f"jobs[{index}]: {self}", index=index, posted=posted)
 
 
 class Unsupported(JobBoardError):

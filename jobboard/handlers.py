@@ -19,14 +19,13 @@ from typing import Any, overload
 import anyio.to_thread
 
 from jobboard.board import JobBoard
+from jobboard.checks import TIMEOUT_KEY
 from jobboard.job import Claim, Job
 from jobboard.retry import Fail, Retry, RetryPolicy
 
-__all__ = ["Fail", "Handler", "HandlerOptions", "Handlers", "Hook", "JobContext", "Middleware", "Retry",
+__all__ = ["TIMEOUT_KEY", "Fail", "Handler", "HandlerOptions", "Handlers", "Hook", "JobContext", "Middleware", "Retry",
            "RetryPolicy", "as_async"]
 
-TIMEOUT_KEY = "jobboard.timeout"
-"""A job's details may carry this key: seconds its handler may run (wins over the handler's)."""
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,9 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobBoard
+from jobboard.checks import TIMEOUT_KEY
 from jobboard.errors import BackendUnavailable, BoardClosed, ClaimLost, InvalidJob, JobBoardError, NotOwner
-from jobboard.handlers import TIMEOUT_KEY, Handler, Handlers, JobContext, Middleware
+from jobboard.handlers import Handler, Handlers, JobContext, Middleware
 from jobboard.job import Claim
 from jobboard.outcome import Action, Settlement, decide
 from jobboard.progress import ProgressReporter

@@ -49,15 +49,15 @@ async def test_worker_command_runs_jobs_and_check_sees_it(zk_hosts: str) -> None
     assert gone.returncode == 1 and "no live workers" in gone.stderr
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("no_colon", "module:attribute"),
-    ("tests.support.nothing_here:handlers", "cannot load"),
-    ("tests.support.cli_handlers:not_a_handler", "not callable"),
+@pytest.mark.parametrize(("spec", "message", "status"), [
+    ("no_colon", "module:attribute", 2),  # a malformed argument: a usage error
+    ("tests.support.nothing_here:handlers", "cannot load", 1),
+    ("tests.support.cli_handlers:not_a_handler", "not callable", 1),
 ])
 def test_worker_command_refuses_bad_handler_specs(
-    spec: str, message: str, capsys: pytest.CaptureFixture[str],
+    spec: str, message: str, status: int, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["worker", f"memory://{uuid.uuid4().hex}", "--handlers", spec]) == 1
+    assert main(["worker", f"memory://{uuid.uuid4().hex}", "--handlers", spec]) == status
     error = capsys.readouterr().err
     assert error.startswith("jobboard: error:") and message in error and error.count("\n") == 1
 

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from jobboard import BackendUnavailable, JobState, UnknownOutcome, open_board
+from jobboard import BackendUnavailable, JobState, NewJob, UnknownOutcome, open_board
 from jobboard_redis import RedisBoard
 from jobboard_redis.client_wire import WRITE_EVERY, ConnectionLost, ServerError, connect
 from tests.support.redisserver import RedisServer
+from tests.support.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -130,3 +131,22 @@ async def test_a_server_that_does_not_speak_resp_is_one_clear_error() -> None:
         assert "\n" not in str(caught.value)
     finally:
         listener.close()
+
+
+@pytest.mark.parametrize("operation", ["post", "post_many"])
+async def test_a_post_never_sent_is_reported_not_written(server: RedisServer, operation: str) -> None:
+    """Redis unreachable for the whole window, no attempt ever sent: certainly not written, so
+    ``BackendUnavailable`` (retry), never ``UnknownOutcome`` (which would say it cannot be told)."""
+    async with TcpProxy("127.0.0.1", server.port) as proxy:
+        url = f"redis://{proxy.hosts}/0/unsent-{uuid.uuid4().hex}?session_timeout=2&connect_timeout=1"
+        with anyio.fail_after(30):
+            async with open_board(url) as board:
+                await board.post("before")
+                await proxy.aclose()  # the connection reset, and no new one accepted
+                await anyio.sleep(0.2)
+                with pytest.raises(BackendUnavailable, match="not written") as caught:
+                    if operation == "post":
+                        await board.post("unkeyed")
+                    else:
+                        await board.post_many([NewJob("unkeyed", {"i": i}) for i in range(3)])
+                assert not isinstance(caught.value, UnknownOutcome)

@@ -168,6 +168,22 @@ async def test_dropped_connections_lose_and_duplicate_nothing(redis_url: str) ->
                 assert await board.job_count() == 0
 
 
+async def test_a_lost_connection_and_its_return_are_logged(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    host, port = redis_url.removeprefix("redis://").rsplit(":", 1)
+    async with TcpProxy(host, int(port)) as proxy:
+        with anyio.fail_after(30):
+            async with open_board(board_url(f"redis://{proxy.hosts}")) as board:
+                await board.post("before")
+                with caplog.at_level(logging.WARNING, logger="jobboard_redis"):
+                    proxy.drop()
+                    await anyio.sleep(0.1)
+                    await board.post("after")
+                assert await board.job_count() == 2
+    lines = [record.getMessage() for record in caplog.records if record.name == "jobboard_redis.client"]
+    assert any("connection lost" in line for line in lines), lines
+    assert any("reconnected after" in line for line in lines), lines
+
+
 async def test_a_restarted_server_with_aof_keeps_jobs_and_claims() -> None:
     with RedisServer() as server:
         url = board_url(server.url(""), session_timeout=10)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import time
 
 from jobboard.board import JobBoard
 from jobboard.cli.command import CommandError, positive_seconds, seconds
 from jobboard.cli.jobs import _priority, parse_details
 from jobboard.cli.options import shared_options
 from jobboard.cli.output import format_table, print_json
+from jobboard.errors import InvalidJob
 from jobboard.job import Priority
-from jobboard.schedule import CATCH_UP, Schedule
+from jobboard.schedule import CATCH_UP, Schedule, cron_times
 from jobboard.scheduler import add_schedule, list_schedules, remove_schedule
 
 SCHEDULE_ACTIONS = {
@@ -41,7 +43,7 @@ def schedule_arguments(parser: argparse.ArgumentParser) -> None:
     add.add_argument("job", help="the name of the job posted each period (a handler name)")
     when = add.add_mutually_exclusive_group(required=True)
     when.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="post every SECONDS (from the epoch)")
-    when.add_argument("--cron", metavar="EXPR", help="post at the times of a cron expression, UTC "
+    when.add_argument("--cron", type=cron_expression, metavar="EXPR", help="post at the times of a cron expression, UTC "
                       "(needs jobboard[cron])")
     add.add_argument("--details", default=None, metavar="JSON", help="the job's details, a JSON object "
                      "(@PATH: from a file, -: from stdin)")
@@ -52,6 +54,20 @@ def schedule_arguments(parser: argparse.ArgumentParser) -> None:
                      help="with skip: how late a period may still be posted (default half a period, <= 60)")
     subs["list"].add_argument("--json", action="store_true", help="print JSON instead of a table")
     subs["remove"].add_argument("name", help="the schedule to remove")
+
+
+def cron_expression(text: str) -> str:
+    """An argparse type: a valid cron expression (a bad one is a usage error, exit status 2).
+
+    :raises InvalidJob: croniter is not installed (the command fails, exit status 1).
+    """
+    try:
+        cron_times(text, time.time())
+    except InvalidJob as error:
+        if str(error).startswith("bad cron expression"):
+            raise argparse.ArgumentTypeError(str(error)) from None
+        raise
+    return text
 
 
 async def schedule_command(board: JobBoard, args: argparse.Namespace) -> int:

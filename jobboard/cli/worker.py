@@ -29,12 +29,13 @@ def load_handler(spec: str) -> Handler:
     The current directory is searched first, as ``python -m`` does (a console
     script would not find ``app.jobs`` next to the user otherwise).
 
+    :raises UsageError: the spec is not ``module:attribute``.
     :raises CommandError: the module or attribute is missing, the module does
         not import (its error on one line), or it is not callable.
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise CommandError(f"--handlers takes module:attribute, not {spec!r}")
+        raise UsageError(f"--handlers takes module:attribute, not {spec!r}")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

@@ -94,6 +94,15 @@ class BasicsConformance(ConformanceBase):
         assert await board.job_count() == 0
 
     @bounded
+    async def test_a_bad_job_timeout_is_refused_at_post(self, board: JobBoard) -> None:
+        for bad in ("abc", 0, -1, float("inf"), float("nan"), True, None):
+            with pytest.raises(InvalidJob, match=r"details\['jobboard.timeout'\] must be a positive number"):
+                await board.post("a", {"jobboard.timeout": bad})
+        assert await board.job_count() == 0
+        posted = await board.post("a", {"jobboard.timeout": 2.5, "other": 1})
+        assert posted.details["jobboard.timeout"] == 2.5
+
+    @bounded
     async def test_bad_max_attempts_refused(self, board: JobBoard) -> None:
         with pytest.raises(InvalidJob, match="max_attempts"):
             await board.post("a", max_attempts=0)

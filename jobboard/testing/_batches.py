@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 
 from jobboard.board import JobBoard, NewJob
-from jobboard.errors import ClaimLost, InvalidJob
+from jobboard.errors import ClaimLost, DependencyMissing, InvalidJob
 from jobboard.job import JobState
 from jobboard.testing._base import ConformanceBase, bounded, listed_ids
 
@@ -37,6 +38,22 @@ class BatchesConformance(ConformanceBase):
         with pytest.raises(InvalidJob, match=r"jobs\[0\]"):
             await board.post_many([NewJob("bad", {"when": object()})])
         assert await board.job_count() == 0
+
+    @bounded
+    async def test_a_missing_dependency_stops_a_batch_and_says_what_was_posted(self, board: JobBoard) -> None:
+        parent, gone = await board.post("parent"), await board.post("gone")
+        await board.consume(await board.claim(gone, "w1"))
+        batch = [NewJob("a", {"i": 0}), NewJob("b", depends_on=[parent]), NewJob("c", {"i": 2}),
+                 NewJob("bad", depends_on=[gone]), NewJob("after", {"i": 4})]
+        with pytest.raises(DependencyMissing, match=rf"jobs\[3\]: .*{re.escape(gone.id)}.* not on the board") as raised:
+            await board.post_many(batch)
+        assert raised.value.index == 3
+        assert [(job.name, dict(job.details)) for job in raised.value.posted] == [
+            ("a", {"i": 0}), ("b", {}), ("c", {"i": 2})]
+        assert sorted(await listed_ids(board)) == sorted([parent.id, *(job.id for job in raised.value.posted)])
+        with pytest.raises(DependencyMissing, match=rf"{re.escape(gone.id)}.* not on the board") as alone:
+            await board.post("bad", depends_on=[gone])
+        assert alone.value.index is None and alone.value.posted == []
 
     @bounded
     async def test_consume_and_claim_next_takes_the_best_next_job(self, board: JobBoard) -> None:

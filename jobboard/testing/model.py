@@ -19,7 +19,15 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobboard.errors import AlreadyClaimed, ClaimLost, InvalidJob, JobNotFound, NotClaimable, NotOwner
+from jobboard.errors import (
+    AlreadyClaimed,
+    ClaimLost,
+    DependencyMissing,
+    InvalidJob,
+    JobNotFound,
+    NotClaimable,
+    NotOwner,
+)
 from jobboard.job import JobState, Priority
 
 ON_BOARD = (JobState.UNCLAIMED, JobState.CLAIMED, JobState.WAITING)
@@ -139,13 +147,13 @@ class ContractModel:
         max_attempts: int | None = None, keep_result: bool = False,
         details: dict[str, Any] | None = None, key: str | None = None,
     ) -> ModelJob:
-        """:raises InvalidJob: a dependency named twice or not on the board."""
+        """:raises InvalidJob: a dependency named twice. :raises DependencyMissing: one not on the board."""
         if key is not None and key in self.keys:
             return self.jobs[self.keys[key]]
         if len(set(depends_on)) != len(depends_on):
             raise InvalidJob("depends_on names a job twice")
         if any(not self.jobs[dep].on_board for dep in depends_on):
-            raise InvalidJob("a dependency is not on the board")
+            raise DependencyMissing("a dependency is not on the board")
         job = ModelJob(len(self.jobs), name, priority, depends_on, max_attempts, keep_result,
                        dict(details or {}), key)
         if depends_on:

@@ -14,8 +14,16 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from jobboard.checks import check_result_size
 from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
-from jobboard.errors import AlreadyClaimed, ClaimLost, InvalidJob, JobNotFound, NotClaimable, NotOwner
+from jobboard.errors import (
+    AlreadyClaimed,
+    ClaimLost,
+    DependencyMissing,
+    JobNotFound,
+    NotClaimable,
+    NotOwner,
+)
 from jobboard.events import Event, EventKind
 from jobboard.job import Claim, Job, JobState, Outcome, Progress, TrashedJob, wanted
 
@@ -116,7 +124,8 @@ class Store:
             raise
         missing = [dep for dep in posting.depends_on if dep not in self.jobs]
         if missing:
-            raise InvalidJob(f"job {posting.name!r}: dependencies not on the board: {', '.join(missing)}")
+            raise DependencyMissing(f"job {posting.name!r}: dependency {', '.join(missing)} is not on the board "
+                                    "(consumed, trashed or unknown)")
         entry = Entry(job_id, sequence, posting, waiting_on=set(posting.depends_on))
         self.jobs[job_id] = entry
         for dep in posting.depends_on:
@@ -248,9 +257,7 @@ class Store:
     def consume(self, claim: Claim, result: Any, max_bytes: int) -> None:
         entry = self.current(claim)
         raw = encode_value(result, what=f"result of job {entry.job_id}")
-        if len(raw) > max_bytes:
-            raise InvalidJob(f"result of job {entry.job_id} is {len(raw)} bytes, over this board's limit "
-                             f"of {max_bytes} bytes (max_posting_bytes); store it elsewhere")
+        check_result_size(entry.job_id, raw, max_bytes)
         del self.jobs[entry.job_id]
         self._settled(entry)
         if entry.posting.keep_result:

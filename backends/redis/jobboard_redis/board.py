@@ -14,7 +14,7 @@ from typing import Any
 import anyio
 
 from jobboard.board import JobRef, NewJob, check_owner, job_id_of
-from jobboard.checks import check_size
+from jobboard.checks import check_result_size
 from jobboard.codec import MalformedEntry, encode_value
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
 from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
@@ -327,8 +327,8 @@ class RedisBoard(KeepingRedis):
         await self._settle("consume", claim, self._result(claim, result), self._retention_ms)
 
     def _result(self, claim: Claim, result: Any) -> bytes:
-        raw = encode_value(result, what="result")
-        check_size(claim.job.name, raw, self.max_posting_bytes)
+        raw = encode_value(result, what=f"result of job {claim.job.id}")
+        check_result_size(claim.job.id, raw, self.max_posting_bytes)
         return raw
 
     async def consume_and_claim_next(

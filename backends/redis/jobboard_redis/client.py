@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 
 from jobboard.errors import BackendUnavailable, JobBoardError
-from jobboard_redis.client_wire import Arg, ConnectionLost, ServerError, Wire, connect
+from jobboard_redis.client_wire import Arg, ConnectionLost, NotSent, ServerError, Wire, connect
 from jobboard_redis.options import RedisOptions
 
 logger = logging.getLogger(__name__)
@@ -46,7 +46,12 @@ __all__ = ["Arg", "ConnectionLost", "RedisClient", "RetryExhausted", "ServerErro
 
 
 class RetryExhausted(BackendUnavailable):
-    """Redis could not be reached within the retry window (the write may or may not have applied)."""
+    """Redis could not be reached within the retry window. ``maybe_applied``: an attempt was sent
+    and its reply lost, so a write may have applied; ``False``: none was ever sent (not applied)."""
+
+    def __init__(self, message: str, *, maybe_applied: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
 
 
 def permanent_error(error: BaseException) -> JobBoardError:
@@ -66,6 +71,11 @@ def check_version(version_text: str) -> None:
         raise JobBoardError(f"Redis {version_text} is too old for redis:// boards: 7.0 or newer is needed")
 
 
+def _maybe_applied(error: ConnectionLost | ServerError) -> bool:
+    """Whether a failed attempt may have run: sent, then the connection failed (a refusal did not run)."""
+    return isinstance(error, ConnectionLost) and not isinstance(error, NotSent)
+
+
 def _is_transient(error: BaseException) -> bool:
     if isinstance(error, ServerError):
         return error.code in TRANSIENT_CODES
@@ -81,6 +91,8 @@ class RedisClient:
         self._tls = ssl.create_default_context() if options.tls else None
         self._timeout = max(options.session_timeout, 1.0)
         self._main: Wire | None = None
+        self._lost_at: float | None = None
+        """When the board's connection was found lost (``None``: connected, or never was)."""
         self._reader: Wire | None = None
         self._locks = {"main": asyncio.Lock(), "reader": asyncio.Lock()}
         self._closed = False
@@ -106,8 +118,22 @@ class RedisClient:
             return wire
         async with self._locks["main"]:
             if self._main is None or self._main.failed is not None:
-                self._main = await self._connect(self._timeout)
+                if self._main is not None and self._lost_at is None:
+                    self._lost_at = time.monotonic()
+                    logger.warning("%s: connection lost (%s); reconnecting", self._server, self._main.failed)
+                try:
+                    self._main = await self._connect(self._timeout)
+                except ConnectionLost as error:  # the caller's command was not sent
+                    raise NotSent(str(error)) from error
+                if self._lost_at is not None:
+                    logger.warning("%s: reconnected after %.1f s", self._server, time.monotonic() - self._lost_at)
+                    self._lost_at = None
             return self._main
+
+    @property
+    def _server(self) -> str:
+        options = self.options
+        return f"Redis (Sentinel service {options.sentinel})" if options.sentinel else f"Redis {options.host}:{options.port}"
 
     async def _connect(self, reply_timeout: float | None) -> Wire:
         """:raises ConnectionLost, ServerError: see :func:`~jobboard_redis.client_wire.connect`."""
@@ -266,8 +292,8 @@ class RedisClient:
                 and getattr(self._script, "__func__", None) is RedisClient._fcall):
             try:  # the common case in one step: connected, the library loaded, no WAIT
                 reply = await wire.send(("FCALL", FUNCTION, 1, self.prefix, op, nonce, *args))
-            except ConnectionLost:
-                return await self._resend(op, nonce, args)
+            except ConnectionLost as error:
+                return await self._resend(op, nonce, args, maybe_applied=not isinstance(error, NotSent))
             if not isinstance(reply, ServerError):
                 status, data, events = reply
                 return status.decode(), data, events
@@ -275,27 +301,34 @@ class RedisClient:
                 self._failed(reply)
                 if not _is_transient(reply):
                     raise permanent_error(reply) from reply
-                return await self._resend(op, nonce, args)
+                return await self._resend(op, nonce, args, maybe_applied=False)
         keys, first = [self.prefix], [op, nonce, *args]
         again = [op, f"!{nonce}", *args] if nonce else first
         return _status(await self._retrying(lambda: self._script(keys=keys, args=first),
                                             lambda: self._script(keys=keys, args=again)))
 
-    async def _resend(self, op: str, nonce: str, args: tuple[Arg, ...]) -> tuple[str, list[Any], list[Any]]:
+    async def _resend(self, op: str, nonce: str, args: tuple[Arg, ...], *,
+                      maybe_applied: bool) -> tuple[str, list[Any], list[Any]]:
         """Resend a call whose first attempt failed transiently (marked: it may have applied)."""
         again = [op, f"!{nonce}" if nonce else nonce, *args]
-        return _status(await self._retrying(lambda: self._script(keys=[self.prefix], args=again), failed=True))
+        return _status(await self._retrying(lambda: self._script(keys=[self.prefix], args=again), failed=True,
+                                            maybe_applied=maybe_applied))
 
     async def _retrying(self, send: Callable[[], Any], again: Callable[[], Any] | None = None, *,
-                        failed: bool = False) -> Any:
+                        failed: bool = False, maybe_applied: bool = False) -> Any:
         """``send()``, then ``again()`` (default: ``send()``) after transient failures, until the window
-        ends (``failed``: the first attempt was made by the caller and failed transiently)."""
+        ends (``failed``: the first attempt was made by the caller and failed transiently;
+        ``maybe_applied``: that attempt was sent and its reply lost).
+
+        :raises RetryExhausted: the window ended; ``maybe_applied`` if any attempt was sent unanswered.
+        """
         if not failed:
             try:
                 return await send()
             except (ConnectionLost, ServerError) as error:
                 if not _is_transient(error):
                     raise permanent_error(error) from error
+                maybe_applied = _maybe_applied(error)
         deadline = time.monotonic() + self.options.retry_window
         delay = 0.02
         again = again or send
@@ -306,9 +339,11 @@ class RedisClient:
             except (ConnectionLost, ServerError) as error:
                 if not _is_transient(error):
                     raise permanent_error(error) from error
+                maybe_applied = maybe_applied or _maybe_applied(error)
                 if time.monotonic() + delay > deadline:  # a stopped process retries once
-                    raise RetryExhausted(f"Redis {self.options.host}:{self.options.port} unreachable: "
-                                         f"{error or type(error).__name__}") from error
+                    unsent = "" if maybe_applied else " (nothing was sent: certainly not written)"
+                    raise RetryExhausted(f"Redis {self.options.host}:{self.options.port} unreachable{unsent}: "
+                                         f"{error or type(error).__name__}", maybe_applied=maybe_applied) from error
             delay = min(delay * 2, 0.5)
 
     async def read_events(self, last_id: str | bytes, block_ms: int) -> list[tuple[bytes, list[bytes]]]:

@@ -32,6 +32,10 @@ class ConnectionLost(ConnectionError):
     """The connection failed or timed out (every command waiting on it failed; retry may help)."""
 
 
+class NotSent(ConnectionLost):
+    """The command was never written to a connection (none could be made): Redis did not run it."""
+
+
 class ServerError(Exception):
     """An error reply of the server (its text starts with the error code, e.g. ``NOSCRIPT``)."""
 
@@ -90,7 +94,7 @@ class Wire(asyncio.Protocol):
         (a :class:`ServerError` for an error reply) or fails with :class:`ConnectionLost`."""
         done = self._loop.create_future()
         if self.failed is not None:
-            done.set_exception(self.failed)
+            done.set_exception(NotSent(str(self.failed)))
             return done
         packed = hiredis.pack_command(tuple(command))  # type: ignore[arg-type]
         if not self._waiting and self.timeout is not None and self._timer is None:

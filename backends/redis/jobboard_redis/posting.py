@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from jobboard.codec import Posting
-from jobboard.errors import InvalidJob, UnknownOutcome
+from jobboard.errors import DependencyMissing, UnknownOutcome
 from jobboard.job import Job
 from jobboard_redis.client import RetryExhausted
 from jobboard_redis.records import job_of, sequence_of, text
@@ -42,7 +42,8 @@ def ttl_ms(ttl: float | None) -> str:
 
 def _job(posting: Posting, status: str, data: list[Any]) -> Job:
     if status == "nodep":
-        raise InvalidJob(f"job {posting.name!r}: dependency {text(data[0])} is not on the board")
+        raise DependencyMissing(f"job {posting.name!r}: dependency {text(data[0])} is not on the board "
+                                "(consumed, trashed or unknown)")
     if status == "keyed":
         return job_of(text(data[0]), data[1], data[2], data[3], data[4])
     job_id = text(data[0])
@@ -63,11 +64,13 @@ async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]], nonc
         return [job for part in parts for job in part]
     jobs: list[Job] = []
     for chunk in chunks:
-        jobs += await _post_chunk(call, chunk, nonce_ms)
+        jobs += await _post_chunk(call, chunk, nonce_ms, before=jobs)
     return jobs
 
 
-async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_ms: int) -> list[Job]:
+async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_ms: int,
+                      before: Sequence[Job] = ()) -> list[Job]:
+    """One call of a batch (``before``: the batch's jobs posted by the calls before it)."""
     flat: list[Any] = []
     for posting, raw in chunk:
         arguments = _arguments(posting, raw)
@@ -75,15 +78,20 @@ async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_
     try:
         status, replies = await call("post_many", flat[1], *flat)  # the call's nonce: a resend is marked
     except RetryExhausted as error:
-        if any(posting.key is None for posting, _ in chunk):
+        if error.maybe_applied and any(posting.key is None for posting, _ in chunk):
             raise UnknownOutcome(f"post_many: Redis was unreachable and whether the jobs were written "
                                  f"cannot be told ({error}); post with keys to retry safely") from error
         raise
     if status == "range":  # posted at once: ids first, first + 1, ...
         first = int(replies[0])
         return [posting.to_job(str(first + index), first + index) for index, (posting, _) in enumerate(chunk)]
-    return [_job(posting, text(status), list(data))
-            for (posting, _), (status, data) in zip(chunk, replies, strict=False)]
+    jobs: list[Job] = []
+    for (posting, _), (status, data) in zip(chunk, replies, strict=False):
+        try:
+            jobs.append(_job(posting, text(status), list(data)))
+        except DependencyMissing as error:  # the server stopped the call there
+            raise error.in_batch(len(before) + len(jobs), [*before, *jobs]) from None
+    return jobs
 
 
 async def post_prepared(call: Call, posting: Posting, raw: bytes, nonce_ms: int) -> Job:
@@ -96,7 +104,7 @@ async def post_prepared(call: Call, posting: Posting, raw: bytes, nonce_ms: int)
     try:
         status, data = await call("post", f"{posting.token}:{nonce_ms}", *_arguments(posting, raw))
     except RetryExhausted as error:
-        if posting.key is not None:
+        if posting.key is not None or not error.maybe_applied:
             raise
         raise UnknownOutcome(f"post of {posting.name!r}: Redis was unreachable and whether the job was "
                              f"written cannot be told ({error}); post with a key to retry safely") from error

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from jobboard.board import NewJob
 from jobboard.codec import MalformedEntry, Posting, decode_posting
-from jobboard.errors import BackendUnavailable, UnknownOutcome
+from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
 from jobboard.job import Job
 from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.grouping import Grouper
@@ -95,7 +95,10 @@ class BatchPoster:
         chunks = self.chunks(prepared)
         while chunks:
             if chunks[0][0][0].depends_on:
-                jobs.append(await self._poster.post_one(*chunks.pop(0)[0]))
+                try:
+                    jobs.append(await self._poster.post_one(*chunks.pop(0)[0]))
+                except DependencyMissing as error:
+                    raise error.in_batch(len(jobs), jobs) from None
                 continue
             run = [chunks.pop(0)]
             while chunks and not chunks[0][0][0].depends_on:

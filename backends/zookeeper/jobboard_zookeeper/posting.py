@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting
-from jobboard.errors import BackendUnavailable, BoardConflict, InvalidJob, UnknownOutcome
+from jobboard.errors import BackendUnavailable, BoardConflict, DependencyMissing, InvalidJob, UnknownOutcome
 from jobboard.job import Job
 from jobboard_zookeeper.chain import Chain
 from jobboard_zookeeper.keys import KeyRecord, expired
@@ -183,7 +183,8 @@ class Poster:
         parents = await asyncio.gather(*map(self.locate, posting.depends_on))
         for dependency, parent in zip(posting.depends_on, parents, strict=True):
             if parent is None:
-                raise InvalidJob(f"dependency {dependency} is not on the board (consumed, trashed or unknown)")
+                raise DependencyMissing(f"job {posting.name!r}: dependency {dependency} is not on the board "
+                                        "(consumed, trashed or unknown)")
             ops.append(Create(f"{parent}/{new_id}"))
         return ops
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from anyio import get_cancelled_exc_class
 
+from jobboard.checks import check_result_size
 from jobboard.codec import decode_posting, encode_posting, encode_value
 from jobboard.errors import (
     BackendUnavailable,
@@ -264,9 +265,7 @@ class Settler:
     async def consume(self, claim: Claim, result: Any) -> None:
         job_id = claim.job.id
         raw_result = encode_value(result, what=f"result of job {job_id}")
-        if len(raw_result) > self.max_posting_bytes:
-            raise InvalidJob(f"result of job {job_id} is {len(raw_result)} bytes, over this board's limit of "
-                             f"{self.max_posting_bytes} bytes (max_posting_bytes); store it elsewhere")
+        check_result_size(job_id, raw_result, self.max_posting_bytes)
         attempts = 0
 
         async def build(held: Held) -> list[Op]:
