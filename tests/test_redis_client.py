@@ -9,13 +9,14 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import anyio
 import pytest
 
 from jobboard import BackendUnavailable, JobState, NewJob, UnknownOutcome, open_board
 from jobboard_redis import RedisBoard
-from jobboard_redis.client_wire import WRITE_EVERY, ConnectionLost, ServerError, connect
+from jobboard_redis.client_wire import WRITE_EVERY, ConnectionLost, NotSent, ServerError, connect
 from tests.support.redisserver import RedisServer
 from tests.support.tcpproxy import TcpProxy
 
@@ -150,3 +151,49 @@ async def test_a_post_never_sent_is_reported_not_written(server: RedisServer, op
                     else:
                         await board.post_many([NewJob("unkeyed", {"i": i}) for i in range(3)])
                 assert not isinstance(caught.value, UnknownOutcome)
+
+
+async def test_a_batch_cut_off_after_its_first_call_is_not_reported_unwritten(server: RedisServer) -> None:
+    """A later call of a batch never sent says nothing of the calls before it: the first 100 jobs
+    were written, so an unkeyed batch is ``UnknownOutcome``, never "certainly not written"."""
+    async with TcpProxy("127.0.0.1", server.port) as proxy:
+        url = f"redis://{proxy.hosts}/0/cutoff-{uuid.uuid4().hex}?session_timeout=2&connect_timeout=1"
+        with anyio.fail_after(30):
+            async with open_board(url) as board:
+                assert isinstance(board, RedisBoard)
+                parent = await board.post("parent")
+                calls = 0
+                script_call = board._call
+
+                async def cut_before_the_second(op: str, *args: Any, **options: Any) -> Any:
+                    nonlocal calls
+                    calls += op == "post_many"
+                    if op == "post_many" and calls == 2:
+                        await proxy.aclose()
+                    return await script_call(op, *args, **options)
+
+                board._call = cut_before_the_second  # type: ignore[method-assign]
+                batch = [NewJob("x", {"i": i}) for i in range(150)] + [NewJob("linked", depends_on=[parent])]
+                with pytest.raises(UnknownOutcome, match="cannot be told"):
+                    await board.post_many(batch)  # sent call by call (a linked posting)
+    async with open_board(f"{server.url('')}/0/{url.split('/')[-1].split('?')[0]}") as direct:
+        assert await direct.job_count() == 101  # the parent and the first call's 100
+
+
+async def test_a_lost_wait_after_a_sent_write_is_not_taken_for_unsent(server: RedisServer) -> None:
+    """durability=strict: the write went out and ran; a WAIT that finds the connection failed must
+    not turn the write into 'never sent' (a retry would then post it twice)."""
+    with anyio.fail_after(20):
+        async with open_board(f"{server.url('')}/0/wait-{uuid.uuid4().hex}?session_timeout=2") as board:
+            assert isinstance(board, RedisBoard)
+            client = board.client
+            await client.command("PING")
+
+            async def wait_found_the_wire_failed(wire: Any) -> None:
+                raise NotSent("connection closed")
+
+            client._wait_for = 1
+            client._replicated = wait_found_the_wire_failed  # type: ignore[method-assign]
+            with pytest.raises(ConnectionLost) as caught:
+                await client._fcall(keys=[client.prefix], args=["ping", ""])
+            assert not isinstance(caught.value, NotSent)

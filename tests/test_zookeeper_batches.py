@@ -96,3 +96,38 @@ async def test_a_stale_read_ahead_cannot_make_a_wrong_claim(zk_hosts: str) -> No
             assert board.claim_conflicts == 1
             claim = await board.claim_next("me")  # read afresh
             assert claim is not None and claim.generation == 2 and claim.job.attempts == 2
+
+
+async def test_a_failed_chunk_stops_the_batch_before_post_many_raises(
+        zk_hosts: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks not yet sent when one fails are not sent, and ``post_many`` raises only once the
+    chunks in flight have ended: nothing of the batch is written after the caller saw the error."""
+    from jobboard.errors import BackendUnavailable
+
+    events: list[str] = []
+    real_post_chunk = batching.BatchPoster._post_chunk
+
+    async def post_chunk(self: batching.BatchPoster, chunk: list[batching.Prepared], order: batching.Order) -> list:
+        index = int(chunk[0][0].details["i"]) // CHUNK
+        events.append(f"start {index}")
+        if index == 0:
+            batching.Order.done(order.placed)
+            await anyio.sleep(0.01)
+            raise BackendUnavailable("chunk 0 failed")
+        await anyio.sleep(0.1)
+        jobs = await real_post_chunk(self, chunk, order)
+        events.append(f"end {index}")
+        return jobs
+
+    monkeypatch.setattr(batching.BatchPoster, "_post_chunk", post_chunk)
+    with anyio.fail_after(30):
+        async with open_board(f"zookeeper://{zk_hosts}/batches/{uuid.uuid4().hex}") as board:
+            with pytest.raises(BackendUnavailable, match="chunk 0 failed"):
+                await board.post_many([NewJob("j", {"i": i}) for i in range(8 * CHUNK)])
+            events.append("raised")
+            await anyio.sleep(0.3)
+            in_flight = [f"start {index}" for index in range(batching.IN_FLIGHT)]
+            assert events[:batching.IN_FLIGHT] == in_flight
+            assert sorted(events[batching.IN_FLIGHT:-1]) == sorted(f"end {i}" for i in range(1, batching.IN_FLIGHT))
+            assert events[-1] == "raised"
+            assert await board.job_count() == (batching.IN_FLIGHT - 1) * CHUNK

@@ -184,7 +184,10 @@ class RedisClient:
                 wire = await self._wire()
             reply = await wire.send(command)
             if self._wait_for:
-                await self._replicated(wire)
+                try:
+                    await self._replicated(wire)
+                except NotSent as error:  # the command itself was sent: it may have run
+                    raise ConnectionLost(str(error)) from error
             if not isinstance(reply, ServerError):
                 return reply
             if loaded or "Function not found" not in str(reply):
@@ -342,7 +345,7 @@ class RedisClient:
                 maybe_applied = maybe_applied or _maybe_applied(error)
                 if time.monotonic() + delay > deadline:  # a stopped process retries once
                     unsent = "" if maybe_applied else " (nothing was sent: certainly not written)"
-                    raise RetryExhausted(f"Redis {self.options.host}:{self.options.port} unreachable{unsent}: "
+                    raise RetryExhausted(f"{self._server} unreachable{unsent}: "
                                          f"{error or type(error).__name__}", maybe_applied=maybe_applied) from error
             delay = min(delay * 2, 0.5)
 

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from jobboard.codec import Posting
-from jobboard.errors import DependencyMissing, UnknownOutcome
+from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
 from jobboard.job import Job
 from jobboard_redis.client import RetryExhausted
 from jobboard_redis.records import job_of, sequence_of, text
@@ -59,18 +59,30 @@ async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]], nonc
     :raises InvalidJob, UnknownOutcome, BackendUnavailable: as :func:`post_prepared`.
     """
     chunks = [prepared[start:start + BATCH] for start in range(0, len(prepared), BATCH)]
+    unkeyed = any(posting.key is None for posting, _ in prepared)
     if len(chunks) > 1 and not any(posting.depends_on for posting, _ in prepared):
-        parts = await asyncio.gather(*(_post_chunk(call, chunk, nonce_ms) for chunk in chunks))
-        return [job for part in parts for job in part]
+        parts = await asyncio.gather(*(_post_chunk(call, chunk, nonce_ms, alone=False, unkeyed=unkeyed)
+                                       for chunk in chunks), return_exceptions=True)
+        for part in parts:  # raised once every call has ended, not while some are still in flight
+            if isinstance(part, BaseException):
+                raise part
+        return [job for part in parts if not isinstance(part, BaseException) for job in part]
     jobs: list[Job] = []
     for chunk in chunks:
-        jobs += await _post_chunk(call, chunk, nonce_ms, before=jobs)
+        jobs += await _post_chunk(call, chunk, nonce_ms, alone=len(chunks) == 1, unkeyed=unkeyed, before=jobs)
     return jobs
 
 
-async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_ms: int,
-                      before: Sequence[Job] = ()) -> list[Job]:
-    """One call of a batch (``before``: the batch's jobs posted by the calls before it)."""
+async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_ms: int, *, alone: bool,
+                      unkeyed: bool, before: Sequence[Job] = ()) -> list[Job]:
+    """One call of a batch (``alone``: the batch's only call; ``unkeyed``: the batch has a posting
+    without a key; ``before``: the batch's jobs posted by the calls before it).
+
+    :raises UnknownOutcome: Redis stayed unreachable, and an unkeyed posting of the batch may have
+        been written (a call never sent tells nothing of the batch's other calls).
+    :raises BackendUnavailable: the same, every posting keyed (post the batch again), or the
+        batch's only call was never sent (certainly not written).
+    """
     flat: list[Any] = []
     for posting, raw in chunk:
         arguments = _arguments(posting, raw)
@@ -78,10 +90,13 @@ async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_
     try:
         status, replies = await call("post_many", flat[1], *flat)  # the call's nonce: a resend is marked
     except RetryExhausted as error:
-        if error.maybe_applied and any(posting.key is None for posting, _ in chunk):
+        if alone and not error.maybe_applied:
+            raise  # nothing of the batch was sent
+        if unkeyed:
             raise UnknownOutcome(f"post_many: Redis was unreachable and whether the jobs were written "
                                  f"cannot be told ({error}); post with keys to retry safely") from error
-        raise
+        raise BackendUnavailable(f"post_many: Redis was unreachable part way, some jobs may have been written "
+                                 f"({error}); posting the batch again with its keys is safe") from error
     if status == "range":  # posted at once: ids first, first + 1, ...
         first = int(replies[0])
         return [posting.to_job(str(first + index), first + index) for index, (posting, _) in enumerate(chunk)]

@@ -60,13 +60,23 @@ OP_BYTES = 96
 Prepared = tuple[Posting, bytes]
 
 
+@dataclass(slots=True)
+class Run:
+    """A batch's chunks in flight: ``chained`` until one of them takes its ids apart from the chain;
+    from then on every later chunk does too, each after the one before (a chunk taking a new turn
+    of the chain meanwhile would get ids below those of a chunk before it)."""
+
+    chained: bool = True
+
+
 @dataclass(frozen=True, slots=True)
 class Order:
     """A chunk's place in its batch: set ``placed`` once its ids are final (written, or taken
-    apart from the chain); ``before`` is the chunk before's."""
+    apart from the chain); ``before`` is the chunk before's; ``run``: the batch's."""
 
     before: asyncio.Future[None] | None
     placed: asyncio.Future[None]
+    run: Run
 
     @staticmethod
     def done(placed: asyncio.Future[None]) -> None:
@@ -109,20 +119,34 @@ class BatchPoster:
 
     async def _pipelined(self, run: list[list[Prepared]]) -> list[list[Job]]:
         """The chunks of ``run``, sent in order, :data:`IN_FLIGHT` at a time: the server works on
-        one while this board encodes the next and reads the replies (and watch events) of the last."""
+        one while this board encodes the next and reads the replies (and watch events) of the last.
+
+        When a chunk fails, the chunks not yet sent are not sent, and the error is raised once the
+        chunks in flight have ended (nothing of the batch is written after ``post_many`` raised)."""
         gate = asyncio.Semaphore(IN_FLIGHT)
         loop = asyncio.get_running_loop()
         placed: list[asyncio.Future[None]] = [loop.create_future() for _ in run]
+        failed, batch = False, Run()
 
         async def post_chunk(index: int) -> list[Job]:
+            nonlocal failed
             try:
                 async with gate:
+                    if failed:
+                        return []
                     return await self._post_chunk(run[index], Order(placed[index - 1] if index else None,
-                                                                    placed[index]))
+                                                                    placed[index], batch))
+            except BaseException:
+                failed = True
+                raise
             finally:
                 Order.done(placed[index])
 
-        return await asyncio.gather(*map(post_chunk, range(len(run))))
+        posted = await asyncio.gather(*map(post_chunk, range(len(run))), return_exceptions=True)
+        for part in posted:
+            if isinstance(part, BaseException):
+                raise part
+        return [part for part in posted if not isinstance(part, BaseException)]
 
     def chunks(self, prepared: Sequence[Prepared]) -> list[list[Prepared]]:
         """Runs of unlinked postings cut to fit a request; each linked posting alone."""
@@ -149,13 +173,13 @@ class BatchPoster:
 
     async def post_chunk(self, chunk: list[Prepared]) -> list[Job]:
         """One chunk of postings (made by :meth:`chunks`), exactly once; its jobs in order."""
-        return await self._post_chunk(chunk, Order(None, asyncio.get_running_loop().create_future()))
+        return await self._post_chunk(chunk, Order(None, asyncio.get_running_loop().create_future(), Run()))
 
     async def _post_chunk(self, chunk: list[Prepared], order: Order) -> list[Job]:
         """One chunk in one multi (chained: :mod:`jobboard_zookeeper.chain`), or after a multi of
         counter bumps. Ids taken apart from the chain are taken only once the chunk before has its
         own, so the batch keeps its order on the board."""
-        turn = self._poster.chain.take(len(chunk))
+        turn = self._poster.chain.take(len(chunk)) if order.run.chained else None
         sequences = turn.sequences if turn is not None else await self._ids_after(order, len(chunk))
         for _ in range(RACE_RETRIES):
             ids = [job_id(posting.priority, sequence) for (posting, _), sequence in zip(chunk, sequences, strict=True)]
@@ -186,6 +210,7 @@ class BatchPoster:
                                  f"{RACE_RETRIES} times on their way (certainly not written); try again")
 
     async def _ids_after(self, order: Order, count: int) -> list[int]:
+        order.run.chained = False
         if order.before is not None:
             await asyncio.wait([order.before])
         sequences = await self._poster.sequences(count)
