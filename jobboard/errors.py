@@ -81,6 +81,11 @@ class DependencyMissing(InvalidJob):
         self.index = index
         self.posted: list[Job] = list(posted)
 
+    @classmethod
+    def of(cls, name: str, dependency: str) -> DependencyMissing:
+        """The error for posting job ``name`` whose ``dependency`` (one id, or several joined) is missing."""
+        return cls(f"job {name!r}: dependency {dependency} is not on the board (consumed, trashed or unknown)")
+
     def in_batch(self, index: int, posted: Sequence[Job]) -> DependencyMissing:
         """This error as ``post_many`` raises it: the posting's index named, the jobs before it kept."""
         return DependencyMissing(f"jobs[{index}]: {self}", index=index, posted=posted)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import time
 
 from jobboard.board import JobBoard
@@ -58,15 +59,12 @@ def schedule_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cron_expression(text: str) -> str:
     """An argparse type: a valid cron expression (a bad one is a usage error, exit status 2).
-
-    :raises InvalidJob: croniter is not installed (the command fails, exit status 1).
-    """
-    try:
-        cron_times(text, time.time())
-    except InvalidJob as error:
-        if str(error).startswith("bad cron expression"):
+    Without croniter the text is kept: adding the schedule then says what to install (exit status 1)."""
+    if importlib.util.find_spec("croniter") is not None:
+        try:
+            cron_times(text, time.time())
+        except InvalidJob as error:
             raise argparse.ArgumentTypeError(str(error)) from None
-        raise
     return text
 
 

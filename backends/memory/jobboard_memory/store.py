@@ -124,8 +124,7 @@ class Store:
             raise
         missing = [dep for dep in posting.depends_on if dep not in self.jobs]
         if missing:
-            raise DependencyMissing(f"job {posting.name!r}: dependency {', '.join(missing)} is not on the board "
-                                    "(consumed, trashed or unknown)")
+            raise DependencyMissing.of(posting.name, ", ".join(missing))
         entry = Entry(job_id, sequence, posting, waiting_on=set(posting.depends_on))
         self.jobs[job_id] = entry
         for dep in posting.depends_on:

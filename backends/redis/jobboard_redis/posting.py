@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -10,6 +9,7 @@ from typing import Any
 
 from jobboard.codec import Posting
 from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
+from jobboard.gathering import gather_all
 from jobboard.job import Job
 from jobboard_redis.client import RetryExhausted
 from jobboard_redis.records import job_of, sequence_of, text
@@ -42,8 +42,7 @@ def ttl_ms(ttl: float | None) -> str:
 
 def _job(posting: Posting, status: str, data: list[Any]) -> Job:
     if status == "nodep":
-        raise DependencyMissing(f"job {posting.name!r}: dependency {text(data[0])} is not on the board "
-                                "(consumed, trashed or unknown)")
+        raise DependencyMissing.of(posting.name, text(data[0]))
     if status == "keyed":
         return job_of(text(data[0]), data[1], data[2], data[3], data[4])
     job_id = text(data[0])
@@ -61,12 +60,9 @@ async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]], nonc
     chunks = [prepared[start:start + BATCH] for start in range(0, len(prepared), BATCH)]
     unkeyed = any(posting.key is None for posting, _ in prepared)
     if len(chunks) > 1 and not any(posting.depends_on for posting, _ in prepared):
-        parts = await asyncio.gather(*(_post_chunk(call, chunk, nonce_ms, alone=False, unkeyed=unkeyed)
-                                       for chunk in chunks), return_exceptions=True)
-        for part in parts:  # raised once every call has ended, not while some are still in flight
-            if isinstance(part, BaseException):
-                raise part
-        return [job for part in parts if not isinstance(part, BaseException) for job in part]
+        parts = await gather_all(*(_post_chunk(call, chunk, nonce_ms, alone=False, unkeyed=unkeyed)
+                                   for chunk in chunks))
+        return [job for part in parts for job in part]
     jobs: list[Job] = []
     for chunk in chunks:
         jobs += await _post_chunk(call, chunk, nonce_ms, alone=len(chunks) == 1, unkeyed=unkeyed, before=jobs)

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from jobboard.board import NewJob
 from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
+from jobboard.gathering import gather_all
 from jobboard.job import Job
 from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.grouping import Grouper
@@ -67,6 +68,8 @@ class Run:
     of the chain meanwhile would get ids below those of a chunk before it)."""
 
     chained: bool = True
+    failed: bool = False
+    """A chunk failed: the chunks not yet sent are not sent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,27 +129,22 @@ class BatchPoster:
         gate = asyncio.Semaphore(IN_FLIGHT)
         loop = asyncio.get_running_loop()
         placed: list[asyncio.Future[None]] = [loop.create_future() for _ in run]
-        failed, batch = False, Run()
+        batch = Run()
 
         async def post_chunk(index: int) -> list[Job]:
-            nonlocal failed
             try:
                 async with gate:
-                    if failed:
+                    if batch.failed:
                         return []
                     return await self._post_chunk(run[index], Order(placed[index - 1] if index else None,
                                                                     placed[index], batch))
             except BaseException:
-                failed = True
+                batch.failed = True
                 raise
             finally:
                 Order.done(placed[index])
 
-        posted = await asyncio.gather(*map(post_chunk, range(len(run))), return_exceptions=True)
-        for part in posted:
-            if isinstance(part, BaseException):
-                raise part
-        return [part for part in posted if not isinstance(part, BaseException)]
+        return await gather_all(*map(post_chunk, range(len(run))))
 
     def chunks(self, prepared: Sequence[Prepared]) -> list[list[Prepared]]:
         """Runs of unlinked postings cut to fit a request; each linked posting alone."""

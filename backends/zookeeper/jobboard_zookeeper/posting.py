@@ -183,8 +183,7 @@ class Poster:
         parents = await asyncio.gather(*map(self.locate, posting.depends_on))
         for dependency, parent in zip(posting.depends_on, parents, strict=True):
             if parent is None:
-                raise DependencyMissing(f"job {posting.name!r}: dependency {dependency} is not on the board "
-                                        "(consumed, trashed or unknown)")
+                raise DependencyMissing.of(posting.name, dependency)
             ops.append(Create(f"{parent}/{new_id}"))
         return ops
 
