@@ -344,7 +344,7 @@ class RedisClient:
                     raise permanent_error(error) from error
                 maybe_applied = maybe_applied or _maybe_applied(error)
                 if time.monotonic() + delay > deadline:  # a stopped process retries once
-                    unsent = "" if maybe_applied else " (nothing was sent: certainly not written)"
+                    unsent = "" if maybe_applied else " (nothing was sent)"
                     raise RetryExhausted(f"{self._server} unreachable{unsent}: "
                                          f"{error or type(error).__name__}", maybe_applied=maybe_applied) from error
             delay = min(delay * 2, 0.5)

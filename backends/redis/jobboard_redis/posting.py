@@ -49,6 +49,11 @@ def _job(posting: Posting, status: str, data: list[Any]) -> Job:
     return posting.to_job(job_id, sequence_of(job_id))
 
 
+def _not_written(what: str, error: RetryExhausted) -> BackendUnavailable:
+    """A post none of whose attempts was ever sent: certainly not written (retrying is safe)."""
+    return BackendUnavailable(f"{what}: nothing was sent, certainly not written ({error}); try again")
+
+
 async def post_batch(call: Call, prepared: Sequence[tuple[Posting, bytes]], nonce_ms: int) -> list[Job]:
     """Write checked postings, :data:`BATCH` per script call; each post is atomic and exactly once
     on its own (its token is its nonce), the batch is not: a missing dependency stops it there
@@ -87,7 +92,7 @@ async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_
         status, replies = await call("post_many", flat[1], *flat)  # the call's nonce: a resend is marked
     except RetryExhausted as error:
         if alone and not error.maybe_applied:
-            raise  # nothing of the batch was sent
+            raise _not_written("post_many", error) from error
         if unkeyed:
             raise UnknownOutcome(f"post_many: Redis was unreachable and whether the jobs were written "
                                  f"cannot be told ({error}); post with keys to retry safely") from error
@@ -115,7 +120,9 @@ async def post_prepared(call: Call, posting: Posting, raw: bytes, nonce_ms: int)
     try:
         status, data = await call("post", f"{posting.token}:{nonce_ms}", *_arguments(posting, raw))
     except RetryExhausted as error:
-        if posting.key is not None or not error.maybe_applied:
+        if not error.maybe_applied:
+            raise _not_written(f"post of {posting.name!r}", error) from error
+        if posting.key is not None:
             raise
         raise UnknownOutcome(f"post of {posting.name!r}: Redis was unreachable and whether the job was "
                              f"written cannot be told ({error}); post with a key to retry safely") from error
