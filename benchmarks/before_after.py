@@ -120,7 +120,7 @@ def main() -> None:
                        for tree in trees}
                 pairs[backend].append((got[base], got[ROOT]))
     report: dict[str, Any] = {"bench": f"before_after/{args.bench}", "base": args.base, "jobs": args.jobs,
-                              "workers": args.workers, "runs": args.runs}
+                              "workers": args.workers, "batch": args.batch, "runs": args.runs}
     for backend in backends:
         report[backend] = summary(pairs[backend], FIGURES[args.bench])
     print(json.dumps(report))

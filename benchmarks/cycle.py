@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runs = [asyncio.run(one_run(args)) for _ in range(args.repeat)]
     report = {"bench": "cycle", "system": "jobboard", "backend": args.url.split(":")[0], "jobs": args.jobs,
               "workers": args.workers, "processes": args.processes, "partitions": args.partitions,
-              "interleaved": args.interleaved,
+              "interleaved": args.interleaved, "post_concurrency": POST_CONCURRENCY,
               "repeat": args.repeat, "runs": runs, "median": median_of(runs)}
     print(json.dumps(report), flush=True)
     return report

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     runs = [asyncio.run(one_run(url, args.layers, args.width, args.workers, args.concurrency))
             for _ in range(args.repeat)]
     report = {"bench": "dag", "system": "jobboard", "backend": url.split(":")[0], "workers": args.workers,
-              "concurrency": args.concurrency, "repeat": args.repeat, "runs": runs, "median": median_of(runs)}
+              "layers": args.layers, "width": args.width, "concurrency": args.concurrency, "repeat": args.repeat,
+              "runs": runs, "median": median_of(runs)}
     print(json.dumps(report), flush=True)
     return report
 

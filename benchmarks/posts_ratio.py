@@ -4,7 +4,7 @@
 
 Each round runs, on a fresh server and each in its own process: TaskFlow's single-threaded posts
 (``benchmarks.peers.taskflow_board --workers 1``, 1 000 jobs), the posting phase of
-``benchmarks.cycle`` (1 000 jobs, 16 in flight) and ``benchmarks.batches`` (10 000 jobs, posts 16
+``benchmarks.cycle`` (1 000 jobs, 64 in flight) and ``benchmarks.batches`` (10 000 jobs, posts 16
 in flight, ``post_many`` in batches of 2 000) on BASE_REV and on this tree, alternating which goes
 first: the commands ``benchmarks.run`` uses for the issue's "posts ÷ TaskFlow single-threaded" and
 "``post_many`` jobs/s". Prints one JSON line: per figure the values, the medians, and the median of

@@ -5,17 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-TASKFLOW, KAZOO, CEILING = "taskflow-zookeeper", "kazoo-lockingqueue", "aiozk-ceiling"
-FIXED = "aiozk-ceiling-fixed"
-"""The raw cycle on the client fixes jobboard uses (its reader, no timer per request, fastwire)."""
-TASKFLOW_16_THREADS_REFERENCE = 12.9
-"""TaskFlow's board with 16 worker threads, from the issue's orientation figures (jobs/s)."""
+from benchmarks.analysis import posts_in_flight, reading
+from benchmarks.lookup import CEILING, FIXED, KAZOO, TASKFLOW, bench, find, ratio, value
 
-
-def value(result: dict[str, Any], key: str) -> float | None:
-    median = result.get("median", {})
-    found = median.get(key, median.get(key.replace("posts_", "post_")))
-    return float(found) if isinstance(found, (int, float)) else None
+Companion = tuple[dict[str, Any], list[dict[str, Any]]]
+"""Another run's header and results, that the analysis reads beside this run's (the 2000-job run)."""
 
 
 def spread(result: dict[str, Any], key: str) -> str:
@@ -54,23 +48,6 @@ def cycle_rows(results: Iterable[dict[str, Any]]) -> list[str]:
                     f"{spread(result, 'posts_per_s')} | {latency} | {median.get('failed_claims', '–')} | "
                     f"{requests} | {median.get('cpu_s', '–')} | {median.get('zk_cpu_s', '–')} |")
     return rows
-
-
-def find(results: list[dict[str, Any]], system: str, workers: int, processes: int = 1, *,
-         partitioned: bool = False) -> dict[str, Any] | None:
-    for result in results:
-        if (result.get("system") == system and result.get("workers") == workers and result.get("backend") != "memory"
-                and result.get("bench") == "cycle" and bool(result.get("partitions")) == partitioned
-                and result.get("processes", 1) == processes and not result.get("interleaved")):
-            return result
-    return None
-
-
-def ratio(ours: dict[str, Any] | None, theirs: dict[str, Any] | None, key: str = "cycles_per_s") -> float | None:
-    if not ours or not theirs:
-        return None
-    mine, other = value(ours, key), value(theirs, key)
-    return mine / other if mine and other else None
 
 
 def ratio_rows(results: list[dict[str, Any]]) -> list[str]:
@@ -142,11 +119,9 @@ def met(ok: bool | None) -> str:
     return "–" if ok is None else ("met" if ok else "**not met**")
 
 
-def targets(results: list[dict[str, Any]]) -> list[str]:
-    """The issue's targets, measured in this run."""
-    ours16, tf16 = find(results, "jobboard", 16), find(results, TASKFLOW, 16)
-    ceiling16, scaling = find(results, CEILING, 16), next((r for r in results if r.get("bench") == "scaling"), {})
-    lines = ["| goal (issue 12) | measured | |", "|---|---|---|"]
+def process_rows(results: list[dict[str, Any]]) -> list[str]:
+    """The issue's goals for one process against the raw ceiling, and for a fleet against one process."""
+    lines = []
     for workers in (1, 4, 16, 64):
         r = ratio(find(results, "jobboard", workers), find(results, FIXED, workers))
         lines.append(f"| one process ≥ 90 % of the raw ceiling (client fixes), W={workers} | "
@@ -159,46 +134,68 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
                           find(results, "jobboard", workers))
                 lines.append(f"| {processes} processes ≥ {goal:.1f}× one process, W={workers} in total, {layout} | "
                              f"{f'{r:.2f}×' if r else '–'} | {met(r >= goal if r else None)} |")
-        fan = [value(r, "notifications_per_own_job") for r in results
-               if r.get("system") == "jobboard" and r.get("bench") == "cycle" and r.get("backend") == "zookeeper"
-               and r.get("workers") in (16, 64) and not r.get("interleaved")
-               and (r.get("processes", 1) == 1 or bool(r.get("partitions")) == partitioned)]
-        fan_values = sorted(v for v in fan if v is not None)
-        if len(fan_values) > 2:  # besides the one-process rows (W=16 and 64)
-            lines.append(f"| notifications a process receives per job it runs, independent of the processes, "
-                         f"{layout} | {fan_values[0]:.1f} to {fan_values[-1]:.1f} (1 to 16 processes) | "
-                         f"{met(fan_values[-1] <= 1.2 * fan_values[0])} |")
-    r = ratio(ours16, tf16)
-    lines.append(f"| ≥ 100× TaskFlow at W=16 | {f'{r:.0f}×' if r else '–'} | {met(r >= 100 if r else None)} |")
-    single = ratio(ours16, find(results, TASKFLOW, 1), "posts_per_s")
-    lines.append(f"| posts ≥ 30× TaskFlow single-threaded | {f'{single:.0f}×' if single else '–'} | "
-                 f"{met(single >= 30 if single else None)} |")
-    batches = next((r for r in results if r.get("bench") == "batches"), None)
-    many = value(batches, "post_many_per_s") if batches else None
-    lines.append(f"| post_many ≥ 50 000 jobs/s | {f'{many:,.0f}/s' if many else '–'} | "
-                 f"{met(many >= 50000 if many else None)} |")
-    flat = scaling.get("throughput_ratio_largest_to_smallest") if scaling else None
-    lines.append(f"| backlog 1k → 50k flat ±20 % | {flat if flat else '–'} (largest ÷ smallest) | "
-                 f"{met(abs(float(flat) - 1) <= 0.2 if flat else None)} |")
-    lines += ["", "Earlier targets:", ""]
+        lines += fan_out_row(results, partitioned, layout)
+    return lines
+
+
+def fan_out_row(results: list[dict[str, Any]], partitioned: bool, layout: str) -> list[str]:
+    fan = [value(r, "notifications_per_own_job") for r in results
+           if r.get("system") == "jobboard" and r.get("bench") == "cycle" and r.get("backend") == "zookeeper"
+           and r.get("workers") in (16, 64) and not r.get("interleaved")
+           and (r.get("processes", 1) == 1 or bool(r.get("partitions")) == partitioned)]
+    found = sorted(v for v in fan if v is not None)
+    if len(found) <= 2:  # only the one-process rows (W=16 and 64)
+        return []
+    return [(f"| notifications a process receives per job it runs, independent of the processes, {layout} | "
+            f"{found[0]:.1f} to {found[-1]:.1f} (1 to 16 processes) | {met(found[-1] <= 1.2 * found[0])} |")]
+
+
+def posts_row(results: list[dict[str, Any]]) -> str:
+    """The issue's posting goal, with the concurrency of each side: they differ."""
+    ours = find(results, "jobboard", 16)
+    single = ratio(ours, find(results, TASKFLOW, 1), "posts_per_s")
+    threads = ratio(ours, find(results, TASKFLOW, 16), "posts_per_s")
+    if not single:
+        return "| posts ≥ 30× TaskFlow single-threaded | – | – |"
+    verdict = met(single >= 30) + (" (unequal concurrency)" if single >= 30 else "")
+    against = f"; {threads:.0f}× TaskFlow with 16 threads" if threads else ""
+    return (f"| posts ≥ 30× TaskFlow single-threaded | {single:.0f}× (jobboard {posts_in_flight(ours)} posts in "
+            f"flight, TaskFlow one{against}) | {verdict} |")
+
+
+def batch_and_backlog_rows(results: list[dict[str, Any]]) -> list[str]:
+    many = value(bench(results, "batches"), "post_many_per_s")
+    lines = [(f"| post_many ≥ 50 000 jobs/s | {f'{many:,.0f}/s' if many else '–'} | "
+             f"{met(many >= 50000 if many else None)} |")]
+    scaling = bench(results, "scaling") or {}
+    sizes = [entry["backlog"] for entry in scaling.get("results", [])]
+    flat = scaling.get("throughput_ratio_largest_to_smallest")
+    if sizes and flat:
+        lines.append(f"| backlog {min(sizes):,} → {max(sizes):,} flat ±20 % | {flat} (largest ÷ smallest) | "
+                     f"{met(abs(float(flat) - 1) <= 0.2)} |")
+    return lines
+
+
+def earlier_targets(results: list[dict[str, Any]]) -> list[str]:
+    ours16, tf16 = find(results, "jobboard", 16), find(results, TASKFLOW, 16)
+    lines = ["", "Earlier targets:", ""]
     r = ratio(ours16, tf16)
     lines.append(f"- full cycle, 16 workers, ≥ 100× TaskFlow with 16 threads: **{r:.0f}×** in this run"
                  if r else "- full cycle vs TaskFlow at 16: not measured")
-    ours16_cycles = value(ours16, "cycles_per_s") if ours16 else None
-    if ours16_cycles:
-        lines.append(f"  (and {ours16_cycles / TASKFLOW_16_THREADS_REFERENCE:.0f}× the issue's "
-                     f"reference {TASKFLOW_16_THREADS_REFERENCE} jobs/s)")
-    r = ratio(ours16, ceiling16)
+    r = ratio(ours16, find(results, CEILING, 16))
     lines.append(f"- ≥ 60 % of the raw-aiozk ceiling at the same concurrency (16): **{100 * r:.0f} %**" if r else
                  "- ceiling: not measured")
-    single = ratio(ours16, find(results, TASKFLOW, 1), "posts_per_s")
+    single, tf1 = ratio(ours16, find(results, TASKFLOW, 1), "posts_per_s"), find(results, TASKFLOW, 1)
     r = ratio(ours16, tf16, "posts_per_s")
-    lines.append(f"- posts ≥ 30× TaskFlow's: **{single:.0f}×** TaskFlow posting from one thread (the issue's "
-                 f"reference, ~100/s), **{r:.0f}×** TaskFlow posting from 16 threads" if single and r
+    lines.append(f"- posts ≥ 30× TaskFlow's: jobboard posting {posts_in_flight(ours16)} at a time "
+                 f"(`benchmarks.cycle`) does **{single:.0f}×** TaskFlow posting from one thread, one at a time "
+                 f"({value(tf1, 'posts_per_s'):,.0f}/s: the comparison the goal names, which favours jobboard), "
+                 f"and **{r:.0f}×** TaskFlow posting from 16 threads" if single and r
                  else "- posts vs TaskFlow: not measured")
     kazoo = [(w, ratio(find(results, "jobboard", w), find(results, KAZOO, w))) for w in (1, 4, 16)]
     lines.append("- faster than kazoo's LockingQueue at every worker count: "
                  + ", ".join(f"W={w}: **{k:.1f}×**" if k else f"W={w}: –" for w, k in kazoo))
+    scaling = bench(results, "scaling")
     if scaling:
         lines.append(f"- throughput at the largest backlog ÷ the smallest: "
                      f"**{scaling.get('throughput_ratio_largest_to_smallest')}** (target ≥ 0.8); requests "
@@ -206,66 +203,33 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-ANALYSIS = """## Reading these numbers
-
-- **Where a jobboard cycle goes.** A cycle is about two requests: the claim multi
-  (`set_data` of the job at the version read + ephemeral `create` of the lock) and the
-  consume multi (`check` + `delete` job + `delete` lock + the write marker), plus 1/16 of a
-  `multiRead` that reads the next claim candidates ahead (and the batched deletion of write
-  markers). The raw ceiling does two requests (ephemeral `create`, one `delete` multi) with
-  pre-partitioned jobs, no watch, no marker, no attempts and no fencing. jobboard's board
-  also handles four watch notifications per cycle (its live view of the board). On these 2
-  cores the benchmark process and the ZooKeeper server together keep both cores busy
-  (compare bench CPU s and ZK CPU s to the run's time), so every request, notification and
-  byte saved is throughput gained.
-- **One clock for every system.** Each consume phase is timed from its start to its last
-  consume, for jobboard (`benchmarks.cycle`) as for the peers (`ConsumePhase`). Before
-  2026-11-24 jobboard's phase ran until every claimer had returned: the last idle wait (up
-  to 0.05 s) and the listing that told a claimer the board was empty were counted, which
-  took 20-40 % off one process's 1,000-job phase and more off a fleet's (then `job_count()`
-  listed 2·K directories in every idle claimer). Figures on this page from before that date
-  were measured with that clock. Since the same day every process's board also waits for
-  work once before the phase (on a partitioned board that joins the fleet, and each join
-  makes every member re-list its partitions), and a fleet's phase starts 0.5 s after the
-  last join: the phase measures a running fleet, not its start.
-- **TaskFlow gets slower with more workers.** Every thread scans the whole job list from
-  the oldest job. All threads race for the same first unclaimed job. And every claim
-  re-lists the directory, because its lock nodes live beside the jobs. Hence the failed
-  claims and the requests per job at W = 16.
-- **Posts.** A jobboard post is one multi that steps the id counter (`set_data` at the
-  version the board expects) and creates the job and its write marker. The unlinked posts
-  made in one turn of the event loop share that multi: with 16 in flight, about 16 posts a
-  request. After another board moved the counter, a post takes its id first, in two
-  requests. The write marker keeps a post recognisable after a lost reply. TaskFlow posts
-  with a single `create` per post (plus the watch re-listing it triggers), one round trip at
-  a time per thread.
-- **Job count.** TaskFlow slows down as the job count grows (it re-lists every job per claim),
-  jobboard does not. The default set uses 1000 jobs per run to stay within about 5 minutes.
-  The same set at 2000 jobs per system (`python -m benchmarks.run --jobs 2000`, about
-  12 minutes) is in [benchmarks-2000-jobs.md](benchmarks-2000-jobs.md). There, TaskFlow
-  does about 30 cycles/s at W = 16 with about 30 000 failed claims, and the ratio to it is
-  correspondingly larger.
-- **Several processes.** On the flat (default) layout every process keeps its own view of
-  the board and receives every watch event (4 per job): the fleet table shows the
-  notifications per job a process runs growing as 4 × processes, and the server's
-  notifications per cycle likewise. Claimers in different processes also race for the same
-  jobs (more requests per cycle). The rows marked K=16 are a board created with
-  `?partitions=16`: partitions owned by processes, stealing when idle (see
-  docs/backends/zookeeper.md), so a process's notifications follow its own work. That
-  removes the fan-out, not the cost of more sessions each with few writes in flight: the
-  raw two-request cycle without any board (`python -m benchmarks.raw_fleet`) also slows
-  down with 16 processes on these 2 cores (the partitioned fleet section).
-- **The raw ceilings.** "raw aiozk" is stock aiozk (a `wait_for` per read, a timer per
-  request); "jobboard's client fixes" runs the same two requests on jobboard's own session
-  (its reader, no timer, multis encoded by `fastwire`). jobboard's ratio to the latter is the
-  board's own overhead: the claim's `set_data` (attempts, generation), the write marker,
-  four notifications per cycle handled by its view, and its bookkeeping.
-- **Variance.** The machine is shared; rounds interleave every system, so a slow minute
-  hits all of them, and the ratios within a round are steadier than the absolute figures.
-"""
+def targets(results: list[dict[str, Any]]) -> list[str]:
+    """The issue's targets, measured in this run."""
+    r = ratio(find(results, "jobboard", 16), find(results, TASKFLOW, 16))
+    return ["| goal (issue 12) | measured | |", "|---|---|---|", *process_rows(results),
+            f"| ≥ 100× TaskFlow at W=16 | {f'{r:.0f}×' if r else '–'} | {met(r >= 100 if r else None)} |",
+            posts_row(results), *batch_and_backlog_rows(results), *earlier_targets(results)]
 
 
-def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -> str:
+def fleet_shapes(results: list[dict[str, Any]]) -> str:
+    """``1, 4 and 16``: the process counts of the run's zookeeper:// fleet rows."""
+    counts = sorted({int(r.get("processes", 1)) for r in results if r.get("bench") == "cycle"
+                     and r.get("system") == "jobboard" and r.get("backend") == "zookeeper"})
+    return ", ".join(map(str, counts[:-1])) + f" and {counts[-1]}" if len(counts) > 1 else str(counts[0] if counts else 1)
+
+
+def plan_sentence(dag: dict[str, Any]) -> str:
+    shape = (f" ({dag['layers']} layers × {dag['width']})" if "layers" in dag
+             else " (`benchmarks.dag`'s default wide-and-deep shape)")
+    return (f"A {value(dag, 'tasks') or 0:,.0f}-task plan{shape} on {dag['workers']} workers "
+            f"(concurrency {dag['concurrency']} each): **{spread(dag, 'tasks_per_s')} tasks/s**, "
+            f"posting {dag['median'].get('post_s')} s.")
+
+
+def render(results: list[dict[str, Any]], facts: dict[str, str], command: str, *, recorded: list[str] | None = None,
+           companion: Companion | None = None) -> str:
+    """The report of one run's ``results``, with the ``recorded`` sections (``benchmarks.recorded``) before
+    its analysis, which reads ``companion`` (another run) too."""
     cycles = [r for r in results if "cycles_per_s" in r.get("median", {}) and r.get("bench") == "cycle"]
     dag = next((r for r in results if r.get("bench") == "dag"), None)
     scaling = next((r for r in results if r.get("bench") == "scaling"), None)
@@ -283,9 +247,9 @@ def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -
         "## Ratios at the same W, same run", "", *ratio_rows(results), "",
         "## Where a cycle's CPU goes: the client and the server, per cycle", "",
         ("CPU of the benchmark process (rusage) and of the ZooKeeper server (/proc) over the consume phase, "
-         "divided by the cycles; the ceiling is the raw cycle on jobboard's client fixes. With both cores "
-         "busy, throughput ≈ 2 cores ÷ (client + server µs per cycle)."), "", *cost_rows(results), "",
-        "## A fleet: the same total W in 1, 4 and 16 processes", "",
+         "divided by the cycles; the ceiling is the raw cycle on jobboard's client fixes. With every core "
+         f"busy, throughput ≈ {facts['cores']} cores ÷ (client + server µs per cycle)."), "", *cost_rows(results), "",
+        f"## A fleet: the same total W in {fleet_shapes(results)} processes", "",
         ("Notifications are counted by each claiming process's client; the server's requests and "
          "notifications come from its `mntr` (packets received, and sent minus received, pings included in "
          "both) over the consume phase; CPU from rusage (clients) and /proc (server)."), "",
@@ -294,7 +258,7 @@ def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -
     batches = next((r for r in results if r.get("bench") == "batches"), None)
     if batches:
         median = batches.get("median", {})
-        parts += ["## Batches", "", (f"{batches.get('jobs')} jobs, W={batches.get('workers')}: posts one at a time "
+        parts += ["## Batches", "", (f"{batches.get('jobs')} jobs, W={batches.get('workers')}: posts, {batches.get('workers')} in flight, "
                   f"{median.get('posts_per_s')}/s; `post_many` in batches of {batches.get('batch')}: "
                   f"**{spread(batches, 'post_many_per_s')} jobs/s**; cycles with consume then claim_next "
                   f"{median.get('cycles_per_s')}/s, with `consume_and_claim_next` {median.get('fused_cycles_per_s')}/s."),
@@ -305,24 +269,8 @@ def render(results: list[dict[str, Any]], facts: dict[str, str], command: str) -
                   "backlog already on the board; a new board's open time and memory are measured in a fresh "
                   "process."), "", *scaling_rows(scaling), ""]
     if dag:
-        parts += ["## Plans", "", (f"A 2000-task plan (40 layers × 50, fan-in 3) on {dag['workers']} workers "
-                  f"(concurrency {dag['concurrency']} each): **{spread(dag, 'tasks_per_s')} tasks/s**, "
-                  f"posting {dag['median'].get('post_s')} s."), ""]
-    parts += [ANALYSIS, "## Commands", "", *[f"- `{' '.join(r['command'])}`" for r in results if "command" in r], ""]
+        parts += ["## Plans", "", plan_sentence(dag), ""]
+    parts += [*(recorded or []), *reading(results, facts, companion), "", "## Commands", "", *[f"- `{' '.join(r['command'])}`" for r in results if "command" in r], ""]
     if errors:
         parts += ["## Failed benchmarks", "", *[f"- `{e.get('command')}`: {e['error'][-300:]}" for e in errors], ""]
     return "\n".join(parts)
-
-
-MANUAL = "(not produced by `benchmarks.run`)"
-"""Marks a section of the report written by hand (other benchmarks' figures): kept when re-rendering."""
-
-
-def with_manual_sections(rendered: str, previous: str) -> str:
-    """``rendered`` with the hand-written sections of ``previous`` put back before "Reading these numbers"."""
-    sections = previous.split("\n## ")
-    kept = [f"## {section.rstrip()}\n\n" for section in sections[1:] if MANUAL in section.split("\n", 1)[0]]
-    marker = "## Reading these numbers"
-    if not kept or marker not in rendered:
-        return rendered
-    return rendered.replace(marker, "".join(kept) + marker, 1)

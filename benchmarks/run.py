@@ -6,7 +6,10 @@
 It starts a standalone ZooKeeper 3.8 on a free loopback port (forceSync on, as
 ZooKeeper ships), runs each benchmark as its own process (``python -m
 benchmarks.<name> ...``), keeps every JSON line in docs/benchmarks.json and
-renders the medians, ranges and same-run ratios into docs/benchmarks.md.
+renders the medians, ranges and same-run ratios into docs/benchmarks.md, with the recorded
+runs of other benchmarks (docs/benchmarks/*.json, ``benchmarks.recorded``) and an analysis
+computed from the figures (``benchmarks.analysis``). ``--render-from docs/benchmarks.json``
+renders the report again from the committed files (tests/test_benchmark_report.py checks it).
 Systems are interleaved: each round runs every system once (one repetition),
 and the rounds repeat, so that a slow minute on a shared machine hits all of
 them; the medians are over the rounds. Backlog scaling and plans run once at
@@ -24,10 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import render, with_manual_sections
+from benchmarks.recorded import recorded_sections
+from benchmarks.report import render
 from tests.support.zkserver import ZooKeeperServer, ensure_zookeeper_installed
 
 ROOT = Path(__file__).resolve().parent.parent
+RECORDED = ROOT / "docs" / "benchmarks"
+"""The recorded runs of other benchmarks, one JSON file per section of the report."""
+COMPANION = ROOT / "docs" / "benchmarks-2000-jobs.json"
+"""The same set at 2000 jobs per system, which the report's analysis reads beside the run's own."""
 
 
 @dataclass
@@ -136,14 +144,18 @@ def _zk_version(server: ZooKeeperServer) -> str:
     return first.split(":", 1)[1].strip().split("-")[0] if ":" in first else first
 
 
-def rerender(source: Path, out: Path) -> int:
-    """Write the report again from a results file (its first line holds the facts and command)."""
+def read_results(source: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A results file's header (its first line: facts and command) and its results."""
     lines = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
     header: dict[str, Any] = lines[0] if "facts" in lines[0] else {"facts": {}, "command": "python -m benchmarks.run"}
-    results = [line for line in lines if "facts" not in line]
-    previous = out.read_text() if out.exists() else ""
-    out.write_text(with_manual_sections(render(results, header["facts"], header["command"]), previous))
-    return 0
+    return header, [line for line in lines if "facts" not in line]
+
+
+def report_of(source: Path, recorded: Path = RECORDED, companion: Path = COMPANION) -> str:
+    """The report of a results file, with the recorded sections and the companion run beside it."""
+    header, results = read_results(source)
+    other = read_results(companion) if companion.exists() and companion.resolve() != source.resolve() else None
+    return render(results, header["facts"], header["command"], recorded=recorded_sections(recorded), companion=other)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render-from", metavar="JSON", help="only re-render the report from a results file")
     options = parser.parse_args(argv)
     if options.render_from:
-        return rerender(Path(options.render_from), Path(options.out))
+        Path(options.out).write_text(report_of(Path(options.render_from)))
+        return 0
     plan = Plan()
     if options.quick:
         plan = Plan(repeat=1, jobs=500, taskflow_jobs=100, kazoo_jobs=200, backlogs="1000,10000", workers=(1, 16),
@@ -175,8 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     command = " ".join(["python", "-m", "benchmarks.run", *(argv or sys.argv[1:])])
     lines = [json.dumps({"facts": facts, "command": command}), *(json.dumps(result) for result in results)]
     out.with_suffix(".json").write_text("\n".join(lines) + "\n")
-    previous = out.read_text() if out.exists() else ""
-    out.write_text(with_manual_sections(render(results, facts, command), previous))
+    out.write_text(report_of(out.with_suffix(".json")))
     print(f"wrote {out} and {out.with_suffix('.json')}", file=sys.stderr)
     return 0 if all("error" not in result for result in results) else 1
 
