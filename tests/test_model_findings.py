@@ -1,6 +1,6 @@
 """What the model-based test (tests/test_model_based.py) found, each as a small deterministic test.
 
-Each runs on memory:// (which got it right) and on zookeeper://, where each failed until
+Each runs on every in-tree backend. memory:// and redis:// got them right; zookeeper:// failed each until
 fixed: trashing the root of a diamond of linked jobs put the shared dependent's trash
 operations twice in one multi (nothing could be trashed); claim_next, once it had passed
 over a job in a call (name not wanted, delayed, exhausted), picked at random among the next
@@ -10,7 +10,6 @@ over a job in a call (name not wanted, delayed, exhausted), picked at random amo
 from __future__ import annotations
 
 import random
-import uuid
 from collections.abc import AsyncIterator
 
 import anyio
@@ -19,26 +18,18 @@ import pytest
 from jobboard import open_board
 from jobboard.board import JobBoard
 from jobboard.job import JobState, Priority
+from tests.support.boards import BACKENDS, fresh_board_url
 
 pytestmark = pytest.mark.timeout(60)
 
-def on(backend: str) -> object:
-    return pytest.param(backend, id=backend)
 
-
-@pytest.fixture
+@pytest.fixture(params=BACKENDS)
 async def board(request: pytest.FixtureRequest) -> AsyncIterator[JobBoard]:
-    if request.param == "memory":
-        url = f"memory://findings-{uuid.uuid4().hex}"
-    else:
-        hosts = request.getfixturevalue("zk_hosts")
-        url = f"zookeeper://{hosts}/findings/{uuid.uuid4().hex}?session_timeout=4"
-    async with open_board(url) as opened:
+    async with open_board(fresh_board_url(request, "findings")) as opened:
         yield opened
 
 
 @pytest.mark.parametrize("how", ["cancel", "trash", "exhausted"])
-@pytest.mark.parametrize("board", [on("memory"), on("zookeeper")], indirect=True)
 async def test_trashing_the_root_of_a_diamond(board: JobBoard, how: str) -> None:
     """root <- middle <- bottom, and bottom also depends on root: trashing root trashes all three."""
     with anyio.fail_after(30):
@@ -67,7 +58,6 @@ async def passed_over_first(board: JobBoard, case: str) -> None:
 
 
 @pytest.mark.parametrize("case", ["name not wanted", "delayed", "exhausted"])
-@pytest.mark.parametrize("board", [on("memory"), on("zookeeper")], indirect=True)
 async def test_claim_next_hands_out_the_best_job_after_passing_one_over(board: JobBoard, case: str) -> None:
     with anyio.fail_after(30):
         await passed_over_first(board, case)

@@ -106,9 +106,10 @@ local function index_expiry(kind, id, own)
   end
 end
 
--- Move a job and, breadth-first, its dependents to the trash.
+-- Move a job and, breadth-first, its dependents to the trash (each once: a dependent reached along two
+-- paths, as in a diamond, is queued by the first).
 local function to_trash(j, reason, retention)
-  local queue, head = {{j, reason}}, 1
+  local queue, head, queued = {{j, reason}}, 1, {[j.id] = true}
   while queue[head] do
     local job, why = queue[head][1], queue[head][2]
     head = head + 1
@@ -124,7 +125,10 @@ local function to_trash(j, reason, retention)
     ev('trashed', job.id, why)
     for _, d in ipairs(redis.call('SMEMBERS', P .. 'dents:' .. job.id)) do
       local dj = get(d)
-      if dj and dj.st == 'w' then queue[#queue + 1] = {dj, 'dependency ' .. job.id .. ' (' .. job.name .. ') was trashed: ' .. why} end
+      if dj and dj.st == 'w' and not queued[d] then
+        queued[d] = true
+        queue[#queue + 1] = {dj, 'dependency ' .. job.id .. ' (' .. job.name .. ') was trashed: ' .. why}
+      end
     end
     redis.call('DEL', P .. 'dents:' .. job.id)
   end
