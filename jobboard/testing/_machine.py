@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import ExitStack
@@ -26,6 +27,19 @@ M = TypeVar("M")
 SLOTS = 3
 NAME_FILTERS: tuple[tuple[str, ...] | None, ...] = (None, ("a",), ("a", "b"), ("c", "jobboard.gate"))
 """The ``names`` a claimer asks for (``jobboard.gate`` is an internal name: only asked for by name)."""
+FLOOR = 0.02
+"""The least share of a run's steps that must be successful claims, and again successful settles (seen:
+4-12 % of the steps on each backend)."""
+
+
+def check_floor(tally: Counter[str], examples: int, floor: float) -> None:
+    """Fail a run that tested too little: fewer examples than asked for, or fewer successful claims or
+    settles than ``floor`` times its steps (as when every claim fails, on the board and in the model alike)."""
+    assert tally["example"] >= examples, f"the model test ran {tally['example']} examples of {examples}"
+    wanted = math.ceil(floor * tally["step"])
+    short = {what: tally[what] for what in ("claimed", "settled") if tally[what] < wanted}
+    assert not short, (f"the model test made too few successful claims or settles in {tally['step']} steps: "
+                       f"{short}; at least {wanted} of each wanted")
 
 
 class MachineBase(RuleBasedStateMachine):

@@ -38,7 +38,7 @@ from hypothesis.stateful import initialize, invariant, precondition, rule, run_s
 from jobboard.board import JobBoard
 from jobboard.job import Claim, Job, JobState, Priority
 from jobboard.testing import _model_checks as checks
-from jobboard.testing._machine import NAME_FILTERS, SLOTS, MachineBase
+from jobboard.testing._machine import FLOOR, NAME_FILTERS, SLOTS, MachineBase, check_floor
 from jobboard.testing._probes import Probes
 from jobboard.testing.model import ModelClaim, ModelJob
 
@@ -178,6 +178,7 @@ class JobBoardMachine(Probes):
     def record_claim(self, expected: ModelClaim, claim: Claim) -> None:
         checks.check_claim(claim, expected, self.model, self.ids)
         self.claims.append((expected, claim))
+        self.tally["claimed"] += 1
 
     @precondition(MachineBase.has_jobs_on_board)
     @rule(pick=SLOT, job=PICK, anywhere=RARELY, owner=OWNER, then=THEN)
@@ -267,7 +268,8 @@ class JobBoardMachine(Probes):
                         lambda: board.abandon(claim, retry_after=how.delay)),
             "trash": (lambda: self.model.trash(expected, how.reason), lambda: board.trash(claim, how.reason)),
         }
-        self.expect(f"{how.action}{forged}", *steps[how.action])
+        if self.expect(f"{how.action}{forged}", *steps[how.action]) is not None:
+            self.tally["settled"] += 1
 
     @precondition(MachineBase.has_jobs_on_board)
     @rule(pick=SLOT, job=PICK, anywhere=RARELY, reason=REASON)
@@ -329,7 +331,7 @@ def model_settings(*, examples: int, steps: int, shrink: bool) -> settings:
 def run_model_test(
     url_factory: Callable[[], str], *, examples: int = 30, steps: int = 30, seed: int | None = 0,
     shrink: bool = False, claim_next_best_first: bool = True, trash_diamonds: bool = True,
-    machine: type[JobBoardMachine] = JobBoardMachine,
+    machine: type[JobBoardMachine] = JobBoardMachine, floor: float = FLOOR,
 ) -> Counter[str]:
     """Run the model-based test on fresh boards from ``url_factory``; returns the tally of steps.
 
@@ -339,7 +341,9 @@ def run_model_test(
     A run whose examples are set that way (or with ``seed=None``) draws a random
     seed unless one is given. The seed is printed: ``JOBBOARD_MODEL_SEED=<seed>``
     replays the run. ``claim_next_best_first`` and ``trash_diamonds``: see
-    :class:`JobBoardMachine`.
+    :class:`JobBoardMachine`. A run that passes fails all the same if it ran fewer
+    examples than asked for, or if successful claims or successful settles were
+    each fewer than ``floor`` times its steps.
     """
     wanted = int(os.environ.get("JOBBOARD_MODEL_EXAMPLES", examples))
     steps = int(os.environ.get("JOBBOARD_MODEL_STEPS", steps))
@@ -358,6 +362,7 @@ def run_model_test(
     try:
         run_state_machine_as_test(
             runner, settings=model_settings(examples=wanted, steps=steps, shrink=shrink))
+        check_floor(tally, wanted, floor)
     finally:
         print(f"jobboard model test: {tally['example']} examples, {tally['step']} steps "  # noqa: T201
               f"in {time.monotonic() - started:.1f} s; "
