@@ -1,4 +1,4 @@
-"""Regression tests for issue 10's findings: each failed before its fix."""
+"""Regression tests for issue 10's findings (each failed before its fix); idle workers outliving their session."""
 
 from __future__ import annotations
 
@@ -14,18 +14,19 @@ from typing import Any
 import anyio
 import pytest
 
-from jobboard import JobBoard, JobState, open_board
+from jobboard import EventKind, JobBoard, JobState, open_board
+from jobboard.events import EventStream
 from jobboard.faulty import FaultyBoard
 from jobboard.handlers import JobContext, RetryPolicy
 from jobboard.job import Claim
 from jobboard.outcome import Action, decide
-from jobboard.worker import Worker, WorkerConfig
-from tests.support.boards import fresh_board_url
+from jobboard.worker import Worker, WorkerConfig, WorkerStats
+from tests.support.boards import BACKENDS, fresh_board_url
 
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture(params=["memory", "zookeeper"])
+@pytest.fixture(params=BACKENDS)
 def board_url(request: pytest.FixtureRequest) -> str:
     return fresh_board_url(request, "regress")
 
@@ -38,6 +39,52 @@ async def running(board: JobBoard, handler: Any, **config: Any) -> AsyncIterator
         await worker.started.wait()
         yield worker
         worker.stop()
+
+
+async def idle_then_run(url: str, idle: float, **config: Any) -> tuple[WorkerStats, list[EventKind]]:
+    """A worker idle for ``idle`` s on a fresh board, then given a job: its stats once it ran the job, and
+    the board-level events (a suspended connection, an expired session, ...) its board saw meanwhile."""
+    async def echo(ctx: JobContext) -> str:
+        return "ok"
+
+    seen: list[EventKind] = []
+
+    async def watch(stream: EventStream) -> None:
+        async for event in stream:
+            if event.job_id is None:
+                seen.append(event.kind)  # noqa: PERF401 (one by one: the watch is cancelled, it never ends)
+
+    async with open_board(url) as board, board.events() as stream, anyio.create_task_group() as group:
+        group.start_soon(watch, stream)
+        async with running(board, echo, **config) as worker:
+            await anyio.sleep(idle)
+            job = await board.post("ping", keep_result=True)
+            assert (await board.wait_for_completion(job)).result == "ok"
+        group.cancel_scope.cancel()
+    return worker.stats, seen
+
+
+SESSION_TIMEOUT = 2.0
+"""The short idle test's session timeout (the ZooKeeper test server allows 1 s and up)."""
+
+
+async def test_idle_workers_outlast_their_session_timeout_on_every_backend(zk_hosts: str, redis_url: str) -> None:
+    """Idle for 2.5 x the session timeout and 5 x idle_backoff_max (the three backends at once, 5 s in all):
+    the session lives on (no backend error, no board event), and a job posted then is run."""
+    name, timeout = f"idle-{uuid.uuid4().hex}", f"session_timeout={SESSION_TIMEOUT:g}"
+    urls = {"memory": f"memory://{name}", "zookeeper": f"zookeeper://{zk_hosts}/regress/{name}?{timeout}",
+            "redis": f"{redis_url}/0/{name}?{timeout}"}
+    ended: dict[str, tuple[int, int, list[EventKind]]] = {}
+
+    async def idle_on(backend: str) -> None:
+        stats, seen = await idle_then_run(urls[backend], 2.5 * SESSION_TIMEOUT, idle_backoff_max=1.0)
+        ended[backend] = (stats.consumed, stats.backend_errors, seen)
+
+    with anyio.fail_after(2.5 * SESSION_TIMEOUT + 20):
+        async with anyio.create_task_group() as group:
+            for backend in BACKENDS:
+                group.start_soon(idle_on, backend)
+    assert ended == {backend: (1, 0, []) for backend in BACKENDS}
 
 
 async def test_an_idle_worker_survives_more_than_twice_its_idle_backoff_max(board_url: str) -> None:
@@ -144,17 +191,11 @@ async def test_a_settle_that_meets_backend_unavailable_is_retried(board_url: str
 @pytest.mark.skipif(not os.environ.get("JOBBOARD_LONG_TESTS"), reason="22 s per backend: set JOBBOARD_LONG_TESTS=1")
 @pytest.mark.timeout(90)
 async def test_an_idle_worker_survives_more_than_twice_the_default_idle_backoff_max(board_url: str) -> None:
-    """Bug 1 at the defaults: idle for 2.2 x idle_backoff_max (10 s), then a job."""
-    async def echo(ctx: JobContext) -> str:
-        return "ok"
-
+    """Bug 1 at the defaults: idle for 2.2 x idle_backoff_max (10 s; the session times out after 4 s), then a job."""
     idle = 2.2 * WorkerConfig().idle_backoff_max
     with anyio.fail_after(idle + 30):
-        async with open_board(board_url) as board, running(board, echo) as worker:
-            await anyio.sleep(idle)
-            job = await board.post("ping", keep_result=True)
-            assert (await board.wait_for_completion(job)).result == "ok"
-    assert worker.stats.consumed == 1 and worker.stats.backend_errors == 0
+        stats, seen = await idle_then_run(board_url, idle)
+    assert (stats.consumed, stats.backend_errors, seen) == (1, 0, [])
 
 
 async def test_an_idle_worker_rides_out_failing_and_hanging_waits(board_url: str) -> None:
