@@ -16,6 +16,9 @@ class TestMemoryConformance(JobBoardConformance):
     def board_url(self) -> str:
         return f"memory://conformance-{uuid.uuid4().hex}"
 
+    def next_id(self, job_id: str) -> str:
+        return f"job-{int(job_id.removeprefix('job-')) + 1:010d}"
+
     async def inject_malformed(self, board: JobBoard) -> None:
         assert isinstance(board, MemoryBoard)
         board.inject_malformed(b"\x93not a posting")

@@ -18,6 +18,9 @@ class TestRedisConformance(JobBoardConformance):
     def board_url(self, redis_url: str) -> str:
         return f"{redis_url}/0/conformance-{uuid.uuid4().hex}?session_timeout=4"
 
+    def next_id(self, job_id: str) -> str:
+        return str(int(job_id) + 1)  # the board's sequence, in decimal
+
     async def inject_malformed(self, board: JobBoard) -> None:
         """A job hash written by another tool: indexed like a job, its posting is not one."""
         assert isinstance(board, RedisBoard)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 
 import pytest
 
@@ -14,8 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from jobboard.board import JobBoard
 from jobboard.registry import open_board
-from jobboard.testing import JobBoardConformance
-from jobboard.testing._base import BoardOpener
+from jobboard.testing import BoardMaker, JobBoardConformance
 from jobboard.tracing import TracedBoard
 from jobboard_memory import MemoryBoard
 
@@ -26,15 +23,12 @@ class TestTracedConformance(JobBoardConformance):
         return f"memory://traced-conformance-{uuid.uuid4().hex}"
 
     @pytest.fixture
-    async def open_boards(self, board_url: str) -> AsyncIterator[BoardOpener]:
+    def make_board(self) -> BoardMaker:
         provider = TracerProvider()  # spans made and dropped: no exporter
+        return lambda url: TracedBoard(open_board(url), tracer_provider=provider)
 
-        async with AsyncExitStack() as stack:
-            async def opener() -> JobBoard:
-                inner = await stack.enter_async_context(open_board(board_url))
-                return await stack.enter_async_context(TracedBoard(inner, tracer_provider=provider))
-
-            yield opener
+    def next_id(self, job_id: str) -> str:
+        return f"job-{int(job_id.removeprefix('job-')) + 1:010d}"
 
     async def inject_malformed(self, board: JobBoard) -> None:
         assert isinstance(board, TracedBoard) and isinstance(board.inner, MemoryBoard)

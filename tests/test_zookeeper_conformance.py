@@ -19,6 +19,10 @@ class TestZooKeeperConformance(JobBoardConformance):
     def board_url(self, zk_hosts: str) -> str:
         return f"zookeeper://{zk_hosts}/conformance/{uuid.uuid4().hex}?session_timeout=4"
 
+    def next_id(self, job_id: str) -> str:
+        rank, _, sequence = job_id.partition("-")  # <rank>-<sequence>: see jobboard_zookeeper.layout
+        return f"{rank}-{int(sequence) + 1:013d}"
+
     async def inject_malformed(self, board: JobBoard) -> None:
         assert isinstance(board, ZooKeeperBoard)
         path = f"{board.options.root}/jobs/2-0000000000000"

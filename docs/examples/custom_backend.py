@@ -49,6 +49,9 @@ class TestEtcdConformance(JobBoardConformance):
     async def inject_malformed(self, board: JobBoard) -> None:
         assert isinstance(board, EtcdBoard)
         await board.write_raw_entry(b"not a posting")   # one job entry that is not a valid posting
+
+    def next_id(self, job_id: str) -> str:
+        return str(int(job_id) + 1)   # the id the board gives the job posted right after job_id
 '''
 
 

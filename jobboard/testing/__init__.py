@@ -12,13 +12,18 @@ Use it from a backend's tests::
         async def inject_malformed(self, board: JobBoard) -> None:
             ...  # write one entry that is not a valid posting
 
+        def next_id(self, job_id: str) -> str:
+            ...  # the id the board gives the job posted right after job_id
+
 It needs pytest-asyncio (``asyncio_mode = "auto"``). Every test is bounded by
-``time_limit`` seconds.
+``time_limit`` seconds. A backend that lacks an optional operation or option declares it in
+``unsupported`` (names from ``OPTIONAL``): only the cases needing it skip; every other case fails
+on ``Unsupported``. A suite whose boards wrap others overrides the ``make_board`` fixture.
 """
 
 from __future__ import annotations
 
-from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
+from jobboard.testing._base import OPTIONAL, BoardMaker, BoardOpener, ConformanceBase, bounded
 from jobboard.testing._basics import BasicsConformance
 from jobboard.testing._batches import BatchesConformance
 from jobboard.testing._claims import ClaimsConformance
@@ -42,4 +47,4 @@ class JobBoardConformance(
     """Every conformance check; see the module docstring."""
 
 
-__all__ = ["BoardOpener", "ConformanceBase", "JobBoardConformance", "bounded"]
+__all__ = ["OPTIONAL", "BoardMaker", "BoardOpener", "ConformanceBase", "JobBoardConformance", "bounded"]

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import abc
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from contextlib import AsyncExitStack
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import anyio
 import pytest
@@ -17,7 +17,18 @@ from jobboard.registry import open_board
 
 TestFunction = TypeVar("TestFunction", bound=Callable[..., Coroutine[Any, Any, None]])
 
-BoardOpener = Callable[[], Awaitable[JobBoard]]
+BoardMaker = Callable[[str], JobBoard]
+"""Makes an unopened board for a URL."""
+
+OPTIONAL = frozenset({"report_progress", "purge", "requeue", "result_ttl", "trash_ttl", "never_posted"})
+"""What a backend may declare in :attr:`ConformanceBase.unsupported`: the operations whose contract
+default raises ``Unsupported``, the ``result_ttl`` and ``trash_ttl`` options, and ``never_posted``
+telling a well-formed id past the board's last one (the contract lets a backend say ``False``)."""
+
+
+class BoardOpener(Protocol):
+    def __call__(self, **options: object) -> Awaitable[JobBoard]:
+        """Open a board on the test's ``board_url``, with ``options`` added to its query."""
 
 
 def bounded(test: TestFunction) -> TestFunction:
@@ -31,26 +42,60 @@ def bounded(test: TestFunction) -> TestFunction:
     return cast(TestFunction, run)
 
 
+def with_options(url: str, options: Mapping[str, object]) -> str:
+    """``url`` with ``options`` added to its query."""
+    for name, value in options.items():
+        url = f"{url}{'&' if '?' in url else '?'}{name}={value}"
+    return url
+
+
 class ConformanceBase(abc.ABC):
     """Subclass (as ``Test...``) and provide a ``board_url`` fixture naming a
-    fresh, empty board for each test, plus :meth:`inject_malformed`."""
+    fresh, empty board for each test, plus :meth:`inject_malformed` and :meth:`next_id`."""
 
     time_limit: float = 15.0
     """Seconds each conformance test may take."""
     delay_unit: float = 0.3
     """Seconds used for ``retry_after`` checks; raise it for slow backends."""
+    unsupported: frozenset[str] = frozenset()
+    """What this backend does not implement, from :data:`OPTIONAL`: only the cases needing one of
+    these skip. Any other operation raising ``Unsupported``, or option not honoured, fails its case."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unknown = set(cls.unsupported) - OPTIONAL
+        if unknown:
+            raise TypeError(f"{cls.__name__}.unsupported names {sorted(unknown)}; "
+                            f"a backend may only declare {sorted(OPTIONAL)}")
 
     @abc.abstractmethod
     async def inject_malformed(self, board: JobBoard) -> None:
         """Write onto ``board``'s storage one job entry that is not a valid posting."""
 
+    def next_id(self, job_id: str) -> str:
+        """The id this backend gives the job posted right after the job ``job_id``, at its priority,
+        when nothing else is posted between (needed unless ``never_posted`` is declared unsupported)."""
+        raise NotImplementedError(f"{type(self).__name__} must give next_id(), or declare 'never_posted' unsupported")
+
+    def skip_if_unsupported(self, feature: str) -> None:
+        """Skip the case when the backend declares ``feature`` unsupported; otherwise it must work."""
+        if feature not in OPTIONAL:
+            raise ValueError(f"{feature!r} cannot be declared unsupported")
+        if feature in self.unsupported:
+            pytest.skip(f"{type(self).__name__} declares {feature} unsupported")
+
     @pytest.fixture
-    async def open_boards(self, board_url: str) -> AsyncIterator[BoardOpener]:
+    def make_board(self) -> BoardMaker:
+        """Makes the unopened board for a URL; a suite that tests a wrapper of boards overrides it."""
+        return open_board
+
+    @pytest.fixture
+    async def open_boards(self, board_url: str, make_board: BoardMaker) -> AsyncIterator[BoardOpener]:
         """Opens any number of boards on ``board_url``; all are closed after the test."""
         async with AsyncExitStack() as stack:
 
-            async def opener() -> JobBoard:
-                return await stack.enter_async_context(open_board(board_url))
+            async def opener(**options: object) -> JobBoard:
+                return await stack.enter_async_context(make_board(with_options(board_url, options)))
 
             yield opener
 

@@ -27,9 +27,21 @@ class BatchesConformance(ConformanceBase):
 
     @bounded
     async def test_post_many_with_dependencies_on_posted_jobs(self, board: JobBoard) -> None:
-        parent = await board.post("parent")
-        first, second = await board.post_many([NewJob("a", depends_on=[parent]), NewJob("b", depends_on=[parent])])
-        assert await board.state(first) is JobState.WAITING and await board.state(second) is JobState.WAITING
+        early, late = await board.post("early"), await board.post("late")
+        both, one = await board.post_many([
+            NewJob("both", depends_on=[late, early.id]), NewJob("one", depends_on=[early])])
+        assert (both.depends_on, one.depends_on) == ((late.id, early.id), (early.id,))
+        assert [await board.state(job) for job in (both, one)] == [JobState.WAITING] * 2
+        await board.consume(await board.claim(early, "w1"), {"from": "early"})
+        assert [await board.state(job) for job in (both, one)] == [JobState.WAITING, JobState.UNCLAIMED]
+        await board.consume(await board.claim(late, "w1"), ["late"])
+        assert await board.state(both) is JobState.UNCLAIMED
+        claims = [await board.claim_next("w1"), await board.claim_next("w1")]
+        released = {claim.job.id: claim for claim in claims if claim is not None}
+        assert sorted(released) == sorted([both.id, one.id])
+        assert released[both.id].dependency_results == (["late"], {"from": "early"})
+        assert released[one.id].dependency_results == ({"from": "early"},)
+        assert released[both.id].job.depends_on == (late.id, early.id)
 
     @bounded
     async def test_a_bad_posting_in_a_batch_writes_nothing(self, board: JobBoard) -> None:

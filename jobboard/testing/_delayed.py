@@ -18,8 +18,10 @@ FAR = 60.0
 
 
 class DelayedConformance(ConformanceBase):
-    due_tolerance: float = 0.05
-    """How late (seconds) a waiter may wake after a delayed job is due."""
+    due_tolerance: float = 0.15
+    """How late (seconds, the median of 5 jobs due 0.2 s apart) a waiter may claim a delayed job. A board
+    woken at the due time: 0.001-0.034 s through a real server on 2 loaded cores; one that polls every
+    0.5 s or more: at least 0.2 s (every phase); one that misses the due time: never."""
 
     @bounded
     async def test_delayed_job_is_listed_but_not_claimable(self, board: JobBoard) -> None:
@@ -80,12 +82,13 @@ class DelayedConformance(ConformanceBase):
             group.start_soon(wait_and_claim)
             await anyio.sleep(0.05)  # the waiter waits before the posts
             for step in range(5):
-                job = await poster.post("later", {"step": step}, delay=0.3 + 0.1 * step)
+                job = await poster.post("later", {"step": step}, delay=0.3 + 0.2 * step)
                 assert job.not_before is not None
                 due[job.id] = job.not_before
         lateness = sorted(late.values())
         assert lateness[0] >= -0.01, f"claimed {-lateness[0]:.3f}s before it was due"
-        # the median: one scheduling hiccup of a loaded machine must not fail the check
+        # the median: a scheduling hiccup of a loaded machine must not fail the check; due times spread
+        # over 0.8 s put a poller's median lateness at half its period or more, whatever its phase
         assert lateness[2] < self.due_tolerance, f"claimed {lateness[2]:.3f}s after it was due (median)"
         assert lateness[-1] < 2.0
 

@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
 
 from jobboard.board import JobBoard
-from jobboard.errors import ClaimLost, InvalidJob, JobNotFound, NotOwner, Unsupported
+from jobboard.errors import ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import JobState
-from jobboard.registry import open_board
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed
-from jobboard.testing._keys import with_option
 
 EXPIRY_LIMIT = 10.0
 """Seconds an expired entry may take to be collected (the collector's pass, a loaded machine)."""
-
-
-@asynccontextmanager
-async def supported() -> AsyncIterator[None]:
-    """Skip the test on a backend without the optional operation."""
-    try:
-        yield
-    except Unsupported as error:
-        pytest.skip(str(error))
 
 
 async def trashed_ids(board: JobBoard) -> set[str]:
@@ -47,12 +35,12 @@ class KeepingConformance(ConformanceBase):
     async def test_progress_is_seen_by_every_board_and_goes_with_the_claim(
         self, open_boards: BoardOpener,
     ) -> None:
+        self.skip_if_unsupported("report_progress")
         worker, reader = await open_boards(), await open_boards()
         job = await worker.post("long")
         claim = await worker.claim(job, "w")
         assert (await reader.get(job)).progress is None
-        async with supported():
-            await worker.report_progress(claim, 0.25, "a quarter")
+        await worker.report_progress(claim, 0.25, "a quarter")
         seen = (await reader.get(job)).progress
         assert seen is not None and (seen.fraction, seen.note) == (0.25, "a quarter") and seen.at > 0
         await worker.report_progress(claim, 0.5)
@@ -66,11 +54,11 @@ class KeepingConformance(ConformanceBase):
 
     @bounded
     async def test_progress_of_a_stale_claim_is_refused(self, open_boards: BoardOpener) -> None:
+        self.skip_if_unsupported("report_progress")
         board, other = await open_boards(), await open_boards()
         job = await board.post("long")
         stale = await board.claim(job, "w")
-        async with supported():
-            await board.report_progress(stale, 0.1)
+        await board.report_progress(stale, 0.1)
         await board.abandon(stale)
         with pytest.raises(ClaimLost):
             await board.report_progress(stale, 0.2)
@@ -89,59 +77,57 @@ class KeepingConformance(ConformanceBase):
             await other.report_progress(current, 1.0)
 
     @bounded
-    async def test_expired_results_are_gone_and_live_ones_kept(self, board_url: str) -> None:
-        async with open_board(with_option(board_url, "result_ttl", 1)) as board:
-            try:
-                assert board.result_ttl == 1.0
-            except AssertionError:
-                pytest.skip("this backend has no result_ttl")
-            short = await board.post("a", keep_result=True)
-            forever = await board.post("b", keep_result=True, result_ttl=0)
-            long = await board.post("c", keep_result=True, result_ttl=600)
-            for job in (short, forever, long):
-                await board.consume(await board.claim(job, "w"), {"from": job.name})
-            assert (await board.wait_for_completion(short)).result == {"from": "a"}
+    async def test_expired_results_are_gone_and_live_ones_kept(self, open_boards: BoardOpener) -> None:
+        self.skip_if_unsupported("result_ttl")
+        board = await open_boards(result_ttl=1)
+        assert board.result_ttl == 1.0, "?result_ttl=1 not taken"
+        short = await board.post("a", keep_result=True)
+        forever = await board.post("b", keep_result=True, result_ttl=0)
+        long = await board.post("c", keep_result=True, result_ttl=600)
+        for job in (short, forever, long):
+            await board.consume(await board.claim(job, "w"), {"from": job.name})
+        assert (await board.wait_for_completion(short)).result == {"from": "a"}
 
-            async def short_expired() -> bool:
-                return (await board.wait_for_completion(short)).result is None
+        async def short_expired() -> bool:
+            return (await board.wait_for_completion(short)).result is None
 
-            await eventually(short_expired)
-            expired = await board.wait_for_completion(short)
-            assert expired.state is JobState.COMPLETE and expired.result is None
-            assert (await board.wait_for_completion(forever)).result == {"from": "b"}
-            assert (await board.wait_for_completion(long)).result == {"from": "c"}
+        await eventually(short_expired)
+        expired = await board.wait_for_completion(short)
+        assert expired.state is JobState.COMPLETE and expired.result is None
+        assert (await board.wait_for_completion(forever)).result == {"from": "b"}
+        assert (await board.wait_for_completion(long)).result == {"from": "c"}
 
     @bounded
-    async def test_expired_trash_entries_are_gone_and_live_ones_kept(self, board_url: str) -> None:
-        async with open_board(with_option(board_url, "trash_ttl", 1)) as board:
-            if board.trash_ttl != 1.0:
-                pytest.skip("this backend has no trash_ttl")
-            short = await board.post("a", key="short")
-            forever = await board.post("b", trash_ttl=0)
-            long = await board.post("c", trash_ttl=600)
-            dependent = await board.post("d", depends_on=[short])
-            await board.trash(await board.claim(short, "w"), "bad")
-            for job in (forever, long):
-                await board.cancel(job, "not wanted")
-            assert await trashed_ids(board) == {short.id, forever.id, long.id, dependent.id}
+    async def test_expired_trash_entries_are_gone_and_live_ones_kept(self, open_boards: BoardOpener) -> None:
+        self.skip_if_unsupported("trash_ttl")
+        board = await open_boards(trash_ttl=1)
+        assert board.trash_ttl == 1.0, "?trash_ttl=1 not taken"
+        short = await board.post("a", key="short")
+        forever = await board.post("b", trash_ttl=0)
+        long = await board.post("c", trash_ttl=600)
+        dependent = await board.post("d", depends_on=[short])
+        await board.trash(await board.claim(short, "w"), "bad")
+        for job in (forever, long):
+            await board.cancel(job, "not wanted")
+        assert await trashed_ids(board) == {short.id, forever.id, long.id, dependent.id}
 
-            async def short_expired() -> bool:
-                return {short.id, dependent.id}.isdisjoint(await trashed_ids(board))
+        async def short_expired() -> bool:
+            return {short.id, dependent.id}.isdisjoint(await trashed_ids(board))
 
-            await eventually(short_expired)
-            assert await trashed_ids(board) == {forever.id, long.id}
-            assert await board.state(short) is JobState.COMPLETE
-            assert (await board.wait_for_completion(long)).state is JobState.TRASHED
-            assert (await board.post("a", key="short")).id != short.id  # its key went with it
+        await eventually(short_expired)
+        assert await trashed_ids(board) == {forever.id, long.id}
+        assert await board.state(short) is JobState.COMPLETE
+        assert (await board.wait_for_completion(long)).state is JobState.TRASHED
+        assert (await board.post("a", key="short")).id != short.id  # its key went with it
 
     @bounded
     async def test_purge_removes_trash_older_than_given(self, board: JobBoard) -> None:
+        self.skip_if_unsupported("purge")
         jobs = [await board.post(f"job-{n}", key=f"k{n}") for n in range(3)]
         kept = await board.post("on the board")
         for job in jobs:
             await board.cancel(job, "bad")
-        async with supported():
-            assert await board.purge(older_than=3600) == 0
+        assert await board.purge(older_than=3600) == 0
         assert len(await trashed_ids(board)) == 3
         assert await board.purge(older_than=0) == 3
         assert await trashed_ids(board) == set()
@@ -154,12 +140,12 @@ class KeepingConformance(ConformanceBase):
 
     @bounded
     async def test_requeue_puts_a_trashed_job_back_with_its_id(self, board: JobBoard) -> None:
+        self.skip_if_unsupported("requeue")
         job = await board.post("flaky", {"n": 1}, max_attempts=1, key="flaky-1")
         claim = await board.claim(job, "w")
         await board.trash(claim, "failed")
         newer = await board.post("flaky", {"n": 2})
-        async with supported():
-            back = await board.requeue(job)
+        back = await board.requeue(job)
         assert back.id == job.id and back.attempts == 1 and dict(back.details) == {"n": 1}
         assert await board.state(job) is JobState.UNCLAIMED
         assert job.id not in await trashed_ids(board)
@@ -178,13 +164,13 @@ class KeepingConformance(ConformanceBase):
 
     @bounded
     async def test_requeue_of_a_cascaded_dependent_is_refused(self, board: JobBoard) -> None:
+        self.skip_if_unsupported("requeue")
         parent = await board.post("parent")
         child = await board.post("child", depends_on=[parent])
         await board.cancel(parent, "wrong input")
         assert await trashed_ids(board) == {parent.id, child.id}
         with pytest.raises(InvalidJob):
-            async with supported():
-                await board.requeue(child)
+            await board.requeue(child)
         assert await board.state(child) is JobState.TRASHED
         await board.requeue(parent)
         assert await board.state(parent) is JobState.UNCLAIMED

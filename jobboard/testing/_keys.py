@@ -8,13 +8,7 @@ import pytest
 from jobboard.board import JobBoard
 from jobboard.errors import InvalidJob
 from jobboard.job import JobState
-from jobboard.registry import open_board
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed_ids
-
-
-def with_option(url: str, name: str, value: object) -> str:
-    """``url`` with one more query option."""
-    return f"{url}{'&' if '?' in url else '?'}{name}={value}"
 
 
 class KeysConformance(ConformanceBase):
@@ -87,15 +81,15 @@ class KeysConformance(ConformanceBase):
         assert (await board.post("x", key="a/b c?%&é")).id == odd.id
 
     @bounded
-    async def test_a_settled_key_expires_after_the_retention(self, board_url: str) -> None:
+    async def test_a_settled_key_expires_after_the_retention(self, open_boards: BoardOpener) -> None:
         retention = self.delay_unit
-        async with open_board(with_option(board_url, "key_retention", retention)) as board:
-            done = await board.post("x", key="done")
-            await board.consume(await board.claim(done, "w"))
-            living = await board.post("x", key="living")
-            assert (await board.post("x", key="done")).id == done.id
-            await anyio.sleep(retention * 1.5)
-            renewed = await board.post("x", key="done")
-            assert renewed.id != done.id  # settled longer ago than the retention: a new job
-            assert (await board.post("x", key="living")).id == living.id  # on the board: never expires
-            assert sorted(await listed_ids(board)) == sorted([living.id, renewed.id])
+        board = await open_boards(key_retention=retention)
+        done = await board.post("x", key="done")
+        await board.consume(await board.claim(done, "w"))
+        living = await board.post("x", key="living")
+        assert (await board.post("x", key="done")).id == done.id
+        await anyio.sleep(retention * 1.5)
+        renewed = await board.post("x", key="done")
+        assert renewed.id != done.id  # settled longer ago than the retention: a new job
+        assert (await board.post("x", key="living")).id == living.id  # on the board: never expires
+        assert sorted(await listed_ids(board)) == sorted([living.id, renewed.id])
