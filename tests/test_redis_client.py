@@ -192,7 +192,7 @@ async def test_a_lost_wait_after_a_sent_write_is_not_taken_for_unsent(server: Re
             async def wait_found_the_wire_failed(wire: Any) -> None:
                 raise NotSent("connection closed")
 
-            client._wait_for = 1
+            client.replication.strict = True
             client._replicated = wait_found_the_wire_failed  # type: ignore[method-assign]
             with pytest.raises(ConnectionLost) as caught:
                 await client._fcall(keys=[client.prefix], args=["ping", ""])

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from jobboard import JobBoardError, JobState, open_board
-from jobboard_redis.client import check_version
+from jobboard_redis.learned import check_version
 from tests.support import zkserver
 from tests.support.redisserver import RedisServer
 

@@ -85,27 +85,31 @@ bind 127.0.0.1
 port {port}
 dir {dir}
 logfile {dir}/sentinel.log
-sentinel monitor {service} 127.0.0.1 {primary} 1
-sentinel down-after-milliseconds {service} 500
+sentinel monitor {service} 127.0.0.1 {primary} {quorum}
+sentinel down-after-milliseconds {service} {down_after_ms}
 sentinel failover-timeout {service} 3000
 sentinel parallel-syncs {service} 1
 """
 
 
 class RedisSentinel(RedisServer):
-    """One redis-sentinel process watching ``primary_port`` as ``service`` (quorum 1)."""
+    """One redis-sentinel process watching ``primary_port`` as ``service`` (quorum 1 unless told)."""
 
-    def __init__(self, primary_port: int, service: str = "jobboard", **options: Any) -> None:
+    def __init__(self, primary_port: int, service: str = "jobboard", *, quorum: int = 1,
+                 down_after_ms: int = 500, **options: Any) -> None:
         super().__init__(**options)
         self.primary_port = primary_port
         self.service = service
+        self.quorum = quorum
+        self.down_after_ms = down_after_ms
 
     def command_line(self) -> list[str]:
         assert self.dir is not None
         conf = self.dir / "sentinel.conf"
         if not conf.exists():  # Sentinel rewrites its own config: write it once
             conf.write_text(SENTINEL_CONF.format(port=self.port, dir=self.dir, service=self.service,
-                                                 primary=self.primary_port))
+                                                 primary=self.primary_port, quorum=self.quorum,
+                                                 down_after_ms=self.down_after_ms))
         return ["redis-sentinel", str(conf)]
 
     def log_tail(self, lines: int = 30) -> str:

@@ -75,8 +75,7 @@ class RedisBoard(KeepingRedis):
     async def open(self) -> None:
         client = self._client = RedisClient(self.options)
         try:
-            for warning in await client.check_server():
-                logger.warning("%s: %s", self.url, warning)
+            await client.check_server()
             self.session = Session(client, self.options.session_timeout, self._on_session)
             self.view = BoardView(client, self.hub)
             await self.view.start()

@@ -27,7 +27,9 @@ import anyio
 
 from jobboard.errors import BackendUnavailable, JobBoardError
 from jobboard_redis.client_wire import Arg, ConnectionLost, NotSent, ServerError, Wire, connect
+from jobboard_redis.learned import Learned, judge, questions
 from jobboard_redis.options import RedisOptions
+from jobboard_redis.replication import Replication
 
 logger = logging.getLogger(__name__)
 
@@ -36,11 +38,11 @@ _SOURCE = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name 
 FUNCTION = "jobboard_" + hashlib.sha1(_SOURCE.encode()).hexdigest()[:16]
 """The library's (and its one function's) name: each version of the code has its own."""
 LIBRARY = f"#!lua name={FUNCTION}\n" + _SOURCE.replace("JOBBOARD_FUNCTION", FUNCTION)
-MIN_VERSION = (7, 0)
-TRANSIENT_CODES = frozenset({"LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"})
+TRANSIENT_CODES = frozenset({"LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED"})
 PERMANENT_CODES = frozenset({"NOPERM", "WRONGPASS", "NOAUTH"})
-RECONNECT_CODES = frozenset({"MASTERDOWN", "READONLY"})
-"""Replies of a server that is not (or no longer) the primary: ask the Sentinels again."""
+RECONNECT_CODES = frozenset({"MASTERDOWN", "READONLY", "UNBLOCKED"})
+"""Replies of a server that is not (or no longer) the primary: ask the Sentinels again (``UNBLOCKED``: a
+blocked read ended by the server's demotion)."""
 
 __all__ = ["Arg", "ConnectionLost", "RedisClient", "RetryExhausted", "ServerError", "permanent_error"]
 
@@ -59,16 +61,6 @@ def permanent_error(error: BaseException) -> JobBoardError:
     if isinstance(error, ServerError) and error.code in PERMANENT_CODES:
         return JobBoardError(f"Redis refused the board's command (check the user's ACL and password): {error}")
     return JobBoardError(f"Redis error: {error}")
-
-
-def check_version(version_text: str) -> None:
-    """:raises JobBoardError: the server's version is older than 7.0 (no Redis functions)."""
-    try:
-        version = tuple(int(part) for part in version_text.split(".")[:2])
-    except ValueError:
-        version = (0, 0)
-    if version < MIN_VERSION:
-        raise JobBoardError(f"Redis {version_text} is too old for redis:// boards: 7.0 or newer is needed")
 
 
 def _maybe_applied(error: ConnectionLost | ServerError) -> bool:
@@ -96,9 +88,10 @@ class RedisClient:
         self._reader: Wire | None = None
         self._locks = {"main": asyncio.Lock(), "reader": asyncio.Lock()}
         self._closed = False
-        self._wait_for = 0
-        """Replicas each write waits for (``durability=strict`` with replicas)."""
-        self._wait_round: asyncio.Future[Any] | None = None
+        self.replication = Replication(self._server, strict=options.durability == "strict",
+                                       reply_timeout=self._timeout, retry_window=options.retry_window)
+        """``durability=strict``: the replicas each write waits for, learned from the current primary."""
+        self._warned: set[str] = set()
         self._nonce_prefix = f"{uuid.uuid4().hex}."
         self._nonce_suffix = f":{options.nonce_ms}"
         self._nonces = itertools.count()
@@ -122,8 +115,10 @@ class RedisClient:
                     self._lost_at = time.monotonic()
                     logger.warning("%s: connection lost (%s); reconnecting", self._server, self._main.failed)
                 try:
-                    self._main = await self._connect(self._timeout)
-                except ConnectionLost as error:  # the caller's command was not sent
+                    self._main = await self._connect(self._timeout, learn=True)
+                except (ConnectionLost, ServerError) as error:  # the caller's command was not sent
+                    if isinstance(error, ServerError) and not _is_transient(error):
+                        raise permanent_error(error) from error
                     raise NotSent(str(error)) from error
                 if self._lost_at is not None:
                     logger.warning("%s: reconnected after %.1f s", self._server, time.monotonic() - self._lost_at)
@@ -135,8 +130,13 @@ class RedisClient:
         options = self.options
         return f"Redis (Sentinel service {options.sentinel})" if options.sentinel else f"Redis {options.host}:{options.port}"
 
-    async def _connect(self, reply_timeout: float | None) -> Wire:
-        """:raises ConnectionLost, ServerError: see :func:`~jobboard_redis.client_wire.connect`."""
+    async def _connect(self, reply_timeout: float | None, *, learn: bool = False) -> Wire:
+        """A connection to the primary; with ``learn``, its server is asked what the board must know of it
+        (:mod:`jobboard_redis.learned`), in the same round trip.
+
+        :raises ConnectionLost, ServerError: see :func:`~jobboard_redis.client_wire.connect`.
+        :raises JobBoardError: (``learn``) the server is unusable for this board.
+        """
         if self._closed:
             raise BackendUnavailable("the board's Redis connections are closed")
         options = self.options
@@ -146,14 +146,30 @@ class RedisClient:
             hello.append(["AUTH", *([options.username] if options.username else []), options.password])
         if options.db:
             hello.append(["SELECT", options.db])
-        if options.sentinel:
-            hello.append(["ROLE"])
+        asked = len(hello)
+        strict = options.durability == "strict"
+        hello.extend(questions(strict) if learn else [["ROLE"]] if options.sentinel else [])
         wire, replies = await connect(host, port, reply_timeout=reply_timeout, tls=self._tls, hello=hello,
                                       connect_timeout=min(options.retry_window, 5.0))
-        if options.sentinel and replies[-1][0] != b"master":
+        role = (replies[asked + 3] if learn else replies[-1]) if options.sentinel else None
+        if role is not None and role[0] != b"master":
             wire.close()
             raise ConnectionLost(f"Redis {host}:{port} named by the Sentinels is not the primary (yet)")
+        if learn:
+            try:
+                self._learned(judge(replies[asked:], server=f"Redis {host}:{port}", strict=strict), f"{host}:{port}")
+            except (JobBoardError, ConnectionLost):
+                wire.close()
+                raise
         return wire
+
+    def _learned(self, learned: Learned, address: str) -> None:
+        """Take in what a new connection's server said (each warning once in the board's life)."""
+        for warning in set(learned.warnings) - self._warned:
+            logger.warning("%s", warning)
+        self._warned.update(learned.warnings)
+        if self.replication.strict:
+            self.replication.learned(learned.replicas, address)
 
     async def _primary(self) -> tuple[str, int]:
         """The primary's address, asked of the Sentinels in turn at every (re)connection."""
@@ -183,7 +199,7 @@ class RedisClient:
             if wire is None or wire.failed is not None:
                 wire = await self._wire()
             reply = await wire.send(command)
-            if self._wait_for:
+            if self.replication.strict:
                 try:
                     await self._replicated(wire)
                 except NotSent as error:  # the command itself was sent: it may have run
@@ -197,12 +213,11 @@ class RedisClient:
         raise AssertionError("unreachable")
 
     async def _replicated(self, wire: Wire) -> None:
-        """``WAIT`` for a replica after a write (one ``WAIT`` for the writes answered together)."""
-        if self._wait_round is None or self._wait_round.done():
-            self._wait_round = wire.send(("WAIT", self._wait_for, int(self.options.retry_window * 1000)))
-        acknowledged = await asyncio.shield(self._wait_round)
-        if acknowledged != self._wait_for:
-            logger.warning("a write was not acknowledged by a replica within %ss", self.options.retry_window)
+        """``durability=strict``: a replica has the write, or the primary has none (:mod:`.replication`)."""
+        if self.replication.replicas:
+            await self.replication.after_write(wire)
+        else:
+            self.replication.look_again(wire)
 
     def _failed(self, error: ServerError) -> None:
         """Drop the connection to a server that is no longer the primary."""
@@ -216,53 +231,18 @@ class RedisClient:
             raise reply
         return reply
 
-    async def check_server(self) -> list[str]:
-        """Refuse an unusable server; return warnings (persistence off).
+    async def check_server(self) -> None:
+        """Connect, and refuse an unusable server (asked again at every reconnection: :mod:`.learned`).
 
-        :raises JobBoardError: Redis older than 7.0 or evicting keys.
+        :raises JobBoardError: Redis older than 7.0, evicting keys, or not fsyncing every write under
+            ``durability=strict``.
         """
-        check_version((await self.info("server")).get("redis_version", "0.0"))
-        policy = (await self.info("memory")).get("maxmemory_policy", "unknown")
-        if policy != "noeviction":
-            raise JobBoardError(f"Redis maxmemory-policy is {policy}: evicted job keys would be lost jobs; "
-                                f"set maxmemory-policy noeviction")
-        if self.options.durability == "strict":
-            await self._check_strict()
-        if not await self._appendonly(await self.info("persistence")):
-            return [(f"Redis {self.options.host}:{self.options.port} has appendonly off: acknowledged posts "
-                     f"and settles since the last snapshot (if any) are lost if it stops")]
-        return []
-
-    async def _appendonly(self, persistence: dict[str, str]) -> bool:
-        """Whether the server writes an AOF. While it loads one at start-up, ``INFO`` says
-        ``aof_enabled:0``: then its configuration is asked (and a user not allowed ``CONFIG`` gets
-        no warning, since it cannot be told)."""
-        if persistence.get("aof_enabled", "0") == "1":
-            return True
-        if persistence.get("loading") != "1":
-            return False
-        try:
-            setting = await self.command("CONFIG", "GET", "appendonly")
-        except BackendUnavailable:
-            raise
-        except JobBoardError:  # not allowed CONFIG: it cannot be told
-            return True
-        return _text(setting[1]) == "yes" if len(setting) == 2 else True
+        await self._retrying(self._wire)
 
     async def info(self, section: str) -> dict[str, str]:
         """``INFO section`` as a mapping of text."""
         lines = _text(await self.command("INFO", section)).splitlines()
         return dict(line.split(":", 1) for line in lines if ":" in line and not line.startswith("#"))
-
-    async def _check_strict(self) -> None:
-        """:raises JobBoardError: the server does not fsync every write before answering."""
-        config = await self.command("CONFIG", "GET", "append*")
-        settings = {_text(key): _text(value) for key, value in zip(config[::2], config[1::2], strict=True)}
-        if settings.get("appendonly") != "yes" or settings.get("appendfsync") != "always":
-            raise JobBoardError(f"durability=strict needs appendonly yes and appendfsync always; the server has "
-                                f"appendonly {settings.get('appendonly')}, appendfsync {settings.get('appendfsync')}")
-        replicas = int((await self.info("replication")).get("connected_slaves", "0"))
-        self._wait_for = 1 if replicas else 0
 
     async def command(self, *args: Arg) -> Any:
         """One command, retried over the window on transient failures (reads, idempotent writes)."""
@@ -291,7 +271,7 @@ class RedisClient:
         leading ``!``, the only case in which the script looks the nonce up.
         """
         wire = self._main
-        if (wire is not None and wire.failed is None and not self._wait_for
+        if (wire is not None and wire.failed is None and not self.replication.strict
                 and getattr(self._script, "__func__", None) is RedisClient._fcall):
             try:  # the common case in one step: connected, the library loaded, no WAIT
                 reply = await wire.send(("FCALL", FUNCTION, 1, self.prefix, op, nonce, *args))

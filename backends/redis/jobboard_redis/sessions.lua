@@ -83,6 +83,9 @@ local function dispatch(keys, args)
   if RETRY then NONCE = string.sub(NONCE, 2) end
   local op = ops[OP]
   if not op then return redis.error_reply('jobboard: unknown operation ' .. tostring(OP)) end
+  if RETRY then  -- a write, even when the first attempt had applied: a WAIT after the retry covers that attempt
+    redis.call('SET', P .. 'retried', NONCE, 'PX', 1000)
+  end
   return op(unpack(args, 3))
 end
 

@@ -140,12 +140,24 @@ class BoardView:
                 self._streamed_entry(entry_id, fields)
 
     async def _report_trimmed(self) -> None:
-        """After a reconnect: tell readers if the stream was trimmed past the last id read."""
+        """After a reconnect: tell readers if the stream lost events they did not read (trimmed past the
+        last id read, or rolled back by a failover or a restart that lost writes).
+
+        A stream whose newest entry is older than the last one read was rolled back: reading on from
+        the old id would skip the new server's next entries, and ids seen on the old server may come
+        again, so the reader starts from the new server's newest entry and forgets the ids it saw.
+        """
         try:
-            first = await self.client.first_event_id()
+            first, newest = await self.client.first_event_id(), await self.client.last_event_id()
         except BackendUnavailable:
             return
-        if first is not None and _older(self.last_id, first):
+        if _parts(newest) < _parts(_text(self.last_id)):
+            self.last_id = newest
+            self._own.clear()
+            self._streamed.clear()
+            self.publish(Event(EventKind.DROPPED, detail="board events were rolled back (a failover or a restart "
+                                                         "lost writes); re-read the board"))
+        elif first is not None and _older(self.last_id, first):
             self.publish(Event(EventKind.DROPPED, detail="board events were trimmed while disconnected; "
                                                          "re-read the board"))
 
