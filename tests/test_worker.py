@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import statistics
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -139,24 +140,36 @@ async def test_stop_now_cancels_at_once(board_url: str) -> None:
             assert await board.state(job) is JobState.UNCLAIMED
 
 
+PAUSES = (0.05, 0.4, 0.15, 0.3, 0.1, 0.25, 0.2)
+"""Idle time before each post (varied, so no periodic poll lines up with the posts)."""
+WAKE_BOUND = 0.15
+"""Bound on the median wake-up: medians of 0.5-44 ms seen with two CPU burners on a loaded 2-core
+machine; an idle worker that missed the notification wakes only after ``idle_backoff_max`` (10 s),
+and one polling every second shows a median near 0.5 s."""
+
+
 async def test_idle_worker_wakes_on_a_post_and_burns_no_cpu(board_url: str) -> None:
     woke: list[float] = []
 
     async def note(ctx: JobContext) -> None:
         woke.append(time.monotonic())
 
+    latencies = []
     with anyio.fail_after(30):
         async with open_board(board_url) as board, open_board(board_url) as producer, running(board, note):
             await anyio.sleep(0.3)
             cpu_before, wall_before = time.process_time(), time.monotonic()
             await anyio.sleep(2.0)
             idle_cpu = (time.process_time() - cpu_before) / (time.monotonic() - wall_before)
-            posted_at = time.monotonic()
-            job = await producer.post("ping")
-            await producer.wait_for_completion(job)
-    latency = woke[0] - posted_at
-    print(f"{board_url.split(':')[0]}: woke {latency * 1000:.1f} ms after the post; idle CPU {idle_cpu:.2%}")
-    assert latency <= 0.1
+            for pause in PAUSES:
+                await anyio.sleep(pause)
+                posted_at = time.monotonic()
+                await producer.wait_for_completion(await producer.post("ping"))
+                latencies.append(woke[-1] - posted_at)
+    wake = statistics.median(latencies)
+    print(f"{board_url.split(':')[0]}: woke {wake * 1000:.1f} ms (median) after a post "
+          f"({', '.join(f'{x * 1000:.0f}' for x in latencies)} ms); idle CPU {idle_cpu:.2%}")
+    assert wake <= WAKE_BOUND
     assert idle_cpu < 0.02
 
 

@@ -1,4 +1,4 @@
-"""The worker driven through thousands of jobs by a board that fails, hangs and loses claims (seeded).
+"""The worker driven through two thousand jobs by a board that fails, hangs and loses claims (seeded).
 
 Invariants: the worker never dies; no job is settled twice; every settle
 applies within a bound after its handler finished; every job ends consumed or
@@ -71,7 +71,7 @@ async def count_events(board: JobBoard, seen: Counter[tuple[EventKind, str]], en
 
 
 @pytest.mark.parametrize("seed", seeds())
-async def test_worker_survives_thousands_of_injected_faults(seed: int) -> None:
+async def test_worker_survives_two_thousand_jobs_and_hundreds_of_injected_faults(seed: int) -> None:
     print(f"seed {seed}")
     finished: dict[tuple[str, int], float] = {}
     seen: Counter[tuple[EventKind, str]] = Counter()
@@ -116,4 +116,4 @@ async def test_worker_survives_thousands_of_injected_faults(seed: int) -> None:
     trashed = sum(1 for kind, _ in seen if kind is EventKind.TRASHED)
     assert consumed == stats.consumed + lost_replies["consume"]
     assert trashed == stats.failed + lost_replies["trash"]
-    assert sum(injected.values()) > 500 and stats.backend_errors > 200
+    assert sum(injected.values()) >= 700 and stats.backend_errors > 200  # ~890 seen: 10 % of ~8,900 calls

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 import pytest
@@ -23,15 +24,31 @@ pytestmark = pytest.mark.timeout(150)
 JOBS = 500
 PROCESSES = 4
 KILLS = 5
+CONCURRENCY = 1
+"""Jobs in flight per worker process: the board drains in ~10 s, time for five kills mid-job."""
+
+
+SCHEDULES = 2
+"""Runs tried until one's kills all come while the board still has work."""
 
 
 async def spawn_worker(url: str, effects: Path) -> asyncio.subprocess.Process:
-    return await spawn_ready("tests.support.worker_proc", url, str(effects))
+    return await spawn_ready("tests.support.worker_proc", url, str(effects), str(CONCURRENCY))
 
 
 def read_effects(directory: Path) -> Counter[str]:
     """How many times each job's side effect ran, over every worker's log."""
     return Counter(line for log in directory.glob("w*.log") for line in log.read_text().split())
+
+
+def reruns_of_the_killed(directory: Path) -> list[int]:
+    """For each SIGKILLed incarnation of worker 0: how many of the jobs it began ran again elsewhere."""
+    runs = {log.stem: log.read_text().split() for log in directory.glob("w*.log")}
+    rerun = []
+    for kill in range(KILLS):
+        elsewhere = {job for name, jobs in runs.items() if name != f"w0-{kill}" for job in jobs}
+        rerun.append(len(set(runs.get(f"w0-{kill}", ())) & elsewhere))
+    return rerun
 
 
 async def count_consumed(board: JobBoard, consumed: Counter[str], done: anyio.Event) -> None:
@@ -42,36 +59,75 @@ async def count_consumed(board: JobBoard, consumed: Counter[str], done: anyio.Ev
                 done.set()
 
 
-async def test_500_jobs_four_processes_one_killed_five_times(zk_hosts: str, tmp_path: Path) -> None:
-    url = f"zookeeper://{zk_hosts}/processes/{uuid.uuid4().hex}?session_timeout=2"
+async def kill_mid_job(worker: asyncio.subprocess.Process, effects: Path, done: anyio.Event) -> bool:
+    """SIGKILL ``worker`` once it has begun its first job (a handler runs 50-100 ms); False if the
+    board drained first. ``effects`` is this worker's own log, empty until then."""
+    log = anyio.Path(effects)
+    while not done.is_set():
+        if await log.exists() and (await log.read_text()).strip():
+            worker.kill()
+            await worker.wait()
+            return True
+        await anyio.sleep(0.005)
+    return False
+
+
+class KillRun(NamedTuple):
+    posted: set[str]
+    consumed: Counter[str]
+    """Consumed events per job."""
+    seconds: float
+    kills: int
+    consumed_at_last_kill: int
+    reruns: list[int]
+    """Per kill: the jobs the killed worker had begun that ran again elsewhere."""
+
+
+async def kill_one_five_times(url: str, directory: Path) -> KillRun:
+    """Post JOBS, run PROCESSES workers, SIGKILL worker 0 mid-job KILLS times (restarted each time)."""
     consumed: Counter[str] = Counter()
     done = anyio.Event()
-    with anyio.fail_after(120):
-        async with open_board(url) as board, anyio.create_task_group() as group:
-            group.start_soon(count_consumed, board, consumed, done)
-            posted = {(await board.post("work", {"i": i})).id for i in range(JOBS)}
-            started = time.monotonic()
-            workers = [await spawn_worker(url, tmp_path / f"w{n}.log") for n in range(PROCESSES)]
-            for _ in range(KILLS):
-                await anyio.sleep(0.6)
-                workers[0].kill()
-                await workers[0].wait()
-                workers[0] = await spawn_worker(url, tmp_path / "w0.log")
+    workers: list[asyncio.subprocess.Process] = []
+    async with open_board(url) as board, anyio.create_task_group() as group:
+        group.start_soon(count_consumed, board, consumed, done)
+        posted = {(await board.post("work", {"i": i})).id for i in range(JOBS)}
+        started = time.monotonic()
+        try:
+            workers += [await spawn_worker(url, directory / f"w{n}-0.log") for n in range(PROCESSES)]
+            kills = 0
+            while kills < KILLS and await kill_mid_job(workers[0], directory / f"w0-{kills}.log", done):
+                kills += 1
+                workers[0] = await spawn_worker(url, directory / f"w0-{kills}.log")
+            at_last_kill = len(consumed)
             await done.wait()
             elapsed = time.monotonic() - started
             for child in workers:
                 child.send_signal(signal.SIGTERM)
-            codes = [await child.wait() for child in workers]
-            left, trashed = await board.job_count(), [t async for t in board.trashed()]
-            group.cancel_scope.cancel()
-    effects = read_effects(tmp_path)
-    reruns = sum(effects.values()) - len(effects)
-    print(f"{JOBS} jobs, {PROCESSES} worker processes, one SIGKILLed {KILLS} times: {elapsed:.1f}s, "
-          f"{reruns} side effects ran twice or more, consumed once each: {set(consumed.values()) == {1}}")
-    assert set(effects) == posted  # every job's side effect happened at least once
-    assert set(consumed) == posted and set(consumed.values()) == {1}  # consumed exactly once
-    assert left == 0 and trashed == []
-    assert codes == [0] * PROCESSES  # SIGTERM: a clean, graceful exit
+            assert [await child.wait() for child in workers] == [0] * PROCESSES  # SIGTERM: a graceful exit
+        finally:
+            for child in workers:
+                if child.returncode is None:
+                    child.kill()
+        assert await board.job_count() == 0 and [t async for t in board.trashed()] == []
+        group.cancel_scope.cancel()
+    return KillRun(posted, consumed, elapsed, kills, at_last_kill, reruns_of_the_killed(directory))
+
+
+async def test_500_jobs_four_processes_one_killed_five_times(zk_hosts: str, tmp_path: Path) -> None:
+    runs: list[KillRun] = []
+    with anyio.fail_after(130):
+        while len(runs) < SCHEDULES and (not runs or runs[-1].kills < KILLS):  # until every kill came mid-drain
+            directory = tmp_path / f"run{len(runs)}"
+            directory.mkdir()
+            url = f"zookeeper://{zk_hosts}/processes/{uuid.uuid4().hex}?session_timeout=2"
+            run = await kill_one_five_times(url, directory)
+            print(f"{JOBS} jobs, {PROCESSES} worker processes, one SIGKILLed {run.kills} times (the last with "
+                  f"{run.consumed_at_last_kill} consumed): {run.seconds:.1f}s, jobs re-run after each kill {run.reruns}")
+            assert set(read_effects(directory)) == run.posted  # every job's side effect happened at least once
+            assert set(run.consumed) == run.posted and set(run.consumed.values()) == {1}  # consumed exactly once
+            runs.append(run)
+    last = runs[-1]
+    assert last.kills == KILLS and min(last.reruns) >= 1, (last.kills, last.reruns)  # each kill cut a job, run again
 
 
 async def test_session_expiry_cancels_the_handler_and_another_worker_finishes(zk_hosts: str) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
+import statistics
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -86,32 +86,45 @@ async def test_timeouts_per_handler_and_per_job_cancel_the_handler(board_url: st
     assert 0.2 <= ended[0] < 1.5 and 0.5 <= ended[1] < 2.0, ended
 
 
-async def test_cancelling_a_running_job_cancels_its_handler_within_100_ms(board_url: str) -> None:
-    started, cancelled_at = anyio.Event(), []
+CANCELS = 7
+CANCEL_BOUND = 0.15
+"""Bound on the median time from ``cancel()`` returning to the handler's cancellation: medians of
+0.2-24 ms seen with two CPU burners on a loaded 2-core machine; a worker that missed the notice lets
+the handler run on (60 s here, counted as never), one polling its claim every second shows ~0.5 s."""
+
+
+async def test_a_cancelled_job_has_its_running_handler_cancelled_at_once(board_url: str) -> None:
+    started, ended = [anyio.Event() for _ in range(CANCELS)], [anyio.Event() for _ in range(CANCELS)]
+    cancelled_at: list[float] = []
 
     async def long(ctx: JobContext) -> None:
-        started.set()
+        started[ctx.details["n"]].set()
         try:
             await anyio.sleep(60)
         finally:
             cancelled_at.append(time.monotonic())
+            ended[ctx.details["n"]].set()
 
-    with anyio.fail_after(30):
-        async with open_board(board_url) as board, open_board(board_url) as operator:
-            job = await board.post("long")
-            async with running(board, long) as worker:
-                await started.wait()
+    latencies, outcomes = [], []
+    with anyio.fail_after(40):
+        async with open_board(board_url) as board, open_board(board_url) as operator, \
+                running(board, long, concurrency=CANCELS, grace_period=1) as worker:  # a stuck one blocks none
+            for n in range(CANCELS):
+                job = await operator.post("long", {"n": n})
+                await started[n].wait()
                 await anyio.sleep(0.1)
-                before = time.monotonic()
                 await operator.cancel(job, "not needed any more")
                 returned = time.monotonic()
-                outcome = await operator.wait_for_completion(job)
-    latency = cancelled_at[0] - returned
-    print(f"{board_url.split(':')[0]}: handler cancelled {latency * 1000:.1f} ms after cancel() returned "
-          f"({(cancelled_at[0] - before) * 1000:.1f} ms after it was called)")
-    assert (outcome.state, outcome.reason) == (JobState.TRASHED, "not needed any more")
-    assert latency < 0.1
-    assert (worker.stats.cancelled, worker.stats.lost, worker.stats.claimed) == (1, 0, 1)
+                with anyio.move_on_after(3):  # a missed notice: never, as far as the median goes
+                    await ended[n].wait()
+                latencies.append(cancelled_at[-1] - returned if ended[n].is_set() else float("inf"))
+                outcomes.append(await operator.wait_for_completion(job))
+    latency = statistics.median(latencies)
+    print(f"{board_url.split(':')[0]}: handler cancelled {latency * 1000:.1f} ms (median) after cancel() returned "
+          f"({', '.join(f'{x * 1000:.0f}' for x in latencies)} ms)")
+    assert {(o.state, o.reason) for o in outcomes} == {(JobState.TRASHED, "not needed any more")}
+    assert latency < CANCEL_BOUND
+    assert (worker.stats.cancelled, worker.stats.lost, worker.stats.claimed) == (CANCELS, 0, CANCELS)
 
 
 async def test_hooks_share_state_with_jobs_and_middleware_wraps_each_job(board_url: str) -> None:
@@ -154,10 +167,13 @@ async def test_hooks_share_state_with_jobs_and_middleware_wraps_each_job(board_u
 
 async def test_sync_handlers_run_in_a_thread_without_stalling_the_loop(board_url: str) -> None:
     handlers = Handlers()
+    slept: list[float] = []
 
     @handlers.register("blocking")
     def blocking(ctx: JobContext) -> int:
+        slept.append(time.monotonic())
         time.sleep(0.5)  # would freeze the event loop (and the session's pings) if run on it
+        slept.append(time.monotonic())
         return int(ctx.details["n"]) + 1
 
     ticks: list[float] = []
@@ -174,8 +190,9 @@ async def test_sync_handlers_run_in_a_thread_without_stalling_the_loop(board_url
             async with running(board, handlers):
                 outcome = await board.wait_for_completion(job)
             group.cancel_scope.cancel()
-    gaps = [later - earlier for earlier, later in itertools.pairwise(ticks)]
-    assert outcome.result == 42 and max(gaps) < 0.3, max(gaps)
+    during = sum(slept[0] < at < slept[1] for at in ticks)
+    print(f"{board_url.split(':')[0]}: {during} ticks of 20 ms while the handler slept 0.5 s")
+    assert outcome.result == 42 and during >= 5  # ~20 when the loop runs; none if the sleep blocks it
 
 
 async def test_burst_stops_once_nothing_claimable_is_left(board_url: str) -> None:

@@ -13,22 +13,39 @@ from jobboard_zookeeper import ZooKeeperBoard
 pytestmark = pytest.mark.timeout(60)
 
 
+BEFORE = 50
+"""Jobs posted before the late board starts opening."""
+AFTER = 50
+"""Jobs posted once it is open."""
+MOST = 5000
+
+
 async def test_a_board_opened_while_jobs_are_posted_sees_all_of_them(zk_hosts: str) -> None:
     url = f"zookeeper://{zk_hosts}/view/{uuid.uuid4().hex}"
     with anyio.fail_after(45):
         async with open_board(url) as producer:
             posted: list[str] = []
+            opening, opened = anyio.Event(), anyio.Event()
 
-            async def post_many() -> None:
-                for index in range(400):
-                    job = await producer.post("j", {"i": index})
-                    posted.append(job.id)
+            async def post_until_after_the_open() -> None:
+                after = 0
+                while after < AFTER and len(posted) < MOST:
+                    posted.append((await producer.post("j", {"i": len(posted)})).id)
+                    after += opened.is_set()
+                    if len(posted) == BEFORE:
+                        opening.set()
 
             async with anyio.create_task_group() as group:
-                group.start_soon(post_many)
-                await anyio.sleep(0.05)
+                group.start_soon(post_until_after_the_open)
+                await opening.wait()
+                began = len(posted)
                 late = await open_board(url).__aenter__()  # opens (and lists) while posts go on
+                during = len(posted) - began
+                opened.set()
             try:
+                print(f"{began} jobs posted before the open, {during} while it opened, "
+                      f"{len(posted) - began - during} after")
+                assert during >= 1 and len(posted) - began - during == AFTER  # the open overlapped the posts
                 claimed = []
                 while (claim := await late.claim_next("late")) is not None:
                     await late.consume(claim)

@@ -2,7 +2,9 @@
 
 Uses Debian's ``chromium`` and ``chromium-driver``, installed with apt-get when missing (like
 ZooKeeper and Redis: see :mod:`tests.support.zkserver`). ``python -m tests.support.browser install``
-installs them; :func:`chromium_or_skip` skips a test only when they cannot be installed.
+installs them. When they cannot be installed, the browser tests fail in CI (``CI=true``, as CI
+services set it), so that a broken install cannot pass unnoticed; elsewhere they are skipped, with
+the reason in pytest's summary and a warning from the install step.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ def missing() -> list[str]:
     return [binary for binary in BINARIES if shutil.which(binary) is None]
 
 
+def in_ci() -> bool:
+    """Whether this runs in CI: the ``CI`` variable is ``true`` (or ``1``, ``yes``)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
 def ensure_chromium_installed() -> None:
     """Install Debian's chromium and chromium-driver if either is missing (apt-get update once)."""
     if not missing():
@@ -37,14 +44,23 @@ def ensure_chromium_installed() -> None:
         raise RuntimeError(f"still missing after installing {' '.join(PACKAGES)}: {', '.join(still)}")
 
 
-def chromium_or_skip() -> None:
-    """Install the browser when missing; skip the calling test only if that is impossible."""
+def cannot_install(error: BaseException) -> str:
+    """One line: the browser tests cannot run, the packages they need, and the first line of ``error``."""
+    first = next((line for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    return (f"the dashboard's browser tests cannot run: Debian's {' and '.join(PACKAGES)} are missing and "
+            f"could not be installed (apt-get install {' '.join(PACKAGES)}): {first}")
+
+
+def require_chromium() -> None:
+    """Install the browser when missing; if that is impossible, fail the calling test in CI, skip it elsewhere."""
     import pytest
 
     try:
         ensure_chromium_installed()
     except (RuntimeError, OSError) as error:
-        pytest.skip(f"no chromium for the browser tests and it cannot be installed: {error}")
+        if in_ci():
+            pytest.fail(cannot_install(error), pytrace=False)
+        pytest.skip(f"NOT RUN (outside CI, a skip): {cannot_install(error)}")
 
 
 @contextmanager
@@ -70,11 +86,15 @@ def headless_chromium(width: int = 1280, height: int = 900) -> Iterator[Any]:
 
 
 def main(argv: list[str]) -> int:
+    """``install``: exit 1 in CI if the browser cannot be installed, else warn (the tests will skip)."""
     if argv[1:] == ["install"]:
         try:
             ensure_chromium_installed()
         except (RuntimeError, OSError) as error:
-            print(f"browser tests will be skipped: {error}", file=sys.stderr)
+            if in_ci():
+                print(f"error: {cannot_install(error)}\n{error}", file=sys.stderr)
+                return 1
+            print(f"WARNING: {cannot_install(error)}; they will be SKIPPED\n{error}", file=sys.stderr)
         return 0
     print("usage: python -m tests.support.browser install", file=sys.stderr)
     return 2
