@@ -91,10 +91,11 @@ def main(argv: list[str]) -> int:
         try:
             ensure_chromium_installed()
         except (RuntimeError, OSError) as error:
+            details = f"\n{error}" if "\n" in str(error).strip() else ""  # apt-get's output, after the one line
             if in_ci():
-                print(f"error: {cannot_install(error)}\n{error}", file=sys.stderr)
+                print(f"error: {cannot_install(error)}{details}", file=sys.stderr)
                 return 1
-            print(f"WARNING: {cannot_install(error)}; they will be SKIPPED\n{error}", file=sys.stderr)
+            print(f"WARNING: {cannot_install(error)}; they will be SKIPPED{details}", file=sys.stderr)
         return 0
     print("usage: python -m tests.support.browser install", file=sys.stderr)
     return 2
