@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 import time
 import uuid
 from collections import Counter
@@ -24,16 +25,33 @@ pytestmark = pytest.mark.timeout(150)
 JOBS = 500
 PROCESSES = 4
 KILLS = 5
-CONCURRENCY = 1
-"""Jobs in flight per worker process: the board drains in ~10 s, time for five kills mid-job."""
-
-
+CONCURRENCY = 2
+"""Jobs in flight per worker process."""
 SCHEDULES = 2
 """Runs tried until one's kills all come while the board still has work."""
+WORKER = "tests.support.worker_proc"
 
 
 async def spawn_worker(url: str, effects: Path) -> asyncio.subprocess.Process:
-    return await spawn_ready("tests.support.worker_proc", url, str(effects), str(CONCURRENCY))
+    return await spawn_ready(WORKER, url, str(effects), str(CONCURRENCY))
+
+
+async def spawn_standby(url: str, effects: Path) -> asyncio.subprocess.Process:
+    """A replacement for worker 0, started and imported but not yet on the board (see :func:`start`)."""
+    child = await asyncio.create_subprocess_exec(sys.executable, "-m", WORKER, url, str(effects), str(CONCURRENCY),
+                                                 "standby", stdin=asyncio.subprocess.PIPE,
+                                                 stdout=asyncio.subprocess.PIPE)
+    assert child.stdout is not None and (await child.stdout.readline()).strip() == b"standby"
+    return child
+
+
+async def start(standby: asyncio.subprocess.Process) -> asyncio.subprocess.Process:
+    """Let a standby open the board and claim: a restart without an interpreter's start-up."""
+    assert standby.stdin is not None and standby.stdout is not None
+    standby.stdin.write(b"go\n")
+    await standby.stdin.drain()
+    assert (await standby.stdout.readline()).strip() == b"ready"
+    return standby
 
 
 def read_effects(directory: Path) -> Counter[str]:
@@ -84,32 +102,36 @@ class KillRun(NamedTuple):
 
 
 async def kill_one_five_times(url: str, directory: Path) -> KillRun:
-    """Post JOBS, run PROCESSES workers, SIGKILL worker 0 mid-job KILLS times (restarted each time)."""
+    """Post JOBS, run PROCESSES workers, SIGKILL worker 0 mid-job KILLS times, each time replaced by
+    a standby (the replacements are started at once, so the kills come quickly, while work remains)."""
     consumed: Counter[str] = Counter()
     done = anyio.Event()
     workers: list[asyncio.subprocess.Process] = []
-    async with open_board(url) as board, anyio.create_task_group() as group:
-        group.start_soon(count_consumed, board, consumed, done)
-        posted = {(await board.post("work", {"i": i})).id for i in range(JOBS)}
-        started = time.monotonic()
-        try:
+    standbys: list[asyncio.subprocess.Process] = []
+    try:
+        standbys += [await spawn_standby(url, directory / f"w0-{n}.log") for n in range(1, KILLS + 1)]
+        async with open_board(url) as board, anyio.create_task_group() as group:
+            group.start_soon(count_consumed, board, consumed, done)
+            posted = {(await board.post("work", {"i": i})).id for i in range(JOBS)}
+            started = time.monotonic()
             workers += [await spawn_worker(url, directory / f"w{n}-0.log") for n in range(PROCESSES)]
             kills = 0
             while kills < KILLS and await kill_mid_job(workers[0], directory / f"w0-{kills}.log", done):
+                workers[0] = await start(standbys[kills])
                 kills += 1
-                workers[0] = await spawn_worker(url, directory / f"w0-{kills}.log")
             at_last_kill = len(consumed)
             await done.wait()
             elapsed = time.monotonic() - started
             for child in workers:
                 child.send_signal(signal.SIGTERM)
             assert [await child.wait() for child in workers] == [0] * PROCESSES  # SIGTERM: a graceful exit
-        finally:
-            for child in workers:
-                if child.returncode is None:
-                    child.kill()
-        assert await board.job_count() == 0 and [t async for t in board.trashed()] == []
-        group.cancel_scope.cancel()
+            assert await board.job_count() == 0 and [t async for t in board.trashed()] == []
+            group.cancel_scope.cancel()
+    finally:
+        for child in workers + standbys:
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
     return KillRun(posted, consumed, elapsed, kills, at_last_kill, reruns_of_the_killed(directory))
 
 

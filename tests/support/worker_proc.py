@@ -1,9 +1,11 @@
 """A worker process for fault tests.
 
-``python -m tests.support.worker_proc URL EFFECTS_FILE [CONCURRENCY]`` runs a
+``python -m tests.support.worker_proc URL EFFECTS_FILE [CONCURRENCY [standby]]`` runs a
 worker whose ``work`` handler appends the job id to EFFECTS_FILE (the side
 effect) and sleeps a little. SIGTERM stops it gracefully, at any moment after
-``main`` starts; ``ready`` is printed once the worker is claiming.
+``main`` starts; ``ready`` is printed once the worker is claiming. With ``standby``,
+it prints ``standby`` once imported and opens the board only after a line on stdin
+(a replacement started ahead, so that a restart costs no interpreter start-up).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 
 from jobboard import open_board
 from jobboard.early_signals import catch_early_signals
@@ -23,7 +26,7 @@ from jobboard.worker import Worker, WorkerConfig
 handlers = Handlers()
 
 
-def main(url: str, effects: Path, concurrency: int) -> None:
+def main(url: str, effects: Path, concurrency: int, standby: bool) -> None:
     @handlers.register("work")
     async def work(ctx: JobContext) -> str:
         with effects.open("a") as log:
@@ -32,7 +35,11 @@ def main(url: str, effects: Path, concurrency: int) -> None:
         return ctx.job.id
 
     async def run() -> None:
-        async with open_board(url) as board, anyio.create_task_group() as group:
+        board = open_board(url)  # not open yet; the backend's modules are loaded
+        if standby:
+            print("standby", flush=True)
+            await anyio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        async with board, anyio.create_task_group() as group:
             worker = Worker(board, handlers, WorkerConfig(concurrency=concurrency, grace_period=5))
             group.start_soon(functools.partial(worker.run, handle_signals=True))
             await worker.started.wait()
@@ -43,4 +50,4 @@ def main(url: str, effects: Path, concurrency: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 4)
+    main(sys.argv[1], Path(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 4, sys.argv[4:] == ["standby"])
