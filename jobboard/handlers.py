@@ -21,11 +21,11 @@ import anyio.to_thread
 from jobboard.board import JobBoard
 from jobboard.checks import TIMEOUT_KEY
 from jobboard.job import Claim, Job
+from jobboard.plans import TaskFunction, task_arguments
 from jobboard.retry import Fail, Retry, RetryPolicy
 
 __all__ = ["TIMEOUT_KEY", "Fail", "Handler", "HandlerOptions", "Handlers", "Hook", "JobContext", "Middleware", "Retry",
            "RetryPolicy", "as_async"]
-
 
 
 @dataclass(frozen=True)
@@ -78,8 +78,6 @@ class JobContext:
 
 Handler = Callable[[JobContext], Awaitable[Any]]
 """An async callable taking a :class:`JobContext`, returning the (msgpack-encodable) result."""
-TaskFunction = Callable[..., Awaitable[Any]]
-"""A plan task: called with its arguments, then its dependencies' results."""
 Hook = Callable[[dict[str, Any]], Awaitable[None]]
 """``on_startup`` / ``on_shutdown``: gets the worker's shared state (a dict) to fill or clean up."""
 Middleware = Callable[[JobContext, Callable[[], Awaitable[Any]]], Awaitable[Any]]
@@ -109,11 +107,6 @@ class HandlerOptions:
     retry: RetryPolicy | None = None
     timeout: float | None = None
     """Seconds the handler may run before it is cancelled (a ``TimeoutError`` for the policy)."""
-
-
-def task_arguments(args: list[Any], gate: str | None, job: Job, results: tuple[Any, ...]) -> list[Any]:
-    """A plan task's call arguments: its own, then its dependencies' results (the gate's left out)."""
-    return [*args, *(result for dep, result in zip(job.depends_on, results, strict=True) if dep != gate)]
 
 
 class Handlers:
@@ -191,10 +184,7 @@ class Handlers:
         """Register a plan task function, called as ``function(*args, *results of after)``."""
         def add(function: TaskFunction) -> TaskFunction:
             async def run(context: JobContext) -> Any:
-                details = context.details
-                arguments = task_arguments(list(details.get("args", [])), details.get("gate"),
-                                           context.job, context.dependency_results)
-                return await function(*arguments)
+                return await function(*task_arguments(context.details, context.job, context.dependency_results))
 
             self.register(name, run)
             return function

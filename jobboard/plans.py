@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from anyio.abc import TaskGroup
+import anyio.lowlevel
 
-from jobboard.board import JobBoard
+from jobboard.board import JobBoard, NewJob
 from jobboard.dag import Plan, Task
 from jobboard.errors import AlreadyClaimed, JobBoardError, JobNotFound
 from jobboard.events import EventKind
-from jobboard.job import INTERNAL_PREFIX, Claim, JobState, Priority
+from jobboard.job import INTERNAL_PREFIX, Claim, Job, JobState, Priority
 from jobboard.job import Progress as JobProgress
 
 if TYPE_CHECKING:
@@ -33,17 +33,32 @@ if TYPE_CHECKING:
 
 GATE = f"{INTERNAL_PREFIX}plan-gate"
 RECORD = f"{INTERNAL_PREFIX}plan"
-POST_CONCURRENCY = 64
-TERMINAL = (JobState.COMPLETE, JobState.TRASHED)
+READ_CONCURRENCY = 64
+"""Task states read at once by :meth:`PlanHandle.status`."""
 
 Progress = Callable[["PlanProgress"], None]
+TaskFunction = Callable[..., Awaitable[Any]]
+"""A plan task's function (``Handlers.task``): called with its arguments, then its dependencies' results."""
 FOLLOWS = {EventKind.CLAIMED: JobState.CLAIMED, EventKind.RELEASED: JobState.UNCLAIMED,
            EventKind.READY: JobState.UNCLAIMED, EventKind.CONSUMED: JobState.COMPLETE,
            EventKind.TRASHED: JobState.TRASHED}
 """How a board event moves a task's state."""
-FINAL = {JobState.COMPLETE, JobState.TRASHED}
+FINAL = frozenset({JobState.COMPLETE, JobState.TRASHED})
+"""States a task never leaves."""
 RESYNC = {EventKind.DROPPED, EventKind.RECONNECTED, EventKind.SESSION_EXPIRED}
 """Events after which the states are read again."""
+
+
+def task_details(plan: str, gate: str, task: Task) -> dict[str, Any]:
+    """The details of a task's job, as :func:`task_arguments` reads them."""
+    return {"plan": plan, "gate": gate, "task": task.name, "args": list(task.args), "after": list(task.after)}
+
+
+def task_arguments(details: Mapping[str, Any], job: Job, results: tuple[Any, ...]) -> list[Any]:
+    """A plan task's call arguments: its own, then its dependencies' results (the gate's left out)."""
+    gate = details.get("gate")
+    return [*details.get("args", ()),
+            *(result for dep, result in zip(job.depends_on, results, strict=True) if dep != gate)]
 
 
 def follow(states: dict[str, JobState], task: str, state: JobState) -> None:
@@ -82,7 +97,7 @@ class PlanStatus:
     @property
     def state(self) -> str:
         """``running``, ``complete``, ``failed`` (some task trashed) or ``cancelled``."""
-        if any(state not in TERMINAL for state in self.states.values()):
+        if any(state not in FINAL for state in self.states.values()):
             return "running"
         if any(reason.startswith("plan cancelled") for reason in self.reasons.values()):
             return "cancelled"
@@ -129,29 +144,16 @@ async def post_plan(board: JobBoard, plan: Plan, *, fail_fast: bool = False) -> 
 
 
 async def _post_tasks(board: JobBoard, plan: str, gate: str, generations: list[list[Task]]) -> dict[str, str]:
+    """Post the tasks with one ``post_many`` per generation: a task's dependencies are posted
+    (by an earlier generation) before it, as ``post_many`` needs; tasks without any wait on the gate."""
     ids: dict[str, str] = {}
-    errors: list[JobBoardError] = []
-    limiter = anyio.CapacityLimiter(POST_CONCURRENCY)
-
-    async def post(task: Task, group: TaskGroup) -> None:
-        details = {"plan": plan, "gate": gate, "task": task.name, "args": list(task.args),
-                   "after": list(task.after)}
-        async with limiter:
-            try:
-                job = await board.post(task.handler, details, depends_on=[ids[d] for d in task.after] or [gate],
-                                       priority=task.priority, max_attempts=task.max_attempts, keep_result=True)
-            except JobBoardError as error:  # raised as itself below, not as an exception group
-                errors.append(error)
-                group.cancel_scope.cancel()
-                return
-            ids[task.name] = job.id
-
     for generation in generations:
-        async with anyio.create_task_group() as group:
-            for task in generation:
-                group.start_soon(post, task, group)
-        if errors:
-            raise errors[0]
+        await anyio.lowlevel.checkpoint()  # other tasks run between generations (memory:// posts never suspend)
+        jobs = await board.post_many([
+            NewJob(task.handler, task_details(plan, gate, task), depends_on=[ids[name] for name in task.after] or [gate], priority=task.priority,
+                   max_attempts=task.max_attempts, keep_result=True)
+            for task in generation])
+        ids.update((task.name, job.id) for task, job in zip(generation, jobs, strict=True))
     return ids
 
 
@@ -205,7 +207,7 @@ class PlanHandle:
 
     async def status(self) -> PlanStatus:
         """Every task's state, who runs the running ones, why the trashed ones failed."""
-        limiter = anyio.CapacityLimiter(POST_CONCURRENCY)
+        limiter = anyio.CapacityLimiter(READ_CONCURRENCY)
         states: dict[str, JobState] = {}
         owners: dict[str, str] = {}
         progress_of: dict[str, JobProgress] = {}

@@ -185,6 +185,22 @@ async def test_interrupted_post_leaves_nothing_runnable(board_url: str) -> None:
             assert {item.job.name for item in trashed} <= {"jobboard.plan-gate", "ok"}
 
 
+async def test_a_generation_with_an_invalid_task_is_not_posted_at_all(board_url: str) -> None:
+    """A plan's generation is one ``post_many``, checked whole before anything of it is written."""
+    plan = Plan("bad-second-layer")
+    first = [plan.task("ok", number, name=f"a{number}") for number in range(5)]
+    for number in range(10):
+        plan.task("ok", number, name=f"b{number}", after=first)
+    plan.task("ok", "x" * 2_000_000, name="huge", after=first)  # sorted after the b tasks
+    with anyio.fail_after(60):
+        async with open_board(board_url) as board:
+            with pytest.raises(InvalidJob, match="limit"):
+                await post_plan(board, plan)
+            assert await board.job_count() == 0
+            trashed = Counter([item.job.details.get("task", item.job.name) async for item in board.trashed()])
+    assert trashed == Counter(["jobboard.plan-gate", *(f"a{number}" for number in range(5))])
+
+
 async def test_dead_poster_leaves_nothing_runnable_and_cleanup_removes_it(board_url: str) -> None:
     from jobboard.plans import cleanup_interrupted_plans
 
