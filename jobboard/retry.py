@@ -1,4 +1,5 @@
-"""How a failing job is retried: the policy, and the exceptions a handler raises to steer it."""
+"""How failing work is retried: exponential back-off, a job's retry policy, and the exceptions a handler
+raises to steer it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,35 @@ import random
 from dataclasses import dataclass, field
 
 DEFAULT_MAX_ATTEMPTS = 5
+
+
+def exponential_delay(step: int, initial: float, factor: float, maximum: float, jitter: float,
+                      rng: random.Random | None = None) -> float:
+    """``initial`` × ``factor`` ** ``step``, at most ``maximum``, scaled down by a random factor in
+    ``[1 - jitter, 1]`` (``jitter`` 0: exact), so that failing callers do not come back in lockstep."""
+    try:
+        base = min(maximum, initial * factor ** step)
+    except OverflowError:  # factor ** step is past any float, and so past maximum
+        base = maximum if initial else 0.0
+    return base * (rng or random).uniform(1 - jitter, 1.0) if jitter else base
+
+
+class Backoff:
+    """Delays between tries of one thing (a settle, a claim, a registration): :func:`exponential_delay`
+    of the tries since the last :meth:`reset`."""
+
+    def __init__(self, initial: float, factor: float, maximum: float, jitter: float = 0.0) -> None:
+        self.initial, self.factor, self.maximum, self.jitter = initial, factor, maximum, jitter
+        self.attempts = 0
+
+    def next(self) -> float:
+        """The delay before the next try (the first is ``initial``, less its jitter)."""
+        delay = exponential_delay(self.attempts, self.initial, self.factor, self.maximum, self.jitter)
+        self.attempts += 1
+        return delay
+
+    def reset(self) -> None:
+        self.attempts = 0
 
 
 class Retry(Exception):
@@ -62,9 +92,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int, rng: random.Random | None = None) -> float:
         """Seconds to wait after failed attempt number ``attempt`` (1 for the first)."""
-        base = min(self.max_delay, self.initial_delay * self.factor ** max(0, attempt - 1))
-        spread = (rng or random).uniform(1 - self.jitter, 1.0) if self.jitter else 1.0
-        return base * spread
+        return exponential_delay(max(0, attempt - 1), self.initial_delay, self.factor, self.max_delay, self.jitter, rng)
 
     def retries(self, error: BaseException) -> bool:
         """Whether ``error`` is worth another attempt."""
@@ -73,7 +101,3 @@ class RetryPolicy:
     def limit(self, job_max_attempts: int | None) -> int | None:
         """The attempts a job gets: its own ``max_attempts``, else this policy's."""
         return job_max_attempts if job_max_attempts is not None else self.max_attempts
-
-
-NO_RETRY = RetryPolicy(max_attempts=1)
-"""Trash on the first failure."""

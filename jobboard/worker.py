@@ -27,12 +27,13 @@ from jobboard.board import JobBoard
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError
 from jobboard.handlers import Handler, Handlers, Hook, Middleware, as_async
 from jobboard.job import Claim
+from jobboard.retry import Backoff
 from jobboard.scheduler import run_scheduler
 from jobboard.worker_config import WorkerConfig, default_owner
-from jobboard.worker_idle import Idler
-from jobboard.worker_job import JobRunner, JobSettings
+from jobboard.worker_idle import ClaimerPace, Idler
+from jobboard.worker_job import JobRunner
 from jobboard.worker_signals import listen_for_signals
-from jobboard.worker_support import Backoff, RunningJob, WorkerStats
+from jobboard.worker_support import RunningJob, WorkerStats
 
 UNREGISTER_TIMEOUT = 2.0
 """Seconds a stopping worker tries to unregister its entity."""
@@ -83,10 +84,8 @@ class Worker:
         """Claims being made: a burst worker does not stop while another of its claimers may get a job."""
         self.started = anyio.Event()
         """Set once the worker is registered, its start-up hooks ran, and it is about to claim."""
-        settings = JobSettings(self.config.owner, self.config.retry, self.config.timeout, self.config.lease,
-                               self.config.lease_renewal, self.config.settle_timeout, self.config.grace_period)
         self._idler = Idler(board, self.names, self.config, self.stats)
-        self._runner = JobRunner(board, self.handler, settings, self.stats,
+        self._runner = JobRunner(board, self.handler, self.config, self.stats,
                                  [*(registry.middleware if registry else ()), *middleware], self.shared,
                                  lambda: self._stopping_since)
 
@@ -172,22 +171,22 @@ class Worker:
                     claimers.start_soon(self._claimer, jobs)
 
     async def _claimer(self, jobs: TaskGroup) -> None:
-        backoff = Backoff(self.config.idle_backoff, self.config.idle_backoff_factor, self.config.idle_backoff_max,
-                          jitter=0.2)
+        pace = ClaimerPace(Backoff(self.config.idle_backoff, self.config.idle_backoff_factor,
+                                   self.config.idle_backoff_max, jitter=0.2))
         while not self._stopping:
             await self._slots.acquire()
-            claim = await self._claim(backoff)
+            claim = await self._claim(pace)
             if claim is None:
                 self._slots.release()
                 continue
-            backoff.reset()
-            self._runner.retries_due.pop(claim.job.id, None)
+            pace.reset()
+            self._runner.claimed(claim.job.id)
             self.stats.claimed += 1
             job = RunningJob(claim, self.config.lease)
             self.running[(claim.job.id, claim.generation)] = job
             jobs.start_soon(self._run_job, job)
 
-    async def _claim(self, backoff: Backoff) -> Claim | None:
+    async def _claim(self, pace: ClaimerPace) -> Claim | None:
         try:
             self._claims_in_flight += 1
             with anyio.CancelScope(shield=True):  # a claim made must not be lost to stop()
@@ -206,7 +205,7 @@ class Worker:
             if self._stopping:
                 return None
             self.stats.backend_errors += 1
-            delay = backoff.next()
+            delay = pace.backoff.next()
             log = logger.warning if isinstance(error, (BackendUnavailable, TimeoutError)) else logger.error
             log("%s: claiming failed (%s); retrying in %.1fs", self.owner, str(error) or type(error).__name__, delay)
             await anyio.sleep(delay)
@@ -218,7 +217,7 @@ class Worker:
             if self.config.burst:
                 await self._burst_idle()
             else:
-                await self._idler.idle(backoff)
+                await self._idler.idle(pace)
         return claim
 
     def _claim_done(self) -> None:
@@ -237,7 +236,7 @@ class Worker:
         ends), so that a burst run finishes its own retries.
         """
         now = anyio.current_time()
-        due = [at for at in self._runner.retries_due.values() if at + BURST_RETRY_SLACK > now]
+        due = self._runner.retries_due_after(now - BURST_RETRY_SLACK)
         if not self.running and not due and not self._claims_in_flight:
             logger.info("%s: nothing claimable is left (burst): stopping", self.owner)
             self.stop()
@@ -249,7 +248,6 @@ class Worker:
             else:  # a retry is due: wait for the board to offer it (or for the slack to pass)
                 with contextlib.suppress(JobBoardError, TimeoutError):
                     await self.board.wait(names=self.names)
-
 
     # -- running a job -------------------------------------------------------------
 

@@ -13,20 +13,20 @@ import dataclasses
 import logging
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from jobboard.board import JobBoard
 from jobboard.checks import TIMEOUT_KEY
-from jobboard.errors import BackendUnavailable, BoardClosed, ClaimLost, InvalidJob, JobBoardError, NotOwner
+from jobboard.errors import BackendUnavailable, ClaimLost, InvalidJob, JobBoardError, NotOwner
 from jobboard.handlers import Handler, Handlers, JobContext, Middleware
 from jobboard.job import Claim
 from jobboard.outcome import Action, Settlement, decide
 from jobboard.progress import ProgressReporter
-from jobboard.retry import RetryPolicy
-from jobboard.worker_support import Backoff, RunningJob, WorkerStats
+from jobboard.retry import Backoff, RetryPolicy
+from jobboard.worker_config import WorkerConfig
+from jobboard.worker_support import RunningJob, WorkerStats
 
 logger = logging.getLogger("jobboard.worker")
 
@@ -34,33 +34,27 @@ SETTLE_BACKOFF = (0.1, 2.0, 5.0)
 """Initial delay, factor and cap (seconds) between retries of a settle that met a transient error."""
 
 
-
-@dataclass(frozen=True, slots=True)
-class JobSettings:
-    """What the worker's configuration says about running jobs."""
-
-    owner: str
-    retry: RetryPolicy
-    timeout: float | None
-    lease: float | None
-    lease_renewal: str
-    settle_timeout: float
-    grace_period: float
-
-
 class JobRunner:
     """Runs jobs for one worker and settles them; see the module docstring."""
 
     def __init__(
-        self, board: JobBoard, handler: Handler, settings: JobSettings, stats: WorkerStats,
+        self, board: JobBoard, handler: Handler, config: WorkerConfig, stats: WorkerStats,
         middleware: Sequence[Middleware], shared: dict[str, Any], stopping: Callable[[], float | None],
     ) -> None:
-        self.board, self.handler, self.settings, self.stats = board, handler, settings, stats
+        self.board, self.handler, self.config, self.stats = board, handler, config, stats
         self.middleware, self.shared = list(middleware), shared
         self._stopping_since = stopping
-        self.retries_due: dict[str, float] = {}
-        """When jobs this worker put back for a retry become claimable (``anyio.current_time()``)."""
         """When the worker began stopping (``anyio.current_time()``), or ``None`` while it runs."""
+        self._retries_due: dict[str, float] = {}
+        """When jobs this worker put back for a retry become claimable (``anyio.current_time()``)."""
+
+    def claimed(self, job_id: str) -> None:
+        """The worker claimed ``job_id``: a retry of it this runner put back is due no more."""
+        self._retries_due.pop(job_id, None)
+
+    def retries_due_after(self, moment: float) -> list[float]:
+        """When the retries this runner put back become claimable, those after ``moment``."""
+        return [at for at in self._retries_due.values() if at > moment]
 
     async def run(self, job: RunningJob) -> None:
         """Run the job's handler and settle it (or not, when its claim was lost)."""
@@ -110,7 +104,7 @@ class JobRunner:
 
     def _options(self, claim: Claim) -> tuple[RetryPolicy, float | None]:
         """The retry policy and timeout for this job: the job's, the handler's, the worker's."""
-        policy, timeout = self.settings.retry, self.settings.timeout
+        policy, timeout = self.config.retry, self.config.timeout
         if isinstance(self.handler, Handlers):
             options = self.handler.options(claim.job.name)
             policy = options.retry or policy
@@ -153,7 +147,7 @@ class JobRunner:
                 await anyio.sleep(0.2)  # the session (and the claim) may well survive this
             except JobBoardError as error:
                 logger.warning("%s: cannot watch the claim of job %s (%s); its settle will tell",
-                               self.settings.owner, job.claim.job.id, error)
+                               self.config.owner, job.claim.job.id, error)
                 return
         job.lose(reason)
 
@@ -161,7 +155,7 @@ class JobRunner:
         assert job.lease is not None
         while (left := job.lease_left()) > 0:
             await anyio.sleep(min(left, job.lease / 3))
-            if self.settings.lease_renewal == "auto" and job.lease_left() > 0:
+            if self.config.lease_renewal == "auto" and job.lease_left() > 0:
                 job.heartbeat()  # on time: the event loop is alive
         job.lose(f"lease of {job.lease}s ran out")
         await self._apply_with_retries(job.claim, Settlement(Action.ABANDON, reason="lease ran out"))
@@ -183,40 +177,40 @@ class JobRunner:
             self.stats.count(outcome)
             self.log(job, outcome, settlement=settlement)
             if outcome == "retried":
-                self.retries_due[job.claim.job.id] = anyio.current_time() + (settlement.retry_after or 0.0)
+                self._retries_due[job.claim.job.id] = anyio.current_time() + (settlement.retry_after or 0.0)
 
     async def _apply_with_retries(self, claim: Claim, settlement: Settlement) -> tuple[bool | None, Settlement]:
-        """``True`` once applied, ``False`` if the claim was lost, ``None`` if given up."""
-        backoff = Backoff(*SETTLE_BACKOFF, jitter=0.2)
+        """``True`` once applied, ``False`` if the claim was lost, ``None`` if given up; shielded."""
         with anyio.CancelScope(shield=True):
-            while True:
-                try:
-                    with anyio.fail_after(self.settings.settle_timeout):
-                        await self._apply(claim, settlement)
-                    return True, settlement
-                except (ClaimLost, NotOwner):
-                    return False, settlement
-                except (BackendUnavailable, TimeoutError) as error:  # before JobBoardError: it is one
-                    self.stats.backend_errors += 1
-                    if self._grace_over():
-                        logger.error("%s: gave up settling job %s: %s", self.settings.owner, claim.job.id, error)
-                        return None, settlement
-                    delay = backoff.next()
-                    logger.warning("%s: settling job %s met %s; retrying in %.1fs", self.settings.owner,
-                                   claim.job.id, str(error) or type(error).__name__, delay)
-                    await anyio.sleep(delay)
-                except InvalidJob as error:  # a result msgpack cannot encode, a reason too large...
-                    redecided = self._redecide(claim, settlement, error)
-                    if redecided is None:
-                        return None, settlement
-                    settlement = redecided
-                except BoardClosed as error:
-                    logger.error("%s: could not settle job %s: %s", self.settings.owner, claim.job.id, error)
+            applied = await self._apply_until_done(claim, settlement)
+        return applied
+
+    async def _apply_until_done(self, claim: Claim, settlement: Settlement) -> tuple[bool | None, Settlement]:
+        backoff = Backoff(*SETTLE_BACKOFF, jitter=0.2)
+        while True:
+            try:
+                with anyio.fail_after(self.config.settle_timeout):
+                    await self._apply(claim, settlement)
+                return True, settlement
+            except (ClaimLost, NotOwner):
+                return False, settlement
+            except (BackendUnavailable, TimeoutError) as error:  # before JobBoardError: it is one
+                self.stats.backend_errors += 1
+                if self._grace_over():
+                    logger.error("%s: gave up settling job %s: %s", self.config.owner, claim.job.id, error)
                     return None, settlement
-                except JobBoardError as error:
-                    logger.error("%s: could not settle job %s: %s", self.settings.owner, claim.job.id, error)
+                delay = backoff.next()
+                logger.warning("%s: settling job %s met %s; retrying in %.1fs", self.config.owner,
+                               claim.job.id, str(error) or type(error).__name__, delay)
+                await anyio.sleep(delay)
+            except InvalidJob as error:  # a result msgpack cannot encode, a reason too large...
+                redecided = self._redecide(claim, settlement, error)
+                if redecided is None:
                     return None, settlement
-        return None, settlement  # unreachable: the loop returns; for type checkers
+                settlement = redecided
+            except JobBoardError as error:  # BoardClosed, or worse
+                logger.error("%s: could not settle job %s: %s", self.config.owner, claim.job.id, error)
+                return None, settlement
 
     def _redecide(self, claim: Claim, settlement: Settlement, error: InvalidJob) -> Settlement | None:
         """What to try after a settle the board refused as invalid; ``None``: give up.
@@ -225,7 +219,7 @@ class JobRunner:
         without the error record, then a consume re-decided once, or a trash turned
         into an abandon that waits the longest back-off (an untrashable job is not spun).
         """
-        owner, job_id = self.settings.owner, claim.job.id
+        owner, job_id = self.config.owner, claim.job.id
         if settlement.error is not None and settlement.action is not Action.CONSUME:
             logger.warning("%s: settling job %s with its error record failed (%s); settling without it",
                            owner, job_id, error)
@@ -234,12 +228,12 @@ class JobRunner:
             logger.error("%s: could not abandon job %s: %s", owner, job_id, error)
             return None
         if settlement.action is Action.CONSUME:  # at most one re-decision
-            return decide(claim, error=error, policy=self.settings.retry)
-        return Settlement(Action.ABANDON, reason=str(error), retry_after=self.settings.retry.max_delay)
+            return decide(claim, error=error, policy=self.config.retry)
+        return Settlement(Action.ABANDON, reason=str(error), retry_after=self.config.retry.max_delay)
 
     def _grace_over(self) -> bool:
         since = self._stopping_since()
-        return since is not None and anyio.current_time() - since > self.settings.grace_period
+        return since is not None and anyio.current_time() - since > self.config.grace_period
 
     async def _apply(self, claim: Claim, settlement: Settlement) -> None:
         if settlement.action is Action.CONSUME:

@@ -1,36 +1,13 @@
-"""Small pieces of the worker: back-off, a running job's state, counters."""
+"""Small pieces of the worker: a running job's state, and its counters."""
 
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass, fields
 
 import anyio
 
 from jobboard.job import Claim
-
-
-class Backoff:
-    """Exponential delays with jitter: ``initial``, then ×``factor`` each time, at most ``maximum``."""
-
-    def __init__(self, initial: float, factor: float, maximum: float, jitter: float = 0.0) -> None:
-        self.initial, self.factor, self.maximum, self.jitter = initial, factor, maximum, jitter
-        self.attempts = 0
-        self.misses = 0
-        """Immediate wake-ups that found nothing to claim (see ``Worker._idle``)."""
-        self.offered = False
-        """The last idle wait ended with the board offering work (a claim finding none then lost a race)."""
-
-    def next(self) -> float:
-        delay = min(self.maximum, self.initial * self.factor ** min(self.attempts, 64))
-        self.attempts += 1
-        return delay * random.uniform(1 - self.jitter, 1.0) if self.jitter else delay
-
-    def reset(self) -> None:
-        self.attempts = 0
-        self.misses = 0
-        self.offered = False
 
 
 class RunningJob:

@@ -20,6 +20,7 @@ from jobboard.faulty import FaultyBoard
 from jobboard.handlers import JobContext, RetryPolicy
 from jobboard.job import Claim
 from jobboard.outcome import Action, decide
+from jobboard.retry import Backoff
 from jobboard.worker import Worker, WorkerConfig, WorkerStats
 from tests.support.boards import BACKENDS, fresh_board_url
 
@@ -122,6 +123,22 @@ def test_by_default_a_failing_job_backs_off_and_ends_in_the_trash_after_5_attemp
     last = decide(claim_at(5), error=error)
     assert last.action is Action.TRASH and "attempt 5 of 5" in last.reason
     assert WorkerConfig().retry.max_attempts == 5
+
+
+def test_a_job_retried_without_a_limit_waits_max_delay_however_many_attempts_it_had() -> None:
+    """``max_attempts=None`` retries forever; attempt 2,000 raised OverflowError (2.0 ** 1999)."""
+    policy = RetryPolicy(max_attempts=None, max_delay=300.0, jitter=0)
+    settlement = decide(claim_at(2000), error=ValueError("again"), policy=policy)
+    assert settlement.action is Action.ABANDON and settlement.retry_after == 300.0
+
+
+def test_the_worker_backs_off_as_a_retry_policy_does() -> None:
+    """One exponential back-off: the worker's (settles, claims, idling) and a job's retry policy."""
+    backoff, policy = Backoff(1.0, 2.0, 300.0), RetryPolicy(jitter=0)
+    assert [backoff.next() for _ in range(12)] == [policy.delay(attempt) for attempt in range(1, 13)]
+    assert [backoff.next() for _ in range(2000)][-1] == 300.0
+    jittered = Backoff(10.0, 1.0, 10.0, jitter=0.2)
+    assert all(8.0 <= jittered.next() <= 10.0 for _ in range(100))
 
 
 async def test_an_always_failing_job_is_tried_max_attempts_times_and_keeps_its_error(
