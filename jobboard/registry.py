@@ -2,13 +2,15 @@
 
 Backends register in the entry-point group ``jobboard.backends`` with the URL
 scheme as the name and a ``JobBoard`` subclass (or any callable taking the URL
-and returning a board) as the value. In-tree backends are registered the same way.
+and returning a board) as the value. In-tree backends are registered the same way;
+the in-tree package ``jobboard_<extra>`` needs what ``pip install 'jobboard[<extra>]'``
+installs (``jobboard_redis``, for ``redis://`` and ``rediss://``: ``jobboard[redis]``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from typing import cast
 
 from jobboard.board import JobBoard
@@ -48,9 +50,23 @@ def _load(entry: EntryPoint) -> BoardFactory:
     except AttributeError as error:
         raise BackendNotFound(f"the {entry.name}:// backend's entry point {entry.value!r} is broken: {error}") from error
     except ImportError as error:
-        dist = entry.dist.name if entry.dist else "jobboard"
-        extra = entry.name if dist == "jobboard" else None
-        fix = f"pip install 'jobboard[{extra}]'" if extra else f"reinstall {dist}"
         raise BackendNotFound(
-            f"the {entry.name}:// backend cannot be loaded ({error}); {fix} to install what it needs"
+            f"the {entry.name}:// backend cannot be loaded ({error}); {_install_hint(entry)} to install what it needs"
         ) from error
+
+
+def _install_hint(entry: EntryPoint) -> str:
+    """``pip install 'jobboard[<extra>]'`` for an in-tree backend's package ``jobboard_<extra>``
+    (the extra named after the package, not the URL scheme), else reinstalling its distribution."""
+    dist = entry.dist.name if entry.dist else "jobboard"
+    extra = entry.module.split(".", 1)[0].removeprefix("jobboard_")
+    if dist == "jobboard" and extra in _jobboard_extras():
+        return f"pip install 'jobboard[{extra}]'"
+    return f"reinstall {dist}"
+
+
+def _jobboard_extras() -> set[str]:
+    try:
+        return set(distribution("jobboard").metadata.get_all("Provides-Extra") or ())
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return set()

@@ -58,16 +58,6 @@ def _split_userinfo(userinfo: str) -> tuple[str | None, str | None]:
     return unquote(user), unquote(password) if sep else None
 
 
-def parse_bool(text: str) -> bool:
-    """``true/false/1/0/yes/no/on/off``, case-insensitive (``"False"`` is false)."""
-    lowered = text.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError(f"not a boolean: {text!r}")
-
-
 def parse_options(url: BoardURL, converters: Mapping[str, Callable[[str], Any]]) -> dict[str, Any]:
     """Convert the URL's query options with ``converters`` (one per known key).
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib.metadata import EntryPoint
 
 import anyio
@@ -18,7 +20,7 @@ from jobboard.errors import (
     translate_errors,
 )
 from jobboard.registry import installed_schemes, open_board
-from jobboard.url import BoardURL, parse_bool, parse_options, parse_url, positive_float, positive_int
+from jobboard.url import BoardURL, non_negative_float, parse_options, parse_url, positive_float, positive_int
 
 # -- parse_url --------------------------------------------------------------
 
@@ -62,39 +64,26 @@ def test_duplicate_query_key_is_invalid() -> None:
 
 # -- options ----------------------------------------------------------------
 
-CONVERTERS = {"retries": positive_int, "timeout": positive_float, "secure": parse_bool}
+CONVERTERS = {"retries": positive_int, "timeout": positive_float, "retention": non_negative_float}
 
 
 def test_parse_options_converts_by_type() -> None:
-    url = parse_url("zookeeper://h/p?retries=3&timeout=0.5&secure=off")
-    assert parse_options(url, CONVERTERS) == {"retries": 3, "timeout": 0.5, "secure": False}
+    url = parse_url("zookeeper://h/p?retries=3&timeout=0.5&retention=0")
+    assert parse_options(url, CONVERTERS) == {"retries": 3, "timeout": 0.5, "retention": 0.0}
 
 
 def test_parse_options_unknown_key_lists_known_ones() -> None:
     with pytest.raises(InvalidURL) as caught:
         parse_options(parse_url("zookeeper://h/p?retires=3&colour=red"), CONVERTERS)
     message = str(caught.value)
-    assert "colour, retires" in message and "known: retries, secure, timeout" in message
+    assert "colour, retires" in message and "known: retention, retries, timeout" in message
 
 
-@pytest.mark.parametrize("query", ["retries=0", "retries=three", "timeout=-1", "timeout=nan", "secure=maybe"])
+@pytest.mark.parametrize("query", ["retries=0", "retries=three", "timeout=-1", "timeout=nan", "retention=-1"])
 def test_parse_options_bad_value_is_invalid(query: str) -> None:
     key, _, value = query.partition("=")
     with pytest.raises(InvalidURL, match=f"option {key}={value!r}"):
         parse_options(parse_url(f"zookeeper://h/p?{query}"), CONVERTERS)
-
-
-@pytest.mark.parametrize(("text", "expected"), [
-    ("False", False), ("false", False), ("0", False), ("no", False), (" OFF ", False),
-    ("True", True), ("1", True), ("yes", True), ("on", True),
-])
-def test_parse_bool(text: str, expected: bool) -> None:
-    assert parse_bool(text) is expected
-
-
-def test_parse_bool_rejects_other_words() -> None:
-    with pytest.raises(ValueError, match="not a boolean"):
-        parse_bool("maybe")
 
 
 # -- open_board -------------------------------------------------------------
@@ -136,13 +125,30 @@ def fake_entry_points(*entries: EntryPoint) -> object:
     return entry_points
 
 
-def test_backend_whose_import_fails_names_the_pip_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("url", "library", "extra"), [
+    ("rediss://127.0.0.1:6380/0/jobs", "hiredis", "redis"), ("redis://127.0.0.1:6379/0/jobs", "hiredis", "redis"),
+    ("zookeeper://127.0.0.1:2181/jobs", "aiozk", "zookeeper"),
+])
+def test_a_backend_without_its_client_library_names_the_extra_that_installs_it(
+    url: str, library: str, extra: str,
+) -> None:
+    """The extra is the backend package's, not the scheme's: there is no ``jobboard[rediss]``."""
+    program = (f"import sys; sys.modules[{library!r}] = None  # as if not installed\n"
+               "from jobboard import BackendNotFound, open_board\n"
+               f"try:\n    open_board({url!r})\nexcept BackendNotFound as error:\n"
+               "    print(error, '| caused by ImportError:', isinstance(error.__cause__, ImportError))\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=30, check=True)
+    assert library in done.stdout and done.stdout.rstrip().endswith("| caused by ImportError: True"), done.stdout + done.stderr
+    assert f"pip install 'jobboard[{extra}]' to install what it needs" in done.stdout, done.stdout
+
+
+def test_a_backend_module_that_cannot_be_imported_asks_for_a_reinstall(monkeypatch: pytest.MonkeyPatch) -> None:
     broken = EntryPoint(name="zookeeper", value="module_that_does_not_exist_xyz:Board",
                         group="jobboard.backends")
     monkeypatch.setattr(jobboard.registry, "entry_points", fake_entry_points(broken))
     with pytest.raises(BackendNotFound) as caught:
         open_board("zookeeper://h1:2181/jobs")
-    assert "pip install 'jobboard[zookeeper]'" in str(caught.value)
+    assert "reinstall jobboard" in str(caught.value) and "pip install" not in str(caught.value)
     assert "module_that_does_not_exist_xyz" in str(caught.value)
     assert isinstance(caught.value.__cause__, ImportError)
 
