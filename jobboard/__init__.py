@@ -1,7 +1,7 @@
 """jobboard: hand units of work between processes without losing any.
 
-Open a board by URL (``memory://name``, ``zookeeper://h1:2181,h2:2181/path``)
-and use the :class:`JobBoard` contract.
+Open a board by URL (``memory://name``, ``zookeeper://h1:2181,h2:2181/path``,
+``redis://host:6379/0/name``) and use the :class:`JobBoard` contract.
 """
 
 from __future__ import annotations

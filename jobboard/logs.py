@@ -1,8 +1,11 @@
 """Logging for workers and the command line: formats, levels, and the line per job.
 
 Loggers: ``jobboard.worker`` (one INFO line per job outcome, start, drain,
-summary), ``jobboard_zookeeper``/``jobboard_memory`` (the backends), and the
-backend client's own (``aiozk``), whose chatter is shown only at DEBUG.
+summary), the backends' (``jobboard_memory``, ``jobboard_zookeeper``,
+``jobboard_redis``: a lost and a regained connection are one WARNING line each),
+and those of a third-party client library a backend uses (``aiozk``, under
+zookeeper://), whose chatter is shown only at DEBUG. redis:// has no such
+library: it talks to Redis with its own client (``jobboard_redis.client``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import Any, Literal
 LogFormat = Literal["text", "json"]
 TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 CLIENT_LOGGERS = ("aiozk",)
-"""Backend client libraries: their records are demoted to DEBUG, under their own names."""
+"""Third-party client libraries of the backends: their records are demoted to DEBUG, under their own
+names (the backend reports what matters in its own words; redis:// uses none)."""
 JOB_FIELDS = ("outcome", "job_id", "job_name", "attempt", "max_attempts", "owner", "duration",
               "retry_in", "error", "reason")
 """Structured fields of the per-job line (``extra=``), emitted as keys by the JSON format."""

@@ -1,4 +1,4 @@
-"""``redis://`` and ``rediss://``: a job board on Redis (>= 7.0) through redis.asyncio."""
+"""``redis://`` and ``rediss://``: a job board on Redis (>= 7.0), through its own client over hiredis."""
 
 from __future__ import annotations
 

@@ -76,8 +76,8 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
         self._tasks: set[asyncio.Task[None]] = set()
         self._reported: set[str] = set()
         self.claim_conflicts = 0
-        self._last_lost_race = float("-inf")
         """Claim attempts in ``claim_next`` that lost a race (for benchmarks)."""
+        self._last_lost_race = float("-inf")
         self._inflight: set[str] = set()
         """Jobs this board is trying to claim now: concurrent claim_next calls spread out."""
 

@@ -10,7 +10,9 @@
   + delete(job) + delete(lock).
 
 Jobs are deleted before their locks so that watchers never mistake a settle for
-a release. A lost reply (:class:`OutcomeUnknown`) is resolved by reading back.
+a release. A lost reply (:class:`OutcomeUnknown`) is resolved by evidence only that
+write leaves: a claim's by its lock holding the claim's nonce, a settle's or a
+cancel's by its write marker (:mod:`jobboard_zookeeper.markers`).
 """
 
 from __future__ import annotations
