@@ -11,20 +11,23 @@ them (``aclose``, or a lost backend session), never silently.
 from __future__ import annotations
 
 import abc
+import logging
 import time
 from collections.abc import Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from jobboard import board_inputs
+from jobboard.backend import Prepared, Settle, SettleAction
 from jobboard.board_inputs import JobRef, NewJob, check_owner, job_id_of
 from jobboard.board_keeping import TrashAndProgress
 from jobboard.board_reading import BoardReading
 from jobboard.board_watching import BoardWatching
-from jobboard.checks import check_size
-from jobboard.codec import Posting, build_posting, encode_posting
+from jobboard.checks import check_result_size, check_retry_after, check_size
+from jobboard.codec import Posting, build_posting, encode_posting, encode_value
 from jobboard.delay import due_time
 from jobboard.errors import BoardClosed, DependencyMissing, InvalidJob
+from jobboard.events import Event, EventHub, EventKind
 from jobboard.job import (
     Claim,
     Job,
@@ -33,6 +36,8 @@ from jobboard.job import (
     When,
 )
 from jobboard.propagation import with_trace_context
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["JobBoard", "JobRef", "NewJob", "check_owner", "job_id_of"]
 
@@ -70,6 +75,17 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
     def __init__(self, url: str) -> None:
         self.url = url
         self._open = False
+        self.hub = EventHub()
+        """The board's event fan-out: the backend publishes, :meth:`events` subscribes."""
+        self._reported: set[str] = set()
+        """Malformed entries already reported (each is reported once per board)."""
+
+    def _report_malformed(self, job_id: str, what: str = "not a valid posting") -> None:
+        """Skip-and-report, for backends: log ``job_id`` once and publish one ``MALFORMED`` event."""
+        if job_id not in self._reported:
+            self._reported.add(job_id)
+            logger.warning("skipping malformed entry %s on %s", job_id, self.url)
+            self.hub.publish(Event(EventKind.MALFORMED, job_id, what))
 
     @property
     def is_open(self) -> bool:
@@ -103,7 +119,6 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
 
     # -- producing ---------------------------------------------------------
 
-    @abc.abstractmethod
     async def post(
         self,
         name: str,
@@ -160,6 +175,18 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
             longer than the backend's resolution window).
         """
 
+        prepared = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key,
+                                         delay=delay, not_before=not_before, result_ttl=result_ttl,
+                                         trash_ttl=trash_ttl)
+        return await self._post(Prepared(*prepared))
+
+    @abc.abstractmethod
+    async def _post(self, prepared: Prepared) -> Job:
+        """The backend's post of one checked, encoded posting (atomic, exactly once: see :meth:`post`).
+
+        :raises DependencyMissing: a dependency is not on the board (nothing written).
+        """
+
     async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
         """Post several jobs; returns them in the order given.
 
@@ -173,14 +200,17 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
         first ones posted (give keys to repeat a batch safely). Backends may send
         the batch in fewer round trips.
         """
-        self._check_batch(jobs)
+        return await self._post_many([Prepared(*prepared) for prepared in self._check_batch(jobs)])
+
+    async def _post_many(self, batch: Sequence[Prepared]) -> list[Job]:
+        """The backend's post of a checked batch, in order (default: :meth:`_post` one by one).
+
+        :raises DependencyMissing: with ``index`` and ``posted`` (see :meth:`post_many`).
+        """
         posted: list[Job] = []
-        for index, job in enumerate(jobs):
+        for index, prepared in enumerate(batch):
             try:
-                posted.append(await self.post(job.name, job.details, priority=job.priority, depends_on=job.depends_on,
-                                              max_attempts=job.max_attempts, keep_result=job.keep_result, key=job.key,
-                                              delay=job.delay, not_before=job.not_before,
-                                              result_ttl=job.result_ttl, trash_ttl=job.trash_ttl))
+                posted.append(await self._post(prepared))
             except DependencyMissing as error:
                 raise error.in_batch(index, posted) from None
         return posted
@@ -282,7 +312,6 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
         handler and cancels the handler when it returns.
         """
 
-    @abc.abstractmethod
     async def consume(self, claim: Claim, result: Any = None) -> None:
         """Mark the job done and remove it, atomically with releasing its dependents.
 
@@ -291,10 +320,13 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
 
         :raises ClaimLost: the claim is not current (nothing is changed).
         :raises NotOwner: the claim's owner does not hold the job.
-        :raises InvalidJob: msgpack cannot encode ``result``.
+        :raises InvalidJob: msgpack cannot encode ``result``, or it is over :attr:`max_posting_bytes`.
         """
+        self._ensure_open()
+        encoded = encode_value(result, what=f"result of job {claim.job.id}")
+        check_result_size(claim.job.id, encoded, self.max_posting_bytes)
+        await self._settle(claim, Settle(SettleAction.CONSUME, result=result, encoded_result=encoded))
 
-    @abc.abstractmethod
     async def abandon(
         self, claim: Claim, *, retry_after: float | None = None, error: LastError | None = None,
     ) -> None:
@@ -305,13 +337,26 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
 
         :raises ClaimLost: the claim is not current (nothing is changed).
         :raises NotOwner: the claim's owner does not hold the job.
+        :raises InvalidJob: ``retry_after`` is not a finite number of seconds >= 0.
         """
+        self._ensure_open()
+        await self._settle(claim, Settle(SettleAction.ABANDON, retry_after=check_retry_after(retry_after) or None,
+                                         error=error))
 
-    @abc.abstractmethod
     async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
         """Remove the job to the trash with ``reason``; its dependents follow it there.
 
         ``error`` is kept as the trashed job's ``last_error``.
+
+        :raises ClaimLost: the claim is not current (nothing is changed).
+        :raises NotOwner: the claim's owner does not hold the job.
+        """
+        self._ensure_open()
+        await self._settle(claim, Settle(SettleAction.TRASH, reason=str(reason), error=error))
+
+    @abc.abstractmethod
+    async def _settle(self, claim: Claim, settle: Settle) -> None:
+        """The backend's settle of ``claim``: one atomic write, fenced by the claim's generation and owner.
 
         :raises ClaimLost: the claim is not current (nothing is changed).
         :raises NotOwner: the claim's owner does not hold the job.

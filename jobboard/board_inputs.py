@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jobboard.checks import seconds
 from jobboard.errors import InvalidJob
 from jobboard.job import Job, Priority, Progress, When
 
@@ -55,9 +56,7 @@ def check_progress(fraction: object, note: object, at: float) -> Progress:
 
 def check_age(older_than: object) -> float:
     """:raises InvalidJob: unless ``older_than`` is a finite number of seconds >= 0."""
-    if isinstance(older_than, bool) or not isinstance(older_than, (int, float)) or not 0 <= older_than < float("inf"):
-        raise InvalidJob(f"older_than must be a finite number of seconds >= 0, not {older_than!r}")
-    return float(older_than)
+    return seconds(older_than, "older_than")
 
 
 def check_owner(owner: object) -> str:

@@ -1,7 +1,7 @@
 """The contract's waiting, watching and entities: ``wait``, ``wait_for_completion``, ``events`` and the
 live participants.
 
-Mixed into :class:`~jobboard.board.JobBoard`; every method is abstract.
+Mixed into :class:`~jobboard.board.JobBoard`; ``events`` is served by the board's hub, the rest is abstract.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from jobboard.board_inputs import JobRef
-from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
+from jobboard.events import DEFAULT_EVENT_BUFFER, EventHub, EventStream
 from jobboard.job import Entity, Job, Outcome
 
 
@@ -32,9 +32,22 @@ class BoardWatching(abc.ABC):
     async def wait_for_completion(self, job: JobRef) -> Outcome:
         """Wait until the job is consumed or trashed and return how it ended."""
 
-    @abc.abstractmethod
+    hub: EventHub
+
     def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
-        """Subscribe now to the board's events (see :class:`~jobboard.events.EventStream`)."""
+        """Subscribe now to the board's events (see :class:`~jobboard.events.EventStream`).
+
+        :raises BoardClosed: the board is not open.
+        """
+        self._ensure_open()
+        self._observed()
+        return self.hub.subscribe(maxlen)
+
+    def _observed(self) -> None:  # noqa: B027 (a hook: most backends need nothing)
+        """For backends: someone subscribed to the events (a backend may then read more of them)."""
+
+    @abc.abstractmethod
+    def _ensure_open(self) -> None: ...
 
     # -- entities ----------------------------------------------------------
 

@@ -18,13 +18,24 @@ TIMEOUT_KEY = "jobboard.timeout"
 MAX_NAME_LENGTH = 200
 
 
+def seconds(value: object, what: str) -> float:
+    """``value`` as seconds: the one check of "a finite number of seconds >= 0" (delays, ages, lifetimes).
+
+    :raises InvalidJob: ``what must be a finite number of seconds >= 0, not <value>``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise InvalidJob(f"{what} must be a finite number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
 def check_ttl(name: str, what: str, value: object) -> float | None:
     """:raises InvalidJob: unless ``value`` is ``None`` or a finite number of seconds >= 0."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-        raise InvalidJob(f"job {name!r}: {what} must be None or a finite number of seconds >= 0, not {value!r}")
-    return float(value)
+    return None if value is None else seconds(value, f"job {name!r}: {what}")
+
+
+def check_retry_after(retry_after: object) -> float | None:
+    """An abandon's ``retry_after``. :raises InvalidJob: unless ``None`` or finite seconds >= 0."""
+    return None if retry_after is None else seconds(retry_after, "retry_after")
 
 
 MAX_KEY_LENGTH = 200

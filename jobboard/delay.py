@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
+from jobboard.checks import seconds
 from jobboard.errors import InvalidJob
 from jobboard.job import When
 
@@ -26,8 +27,7 @@ def due_time(name: str, delay: float | None, not_before: When | None, now: float
     if delay is not None and not_before is not None:
         raise InvalidJob(f"job {name!r}: give delay or not_before, not both")
     if delay is not None:
-        if isinstance(delay, bool) or not isinstance(delay, int | float) or not math.isfinite(delay) or delay < 0:
-            raise InvalidJob(f"job {name!r}: delay must be a finite number of seconds >= 0, not {delay!r}")
+        delay = seconds(delay, f"job {name!r}: delay")
         return now + delay if delay > 0 else None
     if not_before is None:
         return None

@@ -2,9 +2,11 @@
 
 Subclasses (:class:`~jobboard.faulty.FaultyBoard`, :class:`~jobboard.tracing.TracedBoard`)
 override what they change and inherit the rest, so a method added to the contract is
-forwarded without touching each wrapper. ``post_many`` and ``consume_and_claim_next`` are
-not forwarded: their contract defaults call the wrapper's own ``post``, ``consume`` and
-``claim_next``, so a wrapper sees every part (override them to forward the batch itself).
+forwarded without touching each wrapper. The public calls are forwarded whole (the inner board
+checks and encodes); ``consume_and_claim_next`` is not: its contract default calls the wrapper's
+own ``consume`` and ``claim_next``, so a wrapper sees both parts. The board's hooks for its
+backend (``_post``, ``_post_many``, ``_settle``) forward to the inner board's, for a subclass that
+lets the contract check and encode.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
-from jobboard.board import JobBoard, JobRef
+from jobboard.backend import Prepared, Settle
+from jobboard.board import JobBoard, JobRef, NewJob
 from jobboard.events import DEFAULT_EVENT_BUFFER, EventStream
 from jobboard.job import (
     Claim,
@@ -66,6 +69,18 @@ class WrappedBoard(JobBoard):
         return await self.inner.post(name, details, priority=priority, depends_on=depends_on,
                                      max_attempts=max_attempts, keep_result=keep_result, key=key,
                                      delay=delay, not_before=not_before, result_ttl=result_ttl, trash_ttl=trash_ttl)
+
+    async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
+        return await self.inner.post_many(jobs)
+
+    async def _post(self, prepared: Prepared) -> Job:
+        return await self.inner._post(prepared)
+
+    async def _post_many(self, batch: Sequence[Prepared]) -> list[Job]:
+        return await self.inner._post_many(batch)
+
+    async def _settle(self, claim: Claim, settle: Settle) -> None:
+        await self.inner._settle(claim, settle)
 
     async def get(self, job: JobRef) -> Job:
         return await self.inner.get(job)

@@ -2,12 +2,16 @@
 
 ``jobboard dashboard`` runs as a real process on a real Redis board (the tests post to it from
 here) or on its own memory:// board with ``--demo``. One browser for the module; every browser,
-driver and dashboard process is stopped by the fixtures. The screenshots land in docs/images/.
+driver and dashboard process is stopped by the fixtures. The screenshots land in a temporary folder,
+or, with ``JOBBOARD_SCREENSHOTS=1``, in docs/images/ (the pictures of docs/dashboard.md): a test run
+does not rewrite tracked files.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -26,7 +30,8 @@ from tests.support.dashboard import TOKEN, dashboard_process, eventually
 from tests.support.redisserver import RedisServer
 
 pytestmark = pytest.mark.timeout(90)
-IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+IMAGES = (Path(__file__).resolve().parent.parent / "docs" / "images" if os.environ.get("JOBBOARD_SCREENSHOTS")
+          else Path(tempfile.gettempdir()) / "jobboard-screenshots")
 EVIL = "<script>window.__xss = 1</script>"
 LATENCY_LIMIT = 1.0
 """Bound on the median post-to-page latency of SAMPLES posts. Working, it is the live view, the event

@@ -60,7 +60,15 @@ def perform(group: SentinelGroup, step: str) -> None:
         group.kill_primary(restart_as_replica=step == "kill-restart")
 
 
-async def post_until(board: JobBoard, stop: anyio.Event, history: History) -> None:
+async def post_until(board: JobBoard, stop: anyio.Event, history: History, done: anyio.Event) -> None:
+    """Post until ``stop``; ``done`` once the last post returned (so the drain counts every post)."""
+    try:
+        await _post_until(board, stop, history)
+    finally:
+        done.set()
+
+
+async def _post_until(board: JobBoard, stop: anyio.Event, history: History) -> None:
     index = 0
     while not stop.is_set():
         try:
@@ -125,9 +133,9 @@ async def test_three_failovers_in_a_row_under_load(durability: str) -> None:
                         connect_timeout=20)
         with anyio.fail_after(200):
             async with open_board(url) as poster, open_board(url) as claimer:
-                posting_stopped, claiming_stopped = anyio.Event(), anyio.Event()
+                posting_stopped, posted_last, claiming_stopped = anyio.Event(), anyio.Event(), anyio.Event()
                 async with anyio.create_task_group() as load:
-                    load.start_soon(post_until, poster, posting_stopped, history)
+                    load.start_soon(post_until, poster, posting_stopped, history, posted_last)
                     for _ in range(CLAIMERS):
                         load.start_soon(claim_and_consume, claimer, claiming_stopped, history)
                     for pause, step in steps:
@@ -137,6 +145,7 @@ async def test_three_failovers_in_a_row_under_load(durability: str) -> None:
                         print(f"{step}: {time.monotonic() - started:.1f} s ({group.failovers[-1]})")
                     await anyio.sleep(1.0)
                     posting_stopped.set()
+                    await posted_last.wait()
                     await drain(history, 30.0)
                     claiming_stopped.set()
                 await still_serving(poster, claimer)

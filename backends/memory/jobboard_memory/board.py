@@ -13,27 +13,24 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
 
 import anyio
 
+from jobboard.backend import Prepared, Settle, SettleAction
 from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
 from jobboard.board_inputs import check_age, check_progress
 from jobboard.codec import MalformedEntry, encode_value
-from jobboard.errors import InvalidJob
-from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
+from jobboard.events import Event
 from jobboard.job import (
     Claim,
     Entity,
     Job,
     JobState,
-    LastError,
     ListedJob,
     Outcome,
-    Priority,
     TrashedJob,
-    When,
 )
 from jobboard.url import non_negative_float, parse_options, parse_url, positive_int
 from jobboard_memory import keep
@@ -90,8 +87,6 @@ class MemoryBoard(JobBoard):
         self.trash_ttl = options.get("trash_ttl", self.trash_ttl)
         self._keeper = Keeper(self.result_ttl, self.trash_ttl)
         self._name = (parsed.host_string + parsed.path) or f"private-{uuid.uuid4().hex}"
-        self.hub = EventHub()
-        self._reported: set[str] = set()
 
     @property
     def _shared(self) -> SharedState:
@@ -120,40 +115,30 @@ class MemoryBoard(JobBoard):
         self._open = False
         shared.notify()
 
-    async def post(
-        self, name: str, details: Mapping[str, Any] | None = None, *,
-        priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-        max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
-        delay: float | None = None, not_before: When | None = None,
-        result_ttl: float | None = None, trash_ttl: float | None = None,
-    ) -> Job:
-        _, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key,
-                                       delay=delay, not_before=not_before, result_ttl=result_ttl, trash_ttl=trash_ttl)
+    async def _post(self, prepared: Prepared) -> Job:
         self._keeper.sweep(self._store, force=False)
-        existing = self._store.keyed(key, self.key_retention)
-        return existing if existing is not None else self._store.admit(raw)
+        existing = self._store.keyed(prepared.posting.key, self.key_retention)
+        return existing if existing is not None else self._store.admit(prepared.raw)
 
     async def get(self, job: JobRef) -> Job:
         return self._store.entry(job_id_of(job)).job()
 
     async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
-        self._report_malformed()
+        self._report_store_malformed()
         for entry in self._store.ordered():
             if not only_unclaimed or entry.state() is JobState.UNCLAIMED:
                 yield entry.job()
 
     async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
-        self._report_malformed()
+        self._report_store_malformed()
         for entry in self._store.ordered():
             state = entry.state()
             if not only_unclaimed or state is JobState.UNCLAIMED:
                 yield ListedJob(entry.job(), state, entry.owner if state is JobState.CLAIMED else None)
 
-    def _report_malformed(self) -> None:
+    def _report_store_malformed(self) -> None:
         for job_id in self._store.malformed.keys() - self._reported:
-            self._reported.add(job_id)
-            logger.warning("skipping malformed entry %s on %s", job_id, self.url)
-            self.hub.publish(Event(EventKind.MALFORMED, job_id, "not a valid posting"))
+            self._report_malformed(job_id)
 
     async def state(self, job: JobRef) -> JobState:
         self._keeper.expire(self._store, job_id_of(job))
@@ -175,7 +160,7 @@ class MemoryBoard(JobBoard):
         return self._store.claim(job_id_of(job), check_owner(owner), self, wall_clock())
 
     async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
-        self._report_malformed()
+        self._report_store_malformed()
         return self._store.claim_next(check_owner(owner), self, wall_clock(), names)
 
     async def watch_claim(self, claim: Claim) -> str:
@@ -188,23 +173,18 @@ class MemoryBoard(JobBoard):
                 return reason
             await change.wait()
 
-    async def consume(self, claim: Claim, result: Any = None) -> None:
-        self._store.consume(claim, result, self.max_posting_bytes)
-
-    async def abandon(
-        self, claim: Claim, *, retry_after: float | None = None, error: LastError | None = None,
-    ) -> None:
-        if retry_after is not None and retry_after < 0:
-            raise InvalidJob("retry_after must be >= 0 seconds")
-        entry = self._store.current(claim)
-        not_before = wall_clock() + retry_after if retry_after else None
-        entry.posting = entry.posting.failed(error)
-        self._store.release(entry, not_before, f"abandoned by {claim.owner}")
-
-    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
-        entry = self._store.current(claim)
-        entry.posting = entry.posting.failed(error)
-        self._store.move_to_trash(entry, str(reason), wall_clock())
+    async def _settle(self, claim: Claim, settle: Settle) -> None:
+        store = self._store
+        if settle.action is SettleAction.CONSUME:
+            store.consume(claim, settle.encoded_result)
+            return
+        entry = store.current(claim)
+        entry.posting = entry.posting.failed(settle.error)
+        if settle.action is SettleAction.ABANDON:
+            not_before = wall_clock() + settle.retry_after if settle.retry_after else None
+            store.release(entry, not_before, f"abandoned by {claim.owner}")
+        else:
+            store.move_to_trash(entry, settle.reason, wall_clock())
 
     async def cancel(self, job: JobRef, reason: str) -> None:
         self._store.cancel(job_id_of(job), str(reason), wall_clock())
@@ -248,10 +228,6 @@ class MemoryBoard(JobBoard):
             if outcome is not None:
                 return outcome
             await change.wait()
-
-    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
-        self._ensure_open()
-        return self.hub.subscribe(maxlen)
 
     async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
         check_owner(name)

@@ -12,10 +12,8 @@ import heapq
 import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from jobboard.checks import check_result_size
-from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
+from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value
 from jobboard.errors import (
     AlreadyClaimed,
     ClaimLost,
@@ -253,10 +251,9 @@ class Store:
             raise NotOwner(f"job {claim.job.id} is owned by {entry.owner}, not {claim.owner}")
         return entry
 
-    def consume(self, claim: Claim, result: Any, max_bytes: int) -> None:
+    def consume(self, claim: Claim, raw: bytes) -> None:
+        """Remove the claimed job; ``raw`` (the encoded result) goes to its dependents and is kept if asked."""
         entry = self.current(claim)
-        raw = encode_value(result, what=f"result of job {entry.job_id}")
-        check_result_size(entry.job_id, raw, max_bytes)
         del self.jobs[entry.job_id]
         self._settled(entry)
         if entry.posting.keep_result:

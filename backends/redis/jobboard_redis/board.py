@@ -8,26 +8,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Sequence
 from typing import Any
 
 import anyio
 
-from jobboard.board import JobRef, NewJob, check_owner, job_id_of
+from jobboard.backend import Prepared, Settle, SettleAction
+from jobboard.board import JobRef, check_owner, job_id_of
 from jobboard.checks import check_result_size
 from jobboard.codec import MalformedEntry, encode_value
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
-from jobboard.events import DEFAULT_EVENT_BUFFER, Event, EventHub, EventKind, EventStream
+from jobboard.events import Event, EventKind
 from jobboard.job import (
     Claim,
     Job,
     JobState,
-    LastError,
     ListedJob,
     Outcome,
-    Priority,
     TrashedJob,
-    When,
 )
 from jobboard_redis.client import RedisClient
 from jobboard_redis.keep import KeepingRedis
@@ -65,10 +63,8 @@ class RedisBoard(KeepingRedis):
         self.default_max_attempts = self.options.max_attempts
         self.key_retention = self.options.key_retention
         self._retention_ms = str(int(self.key_retention * 1000))
-        self.hub = EventHub()
         self._tasks: set[asyncio.Task[None]] = set()
         self._claims: dict[str, tuple[int, str]] = {}  # claims made here: job -> (generation, session)
-        self._reported: set[str] = set()
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -151,17 +147,12 @@ class RedisBoard(KeepingRedis):
         if not self._open:
             raise BoardClosed(f"board {self.url} closed during {op}") from None
 
-    async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
-                   priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-                   max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
-                   delay: float | None = None, not_before: When | None = None,
-                   result_ttl: float | None = None, trash_ttl: float | None = None) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key,
-                                             delay=delay, not_before=not_before, result_ttl=result_ttl, trash_ttl=trash_ttl)
-        return await post_prepared(self._call, posting, raw, self.options.nonce_ms)
+    async def _post(self, prepared: Prepared) -> Job:
+        return await post_prepared(self._call, prepared.posting, prepared.raw, self.options.nonce_ms)
 
-    async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
-        return await post_batch(self._call, self._check_batch(jobs), self.options.nonce_ms)
+    async def _post_many(self, batch: Sequence[Prepared]) -> list[Job]:
+        return await post_batch(self._call, [(prepared.posting, prepared.raw) for prepared in batch],
+                                self.options.nonce_ms)
 
     # -- reading -------------------------------------------------------------
 
@@ -178,10 +169,7 @@ class RedisBoard(KeepingRedis):
     async def _set_aside(self, job: str) -> None:
         """Report a malformed entry and move it out of the board's indexes (it is kept)."""
         await self._call("quarantine", "", job)
-        if job not in self._reported:
-            self._reported.add(job)
-            logger.warning("skipping malformed entry %s on %s", job, self.url)
-            self.hub.publish(Event(EventKind.MALFORMED, job, "not a valid posting"))
+        self._report_malformed(job)
 
     async def get(self, job: JobRef) -> Job:
         found = job_id_of(job)
@@ -214,7 +202,7 @@ class RedisBoard(KeepingRedis):
         for start in range(0, len(ids), READ_BATCH):
             for job, item in await read_trashed(self.client, ids[start:start + READ_BATCH]):
                 if item is None:
-                    self.hub.publish(Event(EventKind.MALFORMED, job, "not a valid trashed posting"))
+                    self._report_malformed(job, "not a valid trashed posting")
                 else:
                     yield item
 
@@ -306,7 +294,15 @@ class RedisBoard(KeepingRedis):
 
     # -- settling ------------------------------------------------------------
 
-    async def _settle(self, op: str, claim: Claim, *args: str | bytes | int) -> None:
+    async def _settle(self, claim: Claim, settle: Settle) -> None:
+        if settle.action is SettleAction.CONSUME:
+            await self._settle_op("consume", claim, settle.encoded_result, self._retention_ms)
+        elif settle.action is SettleAction.ABANDON:
+            await self._settle_op("abandon", claim, delay_ms(settle.retry_after), encode_error(settle.error))
+        else:
+            await self._settle_op("trash", claim, settle.reason, self._retention_ms, encode_error(settle.error))
+
+    async def _settle_op(self, op: str, claim: Claim, *args: str | bytes | int) -> None:
         self._ensure_open()
         job = claim.job.id
         status, _ = await self._call(op, self._nonce(), job, str(claim.generation), claim.owner, *args)
@@ -321,9 +317,6 @@ class RedisBoard(KeepingRedis):
     def _forget(self, claim: Claim) -> None:
         if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
             self._claims.pop(claim.job.id)
-
-    async def consume(self, claim: Claim, result: Any = None) -> None:
-        await self._settle("consume", claim, self._result(claim, result), self._retention_ms)
 
     def _result(self, claim: Claim, result: Any) -> bytes:
         raw = encode_value(result, what=f"result of job {claim.job.id}")
@@ -351,13 +344,6 @@ class RedisBoard(KeepingRedis):
             except MalformedEntry:
                 await self._set_aside(text(data[0]))
         return None if status == "none" else await self.claim_next(claim.owner, names=names)
-
-    async def abandon(self, claim: Claim, *, retry_after: float | None = None,
-                      error: LastError | None = None) -> None:
-        await self._settle("abandon", claim, delay_ms(retry_after), encode_error(error))
-
-    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
-        await self._settle("trash", claim, str(reason), self._retention_ms, encode_error(error))
 
     async def cancel(self, job: JobRef, reason: str) -> None:
         found = job_id_of(job)
@@ -392,6 +378,3 @@ class RedisBoard(KeepingRedis):
                 return outcome
             await signal.wait()
 
-    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
-        self._ensure_open()
-        return self.hub.subscribe(maxlen)

@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jobboard.board import NewJob
+from jobboard.backend import Prepared as Checked
 from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
 from jobboard.gathering import gather_all
@@ -253,8 +253,8 @@ class BatchingBoard(ZooKeeperBase):
         """Jobs being read ahead now, and the read's end."""
 
 
-    async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
-        return await self._batches.post(self._check_batch(jobs))
+    async def _post_many(self, batch: Sequence[Checked]) -> list[Job]:
+        return await self._batches.post([(prepared.posting, prepared.raw) for prepared in batch])
 
     async def _candidate(self, job: str) -> Stored | None:
         """A claim candidate as read: from the last read-ahead, or read now together with the

@@ -11,26 +11,24 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Coroutine, Mapping
 from typing import Any
 
 import anyio
 
+from jobboard.backend import Prepared, Settle, SettleAction
 from jobboard.board import JobRef, check_owner, job_id_of
 from jobboard.codec import MalformedEntry
-from jobboard.errors import AlreadyClaimed, BackendUnavailable, InvalidJob, NotClaimable
-from jobboard.events import Event, EventHub, EventKind
+from jobboard.errors import AlreadyClaimed, BackendUnavailable, NotClaimable
+from jobboard.events import Event, EventKind
 from jobboard.job import (
     Claim,
     Entity,
     Job,
     JobState,
-    LastError,
     ListedJob,
     Outcome,
-    Priority,
     TrashedJob,
-    When,
     wanted,
 )
 from jobboard_zookeeper.batching import BatchingBoard, BatchPoster
@@ -71,10 +69,8 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
         self.default_max_attempts = self.options.max_attempts
         self.key_retention = self.options.key_retention
         self._paths = Paths(self.options.root)
-        self.hub = EventHub()
         self._zk: ZooKeeper | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._reported: set[str] = set()
         self.claim_conflicts = 0
         """Claim attempts in ``claim_next`` that lost a race (for benchmarks)."""
         self._last_lost_race = float("-inf")
@@ -165,17 +161,8 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
 
     # -- posting -------------------------------------------------------------
 
-    async def post(
-        self, name: str, details: Mapping[str, Any] | None = None, *,
-        priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-        max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
-        delay: float | None = None, not_before: When | None = None,
-        result_ttl: float | None = None, trash_ttl: float | None = None,
-    ) -> Job:
-        posting, raw = self._prepare_posting(name, details, priority, depends_on, max_attempts, keep_result, key,
-                                             delay=delay, not_before=not_before, result_ttl=result_ttl,
-                                             trash_ttl=trash_ttl)
-        return await self._poster.post(posting, raw)
+    async def _post(self, prepared: Prepared) -> Job:
+        return await self._poster.post(prepared.posting, prepared.raw)
 
     # -- reading ---------------------------------------------------------------
 
@@ -197,12 +184,6 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
                 self.view.names[job] = stored.posting.name
                 return stored
         return None
-
-    def _report_malformed(self, job: str) -> None:
-        if job not in self._reported:
-            self._reported.add(job)
-            logger.warning("skipping malformed entry %s on %s", job, self.url)
-            self._publish(Event(EventKind.MALFORMED, job, "not a valid posting"))
 
     async def _listing(self, name: str) -> list[str]:
         return [child for child in await list_dir(self.zk, self._paths, name) if is_job_id(child)]
@@ -308,21 +289,15 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
                 return
         raise BackendUnavailable(f"cancelling job {found} kept conflicting with concurrent changes")
 
-    async def consume(self, claim: Claim, result: Any = None) -> None:
+    async def _settle(self, claim: Claim, settle: Settle) -> None:
         self._ensure_open()
-        await self._settler.consume(claim, result)
-
-    async def abandon(
-        self, claim: Claim, *, retry_after: float | None = None, error: LastError | None = None,
-    ) -> None:
-        self._ensure_open()
-        if retry_after is not None and retry_after < 0:
-            raise InvalidJob("retry_after must be >= 0 seconds")
-        await self._settler.abandon(claim, time.time() + retry_after if retry_after else None, error)
-
-    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
-        self._ensure_open()
-        await self._settler.trash(claim, str(reason), error)
+        if settle.action is SettleAction.CONSUME:
+            await self._settler.consume(claim, settle.result, settle.encoded_result)
+        elif settle.action is SettleAction.ABANDON:
+            not_before = time.time() + settle.retry_after if settle.retry_after else None
+            await self._settler.abandon(claim, not_before, settle.error)
+        else:
+            await self._settler.trash(claim, settle.reason, settle.error)
 
     # -- waiting -------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from collections.abc import Collection, Coroutine
 from typing import Any
 
 from jobboard.board import JobRef, job_id_of
-from jobboard.events import DEFAULT_EVENT_BUFFER, EventHub, EventStream
+from jobboard.events import EventHub
 from jobboard.job import Claim, Job, Outcome, wanted
 from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.fleet import PartitionedView
@@ -208,8 +208,6 @@ class FleetBoard(ZooKeeperBase):
         finally:
             fleet.unpin(found)
 
-    def events(self, maxlen: int = DEFAULT_EVENT_BUFFER) -> EventStream:
-        self._ensure_open()
+    def _observed(self) -> None:
         if (fleet := self._fleet) is not None:
             fleet.observe()
-        return self.hub.subscribe(maxlen)

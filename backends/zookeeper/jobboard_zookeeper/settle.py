@@ -26,8 +26,7 @@ from typing import Any
 
 from anyio import get_cancelled_exc_class
 
-from jobboard.checks import check_result_size
-from jobboard.codec import decode_posting, encode_posting, encode_value
+from jobboard.codec import decode_posting, encode_posting
 from jobboard.errors import (
     BackendUnavailable,
     BoardConflict,
@@ -264,10 +263,9 @@ class Settler:
             raise NotOwner(f"job {job_id} is owned by {record.owner}, not {claim.owner}")
         return Held(claim.owner, claim.generation, record.nonce, stored.raw, key=stored.posting.key)
 
-    async def consume(self, claim: Claim, result: Any) -> None:
+    async def consume(self, claim: Claim, result: Any, raw_result: bytes) -> None:
+        """Consume ``claim``; ``raw_result`` is ``result`` encoded (and size-checked) by the board."""
         job_id = claim.job.id
-        raw_result = encode_value(result, what=f"result of job {job_id}")
-        check_result_size(job_id, raw_result, self.max_posting_bytes)
         attempts = 0
 
         async def build(held: Held) -> list[Op]:
