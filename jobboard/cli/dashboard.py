@@ -8,9 +8,12 @@ the demo's plan again and again on the same (in-process) board, to watch a plan 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import socket
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -59,7 +62,8 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 async def serve(board: JobBoard, args: argparse.Namespace) -> int:
-    """Serve the dashboard until interrupted (Ctrl-C or SIGTERM)."""
+    """Serve the dashboard until SIGTERM or SIGINT (Ctrl-C): a graceful stop, exit 0; a second signal
+    ends the requests still open at once (as uvicorn does, but it also re-raised the signal: exit -15)."""
     try:
         import uvicorn
 
@@ -71,17 +75,27 @@ async def serve(board: JobBoard, args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", access_log=False,
                             timeout_graceful_shutdown=2, lifespan="on")
     server = uvicorn.Server(config)
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]  # ours below
     serve_with(app, server)
     listener = listen(args.host, args.port)
     port = listener.getsockname()[1]
     mode = "actions allowed with the token" if options.allow_actions else "read-only"
     print(f"dashboard of {board.url} on http://{args.host}:{port}/ ({mode}); Ctrl-C stops it", flush=True)
-    async with anyio.create_task_group() as group:
-        if args.demo:
-            group.start_soon(run_demo_plans, board, args.demo_pace)
-        await server.serve(sockets=[listener])
-        group.cancel_scope.cancel()
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with anyio.create_task_group() as group:
+            group.start_soon(stop_on_signals, server, signals)
+            if args.demo:
+                group.start_soon(run_demo_plans, board, args.demo_pace)
+            await server.serve(sockets=[listener])
+            group.cancel_scope.cancel()
     return 0 if server.started else 1
+
+
+async def stop_on_signals(server: Any, signals: AsyncIterator[int]) -> None:
+    """Stop ``server`` gracefully at the first signal, at once at the second."""
+    async for _ in signals:
+        server.force_exit = server.should_exit
+        server.should_exit = True
 
 
 async def run_demo_plans(board: JobBoard, pace: float) -> None:

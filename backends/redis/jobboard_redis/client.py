@@ -26,7 +26,18 @@ from typing import Any
 import anyio
 
 from jobboard.errors import BackendUnavailable, JobBoardError
-from jobboard_redis.client_wire import Arg, ConnectionLost, NotSent, ServerError, Wire, connect
+from jobboard_redis.client_wire import (
+    REFUSED_FOR,
+    Arg,
+    ConnectionLost,
+    NotSent,
+    Refusals,
+    Refused,
+    ServerError,
+    Wire,
+    ask_sentinels,
+    connect,
+)
 from jobboard_redis.learned import Learned, judge, questions
 from jobboard_redis.options import RedisOptions
 from jobboard_redis.replication import Replication
@@ -140,7 +151,8 @@ class RedisClient:
         if self._closed:
             raise BackendUnavailable("the board's Redis connections are closed")
         options = self.options
-        host, port = await self._primary() if options.sentinel else (options.host, options.port)
+        host, port = (await ask_sentinels(options.sentinels, options.sentinel, min(options.retry_window, 5.0))
+                      if options.sentinel else (options.host, options.port))
         hello: list[list[Arg]] = []
         if options.password is not None:
             hello.append(["AUTH", *([options.username] if options.username else []), options.password])
@@ -149,8 +161,13 @@ class RedisClient:
         asked = len(hello)
         strict = options.durability == "strict"
         hello.extend(questions(strict) if learn else [["ROLE"]] if options.sentinel else [])
-        wire, replies = await connect(host, port, reply_timeout=reply_timeout, tls=self._tls, hello=hello,
-                                      connect_timeout=min(options.retry_window, 5.0))
+        try:
+            wire, replies = await connect(host, port, reply_timeout=reply_timeout, tls=self._tls, hello=hello,
+                                          connect_timeout=min(options.retry_window, 5.0))
+        except Refused as error:
+            if not options.sentinel:
+                raise
+            raise ConnectionLost(str(error)) from error  # the primary they named is down: they name another
         role = (replies[asked + 3] if learn else replies[-1]) if options.sentinel else None
         if role is not None and role[0] != b"master":
             wire.close()
@@ -170,21 +187,6 @@ class RedisClient:
         self._warned.update(learned.warnings)
         if self.replication.strict:
             self.replication.learned(learned.replicas, address)
-
-    async def _primary(self) -> tuple[str, int]:
-        """The primary's address, asked of the Sentinels in turn at every (re)connection."""
-        for host, port in self.options.sentinels:
-            try:
-                wire, (address,) = await connect(
-                    host, port, reply_timeout=5.0, connect_timeout=min(self.options.retry_window, 5.0), tls=None,
-                    hello=[["SENTINEL", "get-master-addr-by-name", str(self.options.sentinel)]])
-            except (ConnectionLost, ServerError) as error:
-                logger.debug("Sentinel %s:%s: %s", host, port, error)
-                continue
-            wire.close()
-            if address:
-                return _text(address[0]), int(address[1])
-        raise ConnectionLost(f"no Sentinel named a primary for {self.options.sentinel!r}")
 
     # -- commands ----------------------------------------------------------
 
@@ -234,10 +236,23 @@ class RedisClient:
     async def check_server(self) -> None:
         """Connect, and refuse an unusable server (asked again at every reconnection: :mod:`.learned`).
 
+        :raises BackendUnavailable: no connection within the retry window, or, without ``connect_timeout``,
+            every attempt refused for :data:`REFUSED_FOR` s (a server that answers late is waited for).
         :raises JobBoardError: Redis older than 7.0, evicting keys, or not fsyncing every write under
             ``durability=strict``.
         """
-        await self._retrying(self._wire)
+        refusals = Refusals(None if self.options.connect_timeout else REFUSED_FOR)
+
+        async def connect() -> Wire:
+            try:
+                return await self._wire()
+            except NotSent as error:
+                if refusals.too_long(error):
+                    raise BackendUnavailable(f"{self._server} refused every connection for {REFUSED_FOR:g}s "
+                                             f"({error.__cause__}); is it running?") from error
+                raise
+
+        await self._retrying(connect)
 
     async def info(self, section: str) -> dict[str, str]:
         """``INFO section`` as a mapping of text."""

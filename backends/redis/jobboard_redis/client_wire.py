@@ -11,6 +11,9 @@ Chosen over ``redis.asyncio`` and ``coredis`` by measurement (docs/backends/redi
 from __future__ import annotations
 
 import asyncio
+import errno
+import logging
+import re
 import ssl
 import time
 from collections import deque
@@ -20,6 +23,7 @@ from typing import Any
 import hiredis
 
 Arg = str | bytes | int | float
+logger = logging.getLogger(__name__)
 
 WRITE_EVERY = 4
 """Commands per write when more are queued in one loop iteration. One write per iteration made the
@@ -34,6 +38,36 @@ class ConnectionLost(ConnectionError):
 
 class NotSent(ConnectionLost):
     """The command was never written to a connection (none could be made): Redis did not run it."""
+
+
+class Refused(ConnectionLost):
+    """The server's host refused the connection (``ECONNREFUSED``): nothing listens at that address."""
+
+
+REFUSED_FOR = 0.5
+"""How long an open without ``connect_timeout`` retries while every connection is refused (nothing listens)."""
+
+
+class Refusals:
+    """Ends an open's retries once every attempt was refused for ``patience`` seconds (``None``: never);
+    any other failure (no answer in time, ``LOADING`` ...) is waited on for the whole retry window."""
+
+    def __init__(self, patience: float | None) -> None:
+        self.patience = patience
+        self._since = time.monotonic()
+
+    def too_long(self, error: ConnectionLost) -> bool:
+        """Whether the open gives up after ``error``: every attempt so far refused, for ``patience`` s."""
+        if not isinstance(error.__cause__, Refused):
+            self.patience = None
+        return self.patience is not None and time.monotonic() - self._since >= self.patience
+
+
+def refused(error: BaseException) -> bool:
+    """Whether connecting failed because every address of the host refused it (asyncio joins the
+    errors of a name's several addresses in one ``OSError``'s text)."""
+    codes = re.findall(r"\[Errno (\d+)\]", str(error)) if type(error) is OSError else []
+    return isinstance(error, ConnectionRefusedError) or {int(code) for code in codes} == {errno.ECONNREFUSED}
 
 
 class ServerError(Exception):
@@ -157,7 +191,8 @@ async def connect(host: str, port: int, *, reply_timeout: float | None, connect_
                   tls: ssl.SSLContext | None, hello: Sequence[Sequence[Arg]] = ()) -> tuple[Wire, list[Any]]:
     """A new connection and the replies to the ``hello`` commands (AUTH, SELECT, ROLE ...).
 
-    :raises ConnectionLost: the server cannot be reached (or did not answer in time).
+    :raises ConnectionLost: the server cannot be reached (or did not answer in time); :class:`Refused`
+        if its host refused the connection.
     :raises ServerError: a ``hello`` command was refused (its reply's text).
     """
     loop = asyncio.get_running_loop()
@@ -172,9 +207,32 @@ async def connect(host: str, port: int, *, reply_timeout: float | None, connect_
             wire.close()
         raise ConnectionLost(f"Redis {host}:{port} did not answer within {connect_timeout}s") from None
     except (OSError, ssl.SSLError) as error:
-        raise ConnectionLost(f"cannot connect to Redis {host}:{port}: {error}") from error
+        failure = Refused if refused(error) else ConnectionLost
+        raise failure(f"cannot connect to Redis {host}:{port}: {error}") from error
     for reply in replies:
         if isinstance(reply, ServerError):
             wire.close()
             raise reply
     return wire, replies
+
+
+async def ask_sentinels(sentinels: Sequence[tuple[str, int]], service: str, connect_timeout: float) -> tuple[str, int]:
+    """The address of ``service``'s primary, asked of the Sentinels in turn.
+
+    :raises ConnectionLost: no Sentinel named one; :class:`Refused` if every Sentinel refused the connection.
+    """
+    refusing = []
+    for host, port in sentinels:
+        try:
+            wire, (address,) = await connect(host, port, reply_timeout=5.0, connect_timeout=connect_timeout, tls=None,
+                                             hello=[["SENTINEL", "get-master-addr-by-name", service]])
+        except (ConnectionLost, ServerError) as error:
+            logger.debug("Sentinel %s:%s: %s", host, port, error)
+            refusing += [f"{host}:{port}"] if isinstance(error, Refused) else []
+            continue
+        wire.close()
+        if address:
+            return address[0].decode(), int(address[1])
+    if len(refusing) == len(sentinels):
+        raise Refused(f"every Sentinel refused the connection: {', '.join(refusing)}")
+    raise ConnectionLost(f"no Sentinel named a primary for {service!r}")

@@ -25,6 +25,7 @@ from jobboard_zookeeper.fastwire import MultiReadRequest, MultiRequest, encode_a
 from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown, SessionEvent, Stat, TxnResult, ZkError
 from jobboard_zookeeper.zk_protocol import (
     PERSISTENT_RECURSIVE,
+    REFUSED_FOR,
     AddWatchRequest,
     coalesce_writes,
     digest_acl,
@@ -86,9 +87,11 @@ class ZooKeeper:
     # -- lifecycle ---------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect; :raises BackendUnavailable: no server answered within ``connect_timeout``."""
+        """Connect; :raises BackendUnavailable: no server answered within ``connect_timeout`` or, when it is
+        the default (the session timeout), every server refused every connection for :data:`REFUSED_FOR` s."""
+        patience = REFUSED_FOR if self.connect_timeout == self._session.timeout else None
         try:
-            await asyncio.wait_for(self._client.start(), self.connect_timeout)
+            await self.connect_failures.connected(self._client.start(), self.connect_timeout, patience)
         except (TimeoutError, OSError, exc.ZKError) as error:
             await self.close()
             raise self.connect_failures.unreachable(self.connect_timeout, error) from error
@@ -159,8 +162,9 @@ class ZooKeeper:
         async def make_connection(host: str, port: int) -> Any:
             try:
                 conn = await asyncio.wait_for(original(host, port), self._ping_timeout * 3)
-            except TimeoutError:
+            except TimeoutError as error:
                 logger.warning("ZooKeeper server %s:%s accepted but did not answer; trying another", host, port)
+                self.connect_failures.record(f"{host}:{port}", error, said=True)
                 return None
             if conn is not None:
                 conn._read, conn.read_response = plain_reader(conn), fast_reader(conn)

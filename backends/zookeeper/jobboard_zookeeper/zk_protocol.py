@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import hashlib
 import logging
 import random
+import re
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from aiozk import exc, protocol
@@ -109,6 +111,9 @@ def stat_of(raw: Any) -> Stat:
 
 RECONNECT_DELAYS = (0.05, 1.0)
 """First and longest pause between rounds of connection attempts (aiozk: 2, 4, 8 ... 60 s)."""
+REFUSED_FOR = 0.5
+"""How long a start without ``connect_timeout`` waits while every server refuses every connection."""
+REFUSED = "connection refused"
 
 
 def prompt_find_server(session: Any) -> Callable[[bool], Awaitable[None]]:
@@ -137,8 +142,9 @@ def prompt_find_server(session: Any) -> Callable[[bool], Awaitable[None]]:
 
 def connect_failure(error: BaseException) -> str:
     """Why a connection attempt failed, in words (refused, name not resolved, bad port ...)."""
-    if isinstance(error, ConnectionRefusedError):
-        return "connection refused"
+    codes = re.findall(r"\[Errno (\d+)\]", str(error)) if type(error) is OSError else []  # a name's addresses
+    if isinstance(error, ConnectionRefusedError) or {int(code) for code in codes} == {errno.ECONNREFUSED}:
+        return REFUSED
     if isinstance(error, socket.gaierror):
         return f"host name not resolved ({error.strerror})"
     if isinstance(error, (OverflowError, ValueError)):
@@ -151,27 +157,78 @@ def connect_failure(error: BaseException) -> str:
 
 
 class ConnectFailures:
-    """The last failure to connect to each server, said at once (a warning while ``warn``)."""
+    """The last failure to connect to each server, said at once (a warning while ``warn``), and whether
+    every attempt on every server was refused (nothing listens there)."""
 
-    def __init__(self) -> None:
+    def __init__(self, servers: list[tuple[str, int]]) -> None:
         self.last: dict[str, str] = {}
         self.warn = True
+        self._servers = {f"{host}:{port}" for host, port in servers}
+        self._answered: set[str] = set()
+        """Servers that accepted a connection, or failed otherwise than by refusing it."""
+        self._gave_up_after: float | None = None
 
-    def record(self, where: str, error: BaseException) -> None:
+    def record(self, where: str, error: BaseException, *, said: bool = False) -> None:
+        """Keep why connecting to ``where`` failed (``said``: the caller warned already)."""
         cause = connect_failure(error)
-        if self.warn and self.last.get(where) != cause:
-            logger.warning("cannot connect to ZooKeeper at %s: %s; retrying", where, cause)
+        if cause != REFUSED:
+            self._answered.add(where)
+        if self.warn and not said and self.last.get(where) != cause:
+            _warn(where, cause)
         self.last[where] = cause
+
+    def reached(self, where: str) -> None:
+        self.last.pop(where, None)
+        self._answered.add(where)
+
+    async def connected(self, start: Coroutine[Any, Any, None], limit: float, patience: float | None) -> None:
+        """Await ``start`` (a session's first connection) up to ``limit`` s. With ``patience``, the
+        warnings wait that long, and the start gives up then if every server refused every attempt.
+
+        :raises TimeoutError: not connected in time (:meth:`unreachable` says why).
+        """
+        starting = asyncio.ensure_future(start)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        try:
+            if patience is not None:
+                await self._unless_refused(starting, min(patience, limit), deadline)
+            await asyncio.wait_for(starting, max(deadline - loop.time(), 0.0))
+        finally:
+            starting.cancel()
+
+    async def _unless_refused(self, starting: asyncio.Future[None], patience: float, deadline: float) -> None:
+        """Quiet for ``patience`` s; then :raises TimeoutError: if every server refused every attempt
+        (a server not tried yet is waited for), or else say why it keeps trying."""
+        self.warn, wait, loop = False, patience, asyncio.get_running_loop()
+        while not (await asyncio.wait([starting], timeout=wait))[0] and not self._answered:
+            if set(self.last) == self._servers:
+                self._gave_up_after = patience
+                raise TimeoutError
+            wait = min(0.05, deadline - loop.time())  # a server not tried yet
+            if wait <= 0:
+                break
+        self.warn = True
+        if not starting.done():
+            for where, cause in self.last.items():
+                _warn(where, cause)
 
     def unreachable(self, timeout: float, error: BaseException) -> BackendUnavailable:
         """The error for a start that found no server within ``timeout``: each server's last failure."""
         causes = "; ".join(f"{where}: {cause}" for where, cause in self.last.items()) or repr(error)
+        if self._gave_up_after is not None:
+            return BackendUnavailable(f"every ZooKeeper server refused every connection for "
+                                      f"{self._gave_up_after:g}s ({causes}); is it running?")
         return BackendUnavailable(f"no ZooKeeper server reachable within {timeout:.1f}s: {causes}")
+
+
+def _warn(where: str, cause: str) -> None:
+    logger.warning("cannot connect to ZooKeeper at %s: %s; retrying", where, cause)
 
 
 def recording_connect(session: Any) -> tuple[ConnectFailures, Callable[[str, int], Awaitable[Any]]]:
     """aiozk's ``Session.make_connection``, keeping why an attempt failed (aiozk only logs it)."""
-    failures = ConnectFailures()
+    failures = ConnectFailures(session.hosts)
 
     async def make_connection(host: str, port: int) -> Any:
         conn = Connection(host, port, watch_handler=session.event_dispatch, read_timeout=session.read_timeout)
@@ -180,7 +237,7 @@ def recording_connect(session: Any) -> tuple[ConnectFailures, Callable[[str, int
         except Exception as error:  # noqa: BLE001 -- aiozk's catches everything too: the next server is tried
             failures.record(f"{host}:{port}", error)
             return None
-        failures.last.pop(f"{host}:{port}", None)
+        failures.reached(f"{host}:{port}")
         return conn
 
     return failures, make_connection
