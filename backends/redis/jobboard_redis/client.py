@@ -20,6 +20,7 @@ import ssl
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from importlib.resources import files
 from typing import Any
 
@@ -38,6 +39,13 @@ from jobboard_redis.client_wire import (
     ask_sentinels,
     connect,
 )
+from jobboard_redis.failures import (
+    RECONNECT_CODES,
+    RetryExhausted,
+    is_transient,
+    may_have_run,
+    permanent_error,
+)
 from jobboard_redis.learned import Learned, judge, questions
 from jobboard_redis.options import RedisOptions
 from jobboard_redis.replication import Replication
@@ -49,40 +57,11 @@ _SOURCE = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name 
 FUNCTION = "jobboard_" + hashlib.sha1(_SOURCE.encode()).hexdigest()[:16]
 """The library's (and its one function's) name: each version of the code has its own."""
 LIBRARY = f"#!lua name={FUNCTION}\n" + _SOURCE.replace("JOBBOARD_FUNCTION", FUNCTION)
-TRANSIENT_CODES = frozenset({"LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED"})
-PERMANENT_CODES = frozenset({"NOPERM", "WRONGPASS", "NOAUTH"})
-RECONNECT_CODES = frozenset({"MASTERDOWN", "READONLY", "UNBLOCKED"})
-"""Replies of a server that is not (or no longer) the primary: ask the Sentinels again (``UNBLOCKED``: a
-blocked read ended by the server's demotion)."""
+MIN_CONNECT_BUDGET = 0.25
+_DEADLINE: ContextVar[float] = ContextVar("deadline", default=float("inf"))
+"""When the retry window of the call being made ends (monotonic): a reconnection does not outlast it."""
 
 __all__ = ["Arg", "ConnectionLost", "RedisClient", "RetryExhausted", "ServerError", "permanent_error"]
-
-
-class RetryExhausted(BackendUnavailable):
-    """Redis could not be reached within the retry window. ``maybe_applied``: an attempt was sent
-    and its reply lost, so a write may have applied; ``False``: none was ever sent (not applied)."""
-
-    def __init__(self, message: str, *, maybe_applied: bool = True) -> None:
-        super().__init__(message)
-        self.maybe_applied = maybe_applied
-
-
-def permanent_error(error: BaseException) -> JobBoardError:
-    """A one-line error for a failure that retrying cannot fix."""
-    if isinstance(error, ServerError) and error.code in PERMANENT_CODES:
-        return JobBoardError(f"Redis refused the board's command (check the user's ACL and password): {error}")
-    return JobBoardError(f"Redis error: {error}")
-
-
-def _maybe_applied(error: ConnectionLost | ServerError) -> bool:
-    """Whether a failed attempt may have run: sent, then the connection failed (a refusal did not run)."""
-    return isinstance(error, ConnectionLost) and not isinstance(error, NotSent)
-
-
-def _is_transient(error: BaseException) -> bool:
-    if isinstance(error, ServerError):
-        return error.code in TRANSIENT_CODES
-    return isinstance(error, ConnectionLost)
 
 
 class RedisClient:
@@ -120,21 +99,39 @@ class RedisClient:
         wire = self._main
         if wire is not None and wire.failed is None:
             return wire
-        async with self._locks["main"]:
-            if self._main is None or self._main.failed is not None:
-                if self._main is not None and self._lost_at is None:
-                    self._lost_at = time.monotonic()
-                    logger.warning("%s: connection lost (%s); reconnecting", self._server, self._main.failed)
-                try:
-                    self._main = await self._connect(self._timeout, learn=True)
-                except (ConnectionLost, ServerError) as error:  # the caller's command was not sent
-                    if isinstance(error, ServerError) and not _is_transient(error):
-                        raise permanent_error(error) from error
-                    raise NotSent(str(error)) from error
-                if self._lost_at is not None:
-                    logger.warning("%s: reconnected after %.1f s", self._server, time.monotonic() - self._lost_at)
-                    self._lost_at = None
-            return self._main
+        lock = self._locks["main"]
+        try:  # waiting on another caller's attempt counts against this caller's retry window too
+            async with asyncio.timeout(self._connect_budget()):
+                await lock.acquire()
+        except TimeoutError:
+            raise NotSent(f"{self._server}: still reconnecting") from None
+        try:
+            return await self._reconnect_if_needed()
+        finally:
+            lock.release()
+
+    async def _reconnect_if_needed(self) -> Wire:
+        """:meth:`_wire`'s work, under its lock."""
+        if self._main is not None and self._main.failed is None:
+            return self._main  # another caller reconnected meanwhile
+        if self._main is not None and self._lost_at is None:
+            self._lost_at = time.monotonic()
+            logger.warning("%s: connection lost (%s); reconnecting", self._server, self._main.failed)
+        try:
+            self._main = await self._connect(self._timeout, learn=True)
+        except (ConnectionLost, ServerError) as error:  # the caller's command was not sent
+            if isinstance(error, ServerError) and not is_transient(error):
+                raise permanent_error(error) from error
+            raise NotSent(str(error)) from error
+        if self._lost_at is not None:
+            logger.warning("%s: reconnected after %.1f s", self._server, time.monotonic() - self._lost_at)
+            self._lost_at = None
+        return self._main
+
+    def _connect_budget(self) -> float:
+        """Seconds a (re)connection may take: at most 5, and not past the retry window of the call being
+        retried (but a quarter of a second at least: a process stopped past its window tries once)."""
+        return min(self.options.retry_window, 5.0, max(MIN_CONNECT_BUDGET, _DEADLINE.get() - time.monotonic()))
 
     @property
     def _server(self) -> str:
@@ -163,7 +160,7 @@ class RedisClient:
         hello.extend(questions(strict) if learn else [["ROLE"]] if options.sentinel else [])
         try:
             wire, replies = await connect(host, port, reply_timeout=reply_timeout, tls=self._tls, hello=hello,
-                                          connect_timeout=min(options.retry_window, 5.0))
+                                          connect_timeout=self._connect_budget())
         except Refused as error:
             if not options.sentinel:
                 raise
@@ -271,7 +268,7 @@ class RedisClient:
             wire = await self._wire()
             replies = [await done for done in [wire.send(command) for command in commands]]
             for reply in replies:
-                if isinstance(reply, ServerError) and (_is_transient(reply) or not errors_in_place):
+                if isinstance(reply, ServerError) and (is_transient(reply) or not errors_in_place):
                     self._failed(reply)
                     raise reply
             return [permanent_error(reply) if isinstance(reply, ServerError) else reply for reply in replies]
@@ -297,7 +294,7 @@ class RedisClient:
                 return status.decode(), data, events
             if "Function not found" not in str(reply):  # refused: not run (transient) or for good
                 self._failed(reply)
-                if not _is_transient(reply):
+                if not is_transient(reply):
                     raise permanent_error(reply) from reply
                 return await self._resend(op, nonce, args, maybe_applied=False)
         keys, first = [self.prefix], [op, nonce, *args]
@@ -324,24 +321,27 @@ class RedisClient:
             try:
                 return await send()
             except (ConnectionLost, ServerError) as error:
-                if not _is_transient(error):
+                if not is_transient(error):
                     raise permanent_error(error) from error
-                maybe_applied = _maybe_applied(error)
+                maybe_applied = may_have_run(error)
         deadline = time.monotonic() + self.options.retry_window
         delay = 0.02
         again = again or send
         while True:
             await anyio.sleep(delay)
+            window = _DEADLINE.set(deadline)
             try:
                 return await again()
             except (ConnectionLost, ServerError) as error:
-                if not _is_transient(error):
+                if not is_transient(error):
                     raise permanent_error(error) from error
-                maybe_applied = maybe_applied or _maybe_applied(error)
+                maybe_applied = maybe_applied or may_have_run(error)
                 if time.monotonic() + delay > deadline:  # a stopped process retries once
                     unsent = "" if maybe_applied else " (nothing was sent)"
                     raise RetryExhausted(f"{self._server} unreachable{unsent}: "
                                          f"{error or type(error).__name__}", maybe_applied=maybe_applied) from error
+            finally:
+                _DEADLINE.reset(window)
             delay = min(delay * 2, 0.5)
 
     async def read_events(self, last_id: str | bytes, block_ms: int) -> list[tuple[bytes, list[bytes]]]:
@@ -359,7 +359,7 @@ class RedisClient:
             if isinstance(reply, ServerError):
                 raise reply
         except (ConnectionLost, ServerError) as error:
-            if _is_transient(error):
+            if is_transient(error):
                 if self._reader is not None and isinstance(error, ServerError):
                     self._reader.close()
                 raise BackendUnavailable(f"event stream: {error or type(error).__name__}") from error

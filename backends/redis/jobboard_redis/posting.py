@@ -11,7 +11,7 @@ from jobboard.codec import Posting
 from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
 from jobboard.gathering import gather_all
 from jobboard.job import Job
-from jobboard_redis.client import RetryExhausted
+from jobboard_redis.failures import RetryExhausted
 from jobboard_redis.records import job_of, sequence_of, text
 
 Call = Callable[..., Awaitable[tuple[str, list[Any]]]]

@@ -1,0 +1,50 @@
+"""How a failed Redis call is judged: transient (retried over the window) or permanent (one line at
+once), and whether an attempt that failed may have run (sent, then the connection failed)."""
+
+from __future__ import annotations
+
+from jobboard.errors import BackendUnavailable, JobBoardError
+from jobboard_redis.client_wire import ConnectionLost, NotSent, ServerError
+
+__all__ = [
+    "PERMANENT_CODES",
+    "RECONNECT_CODES",
+    "TRANSIENT_CODES",
+    "RetryExhausted",
+    "is_transient",
+    "may_have_run",
+    "permanent_error",
+]
+
+TRANSIENT_CODES = frozenset({"LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED"})
+PERMANENT_CODES = frozenset({"NOPERM", "WRONGPASS", "NOAUTH"})
+RECONNECT_CODES = frozenset({"MASTERDOWN", "READONLY", "UNBLOCKED"})
+"""Replies of a server that is not (or no longer) the primary: ask the Sentinels again (``UNBLOCKED``: a
+blocked read ended by the server's demotion)."""
+
+
+class RetryExhausted(BackendUnavailable):
+    """Redis could not be reached within the retry window. ``maybe_applied``: an attempt was sent
+    and its reply lost, so a write may have applied; ``False``: none was ever sent (not applied)."""
+
+    def __init__(self, message: str, *, maybe_applied: bool = True) -> None:
+        super().__init__(message)
+        self.maybe_applied = maybe_applied
+
+
+def permanent_error(error: BaseException) -> JobBoardError:
+    """A one-line error for a failure that retrying cannot fix."""
+    if isinstance(error, ServerError) and error.code in PERMANENT_CODES:
+        return JobBoardError(f"Redis refused the board's command (check the user's ACL and password): {error}")
+    return JobBoardError(f"Redis error: {error}")
+
+
+def may_have_run(error: ConnectionLost | ServerError) -> bool:
+    """Whether a failed attempt may have run: sent, then the connection failed (a refusal did not run)."""
+    return isinstance(error, ConnectionLost) and not isinstance(error, NotSent)
+
+
+def is_transient(error: BaseException) -> bool:
+    if isinstance(error, ServerError):
+        return error.code in TRANSIENT_CODES
+    return isinstance(error, ConnectionLost)
