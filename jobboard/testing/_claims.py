@@ -102,6 +102,17 @@ class ClaimsConformance(ConformanceBase):
         assert claim is not None and claim.job.id == job.id and claim.attempt == 2
 
     @bounded
+    async def test_claim_next_passes_over_a_job_claimed_by_id_until_it_is_abandoned(self, board: JobBoard) -> None:
+        first, second = await board.post("a"), await board.post("b")
+        taken = await board.claim(first, "w1")
+        claim = await board.claim_next("w2")
+        assert claim is not None and claim.job.id == second.id
+        assert await board.claim_next("w2") is None
+        await board.abandon(taken)
+        again = await board.claim_next("w2")
+        assert again is not None and (again.job.id, again.attempt) == (first.id, 2)
+
+    @bounded
     async def test_retry_after_delays_the_next_claim(self, board: JobBoard) -> None:
         job = await board.post("a")
         await board.abandon(await board.claim(job, "w1"), retry_after=self.delay_unit)

@@ -163,6 +163,18 @@ class KeepingConformance(ConformanceBase):
             await board.requeue(newer)
 
     @bounded
+    async def test_claim_next_offers_a_requeued_job(self, board: JobBoard) -> None:
+        self.skip_if_unsupported("requeue")
+        job = await board.post("flaky")
+        claim = await board.claim_next("w")  # not claim(job): what the post queued for claim_next is used up
+        assert claim is not None and claim.job.id == job.id
+        await board.trash(claim, "failed")
+        assert await board.claim_next("w") is None
+        await board.requeue(job)
+        again = await board.claim_next("w")
+        assert again is not None and (again.job.id, again.attempt) == (job.id, 2)
+
+    @bounded
     async def test_requeue_of_a_cascaded_dependent_is_refused(self, board: JobBoard) -> None:
         self.skip_if_unsupported("requeue")
         parent = await board.post("parent")

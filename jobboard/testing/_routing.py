@@ -49,6 +49,18 @@ class RoutingConformance(ConformanceBase):
         assert await owner.watch_claim(claim) == "claimed again"
 
     @bounded
+    async def test_watch_claim_ends_when_released(self, open_boards: BoardOpener) -> None:
+        """A release (abandoned, or its board closed) that nobody claims after ends the watch: ``released``."""
+        owner, other = await open_boards(), await open_boards()
+        job = await owner.post("a")
+        claim = await owner.claim(job, "w1")
+        assert await reason_after(owner, claim, lambda: other.abandon(claim)) == "released"
+        assert await owner.watch_claim(claim) == "released"
+        closing = await other.claim(job, "w2")
+        assert await reason_after(owner, closing, other.aclose) == "released"
+        assert await owner.watch_claim(closing) == "released"
+
+    @bounded
     async def test_watch_claim_ends_when_its_board_closes(self, open_boards: BoardOpener) -> None:
         owner = await open_boards()
         claim = await owner.claim(await owner.post("a"), "w1")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -10,7 +10,7 @@ import pytest
 from jobboard.board import JobBoard
 from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.events import Event, EventKind, EventStream
-from jobboard.job import JobState
+from jobboard.job import Job, JobState
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed_ids
 
 
@@ -20,6 +20,57 @@ async def next_for(stream: EventStream, job_id: str) -> Event:
         if event.job_id == job_id:
             return event
     raise AssertionError("event stream ended")
+
+
+async def wait_blocks(board: JobBoard) -> None:
+    """Return once ``board.wait()`` finds nothing claimable: a call stays blocked for 0.2 s.
+
+    Another board's claim may reach a board's view a moment late (``wait()`` is a hint: a worker
+    claims with ``claim_next`` after it), so a call that returns early is made again, for 5 s at most.
+    """
+    for _ in range(25):
+        with anyio.move_on_after(0.2) as blocked:
+            await board.wait()
+        if blocked.cancelled_caught:
+            return
+    raise AssertionError("wait() kept returning while another board held the only job's claim")
+
+
+async def found_after(waiter: JobBoard, act: Callable[[], Awaitable[object]]) -> list[str]:
+    """The ids ``waiter.wait()``, called while it finds nothing, returns when ``act`` runs."""
+    await wait_blocks(waiter)
+    found: list[str] = []
+
+    async def wait() -> None:
+        found.extend(job.id for job in await waiter.wait())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(wait)
+        await anyio.sleep(0.2)
+        assert found == [], "wait() returned while nothing was claimable"
+        await act()
+    return found
+
+
+async def failures_at_close(board: JobBoard, job: Job) -> list[type[BaseException] | None]:
+    """What ``board.wait()`` and ``board.wait_for_completion(job)``, both waiting, raise when ``board``
+    closes (``None`` for a call that returned)."""
+    failures: list[type[BaseException] | None] = []
+
+    async def wait_on(call: Callable[[], Awaitable[object]]) -> None:
+        try:
+            await call()
+            failures.append(None)
+        except BoardClosed as error:
+            failures.append(type(error))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(wait_on, board.wait)
+        group.start_soon(wait_on, lambda: board.wait_for_completion(job))
+        await anyio.sleep(0.2)
+        assert failures == [], "a waiter returned before the close"
+        await board.aclose()
+    return failures
 
 
 class WatchingConformance(ConformanceBase):
@@ -44,6 +95,17 @@ class WatchingConformance(ConformanceBase):
         assert found == [job.id]
 
     @bounded
+    async def test_wait_is_woken_by_an_abandon_and_by_the_owners_board_closing(
+        self, open_boards: BoardOpener,
+    ) -> None:
+        waiter, owner = await open_boards(), await open_boards()
+        job = await owner.post("a")
+        claim = await owner.claim(job, "w1")
+        assert await found_after(waiter, lambda: owner.abandon(claim)) == [job.id]
+        await owner.claim(job, "w1")
+        assert await found_after(waiter, owner.aclose) == [job.id]
+
+    @bounded
     async def test_wait_ignores_claimed_jobs_until_abandoned(self, board: JobBoard) -> None:
         claim = await board.claim(await board.post("a"), "w1")
         with anyio.move_on_after(0.3) as scope:
@@ -64,21 +126,17 @@ class WatchingConformance(ConformanceBase):
     async def test_waiters_see_their_board_close(self, open_boards: BoardOpener) -> None:
         board = await open_boards()
         job = await board.post("a")
-        await board.claim(job, "w1")
-        failures: list[type[BaseException]] = []
+        await board.claim(job, "w1")  # the close releases it: a change every waiter sees
+        assert await failures_at_close(board, job) == [BoardClosed, BoardClosed]
 
-        async def wait_on(call: Any) -> None:
-            try:
-                await call()
-            except BoardClosed as error:
-                failures.append(type(error))
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(wait_on, board.wait)
-            group.start_soon(wait_on, lambda: board.wait_for_completion(job))
-            await anyio.sleep(0.2)
-            await board.aclose()
-        assert failures == [BoardClosed, BoardClosed]
+    @bounded
+    async def test_waiters_see_their_board_close_when_it_holds_no_claim(self, open_boards: BoardOpener) -> None:
+        board, worker = await open_boards(), await open_boards()
+        job = await board.post("a")
+        await worker.claim(job, "w1")  # the close changes nothing on the board: only the close wakes them
+        await wait_blocks(board)
+        assert await failures_at_close(board, job) == [BoardClosed, BoardClosed]
+        assert await worker.owner(job) == "w1"
 
     @bounded
     async def test_wait_for_completion_returns_the_result(self, open_boards: BoardOpener) -> None:

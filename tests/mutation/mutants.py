@@ -1,4 +1,5 @@
-"""The mutants: each breaks one guarantee of ``memory://`` (the first checks the run itself).
+"""The mutants: each breaks one guarantee of ``memory://``, in its package or in the board's front
+(``jobboard/board.py``: the checks and encodings every backend shares); the first checks the run itself.
 
 Anchors are exact text; when the code moves, ``bash scripts/mutate --check`` names the mutants to update.
 """
@@ -10,8 +11,10 @@ from tests.mutation.mutating import Mutant
 STORE = "backends/memory/jobboard_memory/store.py"
 BOARD = "backends/memory/jobboard_memory/board.py"
 KEEP = "backends/memory/jobboard_memory/keep.py"
-NONE = 'encode_value(None, what="a result")'
-"""A result of ``None``, encoded (what the mutants below deliver instead of the real result)."""
+FRONT = "jobboard/board.py"
+"""The board's front, shared by every backend: what it checks and encodes before a backend's hook."""
+NONE = 'b"\\xc0"'
+"""A result of ``None``, encoded (msgpack's nil: what the mutants below deliver instead of the real result)."""
 
 SANITY = Mutant(
     "sanity-job-count-off-by-one", "job_count counts the jobs (proves the mutated copy is what ran)", BOARD,
@@ -24,7 +27,7 @@ def _lost_wakeup(kind: str, guarantee: str) -> Mutant:
     return Mutant(
         f"wake-up-lost-on-{kind.lower()}", guarantee, BOARD,
         "            board.hub.publish(event)\n        self.notify()",
-        f"            board.hub.publish(event)\n        if event.kind is not EventKind.{kind}:\n"
+        f"            board.hub.publish(event)\n        if event.kind.name != {kind!r}:\n"
         "            self.notify()",
     )
 
@@ -35,7 +38,7 @@ def _event_dropped(kind: str) -> Mutant:
         f"event-dropped-{kind.lower()}", f"every {kind.lower()} change is an event on every board's stream",
         BOARD,
         "        for board in self.boards:\n            board.hub.publish(event)",
-        f"        for board in self.boards:\n            if event.kind is not EventKind.{kind}:\n"
+        f"        for board in self.boards:\n            if event.kind.name != {kind!r}:\n"
         "                board.hub.publish(event)",
     )
 
@@ -51,23 +54,24 @@ SETTLING = [
            "if entry.owner == owner:\n            raise AlreadyClaimed"),
     Mutant("max-attempts-off-by-one", "a job is never claimed more than max_attempts times", STORE,
            "entry.posting.attempts >= limit:", "entry.posting.attempts > limit:"),
-    Mutant("unencodable-result-loses-claim", "a refused consume (unencodable result) keeps the claim", STORE,
-           "        raw = encode_value(result, what=f\"result of job {entry.job_id}\")\n"
-           "        check_result_size(entry.job_id, raw, max_bytes)\n        del self.jobs[entry.job_id]\n",
-           "        del self.jobs[entry.job_id]\n"
-           "        raw = encode_value(result, what=f\"result of job {entry.job_id}\")\n"
-           "        check_result_size(entry.job_id, raw, max_bytes)\n"),
+    Mutant("unencodable-result-loses-claim", "a refused consume (unencodable result) keeps the claim", FRONT,
+           "        encoded = encode_value(result, what=f\"result of job {claim.job.id}\")\n",
+           "        try:\n            encoded = encode_value(result, what=f\"result of job {claim.job.id}\")\n"
+           "        except InvalidJob:\n"
+           "            await self._settle(claim, Settle(SettleAction.CONSUME))\n"
+           "            raise\n"),
     Mutant("oversized-result-accepted", "a result over max_posting_bytes is refused and keeps the claim",
-           STORE,
-           "check_result_size(entry.job_id, raw, max_bytes)",
-           "check_result_size(entry.job_id, raw, max_bytes * 1000)"),
+           FRONT,
+           "check_result_size(claim.job.id, encoded, self.max_posting_bytes)",
+           "check_result_size(claim.job.id, encoded, self.max_posting_bytes * 1000)"),
     Mutant("result-not-kept", "keep_result keeps the consumed job's result for wait_for_completion", STORE,
            "self.kept_results[entry.job_id] = raw", f"self.kept_results[entry.job_id] = {NONE}"),
     Mutant("abandon-drops-last-error", "abandon keeps the error it is given as the job's last error", BOARD,
-           "        entry.posting = entry.posting.failed(error)\n        self._store.release(",
-           "        self._store.release("),
+           "        entry.posting = entry.posting.failed(settle.error)\n",
+           "        if settle.action is SettleAction.TRASH:\n"
+           "            entry.posting = entry.posting.failed(settle.error)\n"),
     Mutant("retry-after-ignored", "abandon(retry_after=s) keeps the job unclaimable for s seconds", BOARD,
-           "not_before = wall_clock() + retry_after if retry_after else None", "not_before = None"),
+           "not_before = wall_clock() + settle.retry_after if settle.retry_after else None", "not_before = None"),
     Mutant("close-keeps-claims", "closing a board releases its claims", BOARD,
            "for entry in shared.store.held_by(self):", "for entry in shared.store.held_by(object()):"),
     Mutant("settle-by-non-owner", "only the claim's owner can settle it (NotOwner)", STORE,
@@ -79,8 +83,9 @@ SETTLING = [
            "        entry.owner, entry.holder = None, None\n        self._make_ready(entry)",
            "        entry.owner, entry.holder = None, None"),
     Mutant("trash-drops-last-error", "trash keeps the error it is given with the trashed job", BOARD,
-           "        entry.posting = entry.posting.failed(error)\n        self._store.move_to_trash(",
-           "        self._store.move_to_trash("),
+           "        entry.posting = entry.posting.failed(settle.error)\n",
+           "        if settle.action is SettleAction.ABANDON:\n"
+           "            entry.posting = entry.posting.failed(settle.error)\n"),
     Mutant("watch-misses-release", "watch_claim returns when the claim is released", STORE,
            "return \"released\" if entry.owner is None else None", "return None"),
 ]
@@ -154,7 +159,7 @@ SELECTION = [
 
 RECORDS = [
     Mutant("malformed-not-reported", "a malformed entry is reported by a MALFORMED event", BOARD,
-           "self.hub.publish(Event(EventKind.MALFORMED, job_id, \"not a valid posting\"))", "pass"),
+           "            self._report_malformed(job_id)\n", "            pass\n"),
     _event_dropped("CONSUMED"),
     _event_dropped("CLAIMED"),
     Mutant("entities-outlive-their-board", "a board's entities go when it closes", BOARD,
@@ -170,7 +175,7 @@ RECORDS = [
     Mutant("requeued-job-not-offered", "a requeued job is offered by claim_next again", KEEP,
            "    store._make_ready(entry)\n", ""),
     Mutant("key-ignored", "a post with a key on the board returns that job, writing nothing", BOARD,
-           "existing = self._store.keyed(key, self.key_retention)",
+           "existing = self._store.keyed(prepared.posting.key, self.key_retention)",
            "existing = self._store.keyed(None, self.key_retention)"),
     Mutant("stale-progress-shown", "progress goes with the claim that reported it", STORE,
            "if self.progress is None or self.owner is None or self.progress[0] != self.generation:",

@@ -121,7 +121,9 @@ class Settler:
         if lock is None:
             return "released"
         held = self.held.get(job_id)
-        if held is not None and LockRecord.decode(lock[0]).nonce != held.nonce:
+        # Only this board's claim at this generation tells (generations repeat once a requeue makes a new
+        # node); an earlier claim of this board, settled by another board, says nothing of the current one.
+        if held is not None and held.generation == claim.generation and LockRecord.decode(lock[0]).nonce != held.nonce:
             return "claimed again"
         return None
 
