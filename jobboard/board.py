@@ -323,9 +323,14 @@ class JobBoard(BoardReading, BoardWatching, TrashAndProgress):
         :raises InvalidJob: msgpack cannot encode ``result``, or it is over :attr:`max_posting_bytes`.
         """
         self._ensure_open()
+        encoded = self._encoded_result(claim, result)
+        await self._settle(claim, Settle(SettleAction.CONSUME, result=result, encoded_result=encoded))
+
+    def _encoded_result(self, claim: Claim, result: Any) -> bytes:
+        """``result`` encoded for ``claim``'s consume. :raises InvalidJob: not encodable, or over the size limit."""
         encoded = encode_value(result, what=f"result of job {claim.job.id}")
         check_result_size(claim.job.id, encoded, self.max_posting_bytes)
-        await self._settle(claim, Settle(SettleAction.CONSUME, result=result, encoded_result=encoded))
+        return encoded
 
     async def abandon(
         self, claim: Claim, *, retry_after: float | None = None, error: LastError | None = None,

@@ -82,17 +82,13 @@ class WatchingConformance(ConformanceBase):
     @bounded
     async def test_wait_is_woken_by_another_boards_post(self, open_boards: BoardOpener) -> None:
         waiter, poster = await open_boards(), await open_boards()
-        found: list[str] = []
+        posted: list[Job] = []
 
-        async def wait() -> None:
-            found.extend(job.id for job in await waiter.wait())
+        async def post() -> None:
+            posted.append(await poster.post("a"))
 
-        async with anyio.create_task_group() as group:
-            group.start_soon(wait)
-            await anyio.sleep(0.2)
-            assert found == []
-            job = await poster.post("a")
-        assert found == [job.id]
+        found = await found_after(waiter, post)
+        assert found == [posted[0].id]
 
     @bounded
     async def test_wait_is_woken_by_an_abandon_and_by_the_owners_board_closing(

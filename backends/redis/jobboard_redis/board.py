@@ -15,8 +15,7 @@ import anyio
 
 from jobboard.backend import Prepared, Settle, SettleAction
 from jobboard.board import JobRef, check_owner, job_id_of
-from jobboard.checks import check_result_size
-from jobboard.codec import MalformedEntry, encode_value
+from jobboard.codec import MalformedEntry
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
 from jobboard.events import Event, EventKind
 from jobboard.job import (
@@ -303,7 +302,6 @@ class RedisBoard(KeepingRedis):
             await self._settle_op("trash", claim, settle.reason, self._retention_ms, encode_error(settle.error))
 
     async def _settle_op(self, op: str, claim: Claim, *args: str | bytes | int) -> None:
-        self._ensure_open()
         job = claim.job.id
         status, _ = await self._call(op, self._nonce(), job, str(claim.generation), claim.owner, *args)
         if status != "owner":
@@ -318,15 +316,10 @@ class RedisBoard(KeepingRedis):
         if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
             self._claims.pop(claim.job.id)
 
-    def _result(self, claim: Claim, result: Any) -> bytes:
-        raw = encode_value(result, what=f"result of job {claim.job.id}")
-        check_result_size(claim.job.id, raw, self.max_posting_bytes)
-        return raw
-
     async def consume_and_claim_next(
         self, claim: Claim, result: Any = None, *, names: Collection[str] | None = None,
     ) -> Claim | None:
-        raw = self._result(claim, result)  # consume, then claim_next: one script call
+        raw = self._encoded_result(claim, result)  # consume, then claim_next: one script call
         if names is not None and not names:
             await self.consume(claim, result)
             return None

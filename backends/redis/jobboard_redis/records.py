@@ -6,7 +6,7 @@ import math
 from typing import Any
 
 from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
-from jobboard.errors import AlreadyClaimed, ClaimLost, InvalidJob, JobNotFound, NotClaimable, NotOwner
+from jobboard.errors import AlreadyClaimed, ClaimLost, JobNotFound, NotClaimable, NotOwner
 from jobboard.job import Entity, Job, LastError
 
 JOB_FIELDS = ("p", "att", "nb", "st", "owner")
@@ -21,13 +21,7 @@ def sequence_of(job_id: str) -> int:
 
 
 def delay_ms(retry_after: float | None) -> int:
-    """An abandon's ``retry_after`` in whole milliseconds (rounded up).
-
-    :raises InvalidJob: not a finite number of seconds >= 0.
-    """
-    if retry_after is not None and (not isinstance(retry_after, int | float) or not retry_after >= 0
-                                    or math.isinf(retry_after)):
-        raise InvalidJob(f"retry_after must be a finite number of seconds >= 0, not {retry_after!r}")
+    """An abandon's ``retry_after`` (checked by the board) in whole milliseconds, rounded up."""
     return math.ceil((retry_after or 0) * 1000)
 
 

@@ -290,7 +290,6 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
         raise BackendUnavailable(f"cancelling job {found} kept conflicting with concurrent changes")
 
     async def _settle(self, claim: Claim, settle: Settle) -> None:
-        self._ensure_open()
         if settle.action is SettleAction.CONSUME:
             await self._settler.consume(claim, settle.result, settle.encoded_result)
         elif settle.action is SettleAction.ABANDON:
