@@ -55,8 +55,8 @@ SETTLING = [
     Mutant("max-attempts-off-by-one", "a job is never claimed more than max_attempts times", STORE,
            "entry.posting.attempts >= limit:", "entry.posting.attempts > limit:"),
     Mutant("unencodable-result-loses-claim", "a refused consume (unencodable result) keeps the claim", FRONT,
-           "        encoded = encode_value(result, what=f\"result of job {claim.job.id}\")\n",
-           "        try:\n            encoded = encode_value(result, what=f\"result of job {claim.job.id}\")\n"
+           "        encoded = self._encoded_result(claim, result)\n",
+           "        try:\n            encoded = self._encoded_result(claim, result)\n"
            "        except InvalidJob:\n"
            "            await self._settle(claim, Settle(SettleAction.CONSUME))\n"
            "            raise\n"),
