@@ -17,11 +17,11 @@ import uuid
 from typing import Any
 
 from jobboard import Claim, open_board
-from jobboard_redis import RedisBoard
+from jobboard_redis import RedisBackend, RedisBoard
 
 
 async def stats(board: RedisBoard) -> dict[str, dict[str, float]]:
-    text = (await board.client.command("INFO", "commandstats")).decode()
+    text = (await board.backend.client.command("INFO", "commandstats")).decode()
     found = {}
     for line in text.splitlines():
         if line.startswith("cmdstat_"):
@@ -32,7 +32,7 @@ async def stats(board: RedisBoard) -> dict[str, dict[str, float]]:
 
 
 async def phase(board: RedisBoard, work: Any) -> dict[str, Any]:
-    await board.client.command("CONFIG", "RESETSTAT")
+    await board.backend.client.command("CONFIG", "RESETSTAT")
     count = await work()
     found = await stats(board)
     fcall = found.get("fcall", {"calls": 0.0, "usec": 0.0})
@@ -47,7 +47,7 @@ async def phase(board: RedisBoard, work: Any) -> dict[str, Any]:
 
 async def main_async(url: str, jobs: int) -> dict[str, Any]:
     async with open_board(f"{url}/0/cost-{uuid.uuid4().hex[:8]}") as board:
-        assert isinstance(board, RedisBoard)
+        assert isinstance(board.backend, RedisBackend)
         claims: list[Claim] = []
 
         async def many(make: Any, items: list[Any]) -> int:

@@ -1,23 +1,45 @@
-"""What the board hands its backend: requests already checked, defaulted and encoded.
+"""The backend interface: what a backend author writes, and what the board hands it.
 
-:class:`~jobboard.board.JobBoard` checks and encodes a caller's input once, for every backend,
-then makes one call with one of these requests: a post is a :class:`Prepared` (to ``_post`` or
-``_post_many``), and consume, abandon and trash are one :class:`Settle` with an action (to
-``_settle``), as the worker and the distributed backends already think of them. A backend does the
-I/O: it never sees a posting that was not checked, a result that msgpack cannot carry or that is over
-the board's size limit, or a negative ``retry_after``.
+:class:`~jobboard.board.JobBoard` is one concrete class over a :class:`Backend`. The board checks
+that it is open, checks and defaults a caller's input, encodes it, owns the event hub, ``events()``,
+malformed-entry reporting and background tasks (:class:`BoardServices`), and makes one call to its
+backend. A post reaches the backend as a :class:`Prepared` (``post`` / ``post_many``); consume,
+abandon and trash as one :class:`Settle` with an action (``settle``), as the worker and the
+distributed backends think of them. A backend does the I/O: it never sees a posting that was not
+checked, a result that msgpack cannot carry or that is over the board's size limit, a negative
+``retry_after``, an empty owner, a job reference that is not an id, or a call on a closed board.
+
+A backend registers in the entry-point group ``jobboard.backends`` under its URL scheme, naming its
+:class:`Backend` subclass (constructed with the URL). The in-tree backends register the same way.
+What a backend author needs is importable from this module: the requests, the records of
+:mod:`jobboard.job`, the stored formats of :mod:`jobboard.codec`, the events and the URL helpers.
 """
 
 from __future__ import annotations
 
+import abc
+import asyncio
 import enum
+import logging
+from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jobboard.codec import Posting
-from jobboard.job import LastError
+from jobboard.board_inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
+from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_posting, encode_value
+from jobboard.errors import BoardClosed, DependencyMissing, Unsupported
+from jobboard.events import Event, EventHub, EventKind
+from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Progress, TrashedJob
+from jobboard.url import BoardURL, non_negative_float, parse_options, parse_url, positive_float, positive_int
 
-__all__ = ["Prepared", "Settle", "SettleAction"]
+__all__ = [
+    "Backend", "BoardServices", "BoardURL", "Claim", "DependencyMissing", "Entity", "Event", "EventKind", "Job",
+    "JobState", "LastError", "ListedJob", "MalformedEntry", "Outcome", "Posting", "Prepared", "Progress", "Settle",
+    "SettleAction", "TrashedJob", "Unsupported", "decode_posting", "decode_value", "encode_posting",
+    "encode_value", "non_negative_float", "parse_options", "parse_url", "positive_float", "positive_int",
+]
+
+logger = logging.getLogger("jobboard.board")
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +49,9 @@ class Prepared:
 
     posting: Posting
     raw: bytes
+    connection: Any = None
+    """The caller's own open database connection to write in (``post(..., connection=)``), or ``None``.
+    A backend that cannot write in a caller's transaction raises ``Unsupported`` when it is given."""
 
 
 class SettleAction(enum.Enum):
@@ -61,3 +86,214 @@ class Settle:
     """``TRASH``: why (kept with the trashed job)."""
     error: LastError | None = None
     """``ABANDON`` and ``TRASH``: why the attempt failed, stored as the job's ``last_error``."""
+    connection: Any = None
+    """``CONSUME``: the caller's own open database connection to settle in (transactional completion), or
+    ``None``; a backend that cannot raises ``Unsupported`` when it is given."""
+
+
+class BoardServices:
+    """What a board lends its backend: the event hub, skip-and-report, and background tasks.
+
+    One per board; a backend wrapper hands its inner backend the same one.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.hub = EventHub()
+        """The board's event fan-out: the backend publishes, ``JobBoard.events`` subscribes."""
+        self.reported: set[str] = set()
+        """Malformed entries already reported (each is reported once per board)."""
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def report_malformed(self, job_id: str, what: str = "not a valid posting") -> None:
+        """Skip-and-report: log ``job_id`` once and publish one ``MALFORMED`` event."""
+        if job_id not in self.reported:
+            self.reported.add(job_id)
+            logger.warning("skipping malformed entry %s on %s", job_id, self.url)
+            self.hub.publish(Event(EventKind.MALFORMED, job_id, what))
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str | None = None) -> asyncio.Task[None]:
+        """Run ``work`` in the background until it ends or :meth:`cancel_tasks` (a strong reference is kept)."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def cancel_tasks(self) -> None:
+        """Cancel every background task and wait for them to end."""
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Backend(abc.ABC):
+    """What a backend implements; :class:`~jobboard.board.JobBoard` is the caller's face of it.
+
+    Constructed with the board URL (options parsed and checked there: ``InvalidURL`` otherwise).
+    Every method is called on an open backend only (the board checks), with checked input. The
+    contract each method keeps is the :class:`~jobboard.board.JobBoard` method of the same name:
+    atomicity, fencing and errors are stated there once. Errors are ``JobBoardError`` subclasses
+    only; a transient failure is ``BackendUnavailable``, never a client library's exception.
+
+    Optional operations default to raising :class:`~jobboard.errors.Unsupported`.
+    """
+
+    max_posting_bytes: int = 1024 * 1024
+    """Largest encoded posting (name + details + options) the backend accepts."""
+    default_max_attempts: int | None = None
+    """``max_attempts`` for posts that give none."""
+    key_retention: float = 86400.0
+    """Seconds a settled job's idempotency key keeps finding it."""
+    result_ttl: float = DEFAULT_RESULT_TTL
+    """Seconds a kept result stays after the consume; 0: forever."""
+    trash_ttl: float = DEFAULT_TRASH_TTL
+    """Seconds a job stays in the trash; 0: forever."""
+
+    services: BoardServices
+    """Set by the board (:meth:`bind`) before ``open``."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._open = False
+
+    def bind(self, services: BoardServices) -> None:
+        """Called once by the board that fronts this backend."""
+        self.services = services
+
+    @property
+    def hub(self) -> EventHub:
+        return self.services.hub
+
+    def report_malformed(self, job_id: str, what: str = "not a valid posting") -> None:
+        self.services.report_malformed(job_id, what)
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    def ensure_open(self) -> None:
+        """:raises BoardClosed: for a backend's own long calls that outlive an ``aclose``."""
+        if not self._open:
+            raise BoardClosed(f"board {self.url} is not open")
+
+    # -- lifecycle ----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and prepare the storage; set ``_open``."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release this board's claims and entities, close the hub's streams, disconnect. Idempotent."""
+
+    # -- writes -------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def post(self, prepared: Prepared) -> Job:
+        """Write one checked, encoded posting (atomic, exactly once).
+
+        :raises DependencyMissing: a dependency is not on the board (nothing written).
+        """
+
+    async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
+        """Write a checked batch in order (default: :meth:`post` one by one).
+
+        :raises DependencyMissing: with ``index`` and ``posted``.
+        """
+        posted: list[Job] = []
+        for index, prepared in enumerate(batch):
+            try:
+                posted.append(await self.post(prepared))
+            except DependencyMissing as error:
+                raise error.in_batch(index, posted) from None
+        return posted
+
+    @abc.abstractmethod
+    async def claim(self, job_id: str, owner: str) -> Claim: ...
+
+    @abc.abstractmethod
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None: ...
+
+    @abc.abstractmethod
+    async def settle(self, claim: Claim, settle: Settle) -> None:
+        """One atomic write, fenced by the claim's generation and owner (``ClaimLost`` / ``NotOwner``)."""
+
+    async def consume_and_claim_next(self, claim: Claim, settle: Settle,
+                                     names: Collection[str] | None) -> Claim | None:
+        """``settle`` (a consume), then ``claim_next`` for the claim's owner; backends may fuse them."""
+        await self.settle(claim, settle)
+        return await self.claim_next(claim.owner, names)
+
+    @abc.abstractmethod
+    async def watch_claim(self, claim: Claim) -> str: ...
+
+    @abc.abstractmethod
+    async def cancel(self, job_id: str, reason: str) -> None: ...
+
+    # -- reads --------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get(self, job_id: str) -> Job: ...
+
+    @abc.abstractmethod
+    def iterjobs(self, only_unclaimed: bool) -> AsyncIterator[Job]: ...
+
+    async def listing(self, only_unclaimed: bool) -> AsyncIterator[ListedJob]:
+        """Default: each job's state and owner read after it; override to read them together."""
+        async for job in self.iterjobs(only_unclaimed):
+            state = await self.state(job.id)
+            if state in (JobState.UNCLAIMED, JobState.CLAIMED, JobState.WAITING):
+                yield ListedJob(job, state, await self.owner(job.id) if state is JobState.CLAIMED else None)
+
+    @abc.abstractmethod
+    async def state(self, job_id: str) -> JobState: ...
+
+    @abc.abstractmethod
+    async def owner(self, job_id: str) -> str | None: ...
+
+    @abc.abstractmethod
+    async def job_count(self) -> int: ...
+
+    @abc.abstractmethod
+    def trashed(self) -> AsyncIterator[TrashedJob]: ...
+
+    # -- waiting and entities -----------------------------------------------
+
+    @abc.abstractmethod
+    async def wait(self, names: Collection[str] | None) -> list[Job]: ...
+
+    @abc.abstractmethod
+    async def wait_for_completion(self, job_id: str) -> Outcome: ...
+
+    def observed(self) -> None:  # noqa: B027 (a hook: most backends need nothing)
+        """Someone subscribed to the events (a backend may then read more of them)."""
+
+    @abc.abstractmethod
+    async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
+        """``metadata`` as given (a dict) and ``encoded`` (msgpack)."""
+
+    @abc.abstractmethod
+    async def unregister_entity(self, name: str) -> None: ...
+
+    @abc.abstractmethod
+    async def entities(self) -> list[Entity]: ...
+
+    # -- optional -----------------------------------------------------------
+
+    def could_be_job_id(self, job_id: str) -> bool:
+        """No I/O. Default: every id but the empty one."""
+        return job_id != ""
+
+    async def never_posted(self, job_id: str) -> bool:
+        return not self.could_be_job_id(job_id)
+
+    async def report_progress(self, claim: Claim, progress: Progress) -> None:
+        raise Unsupported(f"{type(self).__name__} does not store progress")
+
+    async def purge(self, older_than: float) -> int:
+        raise Unsupported(f"{type(self).__name__} cannot purge its trash")
+
+    async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
+        raise Unsupported(f"{type(self).__name__} cannot requeue from its trash")

@@ -1,6 +1,7 @@
 """A board wrapper that injects faults, seeded, to drive a worker through every error path.
 
-``FaultyBoard(inner, seed=..., rate=...)`` forwards every call to ``inner``;
+``FaultyBoard(inner, seed=..., rate=...)`` is a board over ``inner``'s backend wrapped in a
+:class:`FaultyBackend`: the fault is injected between the board and the backend, for every backend alike;
 the calls a worker makes (``claim_next``, ``wait``, ``watch_claim``,
 ``consume``, ``abandon``, ``trash``, entity registration) fail now and then,
 chosen by a ``random.Random(seed)``, in one of these ways:
@@ -31,10 +32,11 @@ from typing import Any, TypeVar
 
 import anyio
 
+from jobboard.backend import Backend, Settle, SettleAction
 from jobboard.board import JobBoard
 from jobboard.errors import BackendUnavailable, ClaimLost
-from jobboard.job import Claim, Job, LastError
-from jobboard.wrapped import WrappedBoard
+from jobboard.job import Claim, Job, Progress
+from jobboard.wrapped import WrappedBackend
 
 T = TypeVar("T")
 KINDS = ("unavailable", "timeout", "hang")
@@ -43,10 +45,10 @@ FAULTY_METHODS = frozenset({"claim_next", "wait", "watch_claim", "consume", "aba
                             "register_entity", "unregister_entity"})
 
 
-class FaultyBoard(WrappedBoard):
+class FaultyBackend(WrappedBackend):
     """Forwards to ``inner``, injecting faults; see the module docstring."""
 
-    def __init__(self, inner: JobBoard, *, seed: int, rate: float = 0.1, hang_for: float = 0.5,
+    def __init__(self, inner: Backend, *, seed: int, rate: float = 0.1, hang_for: float = 0.5,
                  methods: Collection[str] = FAULTY_METHODS, kinds: Collection[str] = SETTLE_KINDS,
                  budget: int | None = None) -> None:
         super().__init__(inner)
@@ -61,7 +63,6 @@ class FaultyBoard(WrappedBoard):
         self.lost_replies: Counter[str] = Counter()
         """Calls that applied but whose caller got ``BackendUnavailable``, by method."""
 
-
     async def _call(self, method: str, call: Callable[[], Awaitable[T]], *, settle: Claim | None = None) -> T:
         kind = self._pick(method, settle is not None)
         if kind is not None:
@@ -73,7 +74,7 @@ class FaultyBoard(WrappedBoard):
         if kind == "hang":
             await anyio.sleep(self.hang_for)
         if kind == "claim_lost" and settle is not None:
-            await self.inner.abandon(settle)
+            await self.inner.settle(settle, Settle(SettleAction.ABANDON))
             raise ClaimLost(f"injected: claim of job {settle.job.id} lost (seed {self.seed})")
         result = await call()
         if settle is not None:
@@ -97,31 +98,60 @@ class FaultyBoard(WrappedBoard):
 
     # -- what a worker calls: faults injected ------------------------------------------
 
-    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
-        return await self._call("claim_next", lambda: self.inner.claim_next(owner, names=names))
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        return await self._call("claim_next", lambda: self.inner.claim_next(owner, names))
 
-    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
-        return await self._call("wait", lambda: self.inner.wait(names=names))
+    async def wait(self, names: Collection[str] | None) -> list[Job]:
+        return await self._call("wait", lambda: self.inner.wait(names))
 
     async def watch_claim(self, claim: Claim) -> str:
         return await self._call("watch_claim", lambda: self.inner.watch_claim(claim))
 
-    async def consume(self, claim: Claim, result: Any = None) -> None:
-        await self._call("consume", lambda: self.inner.consume(claim, result), settle=claim)
+    async def settle(self, claim: Claim, settle: Settle) -> None:
+        await self._call(settle.action.value, lambda: self.inner.settle(claim, settle), settle=claim)
 
-    async def abandon(self, claim: Claim, *, retry_after: float | None = None,
-                      error: LastError | None = None) -> None:
-        await self._call("abandon", lambda: self.inner.abandon(claim, retry_after=retry_after, error=error),
-                         settle=claim)
+    async def report_progress(self, claim: Claim, progress: Progress) -> None:
+        await self._call("report_progress", lambda: self.inner.report_progress(claim, progress))
 
-    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
-        await self._call("trash", lambda: self.inner.trash(claim, reason, error=error), settle=claim)
-
-    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
-        await self._call("report_progress", lambda: self.inner.report_progress(claim, fraction, note))
-
-    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
-        await self._call("register_entity", lambda: self.inner.register_entity(name, metadata))
+    async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
+        await self._call("register_entity", lambda: self.inner.register_entity(name, metadata, encoded))
 
     async def unregister_entity(self, name: str) -> None:
         await self._call("unregister_entity", lambda: self.inner.unregister_entity(name))
+
+
+class FaultyBoard(JobBoard):
+    """A board over ``inner``'s backend wrapped in a :class:`FaultyBackend` (``inner`` stays usable,
+    without faults; the two share the backend and its events)."""
+
+    backend: FaultyBackend
+
+    def __init__(self, inner: JobBoard, **faults: Any) -> None:
+        self.inner = inner
+        super().__init__(FaultyBackend(inner.backend, **faults))
+
+    @property
+    def injected(self) -> Counter[tuple[str, str]]:
+        """Faults injected, by ``(method, kind)``."""
+        return self.backend.injected
+
+    @property
+    def applied(self) -> list[tuple[str, str, int, float]]:
+        """Every settle that reached the backend and returned: ``(method, job id, generation, monotonic time)``."""
+        return self.backend.applied
+
+    @property
+    def lost_replies(self) -> Counter[str]:
+        return self.backend.lost_replies
+
+    @property
+    def enabled(self) -> bool:
+        return self.backend.enabled
+
+    @enabled.setter
+    def enabled(self, value: bool) -> None:
+        self.backend.enabled = value
+
+    @property
+    def budget(self) -> int | None:
+        return self.backend.budget

@@ -1,8 +1,8 @@
 """``open_board(url)``: find the backend for a URL's scheme through entry points.
 
 Backends register in the entry-point group ``jobboard.backends`` with the URL
-scheme as the name and a ``JobBoard`` subclass (or any callable taking the URL
-and returning a board) as the value. In-tree backends are registered the same way;
+scheme as the name and a :class:`~jobboard.backend.Backend` subclass as the value
+(constructed with the URL; the board is a :class:`~jobboard.board.JobBoard` over it). In-tree backends are registered the same way;
 the in-tree package ``jobboard_<extra>`` needs what ``pip install 'jobboard[<extra>]'``
 installs (``jobboard_redis``, for ``redis://`` and ``rediss://``: ``jobboard[redis]``).
 """
@@ -13,13 +13,14 @@ from collections.abc import Callable
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from typing import cast
 
+from jobboard.backend import Backend
 from jobboard.board import JobBoard
 from jobboard.errors import BackendNotFound
 from jobboard.url import parse_url
 
 ENTRY_POINT_GROUP = "jobboard.backends"
 
-BoardFactory = Callable[[str], JobBoard]
+BackendFactory = Callable[[str], Backend]
 
 
 def installed_schemes() -> list[str]:
@@ -40,13 +41,16 @@ def open_board(url: str) -> JobBoard:
     if not matches:
         installed = ", ".join(installed_schemes()) or "none"
         raise BackendNotFound(f"no job-board backend for {scheme}:// (installed: {installed})")
-    factory = _load(matches[0])
-    return factory(url)
+    backend = _load(matches[0])(url)
+    if not isinstance(backend, Backend):
+        raise BackendNotFound(f"the {scheme}:// entry point {matches[0].value!r} made a {type(backend).__name__}, "
+                              "not a jobboard.backend.Backend")
+    return JobBoard(backend)
 
 
-def _load(entry: EntryPoint) -> BoardFactory:
+def _load(entry: EntryPoint) -> BackendFactory:
     try:
-        return cast(BoardFactory, entry.load())
+        return cast(BackendFactory, entry.load())
     except AttributeError as error:
         raise BackendNotFound(f"the {entry.name}:// backend's entry point {entry.value!r} is broken: {error}") from error
     except ImportError as error:

@@ -1,6 +1,6 @@
 """OpenTelemetry spans for a board and its worker (``pip install 'jobboard[otel]'``).
 
-* :class:`TracedBoard` wraps any board: a span per ``post`` / ``post_many``
+* :class:`TracedBoard` wraps any board (its backend, in a :class:`TracedBackend`): a span per ``post`` / ``post_many``
   (kind PRODUCER: the posting carries its context, see :mod:`jobboard.propagation`),
   per claim (CONSUMER) and per settle: ``consume`` / ``abandon`` / ``trash`` /
   ``cancel`` (CLIENT). Reads, waits and watches are forwarded without spans.
@@ -22,18 +22,14 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode, Tracer, TracerProvider
 
-from jobboard.board import JobBoard, JobRef, NewJob
+from jobboard.backend import Backend, Prepared, Settle, SettleAction
+from jobboard.board import JobBoard
 from jobboard.handlers import JobContext, Middleware
-from jobboard.job import (
-    Claim,
-    Job,
-    LastError,
-    Priority,
-    When,
-)
-from jobboard.wrapped import WrappedBoard
+from jobboard.job import Claim, Job
+from jobboard.propagation import with_trace_context
+from jobboard.wrapped import WrappedBackend
 
-__all__ = ["TracedBoard", "job_spans", "producer_context"]
+__all__ = ["TracedBackend", "TracedBoard", "job_spans", "producer_context"]
 
 SCOPE = "jobboard"
 
@@ -75,40 +71,40 @@ def job_spans(tracer_provider: TracerProvider | None = None) -> Middleware:
     return traced
 
 
-class TracedBoard(WrappedBoard):
+class TracedBackend(WrappedBackend):
     """Forwards every call to ``inner``; posts, claims and settles make spans (see the module).
     Reads and progress reports (frequent and cheap) are forwarded without one."""
 
-    def __init__(self, inner: JobBoard, *, tracer_provider: TracerProvider | None = None) -> None:
+    def __init__(self, inner: Backend, *, tracer_provider: TracerProvider | None = None) -> None:
         super().__init__(inner)
         self.tracer = _tracer(tracer_provider)
 
     # -- traced ---------------------------------------------------------------------
 
-    async def post(self, name: str, details: Mapping[str, Any] | None = None, *,
-                   priority: Priority | int | str = Priority.NORMAL, depends_on: Sequence[JobRef] = (),
-                   max_attempts: int | None = None, keep_result: bool = False, key: str | None = None,
-                   delay: float | None = None, not_before: When | None = None,
-                   result_ttl: float | None = None, trash_ttl: float | None = None) -> Job:
+    async def post(self, prepared: Prepared) -> Job:
+        name = prepared.posting.name
         with self.tracer.start_as_current_span(f"post {name}", kind=SpanKind.PRODUCER, attributes=_attributes(
-                "post", "create", None, {"messaging.destination.name": name, "jobboard.key": key})) as span:
-            job = await self.inner.post(name, details, priority=priority, depends_on=depends_on,
-                                        max_attempts=max_attempts, keep_result=keep_result, key=key,
-                                        delay=delay, not_before=not_before,
-                                        result_ttl=result_ttl, trash_ttl=trash_ttl)
+                "post", "create", None, {"messaging.destination.name": name,
+                                         "jobboard.key": prepared.posting.key})) as span:
+            job = await self.inner.post(self._in_span(prepared))
             span.set_attribute("messaging.message.id", job.id)
             return job
 
-    async def post_many(self, jobs: Sequence[NewJob]) -> list[Job]:
+    async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
         with self.tracer.start_as_current_span("post_many", kind=SpanKind.PRODUCER, attributes=_attributes(
-                "post_many", "create", None, {"messaging.batch.message_count": len(jobs)})):
-            return await self.inner.post_many(jobs)
+                "post_many", "create", None, {"messaging.batch.message_count": len(batch)})):
+            return await self.inner.post_many([self._in_span(prepared) for prepared in batch])
 
-    async def claim(self, job: JobRef, owner: str) -> Claim:
-        return await self._claiming(lambda: self.inner.claim(job, owner), owner)  # type: ignore[return-value]
+    def _in_span(self, prepared: Prepared) -> Prepared:
+        """``prepared`` carrying the current (post) span's context, which its consumer's spans follow."""
+        posting, raw = with_trace_context(prepared.posting, prepared.raw, self.max_posting_bytes)
+        return Prepared(posting, raw, prepared.connection)
 
-    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
-        return await self._claiming(lambda: self.inner.claim_next(owner, names=names), owner)
+    async def claim(self, job_id: str, owner: str) -> Claim:
+        return await self._claiming(lambda: self.inner.claim(job_id, owner), owner)  # type: ignore[return-value]
+
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        return await self._claiming(lambda: self.inner.claim_next(owner, names), owner)
 
     async def _claiming(self, call: Callable[[], Awaitable[Claim | None]], owner: str) -> Claim | None:
         """A claim's span is made once the claim is known, so that its parent can be the producer's."""
@@ -129,28 +125,30 @@ class TracedBoard(WrappedBoard):
                     "jobboard.owner": owner, "jobboard.generation": claim.generation})).end()
         return claim
 
-    async def consume(self, claim: Claim, result: Any = None) -> None:
-        with self._settling("consume", claim):
-            await self.inner.consume(claim, result)
+    async def settle(self, claim: Claim, settle: Settle) -> None:
+        extra: dict[str, Any] = {}
+        if settle.action is SettleAction.ABANDON:
+            extra["jobboard.retry_after"] = settle.retry_after
+        elif settle.action is SettleAction.TRASH:
+            extra["jobboard.reason"] = settle.reason[:200]
+        operation = settle.action.value
+        with self.tracer.start_as_current_span(
+                f"{operation} {claim.job.name}", context=producer_context(claim.job), kind=SpanKind.CLIENT,
+                attributes=_attributes(operation, "settle", claim.job, {
+                    "jobboard.owner": claim.owner, "jobboard.generation": claim.generation, **extra})):
+            await self.inner.settle(claim, settle)
 
-    async def abandon(self, claim: Claim, *, retry_after: float | None = None,
-                      error: LastError | None = None) -> None:
-        with self._settling("abandon", claim, {"jobboard.retry_after": retry_after}):
-            await self.inner.abandon(claim, retry_after=retry_after, error=error)
-
-    async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
-        with self._settling("trash", claim, {"jobboard.reason": reason[:200]}):
-            await self.inner.trash(claim, reason, error=error)
-
-    def _settling(self, operation: str, claim: Claim, extra: Mapping[str, Any] | None = None) -> Any:
-        return self.tracer.start_as_current_span(
-            f"{operation} {claim.job.name}", context=producer_context(claim.job), kind=SpanKind.CLIENT,
-            attributes=_attributes(operation, "settle", claim.job, {
-                "jobboard.owner": claim.owner, "jobboard.generation": claim.generation, **(extra or {})}))
-
-    async def cancel(self, job: JobRef, reason: str) -> None:
-        job_id = job if isinstance(job, str) else job.id
+    async def cancel(self, job_id: str, reason: str) -> None:
         with self.tracer.start_as_current_span("cancel", kind=SpanKind.CLIENT, attributes=_attributes(
                 "cancel", "settle", None, {"messaging.message.id": job_id, "jobboard.reason": reason[:200]})):
-            await self.inner.cancel(job, reason)
+            await self.inner.cancel(job_id, reason)
 
+
+class TracedBoard(JobBoard):
+    """A board over ``inner``'s backend wrapped in a :class:`TracedBackend` (they share the backend)."""
+
+    backend: TracedBackend
+
+    def __init__(self, inner: JobBoard, *, tracer_provider: TracerProvider | None = None) -> None:
+        self.inner = inner
+        super().__init__(TracedBackend(inner.backend, tracer_provider=tracer_provider))

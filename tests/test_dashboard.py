@@ -25,6 +25,7 @@ from jobboard.errors import BackendUnavailable
 from jobboard.job import Job, JobState, ListedJob
 from jobboard.plans import post_plan
 from jobboard.registry import open_board
+from jobboard_memory import MemoryBackend
 from jobboard_memory.board import MemoryBoard
 from tests.support.dashboard import TOKEN, ahttp, dashboard_in_loop, eventually
 
@@ -121,7 +122,7 @@ async def test_a_page_is_told_of_a_change_within_a_second(board: JobBoard) -> No
 
 
 async def test_open_pages_share_one_board_subscription(board: JobBoard) -> None:
-    assert isinstance(board, MemoryBoard)
+    assert isinstance(board.backend, MemoryBackend)
     with anyio.fail_after(30):
         async with dashboard_in_loop(board) as base:
             port = int(base.rsplit(":", 1)[1])
@@ -138,15 +139,15 @@ async def test_open_pages_share_one_board_subscription(board: JobBoard) -> None:
 
 
 async def test_a_malformed_entry_is_shown_and_breaks_no_page(board: JobBoard) -> None:
-    assert isinstance(board, MemoryBoard)
+    assert isinstance(board.backend, MemoryBackend)
     with anyio.fail_after(30):
         async with dashboard_in_loop(board) as base:
-            board.inject_malformed(b"\x93not a posting")
+            board.backend.inject_malformed(b"\x93not a posting")
             [_ async for _ in board.iterjobs()]  # the board reports it as it meets it
             await shows(base, "/", "not a valid posting")
             for path in PAGES:
                 assert (await ahttp("GET", base + path))[0] == 200
-            [entry] = board._store.malformed
+            [entry] = board.backend._store.malformed
             status, _, body = await ahttp("GET", f"{base}/jobs/{entry}")
             assert status == 200 and "malformed entry: not a valid posting" in body
 

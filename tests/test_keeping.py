@@ -227,7 +227,7 @@ async def test_retention_on_zookeeper_passes_to_another_board_when_the_collector
             collector = f"{boards[0].options.root}/collector"
             while (stat := await boards[0].zk.exists(collector)) is None:  # noqa: ASYNC110
                 await anyio.sleep(0.05)
-            holder = next(board for board in boards if board.zk.session_id == stat.ephemeral_owner)
+            holder = next(board for board in boards if board.backend.zk.session_id == stat.ephemeral_owner)
             survivor = boards[1] if holder is boards[0] else boards[0]
             job = await holder.post("doomed")
             await holder.cancel(job, "bad")

@@ -16,6 +16,7 @@ from jobboard.job import Entity, JobState
 from jobboard.live import LiveBoard, read_stats
 from jobboard.registry import open_board
 from jobboard.stats import BoardStats
+from jobboard_memory import MemoryBackend
 from jobboard_memory.board import MemoryBoard
 from tests.support.boards import BACKENDS, fresh_board_url
 
@@ -93,7 +94,7 @@ async def until(view: LiveBoard, condition: object) -> None:
 async def test_readers_share_one_board_subscription() -> None:
     with anyio.fail_after(10):
         async with open_board(f"memory://live-{uuid.uuid4().hex}") as board:
-            assert isinstance(board, MemoryBoard)
+            assert isinstance(board.backend, MemoryBackend)
             async with LiveBoard(board) as view:
                 subscriptions = len(board.hub._streams)
                 first, second = view.updates(), view.updates()
@@ -128,7 +129,7 @@ async def test_the_view_says_when_the_board_is_unreachable_and_recovers() -> Non
 async def test_a_dropped_event_makes_the_view_list_the_board_again() -> None:
     with anyio.fail_after(10):
         async with open_board(f"memory://live-{uuid.uuid4().hex}") as board:
-            assert isinstance(board, MemoryBoard)
+            assert isinstance(board.backend, MemoryBackend)
             async with LiveBoard(board, fetch_interval=3600) as view:  # only a listing can read the job
                 stream = view.updates()
                 hidden = await board.post("hidden")

@@ -8,7 +8,7 @@ import pytest
 
 from jobboard.board import JobBoard
 from jobboard.testing import JobBoardConformance
-from jobboard_memory import MemoryBoard
+from jobboard_memory import MemoryBackend
 
 
 class TestMemoryConformance(JobBoardConformance):
@@ -20,5 +20,5 @@ class TestMemoryConformance(JobBoardConformance):
         return f"job-{int(job_id.removeprefix('job-')) + 1:010d}"
 
     async def inject_malformed(self, board: JobBoard) -> None:
-        assert isinstance(board, MemoryBoard)
-        board.inject_malformed(b"\x93not a posting")
+        assert isinstance(board.backend, MemoryBackend)
+        board.backend.inject_malformed(b"\x93not a posting")

@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 from jobboard import BackendUnavailable, JobState, NewJob, UnknownOutcome, open_board
-from jobboard_redis import RedisBoard
+from jobboard_redis import RedisBackend
 from jobboard_redis.client_wire import WRITE_EVERY, ConnectionLost, NotSent, ServerError, connect
 from tests.support.redisserver import RedisServer
 from tests.support.tcpproxy import TcpProxy
@@ -107,9 +107,9 @@ async def test_a_server_that_lost_the_function_gets_it_again(server: RedisServer
     url = f"{server.url('')}/0/fn-{uuid.uuid4().hex}?session_timeout=5"
     with anyio.fail_after(20):
         async with open_board(url) as board:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             await board.post("before")
-            await board.client.command("FUNCTION", "FLUSH")  # as a server restarted empty would
+            await board.backend.client.command("FUNCTION", "FLUSH")  # as a server restarted empty would
             job = await board.post("after")
             claim = await board.claim(job, "me")
             await board.consume(claim)
@@ -160,10 +160,10 @@ async def test_a_batch_cut_off_after_its_first_call_is_not_reported_unwritten(se
         url = f"redis://{proxy.hosts}/0/cutoff-{uuid.uuid4().hex}?session_timeout=2&connect_timeout=1"
         with anyio.fail_after(30):
             async with open_board(url) as board:
-                assert isinstance(board, RedisBoard)
+                assert isinstance(board.backend, RedisBackend)
                 parent = await board.post("parent")
                 calls = 0
-                script_call = board._call
+                script_call = board.backend._call
 
                 async def cut_before_the_second(op: str, *args: Any, **options: Any) -> Any:
                     nonlocal calls
@@ -172,7 +172,7 @@ async def test_a_batch_cut_off_after_its_first_call_is_not_reported_unwritten(se
                         await proxy.aclose()
                     return await script_call(op, *args, **options)
 
-                board._call = cut_before_the_second  # type: ignore[method-assign]
+                board.backend._call = cut_before_the_second  # type: ignore[method-assign]
                 batch = [NewJob("x", {"i": i}) for i in range(150)] + [NewJob("linked", depends_on=[parent])]
                 with pytest.raises(UnknownOutcome, match="cannot be told"):
                     await board.post_many(batch)  # sent call by call (a linked posting)
@@ -185,8 +185,8 @@ async def test_a_lost_wait_after_a_sent_write_is_not_taken_for_unsent(server: Re
     not turn the write into 'never sent' (a retry would then post it twice)."""
     with anyio.fail_after(20):
         async with open_board(f"{server.url('')}/0/wait-{uuid.uuid4().hex}?session_timeout=2") as board:
-            assert isinstance(board, RedisBoard)
-            client = board.client
+            assert isinstance(board.backend, RedisBackend)
+            client = board.backend.client
             await client.command("PING")
 
             async def wait_found_the_wire_failed(wire: Any) -> None:

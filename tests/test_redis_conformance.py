@@ -8,7 +8,7 @@ import pytest
 
 from jobboard.board import JobBoard
 from jobboard.testing import JobBoardConformance
-from jobboard_redis import RedisBoard
+from jobboard_redis import RedisBackend
 
 
 class TestRedisConformance(JobBoardConformance):
@@ -23,9 +23,9 @@ class TestRedisConformance(JobBoardConformance):
 
     async def inject_malformed(self, board: JobBoard) -> None:
         """A job hash written by another tool: indexed like a job, its posting is not one."""
-        assert isinstance(board, RedisBoard)
-        prefix = board.options.prefix
-        await board.client.command("HSET", f"{prefix}job:999999", "p", b"\x93written by another tool",
+        assert isinstance(board.backend, RedisBackend)
+        prefix = board.backend.options.prefix
+        await board.backend.client.command("HSET", f"{prefix}job:999999", "p", b"\x93written by another tool",
                                    "name", "x", "sc", "1", "st", "u", "gen", "0", "att", "0")
         for index in ("all", "ready", "rn:x"):
-            await board.client.command("ZADD", f"{prefix}{index}", "1", "999999")
+            await board.backend.client.command("ZADD", f"{prefix}{index}", "1", "999999")

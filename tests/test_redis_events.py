@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from jobboard import ClaimLost, Event, EventKind, EventStream, NewJob, open_board
-from jobboard_redis import RedisBoard
+from jobboard_redis import RedisBackend
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -27,7 +27,7 @@ async def test_a_post_many_run_of_one_name_is_one_stream_entry_and_one_event_per
     with anyio.fail_after(30):
         async with open_board(url) as writer, open_board(url) as reader, \
                 writer.events() as own, reader.events() as streamed:
-            assert isinstance(writer, RedisBoard)
+            assert isinstance(writer.backend, RedisBackend)
             stream_key = writer.options.prefix + "ev"
             before = await writer.client.command("XLEN", stream_key)
             batch = [NewJob("same", {"i": i}) for i in range(50)] + [NewJob("other"), NewJob("same")]
@@ -54,11 +54,11 @@ async def test_a_claim_from_before_a_wipe_cannot_settle_the_job_that_reuses_its_
     url = f"{redis_url}/0/wiped-{uuid.uuid4().hex}"
     with anyio.fail_after(30):
         async with open_board(url) as board:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             stale = await board.claim(await board.post("a", {"v": "old"}), "w")
-            keys = await board.client.command("KEYS", board.options.prefix.replace("{", "\\{").replace("}", "\\}")
+            keys = await board.backend.client.command("KEYS", board.backend.options.prefix.replace("{", "\\{").replace("}", "\\}")
                                               + "*")
-            await board.client.command("DEL", *keys)  # everything of the board, its session too
+            await board.backend.client.command("DEL", *keys)  # everything of the board, its session too
             fresh = await board.post("a", {"v": "new"}, keep_result=True)
             assert fresh.id == stale.job.id  # the premise: the id is reused
             taken = await board.claim(fresh, "w")  # the same owner

@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 from jobboard import ClaimLost, EventKind, JobBoardError, JobState, NewJob, open_board
-from jobboard_redis import RedisBoard
+from jobboard_redis import RedisBackend, RedisBoard
 from jobboard_redis.client import ConnectionLost
 from jobboard_redis.client_wire import ServerError, connect
 from tests.support.boards import claimed
@@ -107,7 +107,7 @@ async def test_stopped_owner_is_fenced_and_its_settle_refused(redis_url: str) ->
 
 def lose_replies(board: RedisBoard, count: int = 1) -> list[int]:
     """The next ``count`` scripts run on the server, then their replies are lost (a reset)."""
-    client = board.client
+    client = board.backend.client
     original = client._script  # test-only reach into the one module that talks to Redis
     lost = [0]
 
@@ -125,7 +125,7 @@ def lose_replies(board: RedisBoard, count: int = 1) -> list[int]:
 async def test_lost_replies_are_resolved_exactly(redis_url: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url, session_timeout=5)) as board:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             stream = board.events()
             lost = lose_replies(board, 3)  # post, claim, consume: each applied once, replies lost
             job = await board.post("once", {"k": 1})
@@ -192,18 +192,18 @@ async def test_a_restarted_server_with_aof_keeps_jobs_and_claims() -> None:
 async def test_a_foreign_key_in_the_board_is_skipped_and_reported(redis_url: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url)) as board:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             good = await board.post("good")
-            prefix = board.options.prefix
-            await board.client.command("SET", f"{prefix}job:77", "not a hash")
-            await board.client.command("ZADD", f"{prefix}all", "0", "77")
-            await board.client.command("ZADD", f"{prefix}ready", "0", "77")
+            prefix = board.backend.options.prefix
+            await board.backend.client.command("SET", f"{prefix}job:77", "not a hash")
+            await board.backend.client.command("ZADD", f"{prefix}all", "0", "77")
+            await board.backend.client.command("ZADD", f"{prefix}ready", "0", "77")
             async with board.events() as stream:
                 assert [j.id async for j in board.iterjobs()] == [good.id]
                 assert (await anext(stream)).kind is EventKind.MALFORMED
             claim = await board.claim_next("w")
             assert claim is not None and claim.job.id == good.id
-            assert await board.client.command("GET", f"{prefix}job:77") == b"not a hash"  # kept, not lost
+            assert await board.backend.client.command("GET", f"{prefix}job:77") == b"not a hash"  # kept, not lost
 
 
 @pytest.fixture
@@ -214,7 +214,7 @@ async def server() -> AsyncIterator[RedisServer]:
 
 async def test_an_acl_user_without_permission_gets_one_clear_error(server: RedisServer) -> None:
     async with open_board(board_url(server.url(""))) as admin:
-        assert isinstance(admin, RedisBoard)
+        assert isinstance(admin.backend, RedisBackend)
         await admin.client.command("ACL", "SETUSER", "reader", "on", ">secret", "~*", "+@read", "+info")
     url = board_url(f"redis://reader:secret@{server.hosts}")
     with anyio.fail_after(20), pytest.raises(JobBoardError, match="ACL") as caught:
@@ -225,8 +225,8 @@ async def test_an_acl_user_without_permission_gets_one_clear_error(server: Redis
 
 async def test_an_evicting_server_is_refused(server: RedisServer) -> None:
     async with open_board(board_url(server.url(""))) as board:
-        assert isinstance(board, RedisBoard)
-        await board.client.command("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
+        assert isinstance(board.backend, RedisBackend)
+        await board.backend.client.command("CONFIG", "SET", "maxmemory-policy", "allkeys-lru")
     with anyio.fail_after(20), pytest.raises(JobBoardError, match="maxmemory-policy is allkeys-lru"):
         async with open_board(board_url(server.url(""))):
             pass
@@ -234,8 +234,8 @@ async def test_an_evicting_server_is_refused(server: RedisServer) -> None:
 
 async def test_persistence_off_is_warned_about(server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
     async with open_board(board_url(server.url(""))) as board:
-        assert isinstance(board, RedisBoard)
-        await board.client.command("CONFIG", "SET", "appendonly", "no")
+        assert isinstance(board.backend, RedisBackend)
+        await board.backend.client.command("CONFIG", "SET", "appendonly", "no")
     with caplog.at_level(logging.WARNING), anyio.fail_after(20):
         async with open_board(board_url(server.url(""))):
             pass
@@ -312,7 +312,7 @@ async def test_post_many_stops_at_a_missing_dependency_and_replays_by_nonce(redi
 
     with anyio.fail_after(20):
         async with open_board(board_url(redis_url)) as board:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             with pytest.raises(InvalidJob, match="job-that-does-not-exist"):
                 await board.post_many([NewJob("a"), NewJob("b", depends_on=["job-that-does-not-exist"]),
                                        NewJob("c")])
@@ -329,7 +329,7 @@ async def test_events_trimmed_while_disconnected_are_reported(redis_url: str) ->
         url = board_url(f"redis://{proxy.hosts}", session_timeout=10)
         with anyio.fail_after(30):
             async with open_board(url) as reader, open_board(url.replace(proxy.hosts, f"{host}:{port}")) as other:
-                assert isinstance(other, RedisBoard)
+                assert isinstance(other.backend, RedisBackend)
                 stream = reader.events()
                 await reader.post("seen")
                 assert (await anext(stream)).kind is EventKind.POSTED
@@ -338,7 +338,7 @@ async def test_events_trimmed_while_disconnected_are_reported(redis_url: str) ->
                 assert (await anext(stream)).kind is EventKind.SUSPENDED
                 for _ in range(3):
                     await other.post("missed")
-                await other.client.command("XTRIM", f"{other.options.prefix}ev", "MAXLEN", "1")
+                await other.backend.client.command("XTRIM", f"{other.backend.options.prefix}ev", "MAXLEN", "1")
                 proxy.resume()
                 kinds = [(await anext(stream)).kind for _ in range(3)]
                 assert kinds[:2] == [EventKind.RECONNECTED, EventKind.DROPPED]

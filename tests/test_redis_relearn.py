@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from jobboard import EventKind, JobBoardError, open_board
-from jobboard_redis import RedisBoard
+from jobboard_redis import RedisBackend
 from tests.support.localserver import HOST
 from tests.support.redisserver import RedisServer
 
@@ -49,8 +49,8 @@ async def test_a_strict_board_waits_for_a_replica_that_came_and_writes_alone_onc
         caplog: pytest.LogCaptureFixture) -> None:
     with RedisServer(appendfsync="always") as primary, caplog.at_level(logging.WARNING), anyio.fail_after(60):
         async with open_board(strict_url(primary)) as board:
-            assert isinstance(board, RedisBoard)
-            replication = board.client.replication
+            assert isinstance(board.backend, RedisBackend)
+            replication = board.backend.client.replication
             await board.post("alone")
             assert replication.replicas == 0
             with RedisServer(appendfsync="always", extra=["--replicaof", HOST, str(primary.port)]) as replica:

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from jobboard import NewJob, open_board
-from jobboard_redis import RedisBoard
+from jobboard_redis import RedisBackend
 from tests.test_redis_faults import lose_replies
 
 pytestmark = pytest.mark.timeout(60)
@@ -23,7 +23,7 @@ def url(base: str) -> str:
 async def test_a_claim_next_whose_reply_is_lost_returns_that_claim(redis_url: str) -> None:
     with anyio.fail_after(20):
         async with open_board(url(redis_url)) as board:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             first, second = await board.post("a"), await board.post("b")
             lost = lose_replies(board, 1)
             claim = await board.claim_next("me")
@@ -38,7 +38,7 @@ async def test_a_claim_next_whose_reply_is_lost_returns_that_claim(redis_url: st
 async def test_a_fused_consume_and_claim_whose_reply_is_lost_is_applied_once(redis_url: str) -> None:
     with anyio.fail_after(20):
         async with open_board(url(redis_url)) as board:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             jobs = [await board.post("j", {"i": i}) for i in range(3)]
             claim = await board.claim_next("me")
             assert claim is not None
@@ -52,7 +52,7 @@ async def test_a_fused_consume_and_claim_whose_reply_is_lost_is_applied_once(red
 async def test_a_post_many_chunk_posted_at_once_is_not_duplicated(redis_url: str) -> None:
     with anyio.fail_after(20):
         async with open_board(url(redis_url)) as board:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             lost = lose_replies(board, 1)
             jobs = await board.post_many([NewJob("x", {"i": i}) for i in range(50)] +
                                          [NewJob("jobboard.internal", {"i": 0})])
@@ -68,13 +68,13 @@ async def test_jobs_written_by_the_previous_layout_are_claimed_and_settled(redis
     """Jobs of the previous version: every field written (empty ones too), no 'nd' (dependency count)."""
     with anyio.fail_after(20):
         async with open_board(url(redis_url)) as board:
-            assert isinstance(board, RedisBoard)
-            prefix = board.options.prefix
+            assert isinstance(board.backend, RedisBackend)
+            prefix = board.backend.options.prefix
             parent = await board.post("parent")
             child = await board.post("child", depends_on=[parent])
             for job in (parent, child):
-                await board.client.command("HDEL", f"{prefix}job:{job.id}", "nd")
-                await board.client.command("HSET", f"{prefix}job:{job.id}", "owner", "", "sess", "", "nb", "",
+                await board.backend.client.command("HDEL", f"{prefix}job:{job.id}", "nd")
+                await board.backend.client.command("HSET", f"{prefix}job:{job.id}", "owner", "", "sess", "", "nb", "",
                                            "key", "", "maxa", "", "keep", "0", "rttl", "", "tttl", "")
             claim = await board.claim_next("me")
             assert claim is not None and claim.job.id == parent.id
@@ -83,4 +83,4 @@ async def test_jobs_written_by_the_previous_layout_are_claimed_and_settled(redis
             assert second is not None and second.job.id == child.id and second.dependency_results == ({"r": 1},)
             await board.consume(second)
             assert await board.job_count() == 0
-            assert await board.client.command("EXISTS", f"{prefix}res:{child.id}") == 0
+            assert await board.backend.client.command("EXISTS", f"{prefix}res:{child.id}") == 0

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from jobboard import ClaimLost, EventKind, JobBoardError, NewJob, open_board
-from jobboard_redis import RedisBoard
+from jobboard_redis import RedisBackend, RedisBoard
 from jobboard_redis.session import Session
 
 pytestmark = pytest.mark.timeout(60)
@@ -27,14 +27,14 @@ async def test_a_claim_refused_for_a_session_the_server_lost_replaces_it_at_once
     """As after a failover whose new primary never heard of (or already expired) this board's session."""
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url, session_timeout=10)) as board, board.events() as stream:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             held = await board.claim(await board.post("held"), "w")
             free = await board.post("free")
-            lost = board.session.id
-            await board.client.command("ZREM", f"{board.options.prefix}sessions", lost)
+            lost = board.backend.session.id
+            await board.backend.client.command("ZREM", f"{board.backend.options.prefix}sessions", lost)
             claim = await board.claim_next("w")  # not BackendUnavailable until the next heartbeat
             assert claim is not None and claim.job.id == held.job.id  # released with the lost session
-            assert board.session.id != lost and await board.owner(free) is None
+            assert board.backend.session.id != lost and await board.owner(free) is None
             assert (await board.watch_claim(held)) == "claimed again"
             with pytest.raises(ClaimLost):
                 await board.consume(held, "late")  # the lost session's claim is fenced
@@ -46,9 +46,9 @@ async def test_a_claim_refused_for_a_session_the_server_lost_replaces_it_at_once
 async def test_concurrent_claims_refused_for_a_lost_session_replace_it_once(redis_url: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url, session_timeout=10)) as board, board.events() as stream:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             await board.post_many([NewJob("j", {"i": i}) for i in range(20)])
-            await board.client.command("ZREM", f"{board.options.prefix}sessions", board.session.id)
+            await board.backend.client.command("ZREM", f"{board.backend.options.prefix}sessions", board.backend.session.id)
             claims = []
 
             async def take() -> None:
@@ -58,7 +58,7 @@ async def test_concurrent_claims_refused_for_a_lost_session_replace_it_once(redi
                 for _ in range(20):
                     group.start_soon(take)
             assert all(claims) and len({claim.job.id for claim in claims if claim}) == 20
-            assert await board.client.command("ZCARD", f"{board.options.prefix}sessions") == 1
+            assert await board.backend.client.command("ZCARD", f"{board.backend.options.prefix}sessions") == 1
             expired = 0
             with anyio.move_on_after(0.3):
                 while True:
@@ -73,10 +73,10 @@ async def lost_session(redis_url: str, close: Callable[[Session, Callable[[], Aw
     ``close(session, the real close)`` while the block runs."""
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url, session_timeout=10)) as board:
-            assert isinstance(board, RedisBoard)
+            assert isinstance(board.backend, RedisBackend)
             await board.post("j")
-            session, real = board.session, board.session.close
-            await board.client.command("ZREM", f"{board.options.prefix}sessions", session.id)
+            session, real = board.backend.session, board.backend.session.close
+            await board.backend.client.command("ZREM", f"{board.backend.options.prefix}sessions", session.id)
             session.close = lambda: close(session, real)  # type: ignore[method-assign]
             try:
                 yield board
@@ -93,7 +93,7 @@ async def test_a_board_stopped_while_its_lost_session_is_replaced_starts_no_new_
     async with lost_session(redis_url, close_then_stop) as board:
         with pytest.raises(JobBoardError, match="closed while its Redis session was being replaced"):
             await board.claim_next("w")
-        assert await board.client.command("ZCARD", f"{board.options.prefix}sessions") == 0  # no orphan left
+        assert await board.backend.client.command("ZCARD", f"{board.backend.options.prefix}sessions") == 0  # no orphan left
 
 
 async def test_a_claim_cancelled_while_its_lost_session_is_replaced_leaves_a_session(redis_url: str) -> None:
@@ -104,6 +104,6 @@ async def test_a_claim_cancelled_while_its_lost_session_is_replaced_leaves_a_ses
     async with lost_session(redis_url, slow_close) as board:
         with anyio.move_on_after(0.05):
             await board.claim_next("w")  # its caller gives up half-way through the replacement
-        sessions = await board.client.command("ZRANGE", f"{board.options.prefix}sessions", 0, -1)
-        assert sessions == [board.session.id.encode()]
+        sessions = await board.backend.client.command("ZRANGE", f"{board.backend.options.prefix}sessions", 0, -1)
+        assert sessions == [board.backend.session.id.encode()]
         assert await board.claim_next("w") is not None

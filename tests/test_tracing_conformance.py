@@ -14,7 +14,7 @@ from jobboard.board import JobBoard
 from jobboard.registry import open_board
 from jobboard.testing import BoardMaker, JobBoardConformance
 from jobboard.tracing import TracedBoard
-from jobboard_memory import MemoryBoard
+from jobboard_memory import MemoryBackend
 
 
 class TestTracedConformance(JobBoardConformance):
@@ -31,5 +31,5 @@ class TestTracedConformance(JobBoardConformance):
         return f"job-{int(job_id.removeprefix('job-')) + 1:010d}"
 
     async def inject_malformed(self, board: JobBoard) -> None:
-        assert isinstance(board, TracedBoard) and isinstance(board.inner, MemoryBoard)
-        board.inner.inject_malformed(b"\x93not a posting")
+        assert isinstance(board, TracedBoard) and isinstance(board.inner.backend, MemoryBackend)
+        board.inner.backend.inject_malformed(b"\x93not a posting")

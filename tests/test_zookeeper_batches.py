@@ -10,8 +10,7 @@ import anyio
 import pytest
 
 from jobboard import NewJob, open_board
-from jobboard_zookeeper import batching
-from jobboard_zookeeper.board import ZooKeeperBoard
+from jobboard_zookeeper import ZooKeeperBackend, batching
 from tests.support.faultproxy import FaultLink
 
 pytestmark = pytest.mark.timeout(60)
@@ -71,13 +70,13 @@ async def test_claims_read_their_jobs_ahead_so_a_cycle_is_about_two_requests(zk_
     with anyio.fail_after(30):
         async with open_board(url) as board:
             await board.post_many([NewJob("j", {"i": i}) for i in range(64)])
-            assert isinstance(board, ZooKeeperBoard)
-            before = board.zk.requests_sent
+            assert isinstance(board.backend, ZooKeeperBackend)
+            before = board.backend.zk.requests_sent
             done = []
             while (claim := await board.claim_next("me")) is not None:
                 done.append(claim.job.details["i"])
                 await board.consume(claim)
-            requests = board.zk.requests_sent - before
+            requests = board.backend.zk.requests_sent - before
     assert done == list(range(64))  # board order, one by one
     assert requests / 64 < 2.3, f"{requests / 64:.2f} requests per cycle (3 with a read before each claim)"
 
@@ -86,14 +85,14 @@ async def test_a_stale_read_ahead_cannot_make_a_wrong_claim(zk_hosts: str) -> No
     url = f"zookeeper://{zk_hosts}/batches/{uuid.uuid4().hex}"
     with anyio.fail_after(30):
         async with open_board(url) as board, open_board(url) as rival:
-            assert isinstance(board, ZooKeeperBoard)
+            assert isinstance(board.backend, ZooKeeperBackend)
             job = await board.post("j", max_attempts=5)
-            stale = await board.zk.get(board._paths.job(job.id))  # as read ahead, before the rival's turn
+            stale = await board.backend.zk.get(board.backend._paths.job(job.id))  # as read ahead, before the rival's turn
             await rival.abandon(await rival.claim(job, "rival"))
             assert (await board.get(job)).attempts == 1  # ZooKeeper sends the events before this reply
-            board.view.prefetched[job.id] = stale  # a read that crossed the rival's events
+            board.backend.view.prefetched[job.id] = stale  # a read that crossed the rival's events
             assert await board.claim_next("me") is None  # the stale version failed the claim's multi
-            assert board.claim_conflicts == 1
+            assert board.backend.claim_conflicts == 1
             claim = await board.claim_next("me")  # read afresh
             assert claim is not None and claim.generation == 2 and claim.job.attempts == 2
 

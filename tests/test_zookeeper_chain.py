@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from jobboard import Job, JobBoard, NewJob, open_board
+from jobboard_zookeeper import ZooKeeperBackend
 from jobboard_zookeeper.board import ZooKeeperBoard
 from tests.support.faultproxy import FaultLink
 
@@ -36,14 +37,14 @@ def url_of(hosts: str) -> str:
 
 def chain_of(board: JobBoard) -> tuple[int, int]:
     """The board's chained posts and conflicts so far."""
-    assert isinstance(board, ZooKeeperBoard)
-    chain = board._poster.chain
+    assert isinstance(board.backend, ZooKeeperBackend)
+    chain = board.backend._poster.chain
     return chain.chained, chain.conflicts
 
 
 def groups_of(board: JobBoard) -> int:
-    assert isinstance(board, ZooKeeperBoard)
-    return board._batches.grouper.groups
+    assert isinstance(board.backend, ZooKeeperBackend)
+    return board.backend._batches.grouper.groups
 
 
 async def post_in_flight(board: JobBoard, tag: str, count: int, in_flight: int,
@@ -87,7 +88,7 @@ def assert_posting_order(posted: list[Posted]) -> None:
 
 def count_posting_requests(board: ZooKeeperBoard) -> list[int]:
     """Counts the requests that post or take ids (not marker deletions, reads, pings)."""
-    zk, sent = board.zk, [0]
+    zk, sent = board.backend.zk, [0]
     original = zk._send
 
     async def send(request: Any, *, retry: bool) -> Any:
@@ -105,7 +106,7 @@ def count_posting_requests(board: ZooKeeperBoard) -> list[int]:
 async def test_a_board_posting_alone_sends_one_request_per_group_of_posts(zk_hosts: str, in_flight: int) -> None:
     with anyio.fail_after(40):
         async with open_board(url_of(zk_hosts)) as board:
-            assert isinstance(board, ZooKeeperBoard)
+            assert isinstance(board.backend, ZooKeeperBackend)
             posted: list[Posted] = []
             groups = groups_of(board)
             sent = count_posting_requests(board)

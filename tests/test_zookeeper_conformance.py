@@ -8,7 +8,7 @@ import pytest
 
 from jobboard.board import JobBoard
 from jobboard.testing import JobBoardConformance
-from jobboard_zookeeper import ZooKeeperBoard
+from jobboard_zookeeper import ZooKeeperBackend
 from jobboard_zookeeper.ops import Create
 
 
@@ -24,9 +24,9 @@ class TestZooKeeperConformance(JobBoardConformance):
         return f"{rank}-{int(sequence) + 1:013d}"
 
     async def inject_malformed(self, board: JobBoard) -> None:
-        assert isinstance(board, ZooKeeperBoard)
-        path = f"{board.options.root}/jobs/2-0000000000000"
-        result = await board.zk.multi([Create(path, b"\x93written by another tool")])
+        assert isinstance(board.backend, ZooKeeperBackend)
+        path = f"{board.backend.options.root}/jobs/2-0000000000000"
+        result = await board.backend.zk.multi([Create(path, b"\x93written by another tool")])
         assert result.ok
 
 
@@ -38,7 +38,7 @@ class TestPartitionedZooKeeperConformance(TestZooKeeperConformance):
         return f"zookeeper://{zk_hosts}/conformance/{uuid.uuid4().hex}?session_timeout=4&partitions=4"
 
     async def inject_malformed(self, board: JobBoard) -> None:
-        assert isinstance(board, ZooKeeperBoard)
-        path = board._paths.job("2-0000000000000")
-        result = await board.zk.multi([Create(path, b"\x93written by another tool")])
+        assert isinstance(board.backend, ZooKeeperBackend)
+        path = board.backend._paths.job("2-0000000000000")
+        result = await board.backend.zk.multi([Create(path, b"\x93written by another tool")])
         assert result.ok

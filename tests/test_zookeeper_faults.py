@@ -24,7 +24,7 @@ from jobboard import (
     JobState,
     open_board,
 )
-from jobboard_zookeeper import ZooKeeperBoard
+from jobboard_zookeeper import ZooKeeperBackend, ZooKeeperBoard
 from tests.support.tcpproxy import TcpProxy
 from tests.support.zkserver import ZooKeeperServer
 
@@ -129,8 +129,8 @@ async def test_killed_owner_releases_its_claim_within_the_session_timeout(zk_hos
 
 def lose_next_reply(board: JobBoard) -> Callable[[], int]:
     """Make the next multi's reply get lost after the server applied it; returns a counter."""
-    assert isinstance(board, ZooKeeperBoard)
-    session = board.zk._session  # test-only reach into the client to break one reply
+    assert isinstance(board.backend, ZooKeeperBackend)
+    session = board.backend.zk._session  # test-only reach into the client to break one reply
     conn = session.conn
     original = conn.send
     lost = [0]

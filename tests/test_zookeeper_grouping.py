@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from jobboard import BackendUnavailable, JobBoard, UnknownOutcome, open_board
-from jobboard_zookeeper import ZooKeeperBoard
+from jobboard_zookeeper import ZooKeeperBackend
 from tests.support.tcpproxy import TcpProxy
 from tests.test_zookeeper_faults import board_url
 from tests.test_zookeeper_truth import lose_reply_while
@@ -18,8 +18,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def groups_of(board: JobBoard) -> int:
-    assert isinstance(board, ZooKeeperBoard)
-    return board._batches.grouper.groups
+    assert isinstance(board.backend, ZooKeeperBackend)
+    return board.backend._batches.grouper.groups
 
 
 async def test_posts_of_one_turn_go_in_one_multi_in_the_order_called(zk_hosts: str) -> None:

@@ -21,7 +21,7 @@ from jobboard import open_board
 from jobboard.errors import BoardConflict, InvalidURL
 from jobboard.events import EventKind
 from jobboard.job import Job
-from jobboard_zookeeper import ZooKeeperBoard
+from jobboard_zookeeper import ZooKeeperBackend, ZooKeeperBoard
 from jobboard_zookeeper.fleet import PartitionedView, owned_partitions
 from jobboard_zookeeper.partitions import PartitionedPaths
 from tests.support.tcpproxy import TcpProxy
@@ -40,7 +40,7 @@ async def boards(zk_hosts: str) -> AsyncIterator[Opener]:
     async def opener(query: str = f"?partitions={K}&session_timeout=4") -> ZooKeeperBoard:
         board = open_board(root + query)
         await board.open()
-        assert isinstance(board, ZooKeeperBoard)
+        assert isinstance(board.backend, ZooKeeperBackend)
         opened.append(board)
         return board
 
@@ -50,12 +50,12 @@ async def boards(zk_hosts: str) -> AsyncIterator[Opener]:
 
 
 def fleet(board: ZooKeeperBoard) -> PartitionedView:
-    assert isinstance(board.view, PartitionedView)
-    return board.view
+    assert isinstance(board.backend.view, PartitionedView)
+    return board.backend.view
 
 
 def partition(board: ZooKeeperBoard, job: Job) -> int:
-    paths = board._paths
+    paths = board.backend._paths
     assert isinstance(paths, PartitionedPaths)
     return paths.partition_of(job.id)
 
@@ -92,9 +92,9 @@ def test_owned_partitions_split_round_robin() -> None:
 async def test_the_layout_is_recorded_and_a_mismatch_is_refused(boards: Opener) -> None:
     with anyio.fail_after(30):
         created = await boards()
-        assert created._paths.partitions == K
+        assert created.backend._paths.partitions == K
         plain = await boards("")  # no option: the recorded layout
-        assert plain._paths.partitions == K
+        assert plain.backend._paths.partitions == K
         job = await created.post("j")
         assert (await plain.get(job)).id == job.id
         with pytest.raises(BoardConflict, match=f"created with partitions={K}, not partitions=8"):
@@ -105,7 +105,7 @@ async def test_a_flat_board_stays_flat(zk_hosts: str) -> None:
     url = f"zookeeper://{zk_hosts}/partitions/{uuid.uuid4().hex}"
     with anyio.fail_after(30):
         async with open_board(url) as flat:
-            assert isinstance(flat, ZooKeeperBoard) and flat._paths.partitions == 0
+            assert isinstance(flat.backend, ZooKeeperBackend) and flat.backend._paths.partitions == 0
             await flat.post("j")
             with pytest.raises(BoardConflict, match="flat layout"):
                 async with open_board(url + "?partitions=4"):
@@ -124,13 +124,13 @@ async def test_members_split_the_partitions_and_hear_only_theirs(boards: Opener)
         a, b = await two_members(boards)
         assert fleet(a).owned | fleet(b).owned == set(range(K)) and not fleet(a).owned & fleet(b).owned
         poster = await boards()
-        heard = a.zk.events_received
+        heard = a.backend.zk.events_received
         jobs = [await poster.post("j") for _ in range(12)]
         await until(lambda: all(job.id in fleet(b).jobs for job in jobs if partition(a, job) in fleet(b).owned))
         mine = [job for job in jobs if partition(a, job) in fleet(a).owned]
-        await until(lambda: all(job.id in a.view.jobs for job in mine))
-        assert a.zk.events_received - heard == len(mine)  # one create each, nothing of b's partitions
-        assert not any(job.id in a.view.jobs for job in jobs if job not in mine)
+        await until(lambda: all(job.id in a.backend.view.jobs for job in mine))
+        assert a.backend.zk.events_received - heard == len(mine)  # one create each, nothing of b's partitions
+        assert not any(job.id in a.backend.view.jobs for job in jobs if job not in mine)
 
 
 async def test_a_member_that_closes_leaves_its_partitions_to_the_others(boards: Opener) -> None:
@@ -144,7 +144,7 @@ async def test_a_member_that_closes_leaves_its_partitions_to_the_others(boards: 
 async def test_a_killed_member_s_partitions_are_taken_over(boards: Opener, zk_hosts: str) -> None:
     a = await boards()
     assert await a.claim_next("a") is None
-    root = a.options.root
+    root = a.backend.options.root
     script = ("import anyio, sys\nfrom jobboard import open_board\n"
               "async def main():\n"
               f"    async with open_board('zookeeper://{zk_hosts}{root}?session_timeout=2') as board:\n"
@@ -169,7 +169,7 @@ async def test_an_idle_member_steals_from_a_busy_one(boards: Opener) -> None:
         job = await post_into(a, b)
         claim = await a.claim_next("thief")
         assert claim is not None and claim.job.id == job.id
-        assert a.steals == 1
+        assert a.backend.steals == 1
         await a.consume(claim)
         assert await b.claim_next("b") is None and await a.job_count() == 0
 
@@ -199,7 +199,7 @@ async def test_watching_a_stolen_claim_pins_its_partition(boards: Opener) -> Non
         a, b = await two_members(boards)
         await post_into(a, b)
         claim = await a.claim_next("thief")
-        assert claim is not None and a.steals == 1
+        assert claim is not None and a.backend.steals == 1
         async with anyio.create_task_group() as group:
             group.start_soon(cancel_later, b, claim.job)
             assert await a.watch_claim(claim) == "trashed"
@@ -241,7 +241,7 @@ async def test_a_member_whose_session_expired_joins_again(zk_hosts: str) -> None
         with anyio.fail_after(45):
             async with open_board(f"zookeeper://{proxy.hosts}{root}?partitions={K}&session_timeout=2") as a, \
                     open_board(f"zookeeper://{zk_hosts}{root}?session_timeout=2") as b:
-                assert isinstance(a, ZooKeeperBoard) and isinstance(b, ZooKeeperBoard)
+                assert isinstance(a.backend, ZooKeeperBackend) and isinstance(b.backend, ZooKeeperBackend)
                 assert await a.claim_next("a") is None and await b.claim_next("b") is None
                 await until(lambda: len(fleet(b).owned) == K // 2)
                 proxy.pause()  # a's session expires: b owns everything

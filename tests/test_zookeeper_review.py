@@ -24,7 +24,7 @@ from jobboard import (
     JobState,
     open_board,
 )
-from jobboard_zookeeper import ZooKeeperBoard, markers
+from jobboard_zookeeper import ZooKeeperBackend, ZooKeeperBoard, markers
 from jobboard_zookeeper.keys import collect_keys
 from jobboard_zookeeper.markers import Marker
 from jobboard_zookeeper.ops import Create, Delete, Op, OutcomeUnknown, TxnResult
@@ -41,10 +41,10 @@ async def test_two_settles_of_one_claim_resolving_one_lost_reply_raise_no_native
     url = board_url(zk_hosts, session_timeout=6)
     with anyio.fail_after(30):
         async with open_board(url) as board:
-            assert isinstance(board, ZooKeeperBoard)
+            assert isinstance(board.backend, ZooKeeperBackend)
             job = await board.post("x")
             claim = await board.claim(job, "me")
-            original = board._markers.applied
+            original = board.backend._markers.applied
             inside: list[Marker] = []
             reading, both = asyncio.Event(), asyncio.Event()
 
@@ -56,7 +56,7 @@ async def test_two_settles_of_one_claim_resolving_one_lost_reply_raise_no_native
                 await asyncio.wait_for(both.wait(), 10)
                 return await original(marker)
 
-            board._markers.applied = applied  # type: ignore[method-assign]
+            board.backend._markers.applied = applied  # type: ignore[method-assign]
             lose_reply_while(board, anyio.lowlevel.checkpoint)
             first = asyncio.create_task(board.consume(claim, "one"))
             await reading.wait()  # the first consume's reply was lost; it reads its marker back
@@ -135,12 +135,12 @@ async def test_the_key_collector_never_deletes_a_key_settled_within_the_retentio
     url = board_url(zk_hosts, session_timeout=6, key_retention=retention)
     with anyio.fail_after(40):
         async with open_board(url) as collector, open_board(url) as rival:
-            assert isinstance(collector, ZooKeeperBoard)
+            assert isinstance(collector.backend, ZooKeeperBackend)
             old = await rival.post("x", key="k")
             await rival.consume(await rival.claim(old, "w"))
             await anyio.sleep(retention + 0.3)  # expired
             fresh: list[str] = []
-            original = collector.zk.multi
+            original = collector.backend.zk.multi
 
             async def multi(ops: list[Op], **kwargs: Any) -> TxnResult:
                 if not fresh and isinstance(ops[0], Delete) and "/keys/" in ops[0].path:
@@ -149,8 +149,8 @@ async def test_the_key_collector_never_deletes_a_key_settled_within_the_retentio
                     fresh.append(job.id)
                 return await original(ops, **kwargs)
 
-            collector.zk.multi = multi  # type: ignore[method-assign]
-            await collect_keys(collector.zk, collector._paths, retention, time.time())
+            collector.backend.zk.multi = multi  # type: ignore[method-assign]
+            await collect_keys(collector.backend.zk, collector.backend._paths, retention, time.time())
             assert fresh
             assert (await rival.post("x", key="k")).id == fresh[0]  # settled a moment ago
 
@@ -158,10 +158,10 @@ async def test_the_key_collector_never_deletes_a_key_settled_within_the_retentio
 async def test_cancel_refused_by_a_node_it_must_create_is_a_board_conflict(zk_hosts: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(zk_hosts, session_timeout=6)) as board:
-            assert isinstance(board, ZooKeeperBoard)
+            assert isinstance(board.backend, ZooKeeperBackend)
             job = await board.post("x")
-            stray = f"{board.options.root}/trash/{job.id}"  # as another tool (or an old bug) left it
-            assert (await board.zk.multi([Create(stray, b"\x01")])).ok
+            stray = f"{board.backend.options.root}/trash/{job.id}"  # as another tool (or an old bug) left it
+            assert (await board.backend.zk.multi([Create(stray, b"\x01")])).ok
             with pytest.raises(BoardConflict, match="NodeExists"):
                 await board.cancel(job, "unwanted")
             assert await board.job_count() == 1
@@ -190,8 +190,8 @@ async def test_a_post_lost_five_times_is_reported_as_transient(zk_hosts: str) ->
     dependencies or key kept changing"), although the job is valid and nothing changed."""
     with anyio.fail_after(40):
         async with open_board(board_url(zk_hosts, session_timeout=6)) as board:
-            assert isinstance(board, ZooKeeperBoard)
-            zk = board.zk
+            assert isinstance(board.backend, ZooKeeperBackend)
+            zk = board.backend.zk
             original = zk._send
             lost = [0]
 
@@ -213,7 +213,7 @@ async def test_no_marker_flusher_outlives_its_board(zk_hosts: str) -> None:
     with anyio.fail_after(30):
         board = ZooKeeperBoard(board_url(zk_hosts, session_timeout=6))
         await board.open()
-        conn = board.zk._session.conn
+        conn = board.backend.zk._session.conn
         original = conn.send
         sent = asyncio.Event()
 
@@ -228,9 +228,9 @@ async def test_no_marker_flusher_outlives_its_board(zk_hosts: str) -> None:
         await sent.wait()  # the post's multi is on its way: its reply comes while the board closes
         await board.aclose()
         assert (await posting).name == "x"
-        assert board._markers._doomed, "the post's marker was not queued after close() had flushed"
+        assert board.backend._markers._doomed, "the post's marker was not queued after close() had flushed"
         await anyio.sleep(2.5)
-        flusher = board._markers._flusher
+        flusher = board.backend._markers._flusher
         running = flusher is not None and not flusher.done()
         if flusher is not None:
             flusher.cancel()

@@ -33,7 +33,7 @@ from jobboard import (
     UnknownOutcome,
     open_board,
 )
-from jobboard_zookeeper import ZooKeeperBoard, markers
+from jobboard_zookeeper import ZooKeeperBackend, ZooKeeperBoard, markers
 from jobboard_zookeeper.keys import collect_keys
 from jobboard_zookeeper.ops import Create
 from tests.support.tcpproxy import TcpProxy
@@ -124,8 +124,8 @@ def housekeeping(request: Any) -> bool:
 def lose_reply_while(board: JobBoard, meanwhile: Callable[[], Awaitable[None]]) -> list[int]:
     """The next post, claim or settle multi is applied but its reply lost; ``meanwhile`` runs
     before the poster learns it (background multis, see ``housekeeping``, pass untouched)."""
-    assert isinstance(board, ZooKeeperBoard)
-    conn = board.zk._session.conn  # test-only reach into the client to break one reply
+    assert isinstance(board.backend, ZooKeeperBackend)
+    conn = board.backend.zk._session.conn  # test-only reach into the client to break one reply
     original = conn.send
     lost = [0]
 
@@ -211,10 +211,10 @@ async def test_a_conflict_retrying_cannot_fix_is_not_reported_as_transient(zk_ho
     url = board_url(zk_hosts, session_timeout=6)
     with anyio.fail_after(30):
         async with open_board(url) as board:
-            assert isinstance(board, ZooKeeperBoard)
+            assert isinstance(board.backend, ZooKeeperBackend)
             job = await board.post("kept", keep_result=True)
-            stray = f"{board.options.root}/results/{job.id}"  # as another tool (or an old bug) left it
-            assert (await board.zk.multi([Create(stray, b"\x01")])).ok
+            stray = f"{board.backend.options.root}/results/{job.id}"  # as another tool (or an old bug) left it
+            assert (await board.backend.zk.multi([Create(stray, b"\x01")])).ok
             claim = await board.claim(job, "me")
             with pytest.raises(BoardConflict, match=f"NodeExists on {stray}"):
                 await board.consume(claim, "result")
@@ -222,7 +222,7 @@ async def test_a_conflict_retrying_cannot_fix_is_not_reported_as_transient(zk_ho
 
 
 async def marker_names(board: ZooKeeperBoard) -> list[str]:
-    listing = await board.zk.children(f"{board.options.root}/marks")
+    listing = await board.backend.zk.children(f"{board.backend.options.root}/marks")
     return sorted(listing[0]) if listing else []
 
 
@@ -230,7 +230,7 @@ async def test_write_markers_are_deleted_once_resolved(zk_hosts: str) -> None:
     url = board_url(zk_hosts, session_timeout=6)
     with anyio.fail_after(30):
         async with open_board(url) as board:
-            assert isinstance(board, ZooKeeperBoard)
+            assert isinstance(board.backend, ZooKeeperBackend)
             for _ in range(300):
                 claim = await board.claim(await board.post("x"), "me")
                 await board.consume(claim)
@@ -248,10 +248,10 @@ async def test_markers_of_a_dead_board_are_collected_after_the_grace(
     url = board_url(zk_hosts, session_timeout=6)
     with anyio.fail_after(30):
         async with open_board(url) as board:
-            assert isinstance(board, ZooKeeperBoard)
-            left = [f"{board.options.root}/marks/deadbeef-{n:010d}" for n in range(3)]
-            assert (await board.zk.multi([Create(path) for path in left])).ok
-            collector = markers.Markers(board.zk, board._paths)
+            assert isinstance(board.backend, ZooKeeperBackend)
+            left = [f"{board.backend.options.root}/marks/deadbeef-{n:010d}" for n in range(3)]
+            assert (await board.backend.zk.multi([Create(path) for path in left])).ok
+            collector = markers.Markers(board.backend.zk, board.backend._paths)
             assert await collector.collect() == 0  # first seen now
             assert await collector.collect() == 0  # not yet seen for the grace
             await anyio.sleep(0.6)
@@ -263,13 +263,13 @@ async def test_expired_keys_are_collected_and_live_ones_kept(zk_hosts: str) -> N
     url = board_url(zk_hosts, session_timeout=6, key_retention=0.3)
     with anyio.fail_after(30):
         async with open_board(url) as board:
-            assert isinstance(board, ZooKeeperBoard)
+            assert isinstance(board.backend, ZooKeeperBackend)
             await board.consume(await board.claim(await board.post("x", key="settled"), "me"))
             living = await board.post("x", key="living")
             await anyio.sleep(0.5)
-            server_now = (await board.zk.bump(board._paths.counter(0))).mtime
-            assert await collect_keys(board.zk, board._paths, board.key_retention, server_now) == 1
-            listing = await board.zk.children(f"{board.options.root}/keys")
+            server_now = (await board.backend.zk.bump(board.backend._paths.counter(0))).mtime
+            assert await collect_keys(board.backend.zk, board.backend._paths, board.key_retention, server_now) == 1
+            listing = await board.backend.zk.children(f"{board.backend.options.root}/keys")
             assert listing is not None and listing[0] == ["k-living"]
             assert (await board.post("x", key="living")).id == living.id
 

@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from jobboard import open_board
-from jobboard_zookeeper import ZooKeeperBoard
+from jobboard_zookeeper import ZooKeeperBackend
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,9 +59,9 @@ async def test_watch_events_leave_no_callback_entries_behind(zk_hosts: str) -> N
     url = f"zookeeper://{zk_hosts}/view/{uuid.uuid4().hex}"
     with anyio.fail_after(45):
         async with open_board(url) as board:
-            assert isinstance(board, ZooKeeperBoard)
+            assert isinstance(board.backend, ZooKeeperBackend)
             for index in range(200):
                 claim = await board.claim(await board.post("j", {"i": index}), "w")
                 await board.consume(claim)
             # aiozk re-sends every key here as one SetWatches after a reconnect; they must not pile up
-            assert len(board.zk._session.watch_callbacks) == 0
+            assert len(board.backend.zk._session.watch_callbacks) == 0

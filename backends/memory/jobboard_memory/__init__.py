@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from jobboard_memory.board import MemoryBoard
+from jobboard_memory.board import MemoryBackend, MemoryBoard
 
-__all__ = ["MemoryBoard"]
+__all__ = ["MemoryBackend", "MemoryBoard"]

@@ -18,21 +18,27 @@ from typing import Any
 
 import anyio
 
-from jobboard.backend import Prepared, Settle, SettleAction
-from jobboard.board import JobBoard, JobRef, check_owner, job_id_of
-from jobboard.board_inputs import check_age, check_progress
-from jobboard.codec import MalformedEntry, encode_value
-from jobboard.events import Event
-from jobboard.job import (
+from jobboard.backend import (
+    Backend,
     Claim,
     Entity,
+    Event,
     Job,
     JobState,
     ListedJob,
+    MalformedEntry,
     Outcome,
+    Prepared,
+    Progress,
+    Settle,
+    SettleAction,
     TrashedJob,
+    non_negative_float,
+    parse_options,
+    parse_url,
+    positive_int,
 )
-from jobboard.url import non_negative_float, parse_options, parse_url, positive_int
+from jobboard.board import JobBoard
 from jobboard_memory import keep
 from jobboard_memory.keep import Keeper
 from jobboard_memory.store import Store, wall_clock
@@ -47,9 +53,9 @@ class SharedState:
     """A store plus what the boards sharing it need to see each other."""
 
     def __init__(self) -> None:
-        self.boards: set[MemoryBoard] = set()
+        self.boards: set[MemoryBackend] = set()
         self.store = Store(self.publish)
-        self.entities: dict[str, tuple[Entity, MemoryBoard]] = {}
+        self.entities: dict[str, tuple[Entity, MemoryBackend]] = {}
         self._waiters: list[anyio.Event] = []
 
     def publish(self, event: Event) -> None:
@@ -73,7 +79,7 @@ class SharedState:
 _SHARED: dict[str, SharedState] = {}
 
 
-class MemoryBoard(JobBoard):
+class MemoryBackend(Backend):
     """In-process job board; see the module docstring."""
 
     def __init__(self, url: str) -> None:
@@ -90,7 +96,7 @@ class MemoryBoard(JobBoard):
 
     @property
     def _shared(self) -> SharedState:
-        self._ensure_open()
+        self.ensure_open()
         return _SHARED[self._name]
 
     @property
@@ -115,21 +121,21 @@ class MemoryBoard(JobBoard):
         self._open = False
         shared.notify()
 
-    async def _post(self, prepared: Prepared) -> Job:
+    async def post(self, prepared: Prepared) -> Job:
         self._keeper.sweep(self._store, force=False)
         existing = self._store.keyed(prepared.posting.key, self.key_retention)
         return existing if existing is not None else self._store.admit(prepared.raw)
 
-    async def get(self, job: JobRef) -> Job:
-        return self._store.entry(job_id_of(job)).job()
+    async def get(self, job_id: str) -> Job:
+        return self._store.entry(job_id).job()
 
-    async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
+    async def iterjobs(self, only_unclaimed: bool) -> AsyncIterator[Job]:
         self._report_store_malformed()
         for entry in self._store.ordered():
             if not only_unclaimed or entry.state() is JobState.UNCLAIMED:
                 yield entry.job()
 
-    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+    async def listing(self, only_unclaimed: bool) -> AsyncIterator[ListedJob]:
         self._report_store_malformed()
         for entry in self._store.ordered():
             state = entry.state()
@@ -137,15 +143,15 @@ class MemoryBoard(JobBoard):
                 yield ListedJob(entry.job(), state, entry.owner if state is JobState.CLAIMED else None)
 
     def _report_store_malformed(self) -> None:
-        for job_id in self._store.malformed.keys() - self._reported:
-            self._report_malformed(job_id)
+        for job_id in self._store.malformed.keys() - self.services.reported:
+            self.report_malformed(job_id)
 
-    async def state(self, job: JobRef) -> JobState:
-        self._keeper.expire(self._store, job_id_of(job))
-        return self._store.state(job_id_of(job))
+    async def state(self, job_id: str) -> JobState:
+        self._keeper.expire(self._store, job_id)
+        return self._store.state(job_id)
 
-    async def owner(self, job: JobRef) -> str | None:
-        entry = self._store.jobs.get(job_id_of(job))
+    async def owner(self, job_id: str) -> str | None:
+        entry = self._store.jobs.get(job_id)
         return entry.owner if entry is not None else None
 
     async def job_count(self) -> int:
@@ -156,12 +162,12 @@ class MemoryBoard(JobBoard):
         for item in list(self._store.trash.values()):
             yield item
 
-    async def claim(self, job: JobRef, owner: str) -> Claim:
-        return self._store.claim(job_id_of(job), check_owner(owner), self, wall_clock())
+    async def claim(self, job_id: str, owner: str) -> Claim:
+        return self._store.claim(job_id, owner, self, wall_clock())
 
-    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         self._report_store_malformed()
-        return self._store.claim_next(check_owner(owner), self, wall_clock(), names)
+        return self._store.claim_next(owner, self, wall_clock(), names)
 
     async def watch_claim(self, claim: Claim) -> str:
         while True:
@@ -173,7 +179,7 @@ class MemoryBoard(JobBoard):
                 return reason
             await change.wait()
 
-    async def _settle(self, claim: Claim, settle: Settle) -> None:
+    async def settle(self, claim: Claim, settle: Settle) -> None:
         store = self._store
         if settle.action is SettleAction.CONSUME:
             store.consume(claim, settle.encoded_result)
@@ -186,30 +192,28 @@ class MemoryBoard(JobBoard):
         else:
             store.move_to_trash(entry, settle.reason, wall_clock())
 
-    async def cancel(self, job: JobRef, reason: str) -> None:
-        self._store.cancel(job_id_of(job), str(reason), wall_clock())
+    async def cancel(self, job_id: str, reason: str) -> None:
+        self._store.cancel(job_id, reason, wall_clock())
 
     def could_be_job_id(self, job_id: str) -> bool:
         """Ids here are ``job-`` and a sequence of at least ten digits."""
         return job_id.isascii() and job_id.startswith("job-") and len(job_id) >= 14 and job_id[4:].isdigit()
 
     async def never_posted(self, job_id: str) -> bool:
-        self._ensure_open()
         return not self.could_be_job_id(job_id) or int(job_id[4:]) > self._store.last_sequence
 
-    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
-        keep.report_progress(self._store, claim, check_progress(fraction, note, wall_clock()))
+    async def report_progress(self, claim: Claim, progress: Progress) -> None:
+        keep.report_progress(self._store, claim, progress)
 
-    async def purge(self, *, older_than: float = 0.0) -> int:
-        age = check_age(older_than)
+    async def purge(self, older_than: float) -> int:
         self._keeper.sweep(self._store)
-        return keep.purge(self._store, age)
+        return keep.purge(self._store, older_than)
 
-    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
+    async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
         self._keeper.sweep(self._store)
-        return keep.requeue(self._store, job_id_of(job), reset_attempts)
+        return keep.requeue(self._store, job_id, reset_attempts)
 
-    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
+    async def wait(self, names: Collection[str] | None) -> list[Job]:
         while True:
             change = self._shared.change()
             now = wall_clock()
@@ -219,8 +223,7 @@ class MemoryBoard(JobBoard):
             with anyio.move_on_after(self._store.next_wakeup(now) or float("inf")):
                 await change.wait()
 
-    async def wait_for_completion(self, job: JobRef) -> Outcome:
-        job_id = job_id_of(job)
+    async def wait_for_completion(self, job_id: str) -> Outcome:
         while True:
             change = self._shared.change()
             self._keeper.expire(self._store, job_id)
@@ -229,10 +232,8 @@ class MemoryBoard(JobBoard):
                 return outcome
             await change.wait()
 
-    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
-        check_owner(name)
-        encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
-        self._shared.entities[name] = (Entity(name, dict(metadata or {})), self)
+    async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
+        self._shared.entities[name] = (Entity(name, dict(metadata)), self)
 
     async def unregister_entity(self, name: str) -> None:
         registered = self._shared.entities.get(name)
@@ -249,3 +250,12 @@ class MemoryBoard(JobBoard):
         except MalformedEntry:
             return
         raise ValueError("the injected bytes were a valid posting")
+
+
+class MemoryBoard(JobBoard):
+    """A :class:`~jobboard.board.JobBoard` over a :class:`MemoryBackend`: ``MemoryBoard(url)``."""
+
+    backend: MemoryBackend
+
+    def __init__(self, url: str) -> None:
+        super().__init__(MemoryBackend(url))

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from jobboard_redis.board import RedisBoard
+from jobboard_redis.board import RedisBackend, RedisBoard
 
-__all__ = ["RedisBoard"]
+__all__ = ["RedisBackend", "RedisBoard"]

@@ -13,19 +13,22 @@ from typing import Any
 
 import anyio
 
-from jobboard.backend import Prepared, Settle, SettleAction
-from jobboard.board import JobRef, check_owner, job_id_of
-from jobboard.codec import MalformedEntry
-from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
-from jobboard.events import Event, EventKind
-from jobboard.job import (
+from jobboard.backend import (
     Claim,
+    Event,
+    EventKind,
     Job,
     JobState,
     ListedJob,
+    MalformedEntry,
     Outcome,
+    Prepared,
+    Settle,
+    SettleAction,
     TrashedJob,
 )
+from jobboard.board import JobBoard
+from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
 from jobboard_redis.client import RedisClient
 from jobboard_redis.keep import KeepingRedis
 from jobboard_redis.options import parse_redis_url
@@ -50,7 +53,7 @@ logger = logging.getLogger(__name__)
 READ_BATCH, PEEK_LIMIT = 256, 100
 
 
-class RedisBoard(KeepingRedis):
+class RedisBackend(KeepingRedis):
     """A job board stored under one key prefix of one Redis database; see the module docstring."""
 
     _client: RedisClient  # set by open()
@@ -62,7 +65,6 @@ class RedisBoard(KeepingRedis):
         self.default_max_attempts = self.options.max_attempts
         self.key_retention = self.options.key_retention
         self._retention_ms = str(int(self.key_retention * 1000))
-        self._tasks: set[asyncio.Task[None]] = set()
         self._claims: dict[str, tuple[int, str]] = {}  # claims made here: job -> (generation, session)
 
     # -- lifecycle -----------------------------------------------------------
@@ -88,7 +90,7 @@ class RedisBoard(KeepingRedis):
         self._open = False
         self.view.notify()
         self.session.stopped = self.view.stopped = True
-        for task in (tasks := list(self._tasks)):
+        for task in (tasks := list(self.services.tasks)):
             task.cancel()
         if tasks:  # let them end before their connections close (bounded: a swallowed cancel)
             await asyncio.wait(tasks, timeout=1.0)
@@ -106,13 +108,11 @@ class RedisBoard(KeepingRedis):
 
     @property
     def client(self) -> RedisClient:
-        self._ensure_open()
+        self.ensure_open()
         return self._client
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.services.spawn(work)
 
     def _on_session(self, change: str, events: list[object]) -> None:
         if change == "events":
@@ -146,10 +146,10 @@ class RedisBoard(KeepingRedis):
         if not self._open:
             raise BoardClosed(f"board {self.url} closed during {op}") from None
 
-    async def _post(self, prepared: Prepared) -> Job:
+    async def post(self, prepared: Prepared) -> Job:
         return await post_prepared(self._call, prepared.posting, prepared.raw, self.options.nonce_ms)
 
-    async def _post_many(self, batch: Sequence[Prepared]) -> list[Job]:
+    async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
         return await post_batch(self._call, [(prepared.posting, prepared.raw) for prepared in batch],
                                 self.options.nonce_ms)
 
@@ -168,29 +168,29 @@ class RedisBoard(KeepingRedis):
     async def _set_aside(self, job: str) -> None:
         """Report a malformed entry and move it out of the board's indexes (it is kept)."""
         await self._call("quarantine", "", job)
-        self._report_malformed(job)
+        self.report_malformed(job)
 
-    async def get(self, job: JobRef) -> Job:
-        found = job_id_of(job)
+    async def get(self, job_id: str) -> Job:
+        found = job_id
         for listed in await self._jobs([found]):
             return listed.job
         raise JobNotFound(f"job {found} is not on the board")
 
-    async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
-        async for listed in self.listing(only_unclaimed=only_unclaimed):
+    async def iterjobs(self, only_unclaimed: bool) -> AsyncIterator[Job]:
+        async for listed in self.listing(only_unclaimed):
             yield listed.job
 
-    async def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+    async def listing(self, only_unclaimed: bool) -> AsyncIterator[ListedJob]:
         ids = [text(job) for job in await self.client.command("ZRANGE", self._key("all"), 0, -1)]
         for start in range(0, len(ids), READ_BATCH):
             for listed in await self._jobs(ids[start:start + READ_BATCH], only_unclaimed=only_unclaimed):
                 yield listed
 
-    async def state(self, job: JobRef) -> JobState:
-        return await job_state(self.client, job_id_of(job))
+    async def state(self, job_id: str) -> JobState:
+        return await job_state(self.client, job_id)
 
-    async def owner(self, job: JobRef) -> str | None:
-        state, owner = await self.client.command("HMGET", self._key("job", job_id_of(job)), "st", "owner")
+    async def owner(self, job_id: str) -> str | None:
+        state, owner = await self.client.command("HMGET", self._key("job", job_id), "st", "owner")
         return text(owner) if state == b"c" and owner else None
 
     async def job_count(self) -> int:
@@ -201,7 +201,7 @@ class RedisBoard(KeepingRedis):
         for start in range(0, len(ids), READ_BATCH):
             for job, item in await read_trashed(self.client, ids[start:start + READ_BATCH]):
                 if item is None:
-                    self._report_malformed(job, "not a valid trashed posting")
+                    self.report_malformed(job, "not a valid trashed posting")
                 else:
                     yield item
 
@@ -239,9 +239,8 @@ class RedisBoard(KeepingRedis):
         except JobBoardError as error:  # the claim, if made, goes back when the session ends
             logger.warning("%s: could not release a claim given up before its reply: %s", self.url, error)
 
-    async def claim(self, job: JobRef, owner: str) -> Claim:
-        found, owner = job_id_of(job), check_owner(owner)
-        self._ensure_open()
+    async def claim(self, job_id: str, owner: str) -> Claim:
+        found = job_id
         status, data = await self._claiming("claim", owner, found)
         if status == "ok":
             try:
@@ -251,9 +250,7 @@ class RedisBoard(KeepingRedis):
                 raise JobNotFound(f"job {found} is not a valid posting (set aside)") from None
         raise claim_refused(status, found, data)
 
-    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
-        owner = check_owner(owner)
-        self._ensure_open()
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         if names is not None and not names:
             return None
         wanted = sorted(names) if names is not None else []
@@ -293,7 +290,7 @@ class RedisBoard(KeepingRedis):
 
     # -- settling ------------------------------------------------------------
 
-    async def _settle(self, claim: Claim, settle: Settle) -> None:
+    async def settle(self, claim: Claim, settle: Settle) -> None:
         if settle.action is SettleAction.CONSUME:
             await self._settle_op("consume", claim, settle.encoded_result, self._retention_ms)
         elif settle.action is SettleAction.ABANDON:
@@ -316,12 +313,11 @@ class RedisBoard(KeepingRedis):
         if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
             self._claims.pop(claim.job.id)
 
-    async def consume_and_claim_next(
-        self, claim: Claim, result: Any = None, *, names: Collection[str] | None = None,
-    ) -> Claim | None:
-        raw = self._encoded_result(claim, result)  # consume, then claim_next: one script call
+    async def consume_and_claim_next(self, claim: Claim, settle: Settle,
+                                     names: Collection[str] | None) -> Claim | None:
+        raw = settle.encoded_result  # consume, then claim_next: one script call
         if names is not None and not names:
-            await self.consume(claim, result)
+            await self.settle(claim, settle)
             return None
         wanted = sorted(names) if names is not None else []
         session, claim_nonce = self.session.id, self._nonce()
@@ -336,20 +332,20 @@ class RedisBoard(KeepingRedis):
                 return self._claim_of(claim.owner, data)
             except MalformedEntry:
                 await self._set_aside(text(data[0]))
-        return None if status == "none" else await self.claim_next(claim.owner, names=names)
+        return None if status == "none" else await self.claim_next(claim.owner, names)
 
-    async def cancel(self, job: JobRef, reason: str) -> None:
-        found = job_id_of(job)
-        status, data = await self._call("cancel", self._nonce(), found, str(reason), self._retention_ms)
+    async def cancel(self, job_id: str, reason: str) -> None:
+        found = job_id
+        status, data = await self._call("cancel", self._nonce(), found, reason, self._retention_ms)
         if status != "ok":
             raise claim_refused(status, found, data)
 
     # -- waiting -------------------------------------------------------------
 
-    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
+    async def wait(self, names: Collection[str] | None) -> list[Job]:
         wanted = sorted(names) if names is not None else []
         while True:
-            self._ensure_open()
+            self.ensure_open()
             signal, wait_ms = self.view.board_signal(), -1
             if names is None or names:
                 _, (wait_ms, ids, rows) = await self._call("peek", "", PEEK_LIMIT, *wanted)
@@ -361,13 +357,22 @@ class RedisBoard(KeepingRedis):
             with anyio.move_on_after(math.inf if int(wait_ms) < 0 else int(wait_ms) / 1000 + 0.001):
                 await signal.wait()
 
-    async def wait_for_completion(self, job: JobRef) -> Outcome:
-        found = job_id_of(job)
+    async def wait_for_completion(self, job_id: str) -> Outcome:
+        found = job_id
         while True:
-            self._ensure_open()
+            self.ensure_open()
             signal = self.view.job_signal(found)
             outcome = await completion(self.client, found)
             if outcome is not None:
                 return outcome
             await signal.wait()
 
+
+
+class RedisBoard(JobBoard):
+    """A :class:`~jobboard.board.JobBoard` over a :class:`RedisBackend`: ``RedisBoard(url)``."""
+
+    backend: RedisBackend
+
+    def __init__(self, url: str) -> None:
+        super().__init__(RedisBackend(url))

@@ -1,4 +1,4 @@
-"""Progress of running jobs, retention, purge, requeue and entities on Redis (a base of ``RedisBoard``).
+"""Progress of running jobs, retention, purge, requeue and entities on Redis (a base of ``RedisBackend``).
 
 The scripts are in ``keep.lua``. Progress is a field pair of the job hash (``pg`` the
 generation that reported it, ``pr`` the progress), shown only while that claim holds.
@@ -14,14 +14,11 @@ import abc
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from jobboard.board import JobBoard, JobRef, job_id_of
-from jobboard.board_inputs import check_age, check_progress
-from jobboard.codec import MalformedEntry, decode_value, encode_value
+from jobboard.backend import Backend, MalformedEntry, decode_value, encode_value
 from jobboard.errors import BoardConflict, InvalidJob, JobBoardError, JobNotFound
 from jobboard.job import Claim, Entity, Job, Progress
 from jobboard_redis.client import RedisClient
@@ -52,8 +49,8 @@ def retention_interval(result_ttl: float, trash_ttl: float) -> float:
     return min(60.0, max(0.2, min(ttls) / 4)) if ttls else 60.0
 
 
-class KeepingRedis(JobBoard):
-    """Progress, retention, purge, requeue and entities for :class:`~jobboard_redis.board.RedisBoard`."""
+class KeepingRedis(Backend):
+    """Progress, retention, purge, requeue and entities for :class:`~jobboard_redis.board.RedisBackend`."""
 
     options: RedisOptions
     _client: RedisClient  # the board's, set by its open()
@@ -104,21 +101,17 @@ class KeepingRedis(JobBoard):
         """Past the board's sequence counter: one ``GET``."""
         if not self.could_be_job_id(job_id):
             return True
-        self._ensure_open()
         last = await self._client.command("GET", self.options.prefix + "seq")
         return int(job_id) > int(last or 0)
 
-    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
-        progress = check_progress(fraction, note, time.time())
-        self._ensure_open()
+    async def report_progress(self, claim: Claim, progress: Progress) -> None:
         data = encode_value({"f": progress.fraction, "n": progress.note, "at": progress.at}, what="progress")
         status, _ = await self._call("progress", "", claim.job.id, str(claim.generation), claim.owner, data)
         if status != "ok":
             raise settle_refused(status, claim.job.id, claim.owner)
 
-    async def purge(self, *, older_than: float = 0.0) -> int:
-        older_ms = round(check_age(older_than) * 1000)
-        self._ensure_open()
+    async def purge(self, older_than: float) -> int:
+        older_ms = round(older_than * 1000)
         removed = 0
         while True:
             _, data = await self._call("purge", "", older_ms, RETAIN_BATCH)
@@ -126,9 +119,8 @@ class KeepingRedis(JobBoard):
             if int(data[0]) < RETAIN_BATCH:
                 return removed
 
-    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
-        found = job_id_of(job)
-        self._ensure_open()
+    async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
+        found = job_id
         status, data = await self._call("requeue", self._nonce(), found, "1" if reset_attempts else "0")
         if status == "notfound":
             raise JobNotFound(f"job {found} is not in the trash")
@@ -141,20 +133,15 @@ class KeepingRedis(JobBoard):
 
     # -- entities ------------------------------------------------------------
 
-    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise InvalidJob(f"entity name must be a non-empty string, not {name!r}")
-        raw = encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
-        self._ensure_open()
-        self._entities[name] = raw
-        await self._call("register", "", self.session.id, name, raw)
+    async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
+        self._entities[name] = encoded
+        await self._call("register", "", self.session.id, name, encoded)
 
     async def unregister_entity(self, name: str) -> None:
         self._entities.pop(name, None)
         await self._call("unregister", "", self.session.id, name)
 
     async def entities(self) -> list[Entity]:
-        self._ensure_open()
         return entities_of(await self._client.command("HGETALL", self.options.prefix + "ents"))
 
     async def _restore_entities(self) -> None:

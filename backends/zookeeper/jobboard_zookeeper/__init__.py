@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
-from jobboard_zookeeper.board import ZooKeeperBoard
+from jobboard_zookeeper.board import ZooKeeperBackend, ZooKeeperBoard
 from jobboard_zookeeper.options import ZooKeeperOptions, parse_zookeeper_url
 
 if logging.getLogger("aiozk").level == logging.NOTSET:
     logging.getLogger("aiozk").setLevel(logging.CRITICAL)
 
-__all__ = ["ZooKeeperBoard", "ZooKeeperOptions", "parse_zookeeper_url"]
+__all__ = ["ZooKeeperBackend", "ZooKeeperBoard", "ZooKeeperOptions", "parse_zookeeper_url"]

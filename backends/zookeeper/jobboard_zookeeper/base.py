@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import abc
 
-from jobboard.board import JobBoard
+from jobboard.backend import Backend
 from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.view import BoardView
 from jobboard_zookeeper.zk import ZooKeeper
 
 
-class ZooKeeperBase(JobBoard):
-    """The session, layout, live view and job reads that :class:`~jobboard_zookeeper.board.ZooKeeperBoard`
+class ZooKeeperBase(Backend):
+    """The session, layout, live view and job reads that :class:`~jobboard_zookeeper.board.ZooKeeperBackend`
     provides to the classes it is made of."""
 
     _paths: Paths

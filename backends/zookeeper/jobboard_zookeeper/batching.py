@@ -34,7 +34,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from jobboard.backend import Prepared as Checked
+from jobboard.backend import Prepared
 from jobboard.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
 from jobboard.gathering import gather_all
@@ -58,7 +58,7 @@ MISSING = "missing"
 IN_FLIGHT = 4
 OP_BYTES = 96
 """Bytes a create costs in a request besides its path and data (header, ACL, flags), rounded up."""
-Prepared = tuple[Posting, bytes]
+Encoded = tuple[Posting, bytes]
 
 
 @dataclass(slots=True)
@@ -103,7 +103,7 @@ class BatchPoster:
         self.grouper = Grouper(self)
         poster.group = self.grouper.post
 
-    async def post(self, prepared: Sequence[Prepared]) -> list[Job]:
+    async def post(self, prepared: Sequence[Encoded]) -> list[Job]:
         jobs: list[Job] = []
         chunks = self.chunks(prepared)
         while chunks:
@@ -120,7 +120,7 @@ class BatchPoster:
                 jobs.extend(posted)
         return jobs
 
-    async def _pipelined(self, run: list[list[Prepared]]) -> list[list[Job]]:
+    async def _pipelined(self, run: list[list[Encoded]]) -> list[list[Job]]:
         """The chunks of ``run``, sent in order, :data:`IN_FLIGHT` at a time: the server works on
         one while this board encodes the next and reads the replies (and watch events) of the last.
 
@@ -146,10 +146,10 @@ class BatchPoster:
 
         return await gather_all(*map(post_chunk, range(len(run))))
 
-    def chunks(self, prepared: Sequence[Prepared]) -> list[list[Prepared]]:
+    def chunks(self, prepared: Sequence[Encoded]) -> list[list[Encoded]]:
         """Runs of unlinked postings cut to fit a request; each linked posting alone."""
-        chunks: list[list[Prepared]] = []
-        chunk: list[Prepared] = []
+        chunks: list[list[Encoded]] = []
+        chunk: list[Encoded] = []
         size = self._chunk_bytes
         for posting, raw in prepared:
             cost = self._cost(posting, raw)
@@ -169,11 +169,11 @@ class BatchPoster:
             cost += self._key_bytes + len(self._paths.key(posting.key))
         return cost
 
-    async def post_chunk(self, chunk: list[Prepared]) -> list[Job]:
+    async def post_chunk(self, chunk: list[Encoded]) -> list[Job]:
         """One chunk of postings (made by :meth:`chunks`), exactly once; its jobs in order."""
         return await self._post_chunk(chunk, Order(None, asyncio.get_running_loop().create_future(), Run()))
 
-    async def _post_chunk(self, chunk: list[Prepared], order: Order) -> list[Job]:
+    async def _post_chunk(self, chunk: list[Encoded], order: Order) -> list[Job]:
         """One chunk in one multi (chained: :mod:`jobboard_zookeeper.chain`), or after a multi of
         counter bumps. Ids taken apart from the chain are taken only once the chunk before has its
         own, so the batch keeps its order on the board."""
@@ -215,7 +215,7 @@ class BatchPoster:
         Order.done(order.placed)
         return sequences
 
-    def _creates(self, chunk: list[Prepared], ids: list[str]) -> list[Op]:
+    def _creates(self, chunk: list[Encoded], ids: list[str]) -> list[Op]:
         ops: list[Op] = []
         for (posting, raw), new_id in zip(chunk, ids, strict=True):
             if posting.key is not None:
@@ -224,11 +224,11 @@ class BatchPoster:
         return ops
 
     @staticmethod
-    def _jobs(chunk: list[Prepared], ids: list[str], sequences: list[int]) -> list[Job]:
+    def _jobs(chunk: list[Encoded], ids: list[str], sequences: list[int]) -> list[Job]:
         return [posting.to_job(new_id, sequence)
                 for (posting, _), new_id, sequence in zip(chunk, ids, sequences, strict=True)]
 
-    async def _resolve(self, marker: Marker, chunk: list[Prepared]) -> bool:
+    async def _resolve(self, marker: Marker, chunk: list[Encoded]) -> bool:
         """Whether a chunk whose reply was lost was applied (as :meth:`Poster._resolve`)."""
         try:
             return await self._markers.applied(marker)
@@ -242,7 +242,7 @@ class BatchPoster:
 
 
 class BatchingBoard(ZooKeeperBase):
-    """The ZooKeeper board's batch operations (a base class: board.py is at its size limit)."""
+    """The ZooKeeper board's batch operations (a base class of the backend)."""
 
     _batches: BatchPoster
     _inflight: set[str]
@@ -253,7 +253,7 @@ class BatchingBoard(ZooKeeperBase):
         """Jobs being read ahead now, and the read's end."""
 
 
-    async def _post_many(self, batch: Sequence[Checked]) -> list[Job]:
+    async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
         return await self._batches.post([(prepared.posting, prepared.raw) for prepared in batch])
 
     async def _candidate(self, job: str) -> Stored | None:

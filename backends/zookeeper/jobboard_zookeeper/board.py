@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from jobboard.backend import Prepared, Settle, SettleAction
-from jobboard.board import JobRef, check_owner, job_id_of
+from jobboard.board import JobBoard
 from jobboard.codec import MalformedEntry
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, NotClaimable
 from jobboard.events import Event, EventKind
@@ -59,7 +59,7 @@ SESSION_EVENTS = {SessionEvent.SUSPENDED: EventKind.SUSPENDED, SessionEvent.RECO
                   SessionEvent.EXPIRED: EventKind.SESSION_EXPIRED}
 
 
-class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
+class ZooKeeperBackend(FleetBoard, KeepingBoard, BatchingBoard):
     """A job board stored under one ZooKeeper path; see the module docstring."""
 
     def __init__(self, url: str) -> None:
@@ -70,7 +70,6 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
         self.key_retention = self.options.key_retention
         self._paths = Paths(self.options.root)
         self._zk: ZooKeeper | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
         self.claim_conflicts = 0
         """Claim attempts in ``claim_next`` that lost a race (for benchmarks)."""
         self._last_lost_race = float("-inf")
@@ -111,7 +110,7 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
             return
         self._open = False
         self.view.notify()  # wake watch_claim / wait callers so that they see the board closed
-        for task in self._tasks:
+        for task in list(self.services.tasks):
             task.cancel()
         assert self._zk is not None
         await self._markers.close()
@@ -120,7 +119,7 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
 
     @property
     def zk(self) -> ZooKeeper:
-        self._ensure_open()
+        self.ensure_open()
         assert self._zk is not None
         return self._zk
 
@@ -137,10 +136,7 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
             self._spawn(self._recover(new_session=event == SessionEvent.CONNECTED))
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = asyncio.get_running_loop().create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
+        return self.services.spawn(work)
 
     async def _recover(self, *, new_session: bool) -> None:
         try:
@@ -161,7 +157,7 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
 
     # -- posting -------------------------------------------------------------
 
-    async def _post(self, prepared: Prepared) -> Job:
+    async def post(self, prepared: Prepared) -> Job:
         return await self._poster.post(prepared.posting, prepared.raw)
 
     # -- reading ---------------------------------------------------------------
@@ -171,13 +167,12 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
 
         Malformed nodes are reported and skipped.
         """
-        self._ensure_open()
         paths = [self._paths.job(job)] if claimable_only else [self._paths.waiting(job), self._paths.job(job)]
         for path in paths:
             try:
                 stored = await self._settler.read(path)
             except MalformedEntry:
-                self._report_malformed(job)
+                self.report_malformed(job)
                 self.view.skip_until(job, float("inf"))
                 return None
             if stored is not None:
@@ -188,15 +183,15 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
     async def _listing(self, name: str) -> list[str]:
         return [child for child in await list_dir(self.zk, self._paths, name) if is_job_id(child)]
 
-    async def iterjobs(self, *, only_unclaimed: bool = False) -> AsyncIterator[Job]:
-        async for listed in self.listing(only_unclaimed=only_unclaimed):
+    async def iterjobs(self, only_unclaimed: bool) -> AsyncIterator[Job]:
+        async for listed in self.listing(only_unclaimed):
             yield listed.job
 
-    def listing(self, *, only_unclaimed: bool = False) -> AsyncIterator[ListedJob]:
+    def listing(self, only_unclaimed: bool) -> AsyncIterator[ListedJob]:
         return listed_jobs(self.zk, self._paths, self._listing, self._stored, self.job_of, only_unclaimed=only_unclaimed)
 
-    async def state(self, job: JobRef) -> JobState:
-        found = job_id_of(job)
+    async def state(self, job_id: str) -> JobState:
+        found = job_id
         paths = self._paths
         job_stat, lock_stat, waiting_stat, trash_stat = await asyncio.gather(
             self.zk.exists(paths.job(found)), self.zk.exists(paths.lock(found)),
@@ -207,21 +202,21 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
             return JobState.WAITING
         return JobState.TRASHED if trash_stat is not None else JobState.COMPLETE
 
-    async def owner(self, job: JobRef) -> str | None:
-        found = job_id_of(job)
+    async def owner(self, job_id: str) -> str | None:
+        found = job_id
         return (await lock_owners(self.zk, self._paths, [found])).get(found)
 
     async def job_count(self) -> int:
         return len(await self._listing("jobs")) + len(await self._listing("waiting"))
 
     async def trashed(self) -> AsyncIterator[TrashedJob]:
-        for item in await trash_items(self.zk, self._paths, await self._listing("trash"), self._report_malformed):
+        for item in await trash_items(self.zk, self._paths, await self._listing("trash"), self.report_malformed):
             yield item
 
     # -- claiming ----------------------------------------------------------------
 
-    async def claim(self, job: JobRef, owner: str) -> Claim:
-        found, owner = job_id_of(job), check_owner(owner)
+    async def claim(self, job_id: str, owner: str) -> Claim:
+        found = job_id
         stored = await self._stored(found)
         if stored is None:
             raise not_found(found)
@@ -244,9 +239,7 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
             return "changed"  # held by someone, or changed meanwhile
         return await self._settler.claim(job, stored, owner)
 
-    async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
-        self._ensure_open()
-        owner = check_owner(owner)
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         if self._must_join:  # a partitioned board's first claim (see .fleetboard)
             await self._join()
         picker = CandidatePicker(self.view.candidates(self._inflight, names))
@@ -277,19 +270,19 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
             self._last_lost_race = time.monotonic()
         return outcome if isinstance(outcome, Claim) else None
 
-    async def cancel(self, job: JobRef, reason: str) -> None:
-        found = job_id_of(job)
+    async def cancel(self, job_id: str, reason: str) -> None:
+        found = job_id
         for _ in range(5):
             stored = await self._stored(found)
             if await self._settler.cancelled_before(found):
                 return  # a first try, whose reply was lost, was applied
             if stored is None:
                 raise not_found(found)
-            if await self._settler.cancel(found, stored, str(reason)) is None:
+            if await self._settler.cancel(found, stored, reason) is None:
                 return
         raise BackendUnavailable(f"cancelling job {found} kept conflicting with concurrent changes")
 
-    async def _settle(self, claim: Claim, settle: Settle) -> None:
+    async def settle(self, claim: Claim, settle: Settle) -> None:
         if settle.action is SettleAction.CONSUME:
             await self._settler.consume(claim, settle.result, settle.encoded_result)
         elif settle.action is SettleAction.ABANDON:
@@ -300,12 +293,11 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
 
     # -- waiting -------------------------------------------------------------------
 
-    async def wait(self, *, names: Collection[str] | None = None) -> list[Job]:
-        self._ensure_open()
+    async def wait(self, names: Collection[str] | None) -> list[Job]:
         if self._must_join:
             await self._join()
         while True:
-            self._ensure_open()  # aclose() wakes waiters: they must not wait on
+            self.ensure_open()  # aclose() wakes waiters: they must not wait on
             change = self.view.change(WORK)
             ready = await self._first_claimable(names)
             if ready is not None:
@@ -349,7 +341,7 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
 
     async def _completion(self, found: str) -> Outcome:
         while True:
-            self._ensure_open()
+            self.ensure_open()
             change = self.view.change(SETTLED)
             if await self._poster.locate(found) is None:
                 return await outcome(self.zk, self._paths, found)
@@ -357,14 +349,20 @@ class ZooKeeperBoard(FleetBoard, KeepingBoard, BatchingBoard):
 
     # -- entities ------------------------------------------------------------------
 
-    async def register_entity(self, name: str, metadata: Mapping[str, Any] | None = None) -> None:
-        self._ensure_open()
-        await self._entities.register(name, metadata)
+    async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
+        await self._entities.register(name, encoded)
 
     async def unregister_entity(self, name: str) -> None:
-        self._ensure_open()
         await self._entities.unregister(name)
 
     async def entities(self) -> list[Entity]:
-        self._ensure_open()
         return await self._entities.listing()
+
+
+class ZooKeeperBoard(JobBoard):
+    """A :class:`~jobboard.board.JobBoard` over a :class:`ZooKeeperBackend`: ``ZooKeeperBoard(url)``."""
+
+    backend: ZooKeeperBackend
+
+    def __init__(self, url: str) -> None:
+        super().__init__(ZooKeeperBackend(url))

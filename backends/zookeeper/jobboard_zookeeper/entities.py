@@ -6,11 +6,7 @@ registers its entities again (:meth:`Entities.restore`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
-from jobboard.board import check_owner
-from jobboard.codec import decode_value, encode_value
+from jobboard.codec import decode_value
 from jobboard.errors import InvalidJob
 from jobboard.job import Entity
 from jobboard_zookeeper.layout import Paths
@@ -25,11 +21,9 @@ class Entities:
         self._zk, self._paths = zk, paths
         self._mine: dict[str, bytes] = {}
 
-    async def register(self, name: str, metadata: Mapping[str, Any] | None) -> None:
-        check_owner(name)
+    async def register(self, name: str, data: bytes) -> None:
         if "/" in name:
             raise InvalidJob(f"entity name {name!r} may not contain '/'")
-        data = encode_value(dict(metadata or {}), what=f"metadata of entity {name!r}")
         await self._put(name, data)
         self._mine[name] = data
 

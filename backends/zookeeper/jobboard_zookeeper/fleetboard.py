@@ -23,10 +23,8 @@ from __future__ import annotations
 import abc
 import asyncio
 import time
-from collections.abc import Collection, Coroutine
-from typing import Any
+from collections.abc import Collection
 
-from jobboard.board import JobRef, job_id_of
 from jobboard.events import EventHub
 from jobboard.job import Claim, Job, Outcome, wanted
 from jobboard_zookeeper.base import ZooKeeperBase
@@ -43,7 +41,7 @@ POLL_CAP = 1.0
 
 
 class FleetBoard(ZooKeeperBase):
-    """The partitioned layout's part of :class:`~jobboard_zookeeper.board.ZooKeeperBoard`."""
+    """The partitioned layout's part of :class:`~jobboard_zookeeper.board.ZooKeeperBackend`."""
 
     hub: EventHub
     _inflight: set[str]
@@ -59,10 +57,6 @@ class FleetBoard(ZooKeeperBase):
         self._idle_polls = 0
         self.steals = 0
         """Jobs claimed from partitions of other members (for benchmarks)."""
-
-    @abc.abstractmethod
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        """Run ``work`` as a task of the board (cancelled when it closes)."""
 
     @abc.abstractmethod
     async def _try_claim(self, job: str, stored: Stored, owner: str) -> Claim | str:
@@ -81,7 +75,7 @@ class FleetBoard(ZooKeeperBase):
         if not isinstance(paths, PartitionedPaths):
             return BoardView(zk, paths, self.hub.publish)
         self._must_join = True
-        return PartitionedView(zk, paths, self.hub.publish, self._spawn)
+        return PartitionedView(zk, paths, self.hub.publish, self.services.spawn)
 
     @property
     def _fleet(self) -> PartitionedView | None:
@@ -197,9 +191,8 @@ class FleetBoard(ZooKeeperBase):
         finally:
             fleet.unpin(claim.job.id)
 
-    async def wait_for_completion(self, job: JobRef) -> Outcome:
-        self._ensure_open()
-        found, fleet = job_id_of(job), self._fleet
+    async def wait_for_completion(self, job_id: str) -> Outcome:
+        found, fleet = job_id, self._fleet
         if fleet is None or fleet.sees_all():
             return await self._completion(found)
         await fleet.pin(found)
@@ -208,6 +201,6 @@ class FleetBoard(ZooKeeperBase):
         finally:
             fleet.unpin(found)
 
-    def _observed(self) -> None:
+    def observed(self) -> None:
         if (fleet := self._fleet) is not None:
             fleet.observe()

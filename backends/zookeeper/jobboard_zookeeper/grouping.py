@@ -30,7 +30,7 @@ from jobboard.errors import BackendUnavailable, UnknownOutcome
 from jobboard.job import Job
 
 if TYPE_CHECKING:
-    from jobboard_zookeeper.batching import BatchPoster, Prepared
+    from jobboard_zookeeper.batching import BatchPoster, Encoded
 
 Waiting = tuple[Posting, bytes, "asyncio.Future[Job]"]
 
@@ -64,7 +64,7 @@ class Grouper:
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
-    async def _send(self, chunk: list[Prepared], futures: list[asyncio.Future[Job]]) -> None:
+    async def _send(self, chunk: list[Encoded], futures: list[asyncio.Future[Job]]) -> None:
         try:
             jobs = await self._batches.post_chunk(chunk)
         except UnknownOutcome as error:

@@ -1,4 +1,4 @@
-"""Progress of running jobs, purge and requeue on ZooKeeper (a base of ``ZooKeeperBoard``).
+"""Progress of running jobs, purge and requeue on ZooKeeper (a base of ``ZooKeeperBackend``).
 
 * progress = get(lock), then check(job, generation) + set_data(lock, owner + nonce + progress,
   version read): two round trips; the claim's own ephemeral node carries it, so it goes with the claim;
@@ -12,8 +12,6 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from jobboard.board import JobRef, job_id_of
-from jobboard.board_inputs import check_age, check_progress
 from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_posting, encode_value
 from jobboard.errors import BackendUnavailable, BoardConflict, ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import Claim, Job, Progress
@@ -41,7 +39,7 @@ def lock_progress(data: bytes) -> Progress | None:
 
 
 class KeepingBoard(ZooKeeperBase):
-    """Progress, purge and requeue for :class:`~jobboard_zookeeper.board.ZooKeeperBoard`."""
+    """Progress, purge and requeue for :class:`~jobboard_zookeeper.board.ZooKeeperBackend`."""
 
 
     def __init__(self, url: str) -> None:
@@ -50,8 +48,8 @@ class KeepingBoard(ZooKeeperBase):
         self.result_ttl, self.trash_ttl = options.result_ttl, options.trash_ttl
 
 
-    async def get(self, job: JobRef) -> Job:
-        found = job_id_of(job)
+    async def get(self, job_id: str) -> Job:
+        found = job_id
         stored = await self._stored(found)
         if stored is None:
             raise not_found(found)
@@ -78,8 +76,7 @@ class KeepingBoard(ZooKeeperBase):
         """Past the board's counter: two reads."""
         return not self.could_be_job_id(job_id) or sequence_of(job_id) > await last_sequence(self.zk, self._paths)
 
-    async def report_progress(self, claim: Claim, fraction: float, note: str = "") -> None:
-        progress = check_progress(fraction, note, time.time())
+    async def report_progress(self, claim: Claim, progress: Progress) -> None:
         job_id = claim.job.id
         found = await self.zk.get(self._paths.lock(job_id))
         record = decode_value(found[0]) if found is not None else None
@@ -97,9 +94,8 @@ class KeepingBoard(ZooKeeperBase):
         if not result.ok:
             raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
 
-    async def purge(self, *, older_than: float = 0.0) -> int:
-        age = check_age(older_than)
-        self._ensure_open()
+    async def purge(self, older_than: float) -> int:
+        age = older_than
         listing = await self.zk.children(self._paths.dir("trash"))
         now, removed = time.time(), 0
         doomed: list[list[Op]] = []
@@ -133,9 +129,7 @@ class KeepingBoard(ZooKeeperBase):
             removed += (await self.zk.multi(group, retry_safe=True)).ok
         return removed
 
-    async def requeue(self, job: JobRef, *, reset_attempts: bool = False) -> Job:
-        job_id = job_id_of(job)
-        self._ensure_open()
+    async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
         for _ in range(5):
             found = await self.zk.get(self._paths.trash(job_id))
             if found is None:
