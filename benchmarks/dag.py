@@ -14,9 +14,9 @@ from typing import Any
 
 from benchmarks.common import Stopwatch, median_of
 from jobboard import open_board
-from jobboard.handlers import Handlers
-from jobboard.plans import post_plan
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.plans.posting import post_plan
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import Handlers
 from tests.support.plans import wide_and_deep_plan
 
 handlers = Handlers()

@@ -12,9 +12,9 @@ TYPE_CHECKING = False  # typing itself costs 20 ms to import; mypy takes this na
 if TYPE_CHECKING:
     from typing import Any
 
-    from jobboard.board import JobBoard, JobRef, NewJob
-    from jobboard.dag import InvalidPlan, Plan, Task, TaskRef, to_dot, to_mermaid
-    from jobboard.early_signals import catch_early_signals
+    from jobboard.board.contract import JobBoard, JobRef, NewJob
+    from jobboard.board.events import Event, EventKind, EventStream
+    from jobboard.board.registry import installed_schemes, open_board
     from jobboard.errors import (
         AlreadyClaimed,
         BackendNotFound,
@@ -31,8 +31,6 @@ if TYPE_CHECKING:
         NotOwner,
         UnknownOutcome,
     )
-    from jobboard.events import Event, EventKind, EventStream
-    from jobboard.handlers import Handler, Handlers, Hook, JobContext, Middleware
     from jobboard.job import (
         Claim,
         Entity,
@@ -44,8 +42,10 @@ if TYPE_CHECKING:
         Priority,
         TrashedJob,
     )
-    from jobboard.live import LiveBoard
-    from jobboard.plans import (
+    from jobboard.observe.live import LiveBoard
+    from jobboard.observe.stats import BoardStats, WorkerView, read_stats
+    from jobboard.plans.dag import InvalidPlan, Plan, Task, TaskRef, to_dot, to_mermaid
+    from jobboard.plans.posting import (
         PlanHandle,
         PlanOutcome,
         PlanProgress,
@@ -53,12 +53,12 @@ if TYPE_CHECKING:
         cleanup_interrupted_plans,
         post_plan,
     )
-    from jobboard.registry import installed_schemes, open_board
-    from jobboard.retry import Fail, Retry, RetryPolicy
-    from jobboard.stats import BoardStats, WorkerView, read_stats
-    from jobboard.worker import Worker
-    from jobboard.worker_config import WorkerConfig, default_owner
-    from jobboard.worker_support import WorkerStats
+    from jobboard.worker.conductor import Worker
+    from jobboard.worker.config import WorkerConfig, default_owner
+    from jobboard.worker.early_signals import catch_early_signals
+    from jobboard.worker.handlers import Handler, Handlers, Hook, JobContext, Middleware
+    from jobboard.worker.retry import Fail, Retry, RetryPolicy
+    from jobboard.worker.state import WorkerStats
 
 _WHERE = {
     "AlreadyClaimed": "jobboard.errors",
@@ -66,61 +66,61 @@ _WHERE = {
     "BackendUnavailable": "jobboard.errors",
     "BoardClosed": "jobboard.errors",
     "BoardConflict": "jobboard.errors",
-    "BoardStats": "jobboard.stats",
-    "catch_early_signals": "jobboard.early_signals",
+    "BoardStats": "jobboard.observe.stats",
+    "catch_early_signals": "jobboard.worker.early_signals",
     "Claim": "jobboard.job",
     "ClaimLost": "jobboard.errors",
-    "cleanup_interrupted_plans": "jobboard.plans",
-    "default_owner": "jobboard.worker_config",
+    "cleanup_interrupted_plans": "jobboard.plans.posting",
+    "default_owner": "jobboard.worker.config",
     "Entity": "jobboard.job",
-    "Event": "jobboard.events",
-    "EventKind": "jobboard.events",
-    "EventStream": "jobboard.events",
-    "Fail": "jobboard.retry",
-    "Handler": "jobboard.handlers",
-    "Handlers": "jobboard.handlers",
-    "Hook": "jobboard.handlers",
-    "installed_schemes": "jobboard.registry",
+    "Event": "jobboard.board.events",
+    "EventKind": "jobboard.board.events",
+    "EventStream": "jobboard.board.events",
+    "Fail": "jobboard.worker.retry",
+    "Handler": "jobboard.worker.handlers",
+    "Handlers": "jobboard.worker.handlers",
+    "Hook": "jobboard.worker.handlers",
+    "installed_schemes": "jobboard.board.registry",
     "DependencyMissing": "jobboard.errors",
     "InvalidJob": "jobboard.errors",
-    "InvalidPlan": "jobboard.dag",
+    "InvalidPlan": "jobboard.plans.dag",
     "InvalidURL": "jobboard.errors",
     "Job": "jobboard.job",
-    "JobBoard": "jobboard.board",
+    "JobBoard": "jobboard.board.contract",
     "JobBoardError": "jobboard.errors",
-    "JobContext": "jobboard.handlers",
+    "JobContext": "jobboard.worker.handlers",
     "JobNotFound": "jobboard.errors",
-    "JobRef": "jobboard.board",
+    "JobRef": "jobboard.board.contract",
     "JobState": "jobboard.job",
     "LastError": "jobboard.job",
     "ListedJob": "jobboard.job",
-    "LiveBoard": "jobboard.live",
-    "Middleware": "jobboard.handlers",
-    "NewJob": "jobboard.board",
+    "LiveBoard": "jobboard.observe.live",
+    "Middleware": "jobboard.worker.handlers",
+    "NewJob": "jobboard.board.contract",
     "NotClaimable": "jobboard.errors",
     "NotOwner": "jobboard.errors",
-    "open_board": "jobboard.registry",
+    "open_board": "jobboard.board.registry",
     "Outcome": "jobboard.job",
-    "Plan": "jobboard.dag",
-    "PlanHandle": "jobboard.plans",
-    "PlanOutcome": "jobboard.plans",
-    "PlanProgress": "jobboard.plans",
-    "PlanStatus": "jobboard.plans",
-    "post_plan": "jobboard.plans",
+    "Plan": "jobboard.plans.dag",
+    "PlanHandle": "jobboard.plans.posting",
+    "PlanOutcome": "jobboard.plans.posting",
+    "PlanProgress": "jobboard.plans.posting",
+    "PlanStatus": "jobboard.plans.posting",
+    "post_plan": "jobboard.plans.posting",
     "Priority": "jobboard.job",
-    "read_stats": "jobboard.stats",
-    "Retry": "jobboard.retry",
-    "RetryPolicy": "jobboard.retry",
-    "Task": "jobboard.dag",
-    "TaskRef": "jobboard.dag",
-    "to_dot": "jobboard.dag",
-    "to_mermaid": "jobboard.dag",
+    "read_stats": "jobboard.observe.stats",
+    "Retry": "jobboard.worker.retry",
+    "RetryPolicy": "jobboard.worker.retry",
+    "Task": "jobboard.plans.dag",
+    "TaskRef": "jobboard.plans.dag",
+    "to_dot": "jobboard.plans.dag",
+    "to_mermaid": "jobboard.plans.dag",
     "TrashedJob": "jobboard.job",
     "UnknownOutcome": "jobboard.errors",
-    "Worker": "jobboard.worker",
-    "WorkerConfig": "jobboard.worker_config",
-    "WorkerStats": "jobboard.worker_support",
-    "WorkerView": "jobboard.stats",
+    "Worker": "jobboard.worker.conductor",
+    "WorkerConfig": "jobboard.worker.config",
+    "WorkerStats": "jobboard.worker.state",
+    "WorkerView": "jobboard.observe.stats",
 }
 """Where each public name lives: imported on first use, so that ``import jobboard`` is cheap
 (a worker process installs its signal handlers before the heavy imports)."""

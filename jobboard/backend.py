@@ -1,6 +1,6 @@
 """The backend interface: what a backend author writes, and what the board hands it.
 
-:class:`~jobboard.board.JobBoard` is one concrete class over a :class:`Backend`. The board checks
+:class:`~jobboard.board.contract.JobBoard` is one concrete class over a :class:`Backend`. The board checks
 that it is open, checks and defaults a caller's input, encodes it, owns the event hub, ``events()``,
 malformed-entry reporting and background tasks (:class:`BoardServices`), and makes one call to its
 backend. A post reaches the backend as a :class:`Prepared` (``post`` / ``post_many``); consume,
@@ -12,7 +12,7 @@ checked, a result that msgpack cannot carry or that is over the board's size lim
 A backend registers in the entry-point group ``jobboard.backends`` under its URL scheme, naming its
 :class:`Backend` subclass (constructed with the URL). The in-tree backends register the same way.
 What a backend author needs is importable from this module: the requests, the records of
-:mod:`jobboard.job`, the stored formats of :mod:`jobboard.codec`, the events and the URL helpers.
+:mod:`jobboard.job`, the stored formats of :mod:`jobboard.board.codec`, the events and the URL helpers.
 """
 
 from __future__ import annotations
@@ -25,12 +25,26 @@ from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Seque
 from dataclasses import dataclass
 from typing import Any
 
-from jobboard.board_inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
-from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_posting, encode_value
+from jobboard.board.codec import (
+    MalformedEntry,
+    Posting,
+    decode_posting,
+    decode_value,
+    encode_posting,
+    encode_value,
+)
+from jobboard.board.events import Event, EventHub, EventKind
+from jobboard.board.inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
+from jobboard.board.url import (
+    BoardURL,
+    non_negative_float,
+    parse_options,
+    parse_url,
+    positive_float,
+    positive_int,
+)
 from jobboard.errors import BoardClosed, DependencyMissing, Unsupported
-from jobboard.events import Event, EventHub, EventKind
 from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Progress, TrashedJob
-from jobboard.url import BoardURL, non_negative_float, parse_options, parse_url, positive_float, positive_int
 
 __all__ = [
     "Backend", "BoardServices", "BoardURL", "Claim", "DependencyMissing", "Entity", "Event", "EventKind", "Job",
@@ -129,11 +143,11 @@ class BoardServices:
 
 
 class Backend(abc.ABC):
-    """What a backend implements; :class:`~jobboard.board.JobBoard` is the caller's face of it.
+    """What a backend implements; :class:`~jobboard.board.contract.JobBoard` is the caller's face of it.
 
     Constructed with the board URL (options parsed and checked there: ``InvalidURL`` otherwise).
     Every method is called on an open backend only (the board checks), with checked input. The
-    contract each method keeps is the :class:`~jobboard.board.JobBoard` method of the same name:
+    contract each method keeps is the :class:`~jobboard.board.contract.JobBoard` method of the same name:
     atomicity, fencing and errors are stated there once. Errors are ``JobBoardError`` subclasses
     only; a transient failure is ``BackendUnavailable``, never a client library's exception.
 

@@ -16,10 +16,10 @@ import anyio
 
 from jobboard import open_board
 from jobboard.cli.plan import ProgressPrinter
-from jobboard.dag import Plan
-from jobboard.handlers import Handlers, Retry
-from jobboard.plans import post_plan
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.plans.dag import Plan
+from jobboard.plans.posting import post_plan
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import Handlers, Retry
 
 BOARD_URL = "memory://demo"
 IMAGES = [f"img-{index:02d}.png" for index in range(8)]

@@ -1,5 +1,5 @@
 """The ``jobboard`` command's entry point: for ``jobboard worker``, SIGTERM/SIGINT are
-caught before anything heavy is imported (see :mod:`jobboard.early_signals`)."""
+caught before anything heavy is imported (see :mod:`jobboard.worker.early_signals`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 def main() -> int:
     worker = "worker" in sys.argv[1:]
     if worker:
-        from jobboard.early_signals import catch_early_signals
+        from jobboard.worker.early_signals import catch_early_signals
 
         catch_early_signals()
     from jobboard.cli import main as cli_main

@@ -11,10 +11,10 @@ import anyio
 import pytest
 
 from jobboard import open_board
-from jobboard.dag import Plan
-from jobboard.handlers import Handlers
-from jobboard.plans import post_plan
-from jobboard.worker import Worker
+from jobboard.plans.dag import Plan
+from jobboard.plans.posting import post_plan
+from jobboard.worker.conductor import Worker
+from jobboard.worker.handlers import Handlers
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -19,8 +19,8 @@ import pytest
 from jobboard import ClaimLost, JobBoard, JobState, open_board
 from jobboard.cli import main
 from jobboard.job import LastError
-from jobboard.plans import post_plan
-from jobboard.worker import Worker
+from jobboard.plans.posting import post_plan
+from jobboard.worker.conductor import Worker
 from tests.support.boards import fresh_board_url
 from tests.test_cli import Capture, run
 from tests.test_cli_edges import strict_json

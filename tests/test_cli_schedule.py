@@ -14,8 +14,8 @@ import anyio.to_thread
 import pytest
 
 from jobboard import open_board
-from jobboard.events import EventKind
-from jobboard.scheduler import list_schedules
+from jobboard.board.events import EventKind
+from jobboard.schedules.scheduler import list_schedules
 
 TIMEOUT = 60
 

@@ -80,7 +80,7 @@ def test_the_console_script_imports_handlers_from_the_current_directory(tmp_path
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("")
     (tmp_path / "app" / "jobs.py").write_text(
-        "from jobboard.handlers import Handlers\nhandlers = Handlers()\n\n"
+        "from jobboard.worker.handlers import Handlers\nhandlers = Handlers()\n\n"
         "@handlers.register('hello')\nasync def hello(ctx):\n    return 'hi'\n")
     (tmp_path / "app" / "broken.py").write_text("handlers = (\n")
     script = str(Path(sys.executable).with_name("jobboard"))
@@ -155,7 +155,7 @@ async def test_cancel_command_stops_a_running_job(zk_hosts: str) -> None:
 PROBE = """
 import signal, sys
 import jobboard.launch
-heavy = sorted(m for m in ("jobboard.cli", "jobboard.board", "anyio", "asyncio", "msgpack") if m in sys.modules)
+heavy = sorted(m for m in ("jobboard.cli", "jobboard.board.contract", "anyio", "asyncio", "msgpack") if m in sys.modules)
 print("heavy after importing the entry point:", heavy)
 
 class Probe:

@@ -10,8 +10,8 @@ from typing import Any
 import msgpack
 import pytest
 
-from jobboard.checks import check_size
-from jobboard.codec import (
+from jobboard.board.checks import check_size
+from jobboard.board.codec import (
     MalformedEntry,
     Posting,
     build_posting,

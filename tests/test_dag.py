@@ -12,10 +12,10 @@ import anyio
 import pytest
 
 from jobboard import EventKind, InvalidJob, JobBoardError, JobState, open_board
-from jobboard.dag import InvalidPlan, Plan, to_dot, to_mermaid
-from jobboard.handlers import Handlers, RetryPolicy
-from jobboard.plans import PlanHandle, post_plan
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.plans.dag import InvalidPlan, Plan, to_dot, to_mermaid
+from jobboard.plans.posting import PlanHandle, post_plan
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import Handlers, RetryPolicy
 from tests.support.boards import BACKENDS, fresh_board_url
 from tests.support.plans import stress_plan
 
@@ -202,7 +202,7 @@ async def test_a_generation_with_an_invalid_task_is_not_posted_at_all(board_url:
 
 
 async def test_dead_poster_leaves_nothing_runnable_and_cleanup_removes_it(board_url: str) -> None:
-    from jobboard.plans import cleanup_interrupted_plans
+    from jobboard.plans.posting import cleanup_interrupted_plans
 
     plan = Plan("orphan")
     for number in range(30):

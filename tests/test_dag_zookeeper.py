@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from jobboard import EventKind, open_board
-from jobboard.handlers import Handlers
-from jobboard.plans import post_plan
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.plans.posting import post_plan
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import Handlers
 from tests.support.plans import stress_plan, wide_and_deep_plan
 from tests.support.processes import spawn_ready
 

@@ -15,16 +15,16 @@ from typing import Any
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
-from jobboard.dag import Plan
+from jobboard.board.contract import JobBoard
+from jobboard.board.registry import open_board
 from jobboard.dashboard.html import h, mermaid_graph, pretty
 from jobboard.dashboard.model import JobFilter
 from jobboard.dashboard.pages import jobs as jobs_body
 from jobboard.dashboard.pages import progress_text
 from jobboard.errors import BackendUnavailable
 from jobboard.job import Job, JobState, ListedJob
-from jobboard.plans import post_plan
-from jobboard.registry import open_board
+from jobboard.plans.dag import Plan
+from jobboard.plans.posting import post_plan
 from jobboard_memory import MemoryBackend
 from jobboard_memory.board import MemoryBoard
 from tests.support.dashboard import TOKEN, ahttp, dashboard_in_loop, eventually
@@ -247,7 +247,7 @@ async def test_plans_are_listed_with_their_progress(board: JobBoard) -> None:
 
 
 async def test_jobs_are_filtered_and_paginated_on_the_server(board: JobBoard) -> None:
-    from jobboard.board import NewJob
+    from jobboard.board.contract import NewJob
 
     await board.post_many([NewJob("resize" if n % 2 else "notify", {"n": n}) for n in range(120)])
     with anyio.fail_after(30):
@@ -264,9 +264,9 @@ async def test_metrics_are_mounted_when_the_module_is_there(board: JobBoard, mon
         await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
         await send({"type": "http.response.body", "body": b"jobboard_jobs 0\n"})
 
-    module = types.ModuleType("jobboard.metrics")
+    module = types.ModuleType("jobboard.observe.metrics")
     module.asgi_app = lambda live: metrics_app  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "jobboard.metrics", module)
+    monkeypatch.setitem(sys.modules, "jobboard.observe.metrics", module)
     with anyio.fail_after(30):
         async with dashboard_in_loop(board) as base:
             status, _, body = await ahttp("GET", f"{base}/metrics")
@@ -274,7 +274,7 @@ async def test_metrics_are_mounted_when_the_module_is_there(board: JobBoard, mon
 
 
 async def test_the_board_collector_of_the_metrics_module_is_served(board: JobBoard, monkeypatch: Any) -> None:
-    """The metrics branch's interface: ``jobboard.metrics.BoardCollector(live)`` (prometheus_client)."""
+    """The metrics branch's interface: ``jobboard.observe.metrics.BoardCollector(live)`` (prometheus_client)."""
     prometheus = pytest.importorskip("prometheus_client")
     from prometheus_client.core import GaugeMetricFamily
 
@@ -285,9 +285,9 @@ async def test_the_board_collector_of_the_metrics_module_is_served(board: JobBoa
         def collect(self) -> Any:
             yield GaugeMetricFamily("jobboard_board_up", "up", value=1.0 if self.live.healthy else 0.0)
 
-    module = types.ModuleType("jobboard.metrics")
+    module = types.ModuleType("jobboard.observe.metrics")
     module.BoardCollector = BoardCollector  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "jobboard.metrics", module)
+    monkeypatch.setitem(sys.modules, "jobboard.observe.metrics", module)
     assert prometheus.make_asgi_app
     with anyio.fail_after(30):
         async with dashboard_in_loop(board) as base:

@@ -22,9 +22,9 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
+from jobboard.board.registry import open_board
 from jobboard.job import JobState
-from jobboard.registry import open_board
 from tests.support.browser import headless_chromium, require_chromium
 from tests.support.dashboard import TOKEN, dashboard_process, eventually
 from tests.support.redisserver import RedisServer

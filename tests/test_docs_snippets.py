@@ -101,10 +101,10 @@ def test_the_public_api_is_importable_from_the_package() -> None:
 def test_importing_jobboard_stays_cheap() -> None:
     """The names load on first use: ``import jobboard`` imports none of the library's modules."""
     probe = ("import sys, jobboard; from jobboard import Worker;"
-             "print(sorted(m for m in ('anyio', 'jobboard.board', 'jobboard.worker', 'msgpack') if m in sys.modules))")
+             "print(sorted(m for m in ('anyio', 'jobboard.board.contract', 'jobboard.worker.conductor', 'msgpack') if m in sys.modules))")
     cheap = subprocess.run([sys.executable, "-c", ("import sys, jobboard; print(sorted(m for m in sys.modules "
                             "if m.startswith(('jobboard.', 'anyio', 'msgpack', 'typing'))))")],
                            capture_output=True, text=True, timeout=30, check=False)
     assert cheap.stdout.strip() == "[]", cheap.stdout
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=30, check=False)
-    assert loaded.stdout.strip() == "['anyio', 'jobboard.board', 'jobboard.worker', 'msgpack']", loaded.stderr
+    assert loaded.stdout.strip() == "['anyio', 'jobboard.board.contract', 'jobboard.worker.conductor', 'msgpack']", loaded.stderr

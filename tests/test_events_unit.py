@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from jobboard.events import Event, EventHub, EventKind, EventStream
+from jobboard.board.events import Event, EventHub, EventKind, EventStream
 
 
 def posted(job_id: str) -> Event:

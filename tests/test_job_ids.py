@@ -7,7 +7,7 @@ import uuid
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard_memory.board import MemoryBoard
 from jobboard_redis.board import RedisBoard
 from jobboard_zookeeper.board import ZooKeeperBoard

@@ -17,12 +17,12 @@ import pytest
 from jobboard import JobState, open_board
 from jobboard.cli.plan import status_table
 from jobboard.cli.trash import duration
-from jobboard.dag import Plan
-from jobboard.handlers import Handlers, JobContext
 from jobboard.job import Claim
-from jobboard.plans import post_plan
-from jobboard.progress import PROGRESS_INTERVAL
-from jobboard.worker import Worker
+from jobboard.plans.dag import Plan
+from jobboard.plans.posting import post_plan
+from jobboard.worker.conductor import Worker
+from jobboard.worker.handlers import Handlers, JobContext
+from jobboard.worker.progress import PROGRESS_INTERVAL
 from jobboard_memory.board import MemoryBoard
 from jobboard_zookeeper import ZooKeeperBoard
 

@@ -6,7 +6,7 @@ import uuid
 
 import anyio
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.job import JobState
 from jobboard_memory.board import MemoryBoard
 

@@ -9,13 +9,13 @@ import uuid
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
+from jobboard.board.events import Event, EventKind
+from jobboard.board.registry import open_board
 from jobboard.errors import BackendUnavailable
-from jobboard.events import Event, EventKind
 from jobboard.job import Entity, JobState
-from jobboard.live import LiveBoard, read_stats
-from jobboard.registry import open_board
-from jobboard.stats import BoardStats
+from jobboard.observe.live import LiveBoard, read_stats
+from jobboard.observe.stats import BoardStats
 from jobboard_memory import MemoryBackend
 from jobboard_memory.board import MemoryBoard
 from tests.support.boards import BACKENDS, fresh_board_url
@@ -160,8 +160,8 @@ async def test_readers_are_told_when_the_entities_change() -> None:
 async def test_records_of_plans_and_schedules_are_counted_apart(board_url: str) -> None:
     """A plan's record waits unclaimed for as long as the plan: as a job, it would be the oldest
     unclaimed one for ever (an alert on that age would never clear)."""
-    from jobboard.dag import Plan
-    from jobboard.plans import post_plan
+    from jobboard.plans.dag import Plan
+    from jobboard.plans.posting import post_plan
 
     plan = Plan("two")
     first = plan.task("resize", 1)

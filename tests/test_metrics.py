@@ -22,12 +22,12 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobboard import open_board
-from jobboard.board import JobBoard
-from jobboard.faulty import FaultyBoard
-from jobboard.handlers import Handlers, JobContext
+from jobboard.board.contract import JobBoard
 from jobboard.job import Job
-from jobboard.metrics import WorkerMetrics
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.observe.metrics import WorkerMetrics
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import Handlers, JobContext
+from jobboard.wrappers.faulty import FaultyBoard
 from tests.support.redisserver import RedisServer
 
 pytestmark = pytest.mark.timeout(90)
@@ -167,7 +167,7 @@ async def test_middleware_results_by_handler_outcome() -> None:
 
     @handlers.register("flaky")
     async def flaky(ctx: JobContext) -> None:
-        from jobboard.retry import Fail, Retry
+        from jobboard.worker.retry import Fail, Retry
 
         if ctx.details["how"] == "retry" and ctx.attempt == 1:
             raise Retry(0.01)
@@ -231,7 +231,7 @@ def test_the_endpoint_answers_404_and_500_and_keeps_serving(caplog: pytest.LogCa
     async def main() -> None:
         from prometheus_client import CollectorRegistry
 
-        from jobboard.metrics import bind_metrics, bound_port, serve_metrics
+        from jobboard.observe.metrics import bind_metrics, bound_port, serve_metrics
 
         registry, broken = CollectorRegistry(), Broken()
         registry.register(broken)  # type: ignore[arg-type]

@@ -19,10 +19,10 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobboard import open_board
-from jobboard.handlers import Handlers
-from jobboard.live import LiveBoard
-from jobboard.metrics import BoardCollector, WorkerMetrics
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.observe.live import LiveBoard
+from jobboard.observe.metrics import BoardCollector, WorkerMetrics
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import Handlers
 from tests.support.docs_programs import blocks, check_program
 from tests.support.docs_programs import programs as docs_programs
 

@@ -16,7 +16,7 @@ import anyio
 import pytest
 
 from jobboard import open_board
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.job import JobState, Priority
 from tests.support.boards import BACKENDS, fresh_board_url
 

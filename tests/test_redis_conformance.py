@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.testing import JobBoardConformance
 from jobboard_redis import RedisBackend
 

@@ -10,13 +10,13 @@ import anyio
 import pytest
 
 from jobboard import open_board
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import InvalidJob
-from jobboard.handlers import JobContext
 from jobboard.job import Job, JobState
-from jobboard.schedule import RECORD, Schedule
-from jobboard.scheduler import Scheduler, add_schedule, list_schedules, remove_schedule
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.schedules.schedule import RECORD, Schedule
+from jobboard.schedules.scheduler import Scheduler, add_schedule, list_schedules, remove_schedule
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import JobContext
 from tests.support.boards import BACKENDS, fresh_board_url
 from tests.support.tcpproxy import TcpProxy
 

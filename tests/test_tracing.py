@@ -26,10 +26,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from jobboard import open_board
-from jobboard.codec import build_posting, decode_posting, encode_posting
-from jobboard.handlers import Fail, Handlers, JobContext
-from jobboard.tracing import TracedBoard, job_spans
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.board.codec import build_posting, decode_posting, encode_posting
+from jobboard.observe.tracing import TracedBoard, job_spans
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import Fail, Handlers, JobContext
 from tests.support.boards import BACKENDS, fresh_board_url
 
 pytestmark = pytest.mark.timeout(60)

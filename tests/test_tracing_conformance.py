@@ -10,10 +10,10 @@ pytest.importorskip("opentelemetry.sdk", reason="the otel extra (and opentelemet
 
 from opentelemetry.sdk.trace import TracerProvider
 
-from jobboard.board import JobBoard
-from jobboard.registry import open_board
+from jobboard.board.contract import JobBoard
+from jobboard.board.registry import open_board
+from jobboard.observe.tracing import TracedBoard
 from jobboard.testing import BoardMaker, JobBoardConformance
-from jobboard.tracing import TracedBoard
 from jobboard_memory import MemoryBackend
 
 

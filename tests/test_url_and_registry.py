@@ -9,7 +9,16 @@ from importlib.metadata import EntryPoint
 import anyio
 import pytest
 
-import jobboard.registry
+import jobboard.board.registry
+from jobboard.board.registry import installed_schemes, open_board
+from jobboard.board.url import (
+    BoardURL,
+    non_negative_float,
+    parse_options,
+    parse_url,
+    positive_float,
+    positive_int,
+)
 from jobboard.errors import (
     BackendNotFound,
     BackendUnavailable,
@@ -19,8 +28,6 @@ from jobboard.errors import (
     JobNotFound,
     translate_errors,
 )
-from jobboard.registry import installed_schemes, open_board
-from jobboard.url import BoardURL, non_negative_float, parse_options, parse_url, positive_float, positive_int
 
 # -- parse_url --------------------------------------------------------------
 
@@ -145,7 +152,7 @@ def test_a_backend_without_its_client_library_names_the_extra_that_installs_it(
 def test_a_backend_module_that_cannot_be_imported_asks_for_a_reinstall(monkeypatch: pytest.MonkeyPatch) -> None:
     broken = EntryPoint(name="zookeeper", value="module_that_does_not_exist_xyz:Board",
                         group="jobboard.backends")
-    monkeypatch.setattr(jobboard.registry, "entry_points", fake_entry_points(broken))
+    monkeypatch.setattr(jobboard.board.registry, "entry_points", fake_entry_points(broken))
     with pytest.raises(BackendNotFound) as caught:
         open_board("zookeeper://h1:2181/jobs")
     assert "reinstall jobboard" in str(caught.value) and "pip install" not in str(caught.value)
@@ -154,14 +161,14 @@ def test_a_backend_module_that_cannot_be_imported_asks_for_a_reinstall(monkeypat
 
 
 def test_no_backends_installed_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(jobboard.registry, "entry_points", fake_entry_points())
+    monkeypatch.setattr(jobboard.board.registry, "entry_points", fake_entry_points())
     with pytest.raises(BackendNotFound, match=r"installed: none"):
         open_board("memory://x")
 
 
 def test_backend_missing_its_attribute_is_backend_not_found(monkeypatch: pytest.MonkeyPatch) -> None:
     broken = EntryPoint(name="memory", value="jobboard:NoSuchBoard", group="jobboard.backends")
-    monkeypatch.setattr(jobboard.registry, "entry_points", fake_entry_points(broken))
+    monkeypatch.setattr(jobboard.board.registry, "entry_points", fake_entry_points(broken))
     with pytest.raises(BackendNotFound):
         open_board("memory://x")
 

@@ -19,9 +19,9 @@ import anyio
 import pytest
 
 from jobboard import EventKind, JobBoard, open_board
-from jobboard.faulty import FaultyBoard
-from jobboard.handlers import Fail, Handlers, JobContext, Retry, RetryPolicy
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import Fail, Handlers, JobContext, Retry, RetryPolicy
+from jobboard.wrappers.faulty import FaultyBoard
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -15,8 +15,8 @@ import anyio
 import pytest
 
 from jobboard import EventKind, JobBoard, JobState, open_board
-from jobboard.handlers import JobContext
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import JobContext
 from tests.support.processes import spawn_ready
 from tests.support.tcpproxy import TcpProxy
 

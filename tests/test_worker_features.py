@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 from jobboard import JobBoard, JobState, open_board
-from jobboard.handlers import TIMEOUT_KEY, Fail, Handlers, JobContext, Retry, RetryPolicy
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import TIMEOUT_KEY, Fail, Handlers, JobContext, Retry, RetryPolicy
 from tests.support.boards import BACKENDS, fresh_board_url
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,13 +15,13 @@ import anyio
 import pytest
 
 from jobboard import EventKind, JobBoard, JobState, open_board
-from jobboard.events import EventStream
-from jobboard.faulty import FaultyBoard
-from jobboard.handlers import JobContext, RetryPolicy
+from jobboard.board.events import EventStream
 from jobboard.job import Claim
-from jobboard.outcome import Action, decide
-from jobboard.retry import Backoff
-from jobboard.worker import Worker, WorkerConfig, WorkerStats
+from jobboard.worker.conductor import Worker, WorkerConfig, WorkerStats
+from jobboard.worker.handlers import JobContext, RetryPolicy
+from jobboard.worker.retry import Backoff
+from jobboard.worker.settling import Action, decide
+from jobboard.wrappers.faulty import FaultyBoard
 from tests.support.boards import BACKENDS, fresh_board_url
 
 pytestmark = pytest.mark.timeout(60)

@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from jobboard import JobState, open_board
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.worker.conductor import Worker, WorkerConfig
 from tests.support.cli_handlers import handlers
 
 pytestmark = pytest.mark.timeout(90)

@@ -18,8 +18,8 @@ import anyio
 import pytest
 
 from jobboard import open_board
+from jobboard.board.events import EventKind
 from jobboard.errors import BoardConflict, InvalidURL
-from jobboard.events import EventKind
 from jobboard.job import Job
 from jobboard_zookeeper import ZooKeeperBackend, ZooKeeperBoard
 from jobboard_zookeeper.fleet import PartitionedView, owned_partitions

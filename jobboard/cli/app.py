@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from jobboard.board.registry import open_board
 from jobboard.cli import board_stats, examples, jobs, jobs_results, top, trash
 from jobboard.cli.command import (
     EXIT_NOT_MET,
@@ -40,7 +41,6 @@ from jobboard.cli.plan import plan_arguments, plan_command
 from jobboard.cli.schedule import schedule_arguments, schedule_command
 from jobboard.cli.worker import check, check_arguments, run_worker, worker_arguments
 from jobboard.errors import BackendNotFound, BackendUnavailable, InvalidURL, JobBoardError
-from jobboard.registry import open_board
 
 
 def demo(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""``jobboard stats``: a board's figures, read once (:func:`jobboard.stats.read_stats`), as text or JSON.
+"""``jobboard stats``: a board's figures, read once (:func:`jobboard.observe.stats.read_stats`), as text or JSON.
 
 The text is also the head of ``jobboard top``'s screen (:func:`stats_lines`).
 """
@@ -8,10 +8,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.output import format_table, print_json
 from jobboard.job import JobState, Priority
-from jobboard.stats import BoardStats, read_stats
+from jobboard.observe.stats import BoardStats, read_stats
 
 STATES = (JobState.UNCLAIMED.value, JobState.CLAIMED.value, JobState.WAITING.value)
 PRIORITIES = tuple(priority.name.lower() for priority in sorted(Priority, reverse=True))

@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 
 PROG = "jobboard"
 

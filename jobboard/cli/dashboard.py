@@ -18,7 +18,7 @@ from typing import Any
 
 import anyio
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.command import CommandError, UsageError, port_number
 
 TOKEN_ENV = "JOBBOARD_DASHBOARD_TOKEN"
@@ -101,9 +101,9 @@ async def stop_on_signals(server: Any, signals: AsyncIterator[int]) -> None:
 async def run_demo_plans(board: JobBoard, pace: float) -> None:
     """Post the demo's plan and run it with three paced workers, again and again."""
     from jobboard import demo
-    from jobboard.handlers import JobContext
-    from jobboard.plans import post_plan
-    from jobboard.worker import Worker, WorkerConfig
+    from jobboard.plans.posting import post_plan
+    from jobboard.worker.conductor import Worker, WorkerConfig
+    from jobboard.worker.handlers import JobContext
 
     async def paced(ctx: JobContext, call_next: Any) -> Any:
         await anyio.sleep(pace)

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError, positive_whole_number, seconds
 from jobboard.cli.output import first_line, format_table, format_time, print_json
 from jobboard.errors import JobNotFound

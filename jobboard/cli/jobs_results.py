@@ -16,7 +16,7 @@ from typing import Any
 
 import anyio
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError
 from jobboard.cli.jobs import job_record, progress_text
 from jobboard.cli.output import format_time, plain, print_json

@@ -7,7 +7,7 @@ import signal
 
 import anyio
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.command import port_number
 from jobboard.cli.observe import DEFAULT_HOST, bind, optional
 
@@ -30,10 +30,10 @@ def metrics_arguments(parser: argparse.ArgumentParser) -> None:
 
 async def serve_board_metrics(board: JobBoard, args: argparse.Namespace) -> int:
     """Serve the board's gauges until SIGTERM or SIGINT."""
-    metrics = optional("jobboard.metrics", "metrics", "jobboard metrics")
+    metrics = optional("jobboard.observe.metrics", "metrics", "jobboard metrics")
     from prometheus_client import CollectorRegistry
 
-    from jobboard.live import LiveBoard
+    from jobboard.observe.live import LiveBoard
 
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with LiveBoard(board) as live:

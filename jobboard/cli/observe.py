@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.command import CommandError, port_number
-from jobboard.handlers import Middleware
+from jobboard.worker.handlers import Middleware
 
 if TYPE_CHECKING:
-    from jobboard.worker import Worker, WorkerStats
+    from jobboard.worker.conductor import Worker, WorkerStats
 
 DEFAULT_HOST = "127.0.0.1"
 
@@ -48,11 +48,11 @@ def worker_options(parser: argparse.ArgumentParser) -> None:
 
 
 async def bind(host: str, port: int) -> Any:
-    """A listener for ``jobboard.metrics.serve_metrics``; prints the URL it serves.
+    """A listener for ``jobboard.observe.metrics.serve_metrics``; prints the URL it serves.
 
     :raises CommandError: the address cannot be bound.
     """
-    metrics = optional("jobboard.metrics", "metrics", "serving metrics")
+    metrics = optional("jobboard.observe.metrics", "metrics", "serving metrics")
     try:
         listener = await metrics.bind_metrics(host, port)
     except OSError as error:
@@ -69,16 +69,16 @@ class WorkerExtras:
         self.metrics: Any = None
         self.middleware: list[Middleware] = []
         if self.port is not None:
-            self.metrics = optional("jobboard.metrics", "metrics", "--metrics-port").WorkerMetrics()
+            self.metrics = optional("jobboard.observe.metrics", "metrics", "--metrics-port").WorkerMetrics()
             self.middleware.append(self.metrics.middleware)
         if self.trace:
-            self.middleware.append(optional("jobboard.tracing", "otel", "--trace").job_spans())
+            self.middleware.append(optional("jobboard.observe.tracing", "otel", "--trace").job_spans())
 
     async def board(self, board: JobBoard) -> JobBoard:
         """``board``, wrapped for spans with ``--trace``."""
         if not self.trace:
             return board
-        traced: JobBoard = optional("jobboard.tracing", "otel", "--trace").TracedBoard(board)
+        traced: JobBoard = optional("jobboard.observe.tracing", "otel", "--trace").TracedBoard(board)
         await traced.open()
         return traced
 

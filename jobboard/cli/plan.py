@@ -6,14 +6,14 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli import examples
 from jobboard.cli.command import examples_epilog
 from jobboard.cli.options import shared_options
 from jobboard.cli.output import format_table, print_json
 from jobboard.cli.plan_list import plan_list
-from jobboard.dag import to_dot, to_mermaid
-from jobboard.plans import PlanHandle, PlanProgress, PlanStatus, cleanup_interrupted_plans
+from jobboard.plans.dag import to_dot, to_mermaid
+from jobboard.plans.posting import PlanHandle, PlanProgress, PlanStatus, cleanup_interrupted_plans
 
 BAR_WIDTH = 30
 

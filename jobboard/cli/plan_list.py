@@ -1,6 +1,6 @@
 """``jobboard plan list``: the plans on a board with their progress, from one listing of the board.
 
-A plan is on the board while its record is (see :mod:`jobboard.plans`): from ``post_plan`` until a
+A plan is on the board while its record is (see :mod:`jobboard.plans.posting`): from ``post_plan`` until a
 ``wait`` saw it end. Each task's state comes from the same listing: a task on the board has its
 listed state, one in the trash is trashed, any other was consumed. No read per task.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.jobs import listed_jobs
 from jobboard.cli.output import format_table, format_time, print_json
 from jobboard.job import Job, JobState
-from jobboard.plans import RECORD, PlanHandle, PlanStatus
+from jobboard.plans.posting import RECORD, PlanHandle, PlanStatus
 
 
 def plan_handles(board: JobBoard, records: list[Job]) -> list[PlanHandle]:

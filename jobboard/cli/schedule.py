@@ -1,4 +1,4 @@
-"""``jobboard schedule add|list|remove``: the periodic jobs stored on a board (see :mod:`jobboard.scheduler`)."""
+"""``jobboard schedule add|list|remove``: the periodic jobs stored on a board (see :mod:`jobboard.schedules.scheduler`)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import argparse
 import importlib.util
 import time
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.command import CommandError, positive_seconds, seconds
 from jobboard.cli.jobs import _priority, parse_details
 from jobboard.cli.options import shared_options
 from jobboard.cli.output import format_table, print_json
 from jobboard.errors import InvalidJob
 from jobboard.job import Priority
-from jobboard.schedule import CATCH_UP, Schedule, cron_times
-from jobboard.scheduler import add_schedule, list_schedules, remove_schedule
+from jobboard.schedules.schedule import CATCH_UP, Schedule, cron_times
+from jobboard.schedules.scheduler import add_schedule, list_schedules, remove_schedule
 
 SCHEDULE_ACTIONS = {
     "add": "store a schedule on the board (replacing one with its name)",

@@ -1,6 +1,6 @@
 """``jobboard top``: a live view of a board in the terminal, refreshed from the board's events.
 
-The figures come from :class:`jobboard.live.LiveBoard` (one listing, then one event subscription: no
+The figures come from :class:`jobboard.observe.live.LiveBoard` (one listing, then one event subscription: no
 polling, no read per job). A change redraws the screen at most :data:`MIN_REDRAW_GAP` after the last
 redraw; without changes the screen is redrawn every ``--interval`` seconds (ages move on). Plain
 ANSI: on a terminal each frame is drawn over the last; otherwise frames follow each other as text.
@@ -16,12 +16,12 @@ from typing import TextIO
 
 import anyio
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.board_stats import stats_lines
 from jobboard.cli.command import positive_whole_number
 from jobboard.cli.jobs import job_record, list_columns
 from jobboard.cli.output import format_table, format_time
-from jobboard.live import LiveBoard
+from jobboard.observe.live import LiveBoard
 
 MIN_REDRAW_GAP = 0.25
 """Seconds between two redraws at least: a busy board is drawn at most four times a second."""

@@ -6,7 +6,7 @@ import argparse
 import re
 import sys
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.command import EXIT_NOT_MET, PROG, UsageError
 from jobboard.cli.output import print_json
 from jobboard.errors import InvalidJob, JobNotFound

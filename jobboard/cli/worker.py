@@ -12,19 +12,19 @@ import sys
 from collections.abc import Iterator
 from typing import Any, cast
 
-from jobboard import logs
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.cli.command import CommandError, UsageError, seconds, whole_number
 from jobboard.cli.observe import WorkerExtras, worker_options
 from jobboard.cli.output import print_json
-from jobboard.early_signals import catch_early_signals
-from jobboard.handlers import Handler
-from jobboard.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
-from jobboard.worker import Worker, WorkerConfig, default_owner
+from jobboard.observe import logs
+from jobboard.worker.conductor import Worker, WorkerConfig, default_owner
+from jobboard.worker.early_signals import catch_early_signals
+from jobboard.worker.handlers import Handler
+from jobboard.worker.retry import DEFAULT_MAX_ATTEMPTS, RetryPolicy
 
 
 def load_handler(spec: str) -> Handler:
-    """Import ``module:attribute`` (a :class:`~jobboard.handlers.Handlers` or an async callable).
+    """Import ``module:attribute`` (a :class:`~jobboard.worker.handlers.Handlers` or an async callable).
 
     The current directory is searched first, as ``python -m`` does (a console
     script would not find ``app.jobs`` next to the user otherwise).

@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.dashboard.model import Dashboard, JobFilter
 from jobboard.errors import JobBoardError, JobNotFound
 from jobboard.job import ListedJob, Priority

@@ -1,6 +1,6 @@
 """The Starlette application: pages, JSON, server-sent events, static files, ``/metrics``.
 
-:func:`create_app` serves an open board: its lifespan starts one :class:`~jobboard.live.LiveBoard`
+:func:`create_app` serves an open board: its lifespan starts one :class:`~jobboard.observe.live.LiveBoard`
 (one board subscription) and one :class:`~jobboard.dashboard.model.Dashboard` for every request.
 Every response forbids inline scripts and framing (Content-Security-Policy), so even a value that
 escaped escaping could not run.
@@ -24,12 +24,12 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.dashboard import api, pages, sse
 from jobboard.dashboard.html import Markup, join, layout, tag
 from jobboard.dashboard.model import Dashboard, Options
 from jobboard.errors import JobBoardError
-from jobboard.live import LiveBoard
+from jobboard.observe.live import LiveBoard
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 CSP = (b"default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
@@ -138,11 +138,11 @@ class _Asgi:
 
 
 def metrics_app(live: LiveBoard) -> ASGIApp | None:
-    """The board's Prometheus gauges from this view, when ``jobboard.metrics`` (extra ``jobboard[metrics]``)
+    """The board's Prometheus gauges from this view, when ``jobboard.observe.metrics`` (extra ``jobboard[metrics]``)
     is installed: its ``asgi_app(live)`` if it has one, else its ``BoardCollector(live)`` served by
     ``prometheus_client.make_asgi_app`` (collected on the event loop, as the view wants)."""
     try:
-        metrics: Any = importlib.import_module("jobboard.metrics")
+        metrics: Any = importlib.import_module("jobboard.observe.metrics")
     except ImportError:
         return None
     if callable(factory := getattr(metrics, "asgi_app", None)):

@@ -15,8 +15,8 @@ import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from jobboard.dag import STATE_COLOURS
 from jobboard.job import JobState
+from jobboard.plans.dag import STATE_COLOURS
 
 PRETTY_LIMIT = 20_000
 NAV = (("overview", "/", "Overview"), ("jobs", "/jobs", "Jobs"), ("trash", "/trash", "Trash"),

@@ -1,6 +1,6 @@
-"""What the dashboard shows, read from one :class:`~jobboard.live.LiveBoard` (no web framework here).
+"""What the dashboard shows, read from one :class:`~jobboard.observe.live.LiveBoard` (no web framework here).
 
-:class:`Dashboard` follows the view's :meth:`~jobboard.live.LiveBoard.updates` once for the whole
+:class:`Dashboard` follows the view's :meth:`~jobboard.observe.live.LiveBoard.updates` once for the whole
 process: it remembers how jobs ended (for plans and job pages), the plans it saw posted, the
 malformed entries the board reported, and the last events. Reading the board (``get``, the trash,
 a state) happens only for pages that need more than the view holds, and only as they are served.
@@ -15,14 +15,14 @@ from typing import Any
 
 import anyio
 
-from jobboard.board import JobBoard
-from jobboard.codec import MalformedEntry
+from jobboard.board.codec import MalformedEntry
+from jobboard.board.contract import JobBoard
+from jobboard.board.events import EventKind
 from jobboard.errors import BackendUnavailable, JobBoardError, JobNotFound
-from jobboard.events import EventKind
 from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
-from jobboard.live import LiveBoard
-from jobboard.plans import RECORD, PlanStatus, _is_manifest
-from jobboard.stats import BoardStats
+from jobboard.observe.live import LiveBoard
+from jobboard.observe.stats import BoardStats
+from jobboard.plans.posting import RECORD, PlanStatus, _is_manifest
 
 FINISHED_KEPT = 200_000
 """How many ended jobs the dashboard remembers (their end state and reason)."""

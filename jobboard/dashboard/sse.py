@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from jobboard.dashboard.api import dashboard
-from jobboard.live import LiveBoard
+from jobboard.observe.live import LiveBoard
 
 MIN_INTERVAL = 0.1
 HEARTBEAT = 15.0

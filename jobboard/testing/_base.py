@@ -11,9 +11,9 @@ from typing import Any, Protocol, TypeVar, cast
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
+from jobboard.board.registry import open_board
 from jobboard.job import Job
-from jobboard.registry import open_board
 
 TestFunction = TypeVar("TestFunction", bound=Callable[..., Coroutine[Any, Any, None]])
 

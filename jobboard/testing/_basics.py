@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import BoardClosed, InvalidJob, JobNotFound
 from jobboard.job import JobState, Priority
 from jobboard.testing._base import BoardMaker, BoardOpener, ConformanceBase, bounded, listed, listed_ids

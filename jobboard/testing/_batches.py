@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from jobboard.board import JobBoard, NewJob
+from jobboard.board.contract import JobBoard, NewJob
 from jobboard.errors import ClaimLost, DependencyMissing, InvalidJob
 from jobboard.job import JobState
 from jobboard.testing._base import ConformanceBase, bounded, listed_ids

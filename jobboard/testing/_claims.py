@@ -9,7 +9,7 @@ import re
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import AlreadyClaimed, ClaimLost, InvalidJob, JobNotFound, NotClaimable, NotOwner
 from jobboard.job import Claim, JobState, Priority
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed, listed_ids

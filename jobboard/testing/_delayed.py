@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from jobboard.board import JobBoard, NewJob
+from jobboard.board.contract import JobBoard, NewJob
 from jobboard.errors import InvalidJob, NotClaimable
 from jobboard.job import JobState
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed, listed_ids

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import ClaimLost, JobNotFound
 from jobboard.job import JobState, LastError
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded

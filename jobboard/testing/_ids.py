@@ -3,7 +3,7 @@ gave a job, and ``never_posted`` says it of a well-formed id past the board's la
 
 from __future__ import annotations
 
-from jobboard.board import JobBoard, NewJob
+from jobboard.board.contract import JobBoard, NewJob
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
 
 NOT_IDS = ("", " ", "x", "é", "../jobs", "\x00", "9" * 400)

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import JobState
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed

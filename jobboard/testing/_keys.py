@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import InvalidJob
 from jobboard.job import JobState
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed_ids

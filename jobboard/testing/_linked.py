@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import InvalidJob, NotClaimable
 from jobboard.job import JobState
 from jobboard.testing._base import ConformanceBase, bounded, listed_ids

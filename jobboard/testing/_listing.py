@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.job import JobState, ListedJob
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed_ids
 

@@ -14,10 +14,10 @@ from anyio.from_thread import start_blocking_portal
 from hypothesis import event
 from hypothesis.stateful import RuleBasedStateMachine
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
+from jobboard.board.registry import open_board
 from jobboard.errors import JobBoardError
 from jobboard.job import Claim
-from jobboard.registry import open_board
 from jobboard.testing import _model_checks as checks
 from jobboard.testing.model import ContractModel, ModelClaim
 

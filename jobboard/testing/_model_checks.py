@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import JobNotFound
 from jobboard.job import Claim, Job, JobState, Outcome
 from jobboard.testing.model import ContractModel, ModelClaim, ModelJob

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import anyio
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import BoardClosed, JobNotFound
 from jobboard.job import JobState
 from jobboard.testing._machine import NAME_FILTERS, MachineBase

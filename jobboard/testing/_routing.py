@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import JobNotFound
 from jobboard.job import Claim, JobState
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded

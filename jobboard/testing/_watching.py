@@ -7,9 +7,9 @@ from collections.abc import Awaitable, Callable
 import anyio
 import pytest
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
+from jobboard.board.events import Event, EventKind, EventStream
 from jobboard.errors import BoardClosed, InvalidJob
-from jobboard.events import Event, EventKind, EventStream
 from jobboard.job import Job, JobState
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed_ids
 

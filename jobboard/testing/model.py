@@ -1,4 +1,4 @@
-"""A small, pure model of the :class:`~jobboard.board.JobBoard` contract.
+"""A small, pure model of the :class:`~jobboard.board.contract.JobBoard` contract.
 
 No I/O and no backend code: it states what every backend must do, step by step,
 for model-based tests (:mod:`jobboard.testing.stateful` drives a real board and

@@ -1,4 +1,4 @@
-"""A stateful, model-based test of the :class:`~jobboard.board.JobBoard` contract.
+"""A stateful, model-based test of the :class:`~jobboard.board.contract.JobBoard` contract.
 
 Needs hypothesis (``pip install hypothesis``); ``jobboard.testing`` itself does not
 import this module. Random sequences of post / claim / claim_next / consume /
@@ -35,7 +35,7 @@ from hypothesis import seed as use_seed
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule, run_state_machine_as_test
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.job import Claim, Job, JobState, Priority
 from jobboard.testing import _model_checks as checks
 from jobboard.testing._machine import FLOOR, NAME_FILTERS, SLOTS, MachineBase, check_floor

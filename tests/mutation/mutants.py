@@ -1,5 +1,5 @@
 """The mutants: each breaks one guarantee of ``memory://``, in its package or in the board's front
-(``jobboard/board.py``: the checks and encodings every backend shares); the first checks the run itself.
+(``jobboard/board/contract.py``: the checks and encodings every backend shares); the first checks the run itself.
 
 Anchors are exact text; when the code moves, ``bash scripts/mutate --check`` names the mutants to update.
 """
@@ -11,7 +11,7 @@ from tests.mutation.mutating import Mutant
 STORE = "backends/memory/jobboard_memory/store.py"
 BOARD = "backends/memory/jobboard_memory/board.py"
 KEEP = "backends/memory/jobboard_memory/keep.py"
-FRONT = "jobboard/board.py"
+FRONT = "jobboard/board/contract.py"
 """The board's front, shared by every backend: what it checks and encodes before a backend's hook."""
 NONE = 'b"\\xc0"'
 """A result of ``None``, encoded (msgpack's nil: what the mutants below deliver instead of the real result)."""

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from jobboard.events import EventKind, EventStream
+from jobboard.board.events import EventKind, EventStream
 
 BACKENDS = ("memory", "zookeeper", "redis")
 

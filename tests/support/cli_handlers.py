@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 
-from jobboard.handlers import Handlers, JobContext, RetryPolicy
+from jobboard.worker.handlers import Handlers, JobContext, RetryPolicy
 
 handlers = Handlers()
 

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from tests.support.localserver import die_with_us
 from tests.support.zkserver import free_port
 

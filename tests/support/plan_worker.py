@@ -18,8 +18,8 @@ from typing import Any
 import anyio
 
 from jobboard import open_board
-from jobboard.handlers import Handlers
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import Handlers
 
 SLOW_TASK, SLOW_SECONDS = 50, 1.5
 """Task t50 runs long enough for a test to SIGKILL its worker while it runs."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from jobboard.dag import Plan
+from jobboard.plans.dag import Plan
 
 
 def stress_plan(tasks: int = 100, roots: int = 10, fan_in: int = 10, seed: int = 7) -> Plan:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio
 
-from jobboard.handlers import Handlers, JobContext
+from jobboard.worker.handlers import Handlers, JobContext
 
 handlers = Handlers()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from jobboard.handlers import Handlers, JobContext
+from jobboard.worker.handlers import Handlers, JobContext
 
 print("importing", flush=True)
 sys.stdout.flush()

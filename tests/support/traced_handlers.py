@@ -12,7 +12,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from jobboard.handlers import Handlers, JobContext
+from jobboard.worker.handlers import Handlers, JobContext
 
 
 class LinesExporter(SpanExporter):

@@ -19,9 +19,9 @@ import anyio
 import anyio.to_thread
 
 from jobboard import open_board
-from jobboard.early_signals import catch_early_signals
-from jobboard.handlers import Handlers, JobContext
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.early_signals import catch_early_signals
+from jobboard.worker.handlers import Handlers, JobContext
 
 handlers = Handlers()
 

@@ -38,7 +38,7 @@ from jobboard.backend import (
     parse_url,
     positive_int,
 )
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard_memory import keep
 from jobboard_memory.keep import Keeper
 from jobboard_memory.store import Store, wall_clock
@@ -253,7 +253,7 @@ class MemoryBackend(Backend):
 
 
 class MemoryBoard(JobBoard):
-    """A :class:`~jobboard.board.JobBoard` over a :class:`MemoryBackend`: ``MemoryBoard(url)``."""
+    """A :class:`~jobboard.board.contract.JobBoard` over a :class:`MemoryBackend`: ``MemoryBoard(url)``."""
 
     backend: MemoryBackend
 

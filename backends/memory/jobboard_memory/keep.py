@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import time
 
+from jobboard.board.events import Event, EventKind
 from jobboard.errors import InvalidJob, JobNotFound
-from jobboard.events import Event, EventKind
 from jobboard.job import Claim, Job, Progress
 from jobboard_memory.store import KeyRecord, Store
 

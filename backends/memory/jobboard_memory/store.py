@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 
-from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value
+from jobboard.board.codec import MalformedEntry, Posting, decode_posting, decode_value
+from jobboard.board.events import Event, EventKind
 from jobboard.errors import (
     AlreadyClaimed,
     ClaimLost,
@@ -22,7 +23,6 @@ from jobboard.errors import (
     NotClaimable,
     NotOwner,
 )
-from jobboard.events import Event, EventKind
 from jobboard.job import Claim, Job, JobState, Outcome, Progress, TrashedJob, wanted
 
 MAX_ATTEMPTS_REASON = "max attempts exceeded"

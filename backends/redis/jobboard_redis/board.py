@@ -27,7 +27,7 @@ from jobboard.backend import (
     SettleAction,
     TrashedJob,
 )
-from jobboard.board import JobBoard
+from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
 from jobboard_redis.client import RedisClient
 from jobboard_redis.keep import KeepingRedis
@@ -370,7 +370,7 @@ class RedisBackend(KeepingRedis):
 
 
 class RedisBoard(JobBoard):
-    """A :class:`~jobboard.board.JobBoard` over a :class:`RedisBackend`: ``RedisBoard(url)``."""
+    """A :class:`~jobboard.board.contract.JobBoard` over a :class:`RedisBackend`: ``RedisBoard(url)``."""
 
     backend: RedisBackend
 

@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from jobboard.board_inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
+from jobboard.board.inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
+from jobboard.board.url import non_negative_float, parse_options, parse_url, positive_float, positive_int
 from jobboard.errors import InvalidURL
-from jobboard.url import non_negative_float, parse_options, parse_url, positive_float, positive_int
 
 DEFAULT_ROOT = "jobboard"
 DEFAULT_PORT = 6379

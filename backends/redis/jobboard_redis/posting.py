@@ -7,9 +7,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from jobboard.codec import Posting
+from jobboard.board.codec import Posting
+from jobboard.board.gathering import gather_all
 from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
-from jobboard.gathering import gather_all
 from jobboard.job import Job
 from jobboard_redis.failures import RetryExhausted
 from jobboard_redis.records import job_of, sequence_of, text

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jobboard.codec import MalformedEntry, decode_value
+from jobboard.board.codec import MalformedEntry, decode_value
 from jobboard.job import Job, JobState, ListedJob, Outcome, TrashedJob
 from jobboard_redis.client import RedisClient
 from jobboard_redis.keep import with_progress

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
+from jobboard.board.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
 from jobboard.errors import AlreadyClaimed, ClaimLost, JobNotFound, NotClaimable, NotOwner
 from jobboard.job import Entity, Job, LastError
 

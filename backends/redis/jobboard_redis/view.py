@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import anyio
 
+from jobboard.board.events import Event, EventHub, EventKind
 from jobboard.errors import BackendUnavailable
-from jobboard.events import Event, EventHub, EventKind
 from jobboard_redis.client import RedisClient
 
 logger = logging.getLogger(__name__)

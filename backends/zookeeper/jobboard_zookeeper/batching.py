@@ -35,9 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jobboard.backend import Prepared
-from jobboard.codec import MalformedEntry, Posting, decode_posting
+from jobboard.board.codec import MalformedEntry, Posting, decode_posting
+from jobboard.board.gathering import gather_all
 from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
-from jobboard.gathering import gather_all
 from jobboard.job import Job
 from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.grouping import Grouper

@@ -17,10 +17,10 @@ from typing import Any
 import anyio
 
 from jobboard.backend import Prepared, Settle, SettleAction
-from jobboard.board import JobBoard
-from jobboard.codec import MalformedEntry
+from jobboard.board.codec import MalformedEntry
+from jobboard.board.contract import JobBoard
+from jobboard.board.events import Event, EventKind
 from jobboard.errors import AlreadyClaimed, BackendUnavailable, NotClaimable
-from jobboard.events import Event, EventKind
 from jobboard.job import (
     Claim,
     Entity,
@@ -360,7 +360,7 @@ class ZooKeeperBackend(FleetBoard, KeepingBoard, BatchingBoard):
 
 
 class ZooKeeperBoard(JobBoard):
-    """A :class:`~jobboard.board.JobBoard` over a :class:`ZooKeeperBackend`: ``ZooKeeperBoard(url)``."""
+    """A :class:`~jobboard.board.contract.JobBoard` over a :class:`ZooKeeperBackend`: ``ZooKeeperBoard(url)``."""
 
     backend: ZooKeeperBackend
 

@@ -6,7 +6,7 @@ registers its entities again (:meth:`Entities.restore`).
 
 from __future__ import annotations
 
-from jobboard.codec import decode_value
+from jobboard.board.codec import decode_value
 from jobboard.errors import InvalidJob
 from jobboard.job import Entity
 from jobboard_zookeeper.layout import Paths

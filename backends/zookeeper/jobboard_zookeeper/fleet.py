@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from jobboard.board.events import Event
 from jobboard.errors import JobBoardError
-from jobboard.events import Event
 from jobboard_zookeeper.layout import is_job_id
 from jobboard_zookeeper.ops import Create
 from jobboard_zookeeper.partitions import PARTITIONED, PartitionedPaths, add_watch, remove_watch, route

@@ -25,7 +25,7 @@ import asyncio
 import time
 from collections.abc import Collection
 
-from jobboard.events import EventHub
+from jobboard.board.events import EventHub
 from jobboard.job import Claim, Job, Outcome, wanted
 from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.fleet import PartitionedView

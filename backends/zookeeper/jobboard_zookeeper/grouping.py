@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from jobboard.codec import Posting
+from jobboard.board.codec import Posting
 from jobboard.errors import BackendUnavailable, UnknownOutcome
 from jobboard.job import Job
 

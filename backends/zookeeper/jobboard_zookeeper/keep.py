@@ -12,7 +12,14 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from jobboard.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_posting, encode_value
+from jobboard.board.codec import (
+    MalformedEntry,
+    Posting,
+    decode_posting,
+    decode_value,
+    encode_posting,
+    encode_value,
+)
 from jobboard.errors import BackendUnavailable, BoardConflict, ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import Claim, Job, Progress
 from jobboard_zookeeper.base import ZooKeeperBase

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from jobboard.codec import MalformedEntry, decode_value, encode_value
+from jobboard.board.codec import MalformedEntry, decode_value, encode_value
 from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.ops import Delete, Op, SetData, Stat
 from jobboard_zookeeper.zk import ZooKeeper

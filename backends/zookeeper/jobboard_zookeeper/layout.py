@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from jobboard.codec import MalformedEntry, decode_value, encode_value
+from jobboard.board.codec import MalformedEntry, decode_value, encode_value
 from jobboard.job import Priority
 
 DIRECTORIES = ("counters", "jobs", "waiting", "locks", "trash", "results", "entities", "marks", "keys")

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from jobboard.codec import MalformedEntry, Posting, decode_posting, encode_posting
+from jobboard.board.codec import MalformedEntry, Posting, decode_posting, encode_posting
 from jobboard_zookeeper.keys import settle_ops
 from jobboard_zookeeper.layout import Paths, TrashRecord
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, SetData

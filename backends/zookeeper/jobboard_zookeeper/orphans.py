@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from jobboard.codec import MalformedEntry
+from jobboard.board.codec import MalformedEntry
 from jobboard.errors import BackendUnavailable
 from jobboard_zookeeper.layout import LockRecord, Paths
 from jobboard_zookeeper.ops import Delete, Op, SetData

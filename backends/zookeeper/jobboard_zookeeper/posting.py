@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from jobboard.codec import MalformedEntry, Posting, decode_posting
+from jobboard.board.codec import MalformedEntry, Posting, decode_posting
 from jobboard.errors import BackendUnavailable, BoardConflict, DependencyMissing, InvalidJob, UnknownOutcome
 from jobboard.job import Job
 from jobboard_zookeeper.chain import Chain

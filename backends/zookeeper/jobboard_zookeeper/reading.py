@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 
-from jobboard.codec import MalformedEntry, decode_posting, decode_value
+from jobboard.board.codec import MalformedEntry, decode_posting, decode_value
 from jobboard.job import Job, JobState, ListedJob, Outcome, TrashedJob
 from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, sequence_of
 from jobboard_zookeeper.linked import Stored

@@ -19,7 +19,7 @@ import random
 import struct
 from dataclasses import dataclass
 
-from jobboard.codec import MalformedEntry, decode_posting
+from jobboard.board.codec import MalformedEntry, decode_posting
 from jobboard.errors import JobBoardError
 from jobboard_zookeeper.collect import is_collector
 from jobboard_zookeeper.keys import KeyRecord

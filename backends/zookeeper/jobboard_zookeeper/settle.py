@@ -26,7 +26,7 @@ from typing import Any
 
 from anyio import get_cancelled_exc_class
 
-from jobboard.codec import decode_posting, encode_posting
+from jobboard.board.codec import decode_posting, encode_posting
 from jobboard.errors import (
     BackendUnavailable,
     BoardConflict,

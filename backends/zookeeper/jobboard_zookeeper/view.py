@@ -18,7 +18,7 @@ from collections.abc import Callable, Collection, Iterator
 
 import anyio
 
-from jobboard.events import Event, EventKind
+from jobboard.board.events import Event, EventKind
 from jobboard.job import wanted
 from jobboard_zookeeper.layout import Paths, is_job_id
 from jobboard_zookeeper.ops import Stat

@@ -1,0 +1,143 @@
+"""Checks of what a caller posts: names, keys, lifetimes, details msgpack can carry, sizes.
+
+Each raises :class:`~jobboard.errors.InvalidJob` naming the job and what is wrong; used by
+:mod:`jobboard.board.codec` when it builds a posting, and by the board for the encoded size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from jobboard.errors import InvalidJob
+
+TIMEOUT_KEY = "jobboard.timeout"
+"""A job's details may carry this key: seconds its handler may run (wins over the handler's); checked at post."""
+
+MAX_NAME_LENGTH = 200
+
+
+def seconds(value: object, what: str) -> float:
+    """``value`` as seconds: the one check of "a finite number of seconds >= 0" (delays, ages, lifetimes).
+
+    :raises InvalidJob: ``what must be a finite number of seconds >= 0, not <value>``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise InvalidJob(f"{what} must be a finite number of seconds >= 0, not {value!r}")
+    return float(value)
+
+
+def check_ttl(name: str, what: str, value: object) -> float | None:
+    """:raises InvalidJob: unless ``value`` is ``None`` or a finite number of seconds >= 0."""
+    return None if value is None else seconds(value, f"job {name!r}: {what}")
+
+
+def check_retry_after(retry_after: object) -> float | None:
+    """An abandon's ``retry_after``. :raises InvalidJob: unless ``None`` or finite seconds >= 0."""
+    return None if retry_after is None else seconds(retry_after, "retry_after")
+
+
+MAX_KEY_LENGTH = 200
+
+
+def check_key(name: str, key: object) -> None:
+    """:raises InvalidJob: unless ``key`` is ``None`` or a non-empty string of at most 200 characters."""
+    if key is None:
+        return
+    if not isinstance(key, str) or not key:
+        raise InvalidJob(f"job {name!r}: key must be a non-empty string or None, not {key!r}")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidJob(f"job {name!r}: key is {len(key)} characters, over the limit of {MAX_KEY_LENGTH}")
+
+
+def check_name(name: object) -> None:
+    """:raises InvalidJob: unless ``name`` is a short printable non-empty string."""
+    if not isinstance(name, str) or not name.strip():
+        raise InvalidJob(f"job name must be a non-empty string, not {name!r}")
+    if len(name) > MAX_NAME_LENGTH or not name.isprintable():
+        raise InvalidJob(f"job name {name[:40]!r}... must be printable and at most {MAX_NAME_LENGTH} chars")
+
+
+def check_details(name: str, details: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Copy ``details`` after checking msgpack can carry every value.
+
+    :raises InvalidJob: naming the first offending key path.
+    """
+    if details is None:
+        return {}
+    if not isinstance(details, Mapping):
+        raise InvalidJob(f"job {name!r}: details must be a mapping, not {type(details).__name__}")
+    if not (type(details) is dict and _plain(details)):
+        for key in details:
+            if not isinstance(key, str):
+                raise InvalidJob(f"job {name!r}: details key {key!r} is not a string")
+        problem = find_unencodable(details, "details")
+        if problem:
+            raise InvalidJob(f"job {name!r}: {problem}")
+    if TIMEOUT_KEY in details:
+        _check_timeout(name, details[TIMEOUT_KEY])
+    return dict(details)
+
+
+def _check_timeout(name: str, value: Any) -> None:
+    """:raises InvalidJob: a ``jobboard.timeout`` that is not a positive, finite number of seconds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise InvalidJob(f"job {name!r}: details[{TIMEOUT_KEY!r}] must be a positive number of seconds, "
+                         f"not {value!r}")
+
+
+_SCALARS = frozenset({str, float, bool, bytes, type(None)})
+
+
+def _plain(details: dict[Any, Any]) -> bool:
+    """Whether ``details`` is flat: string keys, scalar values msgpack carries (the common case, checked fast)."""
+    for key, value in details.items():
+        if type(key) is not str:
+            return False
+        kind = type(value)
+        if kind not in _SCALARS and (kind is not int or not -(2**63) <= value < 2**64):
+            return False
+    return True
+
+
+def check_size(name: str, encoded: bytes, limit: int) -> None:
+    """:raises InvalidJob: when an encoded posting exceeds the backend's ``limit``."""
+    if len(encoded) > limit:
+        raise InvalidJob(
+            f"job {name!r}: posting is {len(encoded)} bytes, over this board's limit of "
+            f"{limit} bytes (max_posting_bytes); store large payloads elsewhere and post a reference"
+        )
+
+
+def check_result_size(job_id: str, encoded: bytes, limit: int) -> None:
+    """:raises InvalidJob: when an encoded result exceeds the backend's ``limit`` (nothing written)."""
+    if len(encoded) > limit:
+        raise InvalidJob(f"result of job {job_id} is {len(encoded)} bytes, over this board's limit of {limit} "
+                         "bytes (max_posting_bytes); store it elsewhere and return a reference")
+
+
+def find_unencodable(value: Any, path: str) -> str | None:
+    """Describe the first value under ``path`` that msgpack cannot carry, or ``None``."""
+    if isinstance(value, Mapping):
+        return _find_in_mapping(value, path)
+    if isinstance(value, (list, tuple)):
+        found = (find_unencodable(item, f"{path}[{index}]") for index, item in enumerate(value))
+        return next((problem for problem in found if problem), None)
+    if value is None or isinstance(value, (bool, str, bytes, float)):
+        return None
+    if isinstance(value, int):
+        return None if -(2**63) <= value < 2**64 else f"{path} is an integer out of 64-bit range"
+    return f"{path} has a value of type {type(value).__name__} that msgpack cannot encode"
+
+
+def _find_in_mapping(value: Mapping[Any, Any], path: str) -> str | None:
+    if not isinstance(value, dict):
+        return f"{path} is a {type(value).__name__}; msgpack encodes only dict mappings"
+    for key, item in value.items():
+        if not isinstance(key, (str, int, bytes)):
+            return f"{path} has a key of type {type(key).__name__}: {key!r}"
+        found = find_unencodable(item, f"{path}[{key!r}]")
+        if found:
+            return found
+    return None

@@ -1,0 +1,310 @@
+"""The posting format: the one place that knows msgpack.
+
+A posting is what a backend stores for a job. It is a msgpack map with a format
+version ``"v": 1``; decoding anything else raises :class:`MalformedEntry`, which
+backends turn into a skipped-and-reported entry, never a broken listing.
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, cast
+
+import msgpack
+
+from jobboard.board.checks import (
+    check_details,
+    check_key,
+    check_name,
+    check_ttl,
+    find_unencodable,
+)
+from jobboard.errors import InvalidJob, JobBoardError
+from jobboard.job import Job, LastError, Priority
+
+FORMAT_VERSION = 1
+
+
+class MalformedEntry(JobBoardError):
+    """Stored data is not a valid posting (written by another tool or version)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Posting:
+    """A job's stored fields; the board adds the id and sequence."""
+
+    name: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    priority: Priority = Priority.NORMAL
+    created_at: float = 0.0
+    depends_on: tuple[str, ...] = ()
+    max_attempts: int | None = None
+    keep_result: bool = False
+    token: str = ""
+    """Unique per post: lets a backend recognise its own write after a replay."""
+    attempts: int = 0
+    not_before: float | None = None
+    results: Mapping[str, Any] = field(default_factory=dict)
+    """Results delivered by consumed dependencies, by dependency id."""
+    key: str | None = None
+    """The idempotency key the job was posted with, if any."""
+    last_error: LastError | None = None
+    result_ttl: float | None = None
+    trash_ttl: float | None = None
+    trace: Mapping[str, str] | None = None
+    """The producer's trace context (W3C ``traceparent``...), see :mod:`jobboard.board.propagation`."""
+
+    @property
+    def waiting_on(self) -> tuple[str, ...]:
+        """Dependencies whose results have not been delivered yet."""
+        return tuple(dep for dep in self.depends_on if dep not in self.results)
+
+    def dependency_results(self) -> tuple[Any, ...]:
+        return tuple(self.results.get(dep) for dep in self.depends_on)
+
+    def with_result(self, dependency: str, result: Any) -> Posting:
+        """The posting after ``dependency`` was consumed with ``result``."""
+        return replace(self, results={**self.results, dependency: result})
+
+    def to_job(self, job_id: str, sequence: int) -> Job:
+        """The immutable :class:`Job` view of this posting."""
+        return Job(
+            id=job_id, name=self.name, details=self.details, priority=self.priority,
+            sequence=sequence, created_at=self.created_at, depends_on=self.depends_on,
+            max_attempts=self.max_attempts, attempts=self.attempts,
+            not_before=self.not_before, keep_result=self.keep_result, key=self.key,
+            last_error=self.last_error, result_ttl=self.result_ttl, trash_ttl=self.trash_ttl,
+            trace_context=self.trace,
+        )
+
+    def claimed(self) -> Posting:
+        """The posting after one more claim (attempt counted, delay cleared)."""
+        return self.counted(self.attempts + 1, None)
+
+    def delayed(self, not_before: float | None) -> Posting:
+        """The posting made unclaimable until ``not_before`` (or claimable now: ``None``)."""
+        return self.counted(self.attempts, not_before)
+
+    def counted(self, attempts: int, not_before: float | None) -> Posting:
+        """The posting with these ``attempts`` and ``not_before``: ``replace`` at half its cost (hot path)."""
+        (name, details, priority, created_at, depends_on, max_attempts, keep_result, token, _, _, results, key,
+         last_error, result_ttl, trash_ttl, trace) = _FIELDS_OF(self)
+        return Posting(name, details, priority, created_at, depends_on, max_attempts, keep_result, token,
+                       attempts, not_before, results, key, last_error, result_ttl, trash_ttl, trace)
+
+    def reset_attempts(self) -> Posting:
+        """The posting with its attempts counted from 0 again (``requeue``)."""
+        return replace(self, attempts=0)
+
+    def without_key(self) -> Posting:
+        return replace(self, key=None)
+
+    def failed(self, error: LastError | None) -> Posting:
+        """The posting with ``error`` as its last error (unchanged for ``None``)."""
+        return self if error is None else replace(self, last_error=error)
+
+
+_FIELDS_OF = operator.attrgetter(*(each.name for each in fields(Posting)))
+"""A posting's fields, in order (what :meth:`Posting.counted` unpacks)."""
+
+
+def build_posting(
+    name: str,
+    details: Mapping[str, Any] | None,
+    *,
+    priority: Priority | int | str,
+    depends_on: Sequence[str | Job],
+    max_attempts: int | None,
+    keep_result: bool,
+    created_at: float,
+    key: str | None = None,
+    result_ttl: float | None = None,
+    trash_ttl: float | None = None,
+) -> Posting:
+    """Validate a post's arguments and make its posting.
+
+    :raises InvalidJob: bad name, priority, max_attempts, dependency or details.
+    """
+    check_name(name)
+    if type(priority) is Priority:
+        parsed_priority = priority
+    else:
+        try:
+            parsed_priority = Priority.parse(priority)
+        except ValueError as error:
+            raise InvalidJob(f"job {name!r}: {error}") from None
+    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+        raise InvalidJob(f"job {name!r}: max_attempts must be a positive integer or None")
+    dependency_ids = _dependency_ids(name, depends_on) if depends_on else ()
+    checked = check_details(name, details)
+    check_key(name, key)
+    return Posting(
+        name=name, details=checked, priority=parsed_priority, created_at=created_at,
+        depends_on=dependency_ids, max_attempts=max_attempts, keep_result=keep_result,
+        token=new_token(), key=key,
+        result_ttl=None if result_ttl is None else check_ttl(name, "result_ttl", result_ttl),
+        trash_ttl=None if trash_ttl is None else check_ttl(name, "trash_ttl", trash_ttl),
+    )
+
+
+def _dependency_ids(name: str, depends_on: Sequence[str | Job]) -> tuple[str, ...]:
+    dependency_ids = tuple(dep.id if isinstance(dep, Job) else dep for dep in depends_on)
+    if any(not isinstance(dep, str) or not dep for dep in dependency_ids):
+        raise InvalidJob(f"job {name!r}: depends_on takes jobs or job ids")
+    if len(set(dependency_ids)) != len(dependency_ids):
+        raise InvalidJob(f"job {name!r}: depends_on names a job twice")
+    return dependency_ids
+
+
+_UUID4_CLEAR = ~((0xC000 << 48) | (0xF000 << 64))
+_UUID4_SET = (0x8000 << 48) | (0x4000 << 64)
+
+
+def new_token() -> str:
+    """A random version-4 UUID as 32 hex digits: ``uuid.uuid4().hex``, at half its cost."""
+    return f"{int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET:032x}"
+
+
+def encode_value(value: Any, *, what: str) -> bytes:
+    """Encode a result or other free value.
+
+    :raises InvalidJob: naming ``what`` when msgpack cannot carry the value.
+    """
+    if value is None:
+        return _NIL  # the usual result
+    problem = find_unencodable(value, what)
+    if problem:
+        raise InvalidJob(problem)
+    return cast(bytes, _packer().pack(value))
+
+
+_NIL = b"\xc0"
+"""msgpack's ``None``."""
+
+
+def decode_value(data: bytes) -> Any:
+    """Decode what :func:`encode_value` wrote.
+
+    :raises MalformedEntry: when ``data`` is not msgpack.
+    """
+    try:
+        return msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
+        raise MalformedEntry(f"undecodable value: {error}") from error
+
+
+def encode_posting(posting: Posting) -> bytes:
+    """Encode a posting (format version :data:`FORMAT_VERSION`).
+
+    Its details were checked when it was built; delivered results were checked
+    when they were encoded for consume. So this is the hot path's plain packb.
+    """
+    details, results = posting.details, posting.results
+    record = {
+        "v": FORMAT_VERSION, "name": posting.name, "details": details if type(details) is dict else dict(details),
+        "priority": int(posting.priority), "created_at": posting.created_at,
+        "depends_on": list(posting.depends_on), "max_attempts": posting.max_attempts,
+        "keep_result": posting.keep_result, "token": posting.token,
+        "attempts": posting.attempts, "not_before": posting.not_before,
+        "results": results if type(results) is dict else dict(results),
+    }
+    if posting.key is not None:
+        record["key"] = posting.key
+    if posting.result_ttl is not None:
+        record["result_ttl"] = posting.result_ttl
+    if posting.trash_ttl is not None:
+        record["trash_ttl"] = posting.trash_ttl
+    if posting.trace:
+        record["trace"] = dict(posting.trace)  # optional: older readers ignore the key
+    if posting.last_error is not None:
+        error = posting.last_error
+        record["last_error"] = {"type": error.type, "message": error.message, "traceback": error.traceback,
+                                "attempt": error.attempt, "at": error.at}
+    try:
+        return cast(bytes, _packer().pack(record))
+    except (TypeError, ValueError, OverflowError):
+        return encode_value(record, what="posting")  # names the culprit
+
+
+_PACKERS = threading.local()
+
+
+def _packer() -> msgpack.Packer:
+    """This thread's reusable packer (``packb`` makes a new one per call; a packer is not thread-safe)."""
+    try:
+        return cast(msgpack.Packer, _PACKERS.packer)
+    except AttributeError:
+        _PACKERS.packer = msgpack.Packer(use_bin_type=True)
+        return cast(msgpack.Packer, _PACKERS.packer)
+
+
+def decode_posting(data: bytes | None, live: tuple[int, float | None] | None = None) -> Posting:
+    """Decode and validate a stored posting; ``live``: the attempts and ``not_before`` that replace
+    the stored ones (for backends that keep them apart: no second posting built).
+
+    :raises MalformedEntry: when ``data`` is not a version-1 posting.
+    """
+    if not data:
+        raise MalformedEntry("empty posting")
+    record = decode_value(data)
+    version = record.get("v") if isinstance(record, dict) else None
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise MalformedEntry(f"not a version-{FORMAT_VERSION} posting")
+    try:
+        return _posting_from_record(record, live)
+    except (KeyError, TypeError, ValueError) as error:
+        raise MalformedEntry(f"bad posting field: {error!r}") from error
+
+
+def _posting_from_record(record: dict[str, Any], live: tuple[int, float | None] | None) -> Posting:
+    name, details = record["name"], record["details"]
+    if not isinstance(name, str) or not isinstance(details, dict):
+        raise TypeError("name must be a string and details a map")
+    max_attempts, not_before, priority = record["max_attempts"], record["not_before"], record["priority"]
+    attempts, not_before = int(record["attempts"]), None if not_before is None else float(not_before)
+    if live is not None:
+        attempts, not_before = live
+    get = record.get
+    results, key, last_error, trace = get("results"), get("key"), get("last_error"), get("trace")
+    return Posting(
+        name=name, details=details, priority=_PRIORITIES[priority] if priority in _PRIORITIES else Priority(priority),
+        created_at=float(record["created_at"]),
+        depends_on=tuple(map(str, record["depends_on"])),
+        max_attempts=None if max_attempts is None else int(max_attempts),
+        keep_result=bool(record["keep_result"]), token=str(record["token"]),
+        attempts=attempts, not_before=not_before,
+        results=dict(results) if results else {},
+        key=None if key is None else str(key),
+        last_error=None if last_error is None else _last_error(last_error),
+        trace=None if trace is None else _trace(trace),
+        result_ttl=_optional_float(get("result_ttl")), trash_ttl=_optional_float(get("trash_ttl")),
+    )
+
+
+_PRIORITIES: dict[object, Priority] = {member.value: member for member in Priority}
+"""Stored priority values and their members (``Priority(value)`` decides anything else)."""
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _last_error(record: Any) -> LastError | None:
+    """The optional ``last_error`` map (absent in postings that never failed)."""
+    if record is None:
+        return None
+    if not isinstance(record, dict):
+        raise TypeError("last_error must be a map")
+    return LastError(str(record["type"]), str(record["message"]), str(record.get("traceback", "")),
+                     int(record.get("attempt", 0)), float(record.get("at", 0.0)))
+
+
+def _trace(record: Any) -> dict[str, str] | None:
+    """The optional ``trace`` map (absent in postings made outside a trace); a bad one is dropped."""
+    if not isinstance(record, dict):
+        return None
+    return {key: value for key, value in record.items() if isinstance(key, str) and isinstance(value, str)} or None

@@ -1,0 +1,317 @@
+"""The worker (conductor): claim, run a handler, settle; repeat.
+
+One anyio task group holds the claim loop and one task per running job (at most
+``concurrency``). Each job task runs the handler beside a watcher of its claim
+(``board.watch_claim``) and, with a lease, a lease keeper: if the claim is lost
+(or revoked by ``board.cancel``) or the lease runs out, the handler is
+cancelled at once and the job is not settled by this worker (see
+:mod:`jobboard.worker.running`). Transient backend errors never stop the worker:
+claiming and idling back off, settling retries until it applies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import time
+from collections.abc import Collection, Sequence
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from jobboard.board.contract import JobBoard
+from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError
+from jobboard.job import Claim
+from jobboard.schedules.scheduler import run_scheduler
+from jobboard.worker.config import WorkerConfig, default_owner
+from jobboard.worker.handlers import Handler, Handlers, Hook, Middleware, as_async
+from jobboard.worker.idle import ClaimerPace, Idler
+from jobboard.worker.retry import Backoff
+from jobboard.worker.running import JobRunner
+from jobboard.worker.signals import listen_for_signals
+from jobboard.worker.state import RunningJob, WorkerStats
+
+UNREGISTER_TIMEOUT = 2.0
+"""Seconds a stopping worker tries to unregister its entity."""
+STOP_CLAIM_WAIT = 2.0
+"""Seconds a stopping worker still waits for the reply to a claim it sent."""
+
+__all__ = ["Worker", "WorkerConfig", "WorkerStats", "default_owner"]
+
+logger = logging.getLogger("jobboard.worker")
+
+BURST_RETRY_SLACK = 1.0
+"""Seconds a burst worker waits past a retry's due time for the board to offer the job."""
+
+
+class Worker:
+    """Runs ``handler`` on jobs from ``board``; see the module docstring.
+
+    With a :class:`~jobboard.worker.handlers.Handlers` registry, only jobs whose names
+    it handles are claimed (unless ``names`` says otherwise), and its hooks and
+    middleware run before those given here.
+    """
+
+    def __init__(
+        self, board: JobBoard, handler: Handler, config: WorkerConfig | None = None, *,
+        names: Collection[str] | None = None, on_startup: Sequence[Hook] = (),
+        on_shutdown: Sequence[Hook] = (), middleware: Sequence[Middleware] = (),
+    ) -> None:
+        self.board, self.handler = board, as_async(handler)
+        self.config = config or WorkerConfig()
+        registry = handler if isinstance(handler, Handlers) else None
+        self.names = names if names is not None else (registry.names if registry is not None else None)
+        self.on_startup = [*(registry.startup if registry else ()), *on_startup]
+        self.on_shutdown = [*(registry.shutdown if registry else ()), *on_shutdown]
+        self.shared: dict[str, Any] = {}
+        """State shared by the hooks and every job (``ctx.shared``)."""
+        self.stats = WorkerStats()
+        self.running: dict[tuple[str, int], RunningJob] = {}
+        """Jobs in hand by (job id, generation): after a lost reply, the same job may be claimed
+        again while its earlier claim is still being settled."""
+        self._slots = anyio.Semaphore(self.config.concurrency)
+        self._stopping_since: float | None = None
+        self._claiming = anyio.CancelScope()
+        self._claim_scopes: set[anyio.CancelScope] = set()
+        self._registering = anyio.CancelScope()
+        self._all_done = anyio.Event()
+        self._job_done = anyio.Event()
+        self._claims_in_flight = 0
+        """Claims being made: a burst worker does not stop while another of its claimers may get a job."""
+        self.started = anyio.Event()
+        """Set once the worker is registered, its start-up hooks ran, and it is about to claim."""
+        self._idler = Idler(board, self.names, self.config, self.stats)
+        self._runner = JobRunner(board, self.handler, self.config, self.stats,
+                                 [*(registry.middleware if registry else ()), *middleware], self.shared,
+                                 lambda: self._stopping_since)
+
+    @property
+    def owner(self) -> str:
+        return self.config.owner
+
+    @property
+    def _stopping(self) -> bool:
+        return self._stopping_since is not None
+
+    def stop(self, *, now: bool = False) -> None:
+        """Stop claiming; running jobs get the grace period (``now``: none)."""
+        if self._stopping_since is None:
+            self._stopping_since = anyio.current_time()
+        self._claiming.cancel()
+        self._registering.cancel()
+        for scope in self._claim_scopes:
+            self._hurry(scope)
+        if now:
+            for job in list(self.running.values()):
+                job.cancel("worker stopping now")
+
+    @staticmethod
+    def _hurry(scope: anyio.CancelScope) -> None:
+        """A claim in flight when the worker stops gets :data:`STOP_CLAIM_WAIT` more seconds (its
+        reply is awaited so that a claim made is run, not lost; an outage must not hold the stop)."""
+        scope.deadline = min(scope.deadline, anyio.current_time() + STOP_CLAIM_WAIT)
+
+    async def run(self, *, handle_signals: bool = False) -> WorkerStats:
+        """Work until :meth:`stop` (or SIGTERM/SIGINT with ``handle_signals``; a second one stops at once).
+
+        Runs the ``on_startup`` hooks first and the ``on_shutdown`` hooks last
+        (also when the worker fails). A signal caught by
+        :func:`~jobboard.worker.early_signals.catch_early_signals` before this stops
+        the worker at once.
+
+        :raises BoardClosed: the board was closed under the worker.
+        """
+        started = time.monotonic()
+        async with anyio.create_task_group() as side:
+            if handle_signals:
+                await side.start(listen_for_signals, self._on_signal)
+            if self.config.scheduler:
+                side.start_soon(run_scheduler, self.board)
+            try:
+                await self._work()
+            finally:
+                side.cancel_scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await self._run_hooks(self.on_shutdown, "on_shutdown")
+        logger.info("%s stopped after %.1fs: %s", self.owner, time.monotonic() - started, self.stats.summary())
+        return self.stats
+
+    async def _work(self) -> None:
+        await self._run_hooks(self.on_startup, "on_startup")
+        await self._register()
+        try:
+            self.started.set()
+            logger.info("%s claiming %s on %s (concurrency %d)", self.owner,
+                        ", ".join(sorted(self.names)) if self.names is not None else "every job",
+                        self.board.url, self.config.concurrency)
+            async with anyio.create_task_group() as jobs:
+                await self._claim_loop(jobs)
+                await self._drain()
+        finally:
+            await self._unregister()
+
+    async def _run_hooks(self, hooks: Sequence[Hook], what: str) -> None:
+        for hook in hooks:
+            logger.debug("%s: running %s hook %s", self.owner, what, getattr(hook, "__qualname__", hook))
+            await hook(self.shared)
+
+    # -- claiming ----------------------------------------------------------------
+
+    async def _claim_loop(self, jobs: TaskGroup) -> None:
+        """``concurrency`` claimers: claiming takes round trips, so free slots fill in parallel."""
+        with self._claiming:
+            if self._stopping:
+                return
+            async with anyio.create_task_group() as claimers:
+                for _ in range(self.config.concurrency):
+                    claimers.start_soon(self._claimer, jobs)
+
+    async def _claimer(self, jobs: TaskGroup) -> None:
+        pace = ClaimerPace(Backoff(self.config.idle_backoff, self.config.idle_backoff_factor,
+                                   self.config.idle_backoff_max, jitter=0.2))
+        while not self._stopping:
+            await self._slots.acquire()
+            claim = await self._claim(pace)
+            if claim is None:
+                self._slots.release()
+                continue
+            pace.reset()
+            self._runner.claimed(claim.job.id)
+            self.stats.claimed += 1
+            job = RunningJob(claim, self.config.lease)
+            self.running[(claim.job.id, claim.generation)] = job
+            jobs.start_soon(self._run_job, job)
+
+    async def _claim(self, pace: ClaimerPace) -> Claim | None:
+        try:
+            self._claims_in_flight += 1
+            with anyio.CancelScope(shield=True):  # a claim made must not be lost to stop()
+                with anyio.fail_after(self.config.settle_timeout) as scope:
+                    self._claim_scopes.add(scope)
+                    try:
+                        if self._stopping:
+                            self._hurry(scope)
+                        claim = await self.board.claim_next(self.owner, names=self.names)
+                    finally:
+                        self._claim_scopes.discard(scope)
+        except BoardClosed:
+            raise
+        except (JobBoardError, TimeoutError) as error:  # BackendUnavailable, or worse: never die of it
+            self._claim_done()
+            if self._stopping:
+                return None
+            self.stats.backend_errors += 1
+            delay = pace.backoff.next()
+            log = logger.warning if isinstance(error, (BackendUnavailable, TimeoutError)) else logger.error
+            log("%s: claiming failed (%s); retrying in %.1fs", self.owner, str(error) or type(error).__name__, delay)
+            await anyio.sleep(delay)
+            return None
+        self._claim_done()
+        if claim is None:
+            if self._stopping:
+                return None
+            if self.config.burst:
+                await self._burst_idle()
+            else:
+                await self._idler.idle(pace)
+        return claim
+
+    def _claim_done(self) -> None:
+        self._claims_in_flight -= 1
+        self._wake_burst()
+
+    def _wake_burst(self) -> None:
+        """A job ended or a claim attempt did: a burst claimer re-checks whether to stop."""
+        done, self._job_done = self._job_done, anyio.Event()
+        done.set()
+
+    async def _burst_idle(self) -> None:
+        """Burst mode: stop once nothing is claimable, nothing runs and no retry of ours is due.
+
+        A job this worker put back for a retry is waited for (until its delay
+        ends), so that a burst run finishes its own retries.
+        """
+        now = anyio.current_time()
+        due = self._runner.retries_due_after(now - BURST_RETRY_SLACK)
+        if not self.running and not due and not self._claims_in_flight:
+            logger.info("%s: nothing claimable is left (burst): stopping", self.owner)
+            self.stop()
+            return
+        later = [at for at in due if at > now]
+        with anyio.move_on_after(min(later) - now if later else BURST_RETRY_SLACK):
+            if later or self.running or self._claims_in_flight:
+                await self._job_done.wait()
+            else:  # a retry is due: wait for the board to offer it (or for the slack to pass)
+                with contextlib.suppress(JobBoardError, TimeoutError):
+                    await self.board.wait(names=self.names)
+
+    # -- running a job -------------------------------------------------------------
+
+    async def _run_job(self, job: RunningJob) -> None:
+        try:
+            await self._runner.run(job)
+        finally:
+            del self.running[(job.claim.job.id, job.claim.generation)]
+            self._slots.release()
+            self._wake_burst()
+            if not self.running:
+                self._all_done.set()
+
+    # -- shutdown and health --------------------------------------------------------
+
+    async def _drain(self) -> None:
+        """Give running jobs the grace period, then cancel (and abandon) the rest."""
+        if self.running:
+            logger.info("%s: draining: %d running job(s) get up to %ss to finish (a second SIGTERM: now)",
+                        self.owner, len(self.running), self.config.grace_period)
+            self._all_done = anyio.Event()
+            with anyio.move_on_after(self.config.grace_period):
+                await self._all_done.wait()
+        for job in list(self.running.values()):
+            job.cancel(f"worker stopped; grace period of {self.config.grace_period}s over")
+
+    def _on_signal(self, number: int) -> None:
+        name = signal.Signals(number).name
+        if self._stopping:
+            logger.warning("%s: %s received again: cancelling %d running job(s) now", self.owner, name,
+                           len(self.running))
+        else:
+            logger.info("%s: %s received: stopping (no new claims)", self.owner, name)
+        self.stop(now=self._stopping)
+
+    def _metadata(self) -> dict[str, Any]:
+        return {"host": socket.gethostname(), "pid": os.getpid(), "concurrency": self.config.concurrency,
+                "names": sorted(self.names) if self.names is not None else None,
+                "started_at": time.time(), **self.config.metadata}
+
+    async def _register(self) -> None:
+        """Register the worker's entity, riding out transient errors (``stop()`` ends the attempts)."""
+        backoff = Backoff(self.config.idle_backoff, 2.0, self.config.idle_backoff_max, jitter=0.2)
+        with self._registering:
+            while not self._stopping:
+                try:
+                    with anyio.fail_after(self.config.settle_timeout):
+                        await self.board.register_entity(self.owner, self._metadata())
+                    return
+                except (BackendUnavailable, TimeoutError) as error:
+                    self.stats.backend_errors += 1
+                    delay = backoff.next()
+                    logger.warning("%s: could not register (%s); retrying in %.1fs", self.owner,
+                                   str(error) or type(error).__name__, delay)
+                    await anyio.sleep(delay)
+
+    async def _unregister(self) -> None:
+        """Best effort, briefly: the entity goes with the board's session anyway (ZooKeeper's
+        ephemeral node, Redis' reaped session), so a stopping worker never waits out an outage."""
+        with anyio.CancelScope(shield=True):
+            try:
+                if self.board.is_open:
+                    with anyio.fail_after(min(self.config.settle_timeout, UNREGISTER_TIMEOUT)):
+                        await self.board.unregister_entity(self.owner)
+            except (JobBoardError, TimeoutError) as error:
+                logger.warning("%s: could not unregister: %s", self.owner, str(error) or "the board did not answer "
+                               "in time (the entity goes with the board's session)")

@@ -1,0 +1,268 @@
+"""Running one claimed job: middleware, timeout, claim watch, lease, settle, the line in the log.
+
+Used by :class:`~jobboard.worker.conductor.Worker`; one :class:`JobRunner` serves all of
+a worker's jobs. Settling is shielded from cancellation; transient backend
+errors (``BackendUnavailable``, a timeout) are retried with capped back-off
+until the settle applies, the claim is found lost, or the worker stops and its
+grace period is over (then the board's close releases the claim).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+
+from jobboard.board.checks import TIMEOUT_KEY
+from jobboard.board.contract import JobBoard
+from jobboard.errors import BackendUnavailable, ClaimLost, InvalidJob, JobBoardError, NotOwner
+from jobboard.job import Claim
+from jobboard.worker.config import WorkerConfig
+from jobboard.worker.handlers import Handler, Handlers, JobContext, Middleware
+from jobboard.worker.progress import ProgressReporter
+from jobboard.worker.retry import Backoff, RetryPolicy
+from jobboard.worker.settling import Action, Settlement, decide
+from jobboard.worker.state import RunningJob, WorkerStats
+
+logger = logging.getLogger("jobboard.worker")
+
+SETTLE_BACKOFF = (0.1, 2.0, 5.0)
+"""Initial delay, factor and cap (seconds) between retries of a settle that met a transient error."""
+
+
+class JobRunner:
+    """Runs jobs for one worker and settles them; see the module docstring."""
+
+    def __init__(
+        self, board: JobBoard, handler: Handler, config: WorkerConfig, stats: WorkerStats,
+        middleware: Sequence[Middleware], shared: dict[str, Any], stopping: Callable[[], float | None],
+    ) -> None:
+        self.board, self.handler, self.config, self.stats = board, handler, config, stats
+        self.middleware, self.shared = list(middleware), shared
+        self._stopping_since = stopping
+        """When the worker began stopping (``anyio.current_time()``), or ``None`` while it runs."""
+        self._retries_due: dict[str, float] = {}
+        """When jobs this worker put back for a retry become claimable (``anyio.current_time()``)."""
+
+    def claimed(self, job_id: str) -> None:
+        """The worker claimed ``job_id``: a retry of it this runner put back is due no more."""
+        self._retries_due.pop(job_id, None)
+
+    def retries_due_after(self, moment: float) -> list[float]:
+        """When the retries this runner put back become claimable, those after ``moment``."""
+        return [at for at in self._retries_due.values() if at > moment]
+
+    async def run(self, job: RunningJob) -> None:
+        """Run the job's handler and settle it (or not, when its claim was lost)."""
+        try:
+            decided = await self._execute(job)
+        except anyio.get_cancelled_exc_class():  # the worker itself was cancelled from outside
+            await self.settle(job, Settlement(Action.ABANDON, reason="worker cancelled"), "abandoned_on_shutdown")
+            raise
+        if decided is not None:
+            await self.settle(job, *decided)
+
+    # -- the handler -----------------------------------------------------------
+
+    async def _execute(self, job: RunningJob) -> tuple[Settlement, str] | None:
+        """Run the handler; the settlement and its outcome, or ``None`` when the claim was lost (or revoked)."""
+        reporter = ProgressReporter(self.board, job.claim)
+        context = JobContext(job.claim, self.board, job.heartbeat, self.shared, reporter.report)
+        policy, timeout = self._options(job.claim)
+        job.limit = policy.limit(job.claim.job.max_attempts)
+        if job.limit is not None and job.claim.attempt > job.limit:  # e.g. requeued without a reset
+            return self._spent(job.claim, job.limit), "failed"
+        settlement: Settlement | None = None
+        with job.scope:
+            async with anyio.create_task_group() as guards:
+                guards.start_soon(self._watch_claim, job)
+                guards.start_soon(reporter.run)  # cancelled with the guards: a pending value goes with the settle
+                if job.lease is not None:
+                    guards.start_soon(self._keep_lease, job)
+                settlement = await self._invoke(context, policy, timeout)
+                guards.cancel_scope.cancel()
+        if job.lost is not None:
+            cancelled = job.lost == "trashed"  # only the owner trashes a claimed job, or a cancel
+            self.stats.count("cancelled" if cancelled else "lost")
+            self.log(job, "cancelled" if cancelled else "lost", level=logging.INFO if cancelled else logging.WARNING,
+                     reason=job.lost if not cancelled else "cancelled from outside (board.cancel)")
+            return None
+        if settlement is None:  # cancelled: the worker is stopping
+            return Settlement(Action.ABANDON, reason=job.cancelled_because), "abandoned_on_shutdown"
+        return settlement, settlement.outcome
+
+    @staticmethod
+    def _spent(claim: Claim, limit: int) -> Settlement:
+        """A claim past the attempts its policy allows: trashed unrun, keeping its last error."""
+        return Settlement(Action.TRASH, error=claim.job.last_error,
+                          reason=f"attempt {claim.attempt} of {limit} not run: its attempts were spent "
+                                 "(requeue it with reset_attempts to run it again)")
+
+    def _options(self, claim: Claim) -> tuple[RetryPolicy, float | None]:
+        """The retry policy and timeout for this job: the job's, the handler's, the worker's."""
+        policy, timeout = self.config.retry, self.config.timeout
+        if isinstance(self.handler, Handlers):
+            options = self.handler.options(claim.job.name)
+            policy = options.retry or policy
+            timeout = options.timeout or timeout
+        job_timeout = claim.job.details.get(TIMEOUT_KEY)
+        if isinstance(job_timeout, (int, float)) and not isinstance(job_timeout, bool) and job_timeout > 0:
+            timeout = float(job_timeout)
+        return policy, timeout
+
+    async def _invoke(self, context: JobContext, policy: RetryPolicy, limit_s: float | None) -> Settlement | None:
+        """The settlement of the handler's result or error; ``None`` if it was cancelled."""
+        completed = False
+        try:
+            with anyio.move_on_after(math.inf if limit_s is None else limit_s) as limit:
+                result = await self._call(context, 0)
+                completed = True
+            if not completed and limit.cancelled_caught:
+                raise TimeoutError(f"job {context.job.name} timed out after {limit_s}s")
+        except Exception as error:  # noqa: BLE001 - whatever a handler raises settles its job
+            return decide(context.claim, error=error, policy=policy)
+        return decide(context.claim, result=result) if completed else None
+
+    async def _call(self, context: JobContext, index: int) -> Any:
+        """The handler, wrapped in the middleware from ``index`` on (outermost first)."""
+        if index == len(self.middleware):
+            return await self.handler(context)
+        return await self.middleware[index](context, lambda: self._call(context, index + 1))
+
+    async def _watch_claim(self, job: RunningJob) -> None:
+        """Cancel the handler once the claim is lost; a transient outage is not a loss.
+
+        A watch that fails for good is no loss either: the handler goes on and its
+        settle finds out (giving the job up here would leave it claimed).
+        """
+        while True:
+            try:
+                reason = await self.board.watch_claim(job.claim)
+                break
+            except (BackendUnavailable, TimeoutError):
+                await anyio.sleep(0.2)  # the session (and the claim) may well survive this
+            except JobBoardError as error:
+                logger.warning("%s: cannot watch the claim of job %s (%s); its settle will tell",
+                               self.config.owner, job.claim.job.id, error)
+                return
+        job.lose(reason)
+
+    async def _keep_lease(self, job: RunningJob) -> None:
+        assert job.lease is not None
+        while (left := job.lease_left()) > 0:
+            await anyio.sleep(min(left, job.lease / 3))
+            if self.config.lease_renewal == "auto" and job.lease_left() > 0:
+                job.heartbeat()  # on time: the event loop is alive
+        job.lose(f"lease of {job.lease}s ran out")
+        await self._apply_with_retries(job.claim, Settlement(Action.ABANDON, reason="lease ran out"))
+
+    # -- settling ----------------------------------------------------------------
+
+    async def settle(self, job: RunningJob, settlement: Settlement, outcome: str) -> None:
+        """Apply a settlement (shielded, transient errors retried), count it and log its line."""
+        applied, settlement = await self._apply_with_retries(job.claim, settlement)
+        if applied is None:
+            self.stats.count("unsettled")
+            self.log(job, "unsettled", level=logging.ERROR, reason=settlement.reason)
+        elif not applied:
+            self.stats.count("lost")
+            self.log(job, "lost", level=logging.WARNING, reason="the claim was no longer current at settle")
+        else:
+            if outcome != "abandoned_on_shutdown":
+                outcome = settlement.outcome  # a settle refused as InvalidJob may be re-decided
+            self.stats.count(outcome)
+            self.log(job, outcome, settlement=settlement)
+            if outcome == "retried":
+                self._retries_due[job.claim.job.id] = anyio.current_time() + (settlement.retry_after or 0.0)
+
+    async def _apply_with_retries(self, claim: Claim, settlement: Settlement) -> tuple[bool | None, Settlement]:
+        """``True`` once applied, ``False`` if the claim was lost, ``None`` if given up; shielded."""
+        with anyio.CancelScope(shield=True):
+            applied = await self._apply_until_done(claim, settlement)
+        return applied
+
+    async def _apply_until_done(self, claim: Claim, settlement: Settlement) -> tuple[bool | None, Settlement]:
+        backoff = Backoff(*SETTLE_BACKOFF, jitter=0.2)
+        while True:
+            try:
+                with anyio.fail_after(self.config.settle_timeout):
+                    await self._apply(claim, settlement)
+                return True, settlement
+            except (ClaimLost, NotOwner):
+                return False, settlement
+            except (BackendUnavailable, TimeoutError) as error:  # before JobBoardError: it is one
+                self.stats.backend_errors += 1
+                if self._grace_over():
+                    logger.error("%s: gave up settling job %s: %s", self.config.owner, claim.job.id, error)
+                    return None, settlement
+                delay = backoff.next()
+                logger.warning("%s: settling job %s met %s; retrying in %.1fs", self.config.owner,
+                               claim.job.id, str(error) or type(error).__name__, delay)
+                await anyio.sleep(delay)
+            except InvalidJob as error:  # a result msgpack cannot encode, a reason too large...
+                redecided = self._redecide(claim, settlement, error)
+                if redecided is None:
+                    return None, settlement
+                settlement = redecided
+            except JobBoardError as error:  # BoardClosed, or worse
+                logger.error("%s: could not settle job %s: %s", self.config.owner, claim.job.id, error)
+                return None, settlement
+
+    def _redecide(self, claim: Claim, settlement: Settlement, error: InvalidJob) -> Settlement | None:
+        """What to try after a settle the board refused as invalid; ``None``: give up.
+
+        Each step makes the settle smaller, and the last one is an abandon, so it ends:
+        without the error record, then a consume re-decided once, or a trash turned
+        into an abandon that waits the longest back-off (an untrashable job is not spun).
+        """
+        owner, job_id = self.config.owner, claim.job.id
+        if settlement.error is not None and settlement.action is not Action.CONSUME:
+            logger.warning("%s: settling job %s with its error record failed (%s); settling without it",
+                           owner, job_id, error)
+            return dataclasses.replace(settlement, error=None)
+        if settlement.action is Action.ABANDON:
+            logger.error("%s: could not abandon job %s: %s", owner, job_id, error)
+            return None
+        if settlement.action is Action.CONSUME:  # at most one re-decision
+            return decide(claim, error=error, policy=self.config.retry)
+        return Settlement(Action.ABANDON, reason=str(error), retry_after=self.config.retry.max_delay)
+
+    def _grace_over(self) -> bool:
+        since = self._stopping_since()
+        return since is not None and anyio.current_time() - since > self.config.grace_period
+
+    async def _apply(self, claim: Claim, settlement: Settlement) -> None:
+        if settlement.action is Action.CONSUME:
+            await self.board.consume(claim, settlement.result)
+        elif settlement.action is Action.ABANDON:
+            await self.board.abandon(claim, retry_after=settlement.retry_after, error=settlement.error)
+        else:
+            await self.board.trash(claim, settlement.reason, error=settlement.error)
+
+    # -- the line per job ----------------------------------------------------------
+
+    def log(self, job: RunningJob, outcome: str, *, level: int = logging.INFO,
+            settlement: Settlement | None = None, reason: str | None = None) -> None:
+        """One line: ``<outcome> <name> <id> attempt a/m by <owner> in 0.012s[: detail]``."""
+        claim = job.claim
+        limit = job.limit
+        attempt = f"{claim.attempt}/{limit}" if limit is not None else str(claim.attempt)
+        extra: dict[str, Any] = {"outcome": outcome, "job_id": claim.job.id, "job_name": claim.job.name,
+                                 "attempt": claim.attempt, "max_attempts": limit, "owner": claim.owner,
+                                 "duration": round(job.duration(), 6)}
+        detail = reason or ""
+        if settlement is not None and settlement.error is not None:
+            extra["error"] = settlement.error.summary_line()
+            detail = f"{settlement.error.type}: {' '.join(settlement.error.message.split())[:200]}"
+        if settlement is not None and settlement.action is Action.ABANDON and settlement.retry_after:
+            extra["retry_in"] = round(settlement.retry_after, 3)
+            detail += f"; next attempt in {settlement.retry_after:.1f}s"
+        if reason:
+            extra["reason"] = reason
+        logger.log(level, "%s %s %s attempt %s by %s in %.3fs%s", outcome, claim.job.name, claim.job.id, attempt,
+                   claim.owner, job.duration(), f": {detail.lstrip('; ')}" if detail else "", extra=extra)
+

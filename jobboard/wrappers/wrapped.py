@@ -1,0 +1,127 @@
+"""A backend that forwards every call to another backend: the base of backend wrappers.
+
+Subclasses (:class:`~jobboard.wrappers.faulty.FaultyBackend`, :class:`~jobboard.observe.tracing.TracedBackend`)
+override what they change and inherit the rest, so an operation added to the interface is
+forwarded without touching each wrapper. A wrapper sits between the board (which has checked and
+encoded the request) and the backend (which does the I/O), so what it injects or observes happens
+where a backend's own behaviour would, the same for every backend. ``consume_and_claim_next`` is
+not forwarded whole: the interface's default calls the wrapper's own ``settle`` and ``claim_next``,
+so a wrapper sees both parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from typing import Any
+
+from jobboard.backend import Backend, BoardServices, Prepared, Settle
+from jobboard.job import Claim, Entity, Job, JobState, ListedJob, Outcome, Progress, TrashedJob
+
+
+class WrappedBackend(Backend):
+    """Forwards to ``inner`` (opened by :meth:`open` unless it is open already; closed with this one).
+
+    A wrapper and its inner backend share one :class:`~jobboard.backend.BoardServices`: a board over the
+    wrapper and a board over the inner backend see the same events."""
+
+    def __init__(self, inner: Backend) -> None:
+        super().__init__(inner.url)
+        self.inner = inner
+        self.max_posting_bytes = inner.max_posting_bytes
+        self.default_max_attempts = inner.default_max_attempts
+        self.key_retention = inner.key_retention
+        self.result_ttl, self.trash_ttl = inner.result_ttl, inner.trash_ttl
+
+    def bind(self, services: BoardServices) -> None:
+        self.services = self.inner.services if hasattr(self.inner, "services") else services
+        if not hasattr(self.inner, "services"):
+            self.inner.bind(services)
+
+    @property
+    def is_open(self) -> bool:
+        return self.inner.is_open
+
+    def ensure_open(self) -> None:
+        self.inner.ensure_open()
+
+    async def open(self) -> None:
+        if not self.inner.is_open:
+            await self.inner.open()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def observed(self) -> None:
+        self.inner.observed()
+
+    async def post(self, prepared: Prepared) -> Job:
+        return await self.inner.post(prepared)
+
+    async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
+        return await self.inner.post_many(batch)
+
+    async def claim(self, job_id: str, owner: str) -> Claim:
+        return await self.inner.claim(job_id, owner)
+
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        return await self.inner.claim_next(owner, names)
+
+    async def settle(self, claim: Claim, settle: Settle) -> None:
+        await self.inner.settle(claim, settle)
+
+    async def watch_claim(self, claim: Claim) -> str:
+        return await self.inner.watch_claim(claim)
+
+    async def cancel(self, job_id: str, reason: str) -> None:
+        await self.inner.cancel(job_id, reason)
+
+    async def get(self, job_id: str) -> Job:
+        return await self.inner.get(job_id)
+
+    def iterjobs(self, only_unclaimed: bool) -> AsyncIterator[Job]:
+        return self.inner.iterjobs(only_unclaimed)
+
+    def listing(self, only_unclaimed: bool) -> AsyncIterator[ListedJob]:
+        return self.inner.listing(only_unclaimed)
+
+    async def state(self, job_id: str) -> JobState:
+        return await self.inner.state(job_id)
+
+    async def owner(self, job_id: str) -> str | None:
+        return await self.inner.owner(job_id)
+
+    async def job_count(self) -> int:
+        return await self.inner.job_count()
+
+    def trashed(self) -> AsyncIterator[TrashedJob]:
+        return self.inner.trashed()
+
+    async def wait(self, names: Collection[str] | None) -> list[Job]:
+        return await self.inner.wait(names)
+
+    async def wait_for_completion(self, job_id: str) -> Outcome:
+        return await self.inner.wait_for_completion(job_id)
+
+    async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
+        await self.inner.register_entity(name, metadata, encoded)
+
+    async def unregister_entity(self, name: str) -> None:
+        await self.inner.unregister_entity(name)
+
+    async def entities(self) -> list[Entity]:
+        return await self.inner.entities()
+
+    def could_be_job_id(self, job_id: str) -> bool:
+        return self.inner.could_be_job_id(job_id)
+
+    async def never_posted(self, job_id: str) -> bool:
+        return await self.inner.never_posted(job_id)
+
+    async def report_progress(self, claim: Claim, progress: Progress) -> None:
+        await self.inner.report_progress(claim, progress)
+
+    async def purge(self, older_than: float) -> int:
+        return await self.inner.purge(older_than)
+
+    async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
+        return await self.inner.requeue(job_id, reset_attempts)
