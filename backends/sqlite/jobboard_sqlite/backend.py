@@ -1,0 +1,358 @@
+"""``sqlite://path?board=name``: a board in one SQLite file, shared by the processes of one host.
+
+Every state change is one ``BEGIN IMMEDIATE`` transaction on the board's own connection, run in its
+own thread (the stdlib ``sqlite3``, chosen by measurement: docs/benchmarks.md). Claims name the
+board's session and die with it (:mod:`~jobboard_sqlite.runtime`); settles are fenced by the claim's
+generation in the transaction that writes them. See docs/backends/sqlite.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from jobboard.backend import (
+    Backend,
+    Claim,
+    Entity,
+    Event,
+    Job,
+    JobState,
+    ListedJob,
+    MalformedEntry,
+    Outcome,
+    Prepared,
+    Progress,
+    Settle,
+    TrashedJob,
+)
+from jobboard.errors import BackendUnavailable, DependencyMissing, JobBoardError, JobNotFound, Unsupported
+from jobboard_sqlite import files, reads, sessions, trash, writes
+from jobboard_sqlite.database import Database
+from jobboard_sqlite.options import parse_sqlite_url
+from jobboard_sqlite.rows import Effects, Scope, seq_of
+from jobboard_sqlite.runtime import Runtime, SessionGone
+from jobboard_sqlite.signals import Signals
+from jobboard_sqlite.waiting import Waiting
+from jobboard_sqlite.wake import ring
+
+T = TypeVar("T")
+_LOCAL_BOARDS: dict[Path, set[SqliteBackend]] = {}
+"""The open boards of this process, by file: a commit by one wakes the others' waiters."""
+
+
+class SqliteBackend(Backend):
+    """A board in a SQLite file; see the module docstring and docs/backends/sqlite.md."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self.options, board_options = parse_sqlite_url(url)
+        self.default_max_attempts: int | None = board_options.get("max_attempts")  # type: ignore[assignment]
+        self.max_posting_bytes = int(board_options.get("max_posting_bytes", self.max_posting_bytes))  # type: ignore[call-overload]
+        self.key_retention = float(board_options.get("key_retention", self.key_retention))  # type: ignore[arg-type]
+        self.result_ttl = float(board_options.get("result_ttl", self.result_ttl))  # type: ignore[arg-type]
+        self.trash_ttl = float(board_options.get("trash_ttl", self.trash_ttl))  # type: ignore[arg-type]
+        self.scope = Scope(0, "", self.key_retention, self.result_ttl, self.trash_ttl)
+        self.db = Database(self.options.path, self.options.busy_timeout, self.options.synchronous)
+        self.signals = Signals()
+        self.runtime = Runtime(self.options, self.db, self.scope, self._apply, self.signals.everything,
+                               self._publish)
+        self._watch: sqlite3.Connection | None = None
+        self.waiting = Waiting(self)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._open:
+            return
+        self._check_filesystem()
+        await self.db.open()
+        try:
+            self.scope.board = await self.db.run(lambda: self.db.write(lambda c: sessions.board_id(c, self.options.board)))
+            self._watch = sqlite3.connect(str(self.options.path), timeout=0.2, isolation_level=None)
+            await self.runtime.start()
+        except BaseException:
+            await self._disconnect()
+            raise
+        self._open = True
+        _LOCAL_BOARDS.setdefault(self.options.path, set()).add(self)
+        self.services.spawn(self.runtime.upkeep(self._watch), name=f"jobboard-sqlite-upkeep-{self.options.board}")
+        self.services.spawn(self.signals.poll(self._watch, self.options.poll_interval), name="jobboard-sqlite-poll")
+        await self.runtime.tick(self._watch)  # dead sessions' claims go back before this board claims
+
+    def _check_filesystem(self) -> None:
+        fstype = files.filesystem_of(self.options.path.parent)
+        if files.is_network_filesystem(fstype) and not self.options.network_fs:
+            raise BackendUnavailable(
+                f"{self.options.path} is on a {fstype} filesystem: SQLite's WAL needs one host's shared memory "
+                "and reliable locks (refused; add ?network_fs=1 to open it anyway, one host only)")
+        self.options.path.parent.mkdir(parents=True, exist_ok=True) if not self.options.path.parent.exists() else None
+
+    async def aclose(self) -> None:
+        if not self._open:
+            return
+        self._open = False
+        _LOCAL_BOARDS.get(self.options.path, set()).discard(self)
+        try:
+            await self.runtime.stop()
+        except JobBoardError:
+            pass  # the lock goes all the same: another board releases the claims
+        finally:
+            self.signals.everything()
+            self.hub.close()
+            await self._disconnect()
+
+    async def _disconnect(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        await self.db.close()
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _apply(self, fx: Effects) -> None:
+        """After a commit (on the event loop): publish, report, ring, wake this process's boards."""
+        for event in fx.events:
+            self.hub.publish(event)
+        for job_id in fx.malformed:
+            self.report_malformed(job_id)
+        for session, address in fx.wake:
+            ring(session, address)
+        self.signals.touched(event.job_id for event in fx.events)
+        for board in list(_LOCAL_BOARDS.get(self.options.path, ())):
+            if board is not self:
+                board.signals.changed()
+        self.signals.changed()
+
+    def _publish(self, event: Event) -> None:
+        self.hub.publish(event)
+
+    async def _write(self, body: Callable[[sqlite3.Connection, Effects], T]) -> T:
+        result = await self.runtime.write(body)
+        if isinstance(result, JobBoardError):
+            raise result
+        return result  # type: ignore[return-value]
+
+    async def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        return await self.db.run(lambda: self.db.read(body))
+
+    async def _claiming(self, body: Callable[[sqlite3.Connection, Effects], Claim | None]) -> Claim | None:
+        """A claim, in a transaction that checks this session is alive (a new one is started if not).
+        A caller cancelled while the claim runs has the claim released in the background."""
+
+        def fenced(conn: sqlite3.Connection, fx: Effects) -> Claim | None:
+            if not sessions.alive(conn, self.scope):
+                raise SessionGone("session ended")
+            return body(conn, fx)
+
+        for _ in range(3):
+            future = self.db.submit(lambda: self.runtime.write_sync(fenced))
+            try:
+                result, fx = await asyncio.wrap_future(future)
+            except SessionGone:
+                await self.runtime.renew()
+                continue
+            except asyncio.CancelledError:
+                future.add_done_callback(functools.partial(self._release_cancelled, asyncio.get_running_loop()))
+                raise
+            self._apply(fx)
+            if isinstance(result, JobBoardError):
+                raise result
+            return result  # type: ignore[return-value]
+        raise BackendUnavailable(f"session of {self.url} keeps ending")
+
+    def _release_cancelled(self, loop: asyncio.AbstractEventLoop,
+                           future: concurrent.futures.Future[tuple[object, Effects]]) -> None:
+        """(Any thread.) The claim a cancelled caller never saw goes back, its attempt not counted."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        claim = future.result()[0]
+        if not isinstance(claim, Claim):
+            return
+
+        def release() -> None:
+            try:
+                _, fx = self.runtime.write_sync(lambda conn, fx: writes.unclaim(conn, self.scope, claim, fx))
+            except JobBoardError:
+                return
+            loop.call_soon_threadsafe(self._apply, fx)
+
+        try:
+            self.db.submit(release)
+        except RuntimeError:
+            pass  # the board closed: its close released the claim
+
+    # -- writes -------------------------------------------------------------
+
+    async def post(self, prepared: Prepared) -> Job:
+        self._no_connection(prepared.connection)
+        return await self._write(lambda conn, fx: writes.post(conn, self.scope, prepared, time.time(), fx))
+
+    async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
+        """One transaction per batch (all or, at a missing dependency, the ones before it)."""
+        items = list(batch)
+        for prepared in items:
+            self._no_connection(prepared.connection)
+
+        def body(conn: sqlite3.Connection, fx: Effects) -> list[Job] | JobBoardError:
+            posted: list[Job] = []
+            now = time.time()
+            for index, prepared in enumerate(items):
+                conn.execute("SAVEPOINT one")
+                try:
+                    posted.append(writes.post(conn, self.scope, prepared, now, fx))
+                except DependencyMissing as error:
+                    conn.execute("ROLLBACK TO one")
+                    return error.in_batch(index, posted)
+                conn.execute("RELEASE one")
+            return posted
+
+        return await self._write(body)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _no_connection(connection: object) -> None:
+        if connection is not None:
+            raise Unsupported("sqlite:// cannot write in the caller's own database transaction")
+
+    async def claim(self, job_id: str, owner: str) -> Claim:
+        now = time.time()
+        claim = await self._claiming(lambda conn, fx: writes.claim(conn, self.scope, seq_of(job_id), owner, now, fx))  # type: ignore[arg-type,return-value]
+        assert claim is not None
+        return claim
+
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        return await self._claiming(
+            lambda conn, fx: writes.claim_next(conn, self.scope, owner, names, time.time(), fx))
+
+    async def settle(self, claim: Claim, settle: Settle) -> None:
+        self._no_connection(settle.connection)
+        await self._write(lambda conn, fx: writes.settle(conn, self.scope, claim, settle, time.time(), fx))
+
+    async def consume_and_claim_next(self, claim: Claim, settle: Settle,
+                                     names: Collection[str] | None) -> Claim | None:
+        """The consume and the next claim in one transaction (the consume alone if the claim fails)."""
+        self._no_connection(settle.connection)
+
+        def body(conn: sqlite3.Connection, fx: Effects) -> Claim | None:
+            now = time.time()
+            writes.settle(conn, self.scope, claim, settle, now, fx)
+            if not sessions.alive(conn, self.scope):
+                return None
+            return writes.claim_next(conn, self.scope, claim.owner, names, now, fx)
+
+        return await self._claiming(body)
+
+    async def cancel(self, job_id: str, reason: str) -> None:
+        await self._write(lambda conn, fx: writes.cancel(conn, self.scope, job_id, reason, time.time(), fx))
+
+    async def report_progress(self, claim: Claim, progress: Progress) -> None:
+        await self._write(lambda conn, fx: writes.report_progress(conn, self.scope, claim, progress))
+
+    async def purge(self, older_than: float) -> int:
+        return await self._write(lambda conn, fx: trash.purge(conn, self.scope, older_than, time.time()))
+
+    async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
+        return await self._write(
+            lambda conn, fx: trash.requeue(conn, self.scope, job_id, reset_attempts, time.time(), fx))
+
+    # -- reads --------------------------------------------------------------
+
+    async def get(self, job_id: str) -> Job:
+        try:
+            return await self._read(lambda conn: reads.get(conn, self.scope, job_id))
+        except MalformedEntry:
+            self.report_malformed(job_id)
+            raise JobNotFound(f"job {job_id} is not a valid posting") from None
+
+    async def iterjobs(self, only_unclaimed: bool) -> AsyncIterator[Job]:
+        async for listed in self.listing(only_unclaimed):
+            yield listed.job
+
+    async def listing(self, only_unclaimed: bool) -> AsyncIterator[ListedJob]:
+        """Pages of :data:`~jobboard_sqlite.reads.PAGE` jobs, each page one short read transaction."""
+        for job_id in await self._read(lambda conn: reads.malformed_ids(conn, self.scope)):
+            self.report_malformed(job_id)
+        after: tuple[int, int] | None = (-1, -1)
+        while after is not None:
+            items, after, malformed = await self._read(functools.partial(self._page, only_unclaimed, after))
+            for job_id in malformed:
+                self.report_malformed(job_id)
+            for item in items:
+                yield item
+
+    def _page(self, only_unclaimed: bool, after: tuple[int, int],
+              conn: sqlite3.Connection) -> tuple[list[ListedJob], tuple[int, int] | None, list[str]]:
+        malformed: list[str] = []
+        items, following = reads.page(conn, self.scope, only_unclaimed, after, malformed)
+        return items, following, malformed
+
+    async def state(self, job_id: str) -> JobState:
+        return await self._read(lambda conn: reads.state(conn, self.scope, job_id, time.time()))
+
+    async def owner(self, job_id: str) -> str | None:
+        return await self._read(lambda conn: reads.owner(conn, self.scope, job_id))
+
+    async def job_count(self) -> int:
+        return await self._read(lambda conn: reads.job_count(conn, self.scope))
+
+    async def trashed(self) -> AsyncIterator[TrashedJob]:
+        after: tuple[float, int] | None = (-1.0, -1)
+        while after is not None:
+            items, after = await self._read(functools.partial(self._trash_page, after))
+            for item in items:
+                yield item
+
+    def _trash_page(self, after: tuple[float, int],
+                    conn: sqlite3.Connection) -> tuple[list[TrashedJob], tuple[float, int] | None]:
+        return reads.trashed(conn, self.scope, time.time(), after, [])
+
+    def could_be_job_id(self, job_id: str) -> bool:
+        """Ids here are ``job-`` and a sequence of at least ten digits."""
+        return seq_of(job_id) is not None
+
+    async def never_posted(self, job_id: str) -> bool:
+        seq = seq_of(job_id)
+        return seq is None or seq > await self._read(lambda conn: reads.last_seq(conn, self.scope))
+
+    async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
+        await self._write(lambda conn, fx: sessions.register_entity(conn, self.scope, name, encoded))
+
+    async def unregister_entity(self, name: str) -> None:
+        await self._write(lambda conn, fx: sessions.unregister_entity(conn, self.scope, name))
+
+    async def entities(self) -> list[Entity]:
+        return await self._read(lambda conn: reads.entities(conn, self.scope))
+
+    # -- waiting --------------------------------------------------------------
+
+    async def wait(self, names: Collection[str] | None) -> list[Job]:
+        return await self.waiting.wait(names)
+
+    async def wait_for_completion(self, job_id: str) -> Outcome:
+        return await self.waiting.wait_for_completion(job_id)
+
+    async def watch_claim(self, claim: Claim) -> str:
+        return await self.waiting.watch_claim(claim)
+
+    def observed(self) -> None:
+        self.waiting.observed()
+
+    def inject_malformed(self, raw: bytes) -> None:
+        """Test hook (synchronous, a connection of its own): store raw bytes as a job's posting."""
+        conn = sqlite3.connect(str(self.options.path), timeout=10, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            (seq,) = conn.execute("UPDATE jb_board SET last_seq=last_seq+1 WHERE id=? RETURNING last_seq",
+                                  (self.scope.board,)).fetchone()
+            conn.execute("INSERT INTO jb_job(board, seq, rank, name, state, posting) VALUES (?,?,2,'?',0,?)",
+                         (self.scope.board, seq, raw))
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+

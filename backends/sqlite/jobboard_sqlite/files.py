@@ -1,0 +1,153 @@
+"""The files beside a board's database: the network-filesystem check and the session lock files.
+
+A session's claims live as long as its lock: an ``flock(LOCK_EX)`` on ``<db>-jobboard/<session>.lock``,
+which the kernel drops when the process dies. Another process that can take that lock knows the owner
+is dead. A heartbeat thread touches the file's mtime so a stopped (SIGSTOP) owner is seen as silent
+after the session timeout. Never opened here: the database, its ``-wal`` and ``-shm`` (a POSIX lock
+SQLite holds on them would go with any descriptor of theirs this process closed).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from jobboard.errors import BackendUnavailable
+
+logger = logging.getLogger("jobboard_sqlite")
+
+NETWORK_FILESYSTEMS = frozenset({
+    "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "gpfs", "afs", "ncpfs",
+    "virtiofs", "vboxsf", "davfs", "sshfs",
+})
+_OPEN_LOCKS: set[int] = set()
+"""Descriptors of this process's lock files (closed in a forked child: it must not keep owners alive)."""
+
+
+def filesystem_of(path: Path, mountinfo: str | None = None) -> str:
+    """The type of the filesystem holding ``path`` (its longest mount point), from ``/proc/self/mountinfo``;
+    ``""`` where that cannot be read."""
+    if mountinfo is None:
+        try:
+            mountinfo = Path("/proc/self/mountinfo").read_text()
+        except OSError:
+            return ""
+    target, best, fstype = os.path.realpath(path), "", ""
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        mount_point = fields[4].replace("\\040", " ")
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) >= len(best):
+            best, fstype = mount_point, line.split(" - ", 1)[1].split()[0]
+    return fstype
+
+
+def is_network_filesystem(fstype: str) -> bool:
+    return fstype in NETWORK_FILESYSTEMS or fstype.startswith("fuse")
+
+
+def sessions_dir(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + "-jobboard")
+
+
+class SessionLock:
+    """This session's lock file, held (``flock``) from :meth:`acquire` to :meth:`release`.
+
+    A heartbeat thread touches it every ``interval`` seconds (a blocked event loop does not stop it,
+    a stopped process does) and notices when the file was removed or replaced under it (``lost``).
+    """
+
+    def __init__(self, path: Path, interval: float) -> None:
+        self.path, self.interval = path, interval
+        self.fd = -1
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._inode = 0
+
+    def acquire(self) -> None:
+        """:raises BackendUnavailable: the directory cannot be written."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except OSError as error:
+            raise BackendUnavailable(f"cannot create session lock {self.path}: {error.strerror}") from error
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
+        self.fd, self._inode = fd, os.fstat(fd).st_ino
+        _OPEN_LOCKS.add(fd)
+        self._thread = threading.Thread(target=self._beat, name=f"jobboard-heartbeat-{self.path.stem}", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                os.utime(self.fd)
+                if os.stat(self.path).st_ino != self._inode:
+                    raise FileNotFoundError(self.path)
+            except OSError:
+                self.lost.set()
+                return
+
+    def release(self, unlink: bool = True) -> None:
+        """Stop the heartbeat, remove the file (when still ours) and drop the lock. Idempotent."""
+        self._stop.set()
+        if self.fd < 0:
+            return
+        if unlink and not self.lost.is_set():
+            try:
+                if os.stat(self.path).st_ino == self._inode:
+                    os.unlink(self.path)
+            except OSError:
+                pass
+        _OPEN_LOCKS.discard(self.fd)
+        os.close(self.fd)  # the kernel drops the flock with the last descriptor
+        self.fd = -1
+
+
+def probe(path: Path, silent_after: float) -> tuple[bool, int]:
+    """Whether the session owning lock file ``path`` is dead, and the descriptor proving it (-1 if not
+    held): the lock could be taken (its process died), the file is gone, or its heartbeat is older than
+    ``silent_after`` seconds (a stopped process). The caller closes the descriptor after cleaning up."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True, -1
+    except OSError:
+        return False, -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            silent = time.time() - os.fstat(fd).st_mtime > silent_after
+        finally:
+            os.close(fd)
+        return silent, -1
+    return True, fd
+
+
+def drop_dead(path: Path, fd: int) -> None:
+    """Remove a dead session's lock file and close the probe's descriptor."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+    if fd >= 0:
+        os.close(fd)
+
+
+def _close_in_child() -> None:
+    for fd in list(_OPEN_LOCKS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _OPEN_LOCKS.clear()
+
+
+os.register_at_fork(after_in_child=_close_in_child)

@@ -1,0 +1,87 @@
+"""What the SQL functions share: the board a call is about, what a write did, rows made into jobs.
+
+Every function of :mod:`~jobboard_sqlite.writes`, :mod:`~jobboard_sqlite.trash` and
+:mod:`~jobboard_sqlite.reads` runs on the connection's thread inside a transaction its caller opened.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobboard.backend import Event, EventKind, Job, Progress, decode_posting, decode_value, encode_value
+from jobboard.job import INTERNAL_PREFIX
+
+JOB_COLUMNS = "seq, state, attempts, not_before, posting, progress, gen, owner, session"
+
+
+@dataclass(slots=True)
+class Scope:
+    """The board and session a call works for, and the reading board's retention options."""
+
+    board: int
+    session: str
+    key_retention: float
+    result_ttl: float
+    trash_ttl: float
+
+
+@dataclass(slots=True)
+class Effects:
+    """What one committed write did: the events to publish, the names of jobs that became claimable
+    (or changed when they are due: one waiting session is woken per job), the sessions whose claims
+    another session took away (woken so their ``watch_claim`` returns), and the malformed rows met."""
+
+    events: list[Event] = field(default_factory=list)
+    ready: list[str] = field(default_factory=list)
+    poked: set[str] = field(default_factory=set)
+    malformed: list[str] = field(default_factory=list)
+    wake: list[tuple[str, bytes]] = field(default_factory=list)
+    """``(session, address)`` of the waiting sessions this write popped (filled at commit)."""
+    last_event: int = 0
+
+    def event(self, kind: EventKind, job_id: str, detail: str) -> None:
+        self.events.append(Event(kind, job_id, detail))
+
+
+def job_id(seq: int) -> str:
+    return f"job-{seq:010d}"
+
+
+def seq_of(job_id: str) -> int | None:
+    """The sequence of a well-formed id (``job-`` and ten digits or more), else ``None``."""
+    digits = job_id[4:]
+    if job_id.startswith("job-") and len(digits) >= 10 and digits.isascii() and digits.isdigit():
+        return int(digits)
+    return None
+
+
+def to_job(row: sqlite3.Row | tuple[Any, ...]) -> Job:
+    """A :data:`JOB_COLUMNS` row as a job. :raises MalformedEntry: its posting is not one."""
+    seq, state, attempts, not_before, raw, progress = row[0], row[1], row[2], row[3], row[4], row[5]
+    job = decode_posting(raw, (attempts, not_before)).to_job(job_id(seq), seq)
+    if progress is not None and state == 1:
+        fraction, note, at = decode_value(progress)
+        return _with_progress(job, Progress(fraction, note, at))
+    return job
+
+
+def _with_progress(job: Job, progress: Progress) -> Job:
+    from dataclasses import replace
+    return replace(job, progress=progress)
+
+
+def encode_progress(progress: Progress) -> bytes:
+    return encode_value([progress.fraction, progress.note, progress.at], what="progress")
+
+
+def name_filter(names: Collection[str] | None) -> tuple[str, list[Any]]:
+    """The SQL condition (and its parameters) of ``wanted(name, names)``."""
+    if names is None:
+        return "substr(name, 1, ?) != ?", [len(INTERNAL_PREFIX), INTERNAL_PREFIX]
+    listed = sorted(set(names))
+    if not listed:
+        return "0", []
+    return f"name IN ({','.join('?' * len(listed))})", listed

@@ -1,0 +1,164 @@
+"""One board's session: its lock file, its doorbell, its row, and the upkeep every board does.
+
+The upkeep runs every ``reap_interval`` seconds: it probes the other sessions' lock files (a dead
+owner's claims go back on the board at once), notices this session's own end (its row deleted by
+another board after a stop longer than the session timeout, or its lock file removed) and starts a
+new one, and every few seconds deletes what expired.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+
+from jobboard.backend import Event, EventKind
+from jobboard.errors import JobBoardError
+from jobboard_sqlite import files, sessions, trash, writes
+from jobboard_sqlite.database import Database
+from jobboard_sqlite.files import SessionLock
+from jobboard_sqlite.options import SqliteOptions
+from jobboard_sqlite.rows import Effects, Scope
+from jobboard_sqlite.wake import Doorbell
+
+logger = logging.getLogger("jobboard_sqlite")
+
+SWEEP_EVERY = 5.0
+"""Seconds between two sweeps of expired results, trash, keys and old events by one board."""
+
+
+class SessionGone(JobBoardError):
+    """This board's session was ended by another board (internal: a new session is started)."""
+
+
+class Runtime:
+    """The session of one board and its upkeep (see the module docstring)."""
+
+    def __init__(self, options: SqliteOptions, db: Database, scope: Scope,
+                 apply: Callable[[Effects], None], on_ring: Callable[[], None],
+                 publish: Callable[[Event], None]) -> None:
+        self.options, self.db, self.scope = options, db, scope
+        self._apply, self._on_ring, self._publish = apply, on_ring, publish
+        self.lock: SessionLock | None = None
+        self.doorbell: Doorbell | None = None
+        self._last_sweep = 0.0
+        self.reaped = 0
+        self.active = False
+        """Between :meth:`start` and :meth:`stop` (the upkeep does nothing outside)."""
+
+    def lock_path(self, session: str) -> Path:
+        return files.sessions_dir(self.options.path) / f"{session}.lock"
+
+    async def start(self) -> None:
+        """A new session: the lock first, then the doorbell, then the row (a row always has its lock)."""
+        session = uuid.uuid4().hex
+        lock = SessionLock(self.lock_path(session), self.options.session_timeout / 4)
+        lock.acquire()
+        doorbell = Doorbell(session, self._on_ring)
+        try:
+            doorbell.open()
+            self.scope.session = session
+            await self.write(lambda conn, fx: sessions.start(conn, self.scope, str(lock.path), doorbell.address))
+        except BaseException:
+            doorbell.close()
+            lock.release()
+            raise
+        self.lock, self.doorbell = lock, doorbell
+        self.active = True
+
+    async def stop(self) -> None:
+        """End the session: its claims go back, its entities and row go, the lock is dropped."""
+        self.active = False
+        try:
+            with anyio.CancelScope(shield=True):
+                await self.write(lambda conn, fx: sessions.end(conn, self.scope, self.scope.session,
+                                                              "owner {} closed its board", fx))
+        finally:
+            self._drop()
+
+    def _drop(self) -> None:
+        if self.doorbell is not None:
+            self.doorbell.close()
+        if self.lock is not None:
+            self.lock.release()
+        self.doorbell = self.lock = None
+
+    async def renew(self) -> None:
+        """This session was ended by another board: say so (``SESSION_EXPIRED``) and start a new one."""
+        logger.warning("session %s of %s ended (stopped past its timeout, or its lock file went); starting a "
+                       "new one", self.scope.session, self.options.path)
+        old = self.scope.session
+        await self.write(lambda conn, fx: sessions.end(conn, self.scope, old, "owner {}'s session ended", fx))
+        self._drop()
+        await self.start()
+        self._publish(Event(EventKind.SESSION_EXPIRED, None, f"session {old} ended; claims lost"))
+
+    def write_sync(self, body: Callable[[sqlite3.Connection, Effects], object]) -> tuple[object, Effects]:
+        """Run ``body`` and the write's last step in one transaction (on the connection's thread)."""
+
+        def transaction(conn: sqlite3.Connection) -> tuple[object, Effects]:
+            fx = Effects()
+            result = body(conn, fx)
+            sessions.finish(conn, self.scope, fx)
+            return result, fx
+
+        return self.db.write(transaction)
+
+    async def write(self, body: Callable[[sqlite3.Connection, Effects], object]) -> object:
+        result, fx = await self.db.run(lambda: self.write_sync(body))
+        self._apply(fx)
+        return result
+
+    async def upkeep(self, watch: sqlite3.Connection) -> None:
+        """Run until cancelled (see the module docstring); failures are logged and tried again."""
+        while True:
+            await anyio.sleep(self.options.reap_interval)
+            try:
+                await self.tick(watch)
+            except JobBoardError as error:
+                logger.warning("upkeep of %s failed: %s", self.options.path, error)
+
+    async def tick(self, watch: sqlite3.Connection) -> None:
+        lock = self.lock
+        if lock is None or not self.active:
+            return
+        if lock.lost.is_set() or not await self.db.run(lambda: self.db.read(lambda c: sessions.alive(c, self.scope))):
+            if self.active:
+                await self.renew()
+            return
+        try:
+            listed = sessions.others(watch, self.scope)
+        except sqlite3.Error:
+            return
+        for session, path in listed:
+            await self._probe(session, Path(path))
+        if time.monotonic() - self._last_sweep > SWEEP_EVERY:
+            self._last_sweep = time.monotonic()
+            await self.write(self._sweep)
+
+    async def _probe(self, session: str, path: Path) -> None:
+        dead, fd = files.probe(path, self.options.session_timeout)
+        if not dead:
+            return
+        try:
+            ended = await self.write(lambda conn, fx: sessions.end(conn, self.scope, session,
+                                                                  "owner {}'s session ended", fx))
+        finally:
+            files.drop_dead(path, fd)
+        if ended:
+            self.reaped += 1
+            logger.info("session %s of %s was dead: its claims are back on the board", session, self.options.path)
+
+    def _sweep(self, conn: sqlite3.Connection, fx: Effects) -> None:
+        now = time.time()
+        trash.sweep(conn, self.scope, now)
+        sessions.prune_events(conn)
+        orphans = conn.execute("SELECT seq, owner FROM jb_job WHERE board=? AND state=1 AND session NOT IN"
+                               " (SELECT id FROM jb_session)", (self.scope.board,)).fetchall()
+        for seq, owner in orphans:
+            writes.release(conn, self.scope, seq, None, f"owner {owner}'s session ended", fx)

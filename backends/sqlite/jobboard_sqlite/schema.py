@@ -1,0 +1,78 @@
+"""The tables of a ``sqlite://`` file (every board of the file shares them, keyed by board id).
+
+Job states: 0 unclaimed, 1 claimed, 2 waiting for dependencies, 3 trashed, 9 malformed (skipped).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+SCHEMA_VERSION = 1
+
+UNCLAIMED, CLAIMED, WAITING, TRASHED, MALFORMED = 0, 1, 2, 3, 9
+
+DDL = """
+CREATE TABLE IF NOT EXISTS jb_board(
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, last_seq INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS jb_session(
+    id TEXT PRIMARY KEY, board INTEGER NOT NULL, pid INTEGER NOT NULL, started REAL NOT NULL,
+    lock_path TEXT NOT NULL, addr BLOB, waiting REAL, names TEXT);
+CREATE INDEX IF NOT EXISTS jb_session_waiting ON jb_session(board, waiting) WHERE waiting IS NOT NULL;
+CREATE TABLE IF NOT EXISTS jb_job(
+    board INTEGER NOT NULL, seq INTEGER NOT NULL, rank INTEGER NOT NULL, name TEXT NOT NULL,
+    state INTEGER NOT NULL, not_before REAL, attempts INTEGER NOT NULL DEFAULT 0,
+    gen INTEGER NOT NULL DEFAULT 0, owner TEXT, session TEXT, waiting INTEGER NOT NULL DEFAULT 0,
+    posting BLOB NOT NULL, progress BLOB, reason TEXT, trashed_at REAL, trash_ttl REAL,
+    PRIMARY KEY(board, seq));
+CREATE INDEX IF NOT EXISTS jb_job_ready ON jb_job(board, rank, seq) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS jb_job_session ON jb_job(session) WHERE state = 1;
+CREATE INDEX IF NOT EXISTS jb_job_trash ON jb_job(board, trashed_at) WHERE state = 3;
+CREATE TABLE IF NOT EXISTS jb_dep(
+    board INTEGER NOT NULL, job INTEGER NOT NULL, dep INTEGER NOT NULL, result BLOB,
+    PRIMARY KEY(board, job, dep));
+CREATE INDEX IF NOT EXISTS jb_dep_dep ON jb_dep(board, dep);
+CREATE TABLE IF NOT EXISTS jb_result(
+    board INTEGER NOT NULL, seq INTEGER NOT NULL, result BLOB NOT NULL, kept_at REAL NOT NULL, ttl REAL,
+    PRIMARY KEY(board, seq));
+CREATE TABLE IF NOT EXISTS jb_key(
+    board INTEGER NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, settled_at REAL, settled BLOB,
+    settled_attempts INTEGER, PRIMARY KEY(board, key));
+CREATE INDEX IF NOT EXISTS jb_key_settled ON jb_key(board, settled_at) WHERE settled_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS jb_entity(
+    board INTEGER NOT NULL, name TEXT NOT NULL, session TEXT NOT NULL, metadata BLOB NOT NULL,
+    PRIMARY KEY(board, name));
+CREATE TABLE IF NOT EXISTS jb_event(
+    id INTEGER PRIMARY KEY, board INTEGER NOT NULL, session TEXT NOT NULL, kind TEXT NOT NULL,
+    job TEXT, detail TEXT NOT NULL);
+"""
+
+
+def connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, with the busy timeout.
+
+    :raises sqlite3.Error: the file cannot be opened, is not a database, or is read-only.
+    """
+    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    try:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise sqlite3.OperationalError(f"journal_mode is {mode}, not wal (is the directory writable?)")
+        conn.execute(f"PRAGMA synchronous={synchronous}")
+        conn.execute("PRAGMA journal_size_limit=67108864")
+        conn.execute("PRAGMA wal_autocheckpoint=1000")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            conn.execute("BEGIN IMMEDIATE")
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
+                for statement in DDL.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"schema version {version}, this jobboard knows {SCHEMA_VERSION}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn

@@ -1,0 +1,120 @@
+"""Sessions, waiting sessions and the event log (each function inside its caller's transaction).
+
+A session row names its lock file; its claims name the session. A session found dead (its lock could be
+taken, its file is gone, or its heartbeat is older than the session timeout) is ended by whoever found
+it: its claims go back on the board (attempts stay counted, the next claim's generation is higher),
+its entities go, its row goes.
+
+Waking one claimer: a board with nothing to claim marks its session ``waiting`` (with the names it
+wants) in the transaction that found nothing. A write that makes a job claimable pops the oldest
+waiting session that wants the job's name (one per job) and, after its commit, rings that session's
+doorbell; nobody else hears of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Collection
+
+from jobboard.job import wanted
+from jobboard_sqlite import writes
+from jobboard_sqlite.rows import Effects, Scope
+
+EVENTS_KEPT = 20000
+"""Rows of the event log kept per file (older ones are deleted by the sweep)."""
+
+
+def board_id(conn: sqlite3.Connection, name: str) -> int:
+    conn.execute("INSERT OR IGNORE INTO jb_board(name) VALUES (?)", (name,))
+    return int(conn.execute("SELECT id FROM jb_board WHERE name=?", (name,)).fetchone()[0])
+
+
+def start(conn: sqlite3.Connection, scope: Scope, lock_path: str, addr: bytes) -> None:
+    conn.execute("INSERT INTO jb_session(id, board, pid, started, lock_path, addr) VALUES (?,?,?,?,?,?)",
+                 (scope.session, scope.board, os.getpid(), time.time(), lock_path, addr))
+
+
+def alive(conn: sqlite3.Connection, scope: Scope) -> bool:
+    return conn.execute("SELECT 1 FROM jb_session WHERE id=?", (scope.session,)).fetchone() is not None
+
+
+def end(conn: sqlite3.Connection, scope: Scope, session: str, why: str, fx: Effects) -> bool:
+    """End ``session``: release its claims (``why`` with the owner: ``"owner {} closed its board"``),
+    drop its entities and its row. Returns whether the row was there."""
+    held = conn.execute("SELECT seq, owner FROM jb_job WHERE session=? AND state=1", (session,)).fetchall()
+    for seq, owner in held:
+        writes.release(conn, scope, seq, None, why.format(owner), fx)
+    conn.execute("DELETE FROM jb_entity WHERE session=?", (session,))
+    return conn.execute("DELETE FROM jb_session WHERE id=?", (session,)).rowcount > 0
+
+
+def others(conn: sqlite3.Connection, scope: Scope) -> list[tuple[str, str]]:
+    """The other sessions of this board: ``(id, lock path)``."""
+    return [(row[0], row[1]) for row in conn.execute(
+        "SELECT id, lock_path FROM jb_session WHERE board=? AND id!=?", (scope.board, scope.session))]
+
+
+def set_waiting(conn: sqlite3.Connection, scope: Scope, names: Collection[str] | None) -> None:
+    """Mark this session waiting for ``names`` (``None``: every job not internal)."""
+    listed = None if names is None else json.dumps(sorted(set(names)))
+    conn.execute("UPDATE jb_session SET waiting=?, names=? WHERE id=?", (time.time(), listed, scope.session))
+
+
+def clear_waiting(conn: sqlite3.Connection, scope: Scope) -> None:
+    conn.execute("UPDATE jb_session SET waiting=NULL WHERE id=? AND waiting IS NOT NULL", (scope.session,))
+
+
+def finish(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
+    """The last step of every write: pop one waiting session per job made claimable, log the events."""
+    if fx.ready:
+        _pop_waiters(conn, scope, fx)
+    for session in fx.poked - {scope.session}:
+        row = conn.execute("SELECT addr FROM jb_session WHERE id=?", (session,)).fetchone()
+        if row is not None:
+            fx.wake.append((session, row[0]))
+    if fx.events:
+        conn.executemany(
+            "INSERT INTO jb_event(board, session, kind, job, detail) VALUES (?,?,?,?,?)",
+            [(scope.board, scope.session, e.kind.value, e.job_id, e.detail) for e in fx.events])
+        fx.last_event = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
+
+
+def _pop_waiters(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
+    waiting = conn.execute(
+        "SELECT id, addr, names FROM jb_session WHERE board=? AND waiting IS NOT NULL ORDER BY waiting LIMIT 64",
+        (scope.board,)).fetchall()
+    if not waiting:
+        return
+    left = [(session, addr, None if names is None else set(json.loads(names))) for session, addr, names in waiting]
+    for name in fx.ready:
+        for index, (session, addr, names) in enumerate(left):
+            if wanted(name, names):
+                fx.wake.append((session, addr))
+                del left[index]
+                break
+        if not left:
+            break
+    if fx.wake:
+        conn.executemany("UPDATE jb_session SET waiting=NULL WHERE id=?", [(s,) for s, _ in fx.wake])
+
+
+def events_after(conn: sqlite3.Connection, scope: Scope, after: int) -> list[tuple[int, str, str, str | None, str]]:
+    """Events of this board logged after id ``after`` (``id, session, kind, job, detail``)."""
+    return conn.execute("SELECT id, session, kind, job, detail FROM jb_event WHERE board=? AND id>? ORDER BY id"
+                        " LIMIT 5000", (scope.board, after)).fetchall()
+
+
+def prune_events(conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM jb_event WHERE id < (SELECT max(id) FROM jb_event) - ?", (EVENTS_KEPT,))
+
+
+def register_entity(conn: sqlite3.Connection, scope: Scope, name: str, encoded: bytes) -> None:
+    conn.execute("INSERT OR REPLACE INTO jb_entity(board, name, session, metadata) VALUES (?,?,?,?)",
+                 (scope.board, name, scope.session, encoded))
+
+
+def unregister_entity(conn: sqlite3.Connection, scope: Scope, name: str) -> None:
+    conn.execute("DELETE FROM jb_entity WHERE board=? AND name=? AND session=?", (scope.board, name, scope.session))

@@ -1,0 +1,161 @@
+"""``wait``, ``wait_for_completion``, ``watch_claim`` and the event reader of one board.
+
+``wait`` reads first (no write when there is work); when there is none it marks its session waiting in
+the ``BEGIN IMMEDIATE`` transaction that finds none, so no post can slip between the look and the
+mark, and sleeps until its doorbell rings (a poster popped it), a board of this process commits, the
+next delayed job is due, or the slow poll sees another process commit. Leaving without being popped
+clears the mark (a write queued without waiting, so a cancelled caller clears it too).
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import time
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+import anyio
+
+from jobboard.backend import Claim, Event, EventKind, Job, Outcome
+from jobboard.errors import BoardClosed, JobBoardError
+from jobboard_sqlite import reads, sessions
+from jobboard_sqlite.rows import Effects
+
+if TYPE_CHECKING:
+    from jobboard_sqlite.backend import SqliteBackend
+
+KINDS = {kind.value: kind for kind in EventKind}
+
+
+class Waiting:
+    """The waits of one board (see the module docstring)."""
+
+    def __init__(self, backend: SqliteBackend) -> None:
+        self.backend = backend
+        self._tailing = False
+        self._cursor = 0
+
+    def _closed(self) -> BoardClosed:
+        return BoardClosed(f"board {self.backend.url} closed while waiting")
+
+    async def wait(self, names: Collection[str] | None) -> list[Job]:
+        backend, signals = self.backend, self.backend.signals
+        marked = False
+        signals.waiting += 1
+        signals.kick()
+        try:
+            while True:
+                change = signals.change()
+                if not backend.is_open:
+                    raise self._closed()
+                jobs, due = await self._look(names, mark=marked)
+                if jobs:
+                    return jobs
+                if not marked:
+                    jobs, due = await self._look(names, mark=True)
+                    marked = True
+                    if jobs:
+                        return jobs
+                timeout = float("inf") if due is None else max(0.0, due - time.time()) + 0.001
+                with anyio.move_on_after(timeout):
+                    await change.wait()
+        finally:
+            signals.waiting -= 1
+            if marked and backend.is_open:
+                self._unmark()
+
+    async def _look(self, names: Collection[str] | None, mark: bool) -> tuple[list[Job], float | None]:
+        """The claimable jobs (and when the next delayed one is due); ``mark``: in a write transaction
+        that marks this session waiting when there are none."""
+        backend = self.backend
+        malformed: list[str] = []
+        if not mark:
+            found = await backend._read(lambda conn: reads.claimable(conn, backend.scope, names, time.time(), malformed))
+        else:
+
+            def look_and_mark(conn: sqlite3.Connection, fx: Effects) -> tuple[list[Job], float | None]:
+                result = reads.claimable(conn, backend.scope, names, time.time(), malformed)
+                if not result[0]:
+                    sessions.set_waiting(conn, backend.scope, names)
+                return result
+
+            found = await backend._write(look_and_mark)
+        for job_id in malformed:
+            backend.report_malformed(job_id)
+        return found
+
+    def _unmark(self) -> None:
+        backend = self.backend
+        try:
+            backend.db.submit(lambda: backend.db.write(lambda conn: sessions.clear_waiting(conn, backend.scope)))
+        except RuntimeError:
+            pass  # closing
+
+    async def wait_for_completion(self, job_id: str) -> Outcome:
+        backend, signals = self.backend, self.backend.signals
+        signals.fast += 1
+        signals.kick()
+        try:
+            while True:
+                change = signals.change()
+                if not backend.is_open:
+                    raise self._closed()
+                outcome = await backend._read(lambda conn: reads.outcome(conn, backend.scope, job_id, time.time()))
+                if outcome is not None:
+                    return outcome
+                await change.wait()
+        finally:
+            signals.fast -= 1
+
+    async def watch_claim(self, claim: Claim) -> str:
+        backend, signals = self.backend, self.backend.signals
+        signals.waiting += 1
+        try:
+            while True:
+                event = signals.watch(claim.job.id)
+                try:
+                    if not backend.is_open:
+                        return "board closed"
+                    reason = await backend._read(lambda conn: reads.lost_because(conn, backend.scope, claim))
+                    if reason is not None:
+                        return reason
+                    await event.wait()
+                finally:
+                    signals.unwatch(claim.job.id, event)
+        finally:
+            signals.waiting -= 1
+
+    def observed(self) -> None:
+        """A subscriber came: read the other sessions' events from the log from now on."""
+        backend = self.backend
+        if self._tailing or backend._watch is None:
+            return
+        try:
+            self._cursor = int(backend._watch.execute("SELECT coalesce(max(id), 0) FROM jb_event").fetchone()[0])
+        except sqlite3.Error:
+            self._cursor = 0
+        self._tailing = True
+        backend.signals.fast += 1
+        backend.signals.kick()
+        backend.services.spawn(self._tail(), name="jobboard-sqlite-events")
+
+    async def _tail(self) -> None:
+        backend, signals = self.backend, self.backend.signals
+        try:
+            while backend.is_open and backend.hub.has_subscribers:
+                change = signals.change()
+                try:
+                    rows = await backend._read(functools.partial(sessions.events_after, scope=backend.scope,
+                                                                 after=self._cursor))
+                except JobBoardError:
+                    rows = []
+                for event_id, session, kind, job_id, detail in rows:
+                    self._cursor = event_id
+                    if session != backend.scope.session:
+                        backend.hub.publish(Event(KINDS[kind], job_id, detail))
+                if not rows:
+                    await change.wait()
+        finally:
+            self._tailing = False
+            signals.fast -= 1

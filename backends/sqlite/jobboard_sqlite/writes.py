@@ -1,0 +1,235 @@
+"""Posts, claims and settles: each function runs inside one ``BEGIN IMMEDIATE`` transaction.
+
+The fence: a settle, a progress report or a cancel reads the job's ``state``, ``gen`` and ``owner`` in
+the transaction that writes it, so a stale claim (settled, released or claimed again since) raises
+``ClaimLost`` and changes nothing (the transaction is rolled back).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Collection
+from typing import Any
+
+from jobboard.backend import (
+    Claim,
+    EventKind,
+    Job,
+    MalformedEntry,
+    Prepared,
+    Progress,
+    Settle,
+    SettleAction,
+    decode_posting,
+    decode_value,
+    encode_posting,
+)
+from jobboard.errors import AlreadyClaimed, ClaimLost, DependencyMissing, JobNotFound, NotClaimable, NotOwner
+from jobboard_sqlite import trash
+from jobboard_sqlite.rows import (
+    JOB_COLUMNS,
+    Effects,
+    Scope,
+    encode_progress,
+    job_id,
+    name_filter,
+    seq_of,
+    to_job,
+)
+from jobboard_sqlite.schema import CLAIMED, MALFORMED, UNCLAIMED, WAITING
+
+MAX_ATTEMPTS_REASON = "max attempts exceeded"
+
+
+def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float, fx: Effects) -> Job:
+    """Write one posting, or return the job its key still finds.
+
+    :raises DependencyMissing: a dependency is not on the board (the transaction is rolled back).
+    """
+    posting = prepared.posting
+    if posting.key is not None:
+        found = trash.keyed(conn, scope, posting.key, now)
+        if found is not None:
+            return found
+    deps = []
+    for dep in posting.depends_on:
+        seq = seq_of(dep)
+        row = None if seq is None else conn.execute(
+            "SELECT state FROM jb_job WHERE board=? AND seq=? AND state IN (0,1,2)", (scope.board, seq)).fetchone()
+        if row is None:
+            raise DependencyMissing.of(posting.name, dep)
+        deps.append(seq)
+    (seq,) = conn.execute("UPDATE jb_board SET last_seq=last_seq+1 WHERE id=? RETURNING last_seq",
+                          (scope.board,)).fetchone()
+    conn.execute(
+        "INSERT INTO jb_job(board, seq, rank, name, state, not_before, attempts, waiting, posting)"
+        " VALUES (?,?,?,?,?,?,?,?,?)",
+        (scope.board, seq, posting.priority.rank, posting.name, WAITING if deps else UNCLAIMED,
+         posting.not_before, posting.attempts, len(deps), prepared.raw))
+    if deps:
+        conn.executemany("INSERT INTO jb_dep(board, job, dep) VALUES (?,?,?)", [(scope.board, seq, d) for d in deps])
+    else:
+        fx.ready.append(posting.name)
+    if posting.key is not None:
+        conn.execute("INSERT OR REPLACE INTO jb_key(board, key, seq) VALUES (?,?,?)", (scope.board, posting.key, seq))
+    fx.event(EventKind.POSTED, job_id(seq), posting.name)
+    return posting.to_job(job_id(seq), seq)
+
+
+def claim(conn: sqlite3.Connection, scope: Scope, seq: int | None, owner: str, now: float,
+          fx: Effects) -> Claim | JobNotFound:
+    """Claim one job; a job past its attempts goes to the trash and the error is *returned* (the trash
+    is committed, then raised). :raises JobNotFound: / :raises NotClaimable: / :raises AlreadyClaimed:"""
+    row = None if seq is None else conn.execute(
+        f"SELECT {JOB_COLUMNS} FROM jb_job WHERE board=? AND seq=? AND state IN (0,1,2,9)",
+        (scope.board, seq)).fetchone()
+    if row is None or seq is None:
+        raise JobNotFound(f"job {'?' if seq is None else job_id(seq)} is not on the board")
+    if row[1] == MALFORMED:
+        fx.malformed.append(job_id(seq))
+        raise JobNotFound(f"job {job_id(seq)} is not a valid posting")
+    if row[1] == WAITING:
+        raise NotClaimable(f"job {job_id(seq)} is waiting for its dependencies")
+    if row[1] == CLAIMED:
+        raise AlreadyClaimed(f"job {job_id(seq)} is claimed by {row[7]}")
+    if row[3] is not None and row[3] > now:
+        raise NotClaimable(f"job {job_id(seq)} is delayed for {row[3] - now:.1f}s")
+    return _take(conn, scope, row, owner, now, fx)
+
+
+def _take(conn: sqlite3.Connection, scope: Scope, row: Any, owner: str, now: float,
+          fx: Effects) -> Claim | JobNotFound:
+    seq, attempts = row[0], row[2]
+    try:
+        job = to_job(row)
+    except MalformedEntry:
+        conn.execute("UPDATE jb_job SET state=? WHERE board=? AND seq=?", (MALFORMED, scope.board, seq))
+        fx.malformed.append(job_id(seq))
+        return JobNotFound(f"job {job_id(seq)} is not a valid posting")
+    limit = job.max_attempts
+    if limit is not None and attempts >= limit:
+        trash.move_to_trash(conn, scope, seq, f"{MAX_ATTEMPTS_REASON} ({limit})", now, fx)
+        return JobNotFound(f"job {job.id} used its {limit} attempts and was moved to the trash")
+    (gen,) = conn.execute(
+        "UPDATE jb_job SET state=1, gen=gen+1, attempts=attempts+1, not_before=NULL, owner=?, session=?,"
+        " progress=NULL WHERE board=? AND seq=? RETURNING gen", (owner, scope.session, scope.board, seq)).fetchone()
+    results = {}
+    if job.depends_on:
+        results = dict(conn.execute("SELECT dep, result FROM jb_dep WHERE board=? AND job=?",
+                                                 (scope.board, seq)))
+    values = tuple(decode_value(results[seq_of(d)]) for d in job.depends_on)
+    from dataclasses import replace
+    fx.event(EventKind.CLAIMED, job.id, owner)
+    return Claim(replace(job, attempts=attempts + 1, not_before=None), owner, gen, values)
+
+
+def claim_next(conn: sqlite3.Connection, scope: Scope, owner: str, names: Collection[str] | None,
+               now: float, fx: Effects) -> Claim | None:
+    """Claim the best claimable job (priority, then age) among ``names``; ``None`` if there is none."""
+    condition, params = name_filter(names)
+    while True:
+        row = conn.execute(
+            f"SELECT {JOB_COLUMNS} FROM jb_job WHERE board=? AND state=0 AND (not_before IS NULL OR not_before<=?)"
+            f" AND {condition} ORDER BY rank, seq LIMIT 1", (scope.board, now, *params)).fetchone()
+        if row is None:
+            return None
+        taken = _take(conn, scope, row, owner, now, fx)
+        if isinstance(taken, Claim):
+            return taken
+
+
+def current(conn: sqlite3.Connection, scope: Scope, claim: Claim) -> tuple[Any, ...]:
+    """The claimed row of ``claim`` if it is current. :raises ClaimLost: / :raises NotOwner:"""
+    seq = seq_of(claim.job.id)
+    row = None if seq is None else conn.execute(
+        "SELECT seq, state, gen, owner, posting, attempts, not_before, session FROM jb_job"
+        " WHERE board=? AND seq=?", (scope.board, seq)).fetchone()
+    if row is None or row[1] != CLAIMED or row[2] != claim.generation:
+        raise ClaimLost(f"claim of job {claim.job.id} (generation {claim.generation}) is no longer current")
+    if row[3] != claim.owner:
+        raise NotOwner(f"job {claim.job.id} is owned by {row[3]}, not {claim.owner}")
+    return tuple(row)
+
+
+def settle(conn: sqlite3.Connection, scope: Scope, claim: Claim, request: Settle, now: float, fx: Effects) -> None:
+    """Consume, abandon or trash ``claim``'s job, fenced (see the module docstring)."""
+    row = current(conn, scope, claim)
+    seq = row[0]
+    if row[7] != scope.session:
+        fx.poked.add(row[7])
+    if request.action is SettleAction.CONSUME:
+        consume(conn, scope, seq, row[4], row[5], request.encoded_result, now, fx)
+        return
+    if request.error is not None:
+        posting = decode_posting(row[4]).failed(request.error)
+        conn.execute("UPDATE jb_job SET posting=? WHERE board=? AND seq=?",
+                     (encode_posting(posting), scope.board, seq))
+    if request.action is SettleAction.ABANDON:
+        not_before = now + request.retry_after if request.retry_after else None
+        release(conn, scope, seq, not_before, f"abandoned by {claim.owner}", fx)
+    else:
+        trash.move_to_trash(conn, scope, seq, request.reason, now, fx)
+
+
+def release(conn: sqlite3.Connection, scope: Scope, seq: int, not_before: float | None, why: str,
+            fx: Effects) -> None:
+    """Put a claimed job back on the board (its attempt stays counted)."""
+    (name,) = conn.execute(
+        "UPDATE jb_job SET state=0, owner=NULL, session=NULL, progress=NULL, not_before=?"
+        " WHERE board=? AND seq=? RETURNING name", (not_before, scope.board, seq)).fetchone()
+    fx.ready.append(name)
+    fx.event(EventKind.RELEASED, job_id(seq), why)
+
+
+def consume(conn: sqlite3.Connection, scope: Scope, seq: int, raw: bytes, attempts: int, result: bytes,
+            now: float, fx: Effects) -> None:
+    """Remove the job; its result goes to its dependents (the last one makes a dependent claimable)."""
+    posting = decode_posting(raw)
+    conn.execute("DELETE FROM jb_job WHERE board=? AND seq=?", (scope.board, seq))
+    conn.execute("DELETE FROM jb_dep WHERE board=? AND job=?", (scope.board, seq))
+    trash.settle_key(conn, scope, posting.key, seq, raw, attempts, now)
+    if posting.keep_result:
+        conn.execute("INSERT OR REPLACE INTO jb_result(board, seq, result, kept_at, ttl) VALUES (?,?,?,?,?)",
+                     (scope.board, seq, result, now, posting.result_ttl))
+    fx.event(EventKind.CONSUMED, job_id(seq), posting.name)
+    dependents = conn.execute(
+        "SELECT d.job FROM jb_dep d JOIN jb_job j ON j.board=d.board AND j.seq=d.job"
+        " WHERE d.board=? AND d.dep=? AND j.state=2", (scope.board, seq)).fetchall()
+    for (dependent,) in dependents:
+        conn.execute("UPDATE jb_dep SET result=? WHERE board=? AND job=? AND dep=?",
+                     (result, scope.board, dependent, seq))
+        waiting, name = conn.execute(
+            "UPDATE jb_job SET waiting=waiting-1, state=CASE WHEN waiting=1 THEN 0 ELSE 2 END"
+            " WHERE board=? AND seq=? RETURNING waiting, name", (scope.board, dependent)).fetchone()
+        if waiting == 0:
+            fx.ready.append(name)
+            fx.event(EventKind.READY, job_id(dependent), name)
+
+
+def unclaim(conn: sqlite3.Connection, scope: Scope, claim: Claim, fx: Effects) -> None:
+    """Undo a claim no caller received (cancelled): back on the board, its attempt not counted."""
+    try:
+        row = current(conn, scope, claim)
+    except (ClaimLost, NotOwner):
+        return
+    conn.execute("UPDATE jb_job SET attempts=attempts-1 WHERE board=? AND seq=?", (scope.board, row[0]))
+    release(conn, scope, row[0], None, f"claim by {claim.owner} cancelled", fx)
+
+
+def report_progress(conn: sqlite3.Connection, scope: Scope, claim: Claim, progress: Progress) -> None:
+    """Store ``progress`` with the claim, fenced like a settle."""
+    row = current(conn, scope, claim)
+    conn.execute("UPDATE jb_job SET progress=? WHERE board=? AND seq=?",
+                 (encode_progress(progress), scope.board, row[0]))
+
+
+def cancel(conn: sqlite3.Connection, scope: Scope, job: str, reason: str, now: float, fx: Effects) -> None:
+    """Trash a job whoever holds it (its owner's session is woken). :raises JobNotFound:"""
+    seq = seq_of(job)
+    row = None if seq is None else conn.execute(
+        "SELECT session FROM jb_job WHERE board=? AND seq=? AND state IN (0,1,2)", (scope.board, seq)).fetchone()
+    if row is None or seq is None:
+        raise JobNotFound(f"job {job} is not on the board")
+    if row[0] is not None and row[0] != scope.session:
+        fx.poked.add(row[0])
+    trash.move_to_trash(conn, scope, seq, reason, now, fx)
