@@ -32,10 +32,15 @@ from jobboard.board.codec import (
     decode_value,
     encode_posting,
     encode_value,
+    last_error_from,
+    last_error_record,
+    progress_from,
+    progress_record,
 )
 from jobboard.board.events import Event, EventHub, EventKind
 from jobboard.board.inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
 from jobboard.board.url import (
+    COMMON_OPTIONS,
     BoardURL,
     non_negative_float,
     parse_options,
@@ -47,10 +52,41 @@ from jobboard.errors import BoardClosed, DependencyMissing, Unsupported
 from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Progress, TrashedJob
 
 __all__ = [
-    "Backend", "BoardServices", "BoardURL", "Claim", "DependencyMissing", "Entity", "Event", "EventKind", "Job",
-    "JobState", "LastError", "ListedJob", "MalformedEntry", "Outcome", "Posting", "Prepared", "Progress", "Settle",
-    "SettleAction", "TrashedJob", "Unsupported", "decode_posting", "decode_value", "encode_posting",
-    "encode_value", "non_negative_float", "parse_options", "parse_url", "positive_float", "positive_int",
+    "COMMON_OPTIONS",
+    "Backend",
+    "BoardServices",
+    "BoardURL",
+    "Claim",
+    "DependencyMissing",
+    "Entity",
+    "Event",
+    "EventKind",
+    "Job",
+    "JobState",
+    "LastError",
+    "ListedJob",
+    "MalformedEntry",
+    "Outcome",
+    "Posting",
+    "Prepared",
+    "Progress",
+    "Settle",
+    "SettleAction",
+    "TrashedJob",
+    "Unsupported",
+    "decode_posting",
+    "decode_value",
+    "encode_posting",
+    "encode_value",
+    "last_error_from",
+    "last_error_record",
+    "non_negative_float",
+    "parse_options",
+    "parse_url",
+    "positive_float",
+    "positive_int",
+    "progress_from",
+    "progress_record",
 ]
 
 logger = logging.getLogger("jobboard.board")
@@ -171,6 +207,17 @@ class Backend(abc.ABC):
     def __init__(self, url: str) -> None:
         self.url = url
         self._open = False
+
+    def use_options(self, options: Mapping[str, Any] | Any) -> None:
+        """Take the :data:`COMMON_OPTIONS` (``max_attempts``, ``max_posting_bytes``, ``key_retention``,
+        ``result_ttl``, ``trash_ttl``) from parsed URL options: a mapping (absent keys keep the defaults) or an
+        object with those attributes."""
+        get = options.get if isinstance(options, Mapping) else (lambda key, default: getattr(options, key, default))
+        self.default_max_attempts = get("max_attempts", self.default_max_attempts)
+        self.max_posting_bytes = get("max_posting_bytes", self.max_posting_bytes)
+        self.key_retention = get("key_retention", self.key_retention)
+        self.result_ttl = get("result_ttl", self.result_ttl)
+        self.trash_ttl = get("trash_ttl", self.trash_ttl)
 
     def bind(self, services: BoardServices) -> None:
         """Called once by the board that fronts this backend."""

@@ -24,7 +24,7 @@ from jobboard.board.checks import (
     find_unencodable,
 )
 from jobboard.errors import InvalidJob, JobBoardError
-from jobboard.job import Job, LastError, Priority
+from jobboard.job import Job, LastError, Priority, Progress
 
 FORMAT_VERSION = 1
 
@@ -221,9 +221,7 @@ def encode_posting(posting: Posting) -> bytes:
     if posting.trace:
         record["trace"] = dict(posting.trace)  # optional: older readers ignore the key
     if posting.last_error is not None:
-        error = posting.last_error
-        record["last_error"] = {"type": error.type, "message": error.message, "traceback": error.traceback,
-                                "attempt": error.attempt, "at": error.at}
+        record["last_error"] = last_error_record(posting.last_error)
     try:
         return cast(bytes, _packer().pack(record))
     except (TypeError, ValueError, OverflowError):
@@ -279,7 +277,7 @@ def _posting_from_record(record: dict[str, Any], live: tuple[int, float | None] 
         attempts=attempts, not_before=not_before,
         results=dict(results) if results else {},
         key=None if key is None else str(key),
-        last_error=None if last_error is None else _last_error(last_error),
+        last_error=None if last_error is None else last_error_from(last_error),
         trace=None if trace is None else _trace(trace),
         result_ttl=_optional_float(get("result_ttl")), trash_ttl=_optional_float(get("trash_ttl")),
     )
@@ -293,14 +291,33 @@ def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _last_error(record: Any) -> LastError | None:
-    """The optional ``last_error`` map (absent in postings that never failed)."""
+def last_error_record(error: LastError) -> dict[str, Any]:
+    """How a :class:`LastError` is stored, in a posting and by every backend that keeps it apart (one place)."""
+    return {"type": error.type, "message": error.message, "traceback": error.traceback,
+            "attempt": error.attempt, "at": error.at}
+
+
+def last_error_from(record: Any) -> LastError | None:
+    """The :class:`LastError` of a stored map (``None``: absent). :raises TypeError, KeyError, ValueError: not one."""
     if record is None:
         return None
     if not isinstance(record, dict):
         raise TypeError("last_error must be a map")
     return LastError(str(record["type"]), str(record["message"]), str(record.get("traceback", "")),
                      int(record.get("attempt", 0)), float(record.get("at", 0.0)))
+
+
+def progress_record(progress: Progress) -> dict[str, Any]:
+    """How a :class:`Progress` is stored by every backend (one place)."""
+    return {"f": progress.fraction, "n": progress.note, "at": progress.at}
+
+
+def progress_from(record: Any) -> Progress | None:
+    """The :class:`Progress` of a stored map, or ``None`` when it is not one (progress is advisory)."""
+    try:
+        return Progress(float(record["f"]), str(record.get("n", "")), float(record.get("at", 0.0)))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def _trace(record: Any) -> dict[str, str] | None:

@@ -95,3 +95,11 @@ def non_negative_float(text: str) -> float:
     if not value >= 0 or value == float("inf"):
         raise ValueError("must be a finite number >= 0")
     return value
+
+
+COMMON_OPTIONS: dict[str, Callable[[str], Any]] = {
+    "max_attempts": positive_int, "max_posting_bytes": positive_int, "key_retention": non_negative_float,
+    "result_ttl": non_negative_float, "trash_ttl": non_negative_float,
+}
+"""The URL options every backend takes (``max_attempts`` is the default for posts that give none), with their
+converters; a backend adds its own (``{**COMMON_OPTIONS, ...}``) and applies these with ``Backend.use_options``."""

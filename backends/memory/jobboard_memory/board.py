@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 
 from jobboard.backend import (
+    COMMON_OPTIONS,
     Backend,
     Claim,
     Entity,
@@ -33,10 +34,8 @@ from jobboard.backend import (
     Settle,
     SettleAction,
     TrashedJob,
-    non_negative_float,
     parse_options,
     parse_url,
-    positive_int,
 )
 from jobboard.board.contract import JobBoard
 from jobboard_memory import keep
@@ -45,8 +44,6 @@ from jobboard_memory.store import Store, wall_clock
 
 logger = logging.getLogger(__name__)
 
-OPTIONS = {"max_attempts": positive_int, "max_posting_bytes": positive_int, "key_retention": non_negative_float,
-           "result_ttl": non_negative_float, "trash_ttl": non_negative_float}
 
 
 class SharedState:
@@ -85,12 +82,7 @@ class MemoryBackend(Backend):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         parsed = parse_url(url)
-        options = parse_options(parsed, OPTIONS)
-        self.default_max_attempts: int | None = options.get("max_attempts")
-        self.max_posting_bytes = options.get("max_posting_bytes", self.max_posting_bytes)
-        self.key_retention = options.get("key_retention", self.key_retention)
-        self.result_ttl = options.get("result_ttl", self.result_ttl)
-        self.trash_ttl = options.get("trash_ttl", self.trash_ttl)
+        self.use_options(parse_options(parsed, COMMON_OPTIONS))
         self._keeper = Keeper(self.result_ttl, self.trash_ttl)
         self._name = (parsed.host_string + parsed.path) or f"private-{uuid.uuid4().hex}"
 

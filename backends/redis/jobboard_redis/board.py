@@ -61,9 +61,7 @@ class RedisBackend(KeepingRedis):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.options = parse_redis_url(url)
-        self.max_posting_bytes = self.options.max_posting_bytes
-        self.default_max_attempts = self.options.max_attempts
-        self.key_retention = self.options.key_retention
+        self.use_options(self.options)
         self._retention_ms = str(int(self.key_retention * 1000))
         self._claims: dict[str, tuple[int, str]] = {}  # claims made here: job -> (generation, session)
 

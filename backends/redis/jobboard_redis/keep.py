@@ -18,11 +18,18 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from jobboard.backend import Backend, MalformedEntry, decode_value, encode_value
+from jobboard.backend import (
+    Backend,
+    MalformedEntry,
+    decode_value,
+    encode_value,
+    progress_from,
+    progress_record,
+)
 from jobboard.errors import BoardConflict, InvalidJob, JobBoardError, JobNotFound
 from jobboard.job import Claim, Entity, Job, Progress
 from jobboard_redis.client import RedisClient
-from jobboard_redis.options import RedisOptions, parse_redis_url
+from jobboard_redis.options import RedisOptions
 from jobboard_redis.records import entities_of, settle_refused, text
 from jobboard_redis.session import Session
 
@@ -37,10 +44,10 @@ def with_progress(job: Job, generation: Any, reported: Any, data: Any, state: An
     if state != b"c" or not data or reported != generation:
         return job
     try:
-        found = decode_value(data)
-        return replace(job, progress=Progress(float(found["f"]), str(found.get("n", "")), float(found["at"])))
-    except (MalformedEntry, KeyError, TypeError, ValueError):
+        progress = progress_from(decode_value(data))
+    except MalformedEntry:
         return job
+    return job if progress is None else replace(job, progress=progress)
 
 
 def retention_interval(result_ttl: float, trash_ttl: float) -> float:
@@ -58,8 +65,6 @@ class KeepingRedis(Backend):
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
-        options = parse_redis_url(url)
-        self.result_ttl, self.trash_ttl = options.result_ttl, options.trash_ttl
         self._entities: dict[str, bytes] = {}  # registered here: restored on a new session
 
     @abc.abstractmethod
@@ -105,7 +110,7 @@ class KeepingRedis(Backend):
         return int(job_id) > int(last or 0)
 
     async def report_progress(self, claim: Claim, progress: Progress) -> None:
-        data = encode_value({"f": progress.fraction, "n": progress.note, "at": progress.at}, what="progress")
+        data = encode_value(progress_record(progress), what="progress")
         status, _ = await self._call("progress", "", claim.job.id, str(claim.generation), claim.owner, data)
         if status != "ok":
             raise settle_refused(status, claim.job.id, claim.owner)

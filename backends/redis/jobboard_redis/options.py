@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobboard.board.inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
-from jobboard.board.url import non_negative_float, parse_options, parse_url, positive_float, positive_int
+from jobboard.board.url import COMMON_OPTIONS, parse_options, parse_url, positive_float
 from jobboard.errors import InvalidURL
 
 DEFAULT_ROOT = "jobboard"
@@ -66,9 +66,7 @@ def durability(text: str) -> str:
 
 CONVERTERS: dict[str, Callable[[str], Any]] = {
     "durability": durability, "sentinel": str,
-    "session_timeout": positive_float, "connect_timeout": positive_float, "max_attempts": positive_int,
-    "key_retention": non_negative_float, "max_posting_bytes": positive_int,
-    "result_ttl": non_negative_float, "trash_ttl": non_negative_float,
+    **COMMON_OPTIONS, "session_timeout": positive_float, "connect_timeout": positive_float,
 }
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jobboard.board.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
+from jobboard.backend import (
+    MalformedEntry,
+    Posting,
+    decode_posting,
+    decode_value,
+    encode_value,
+    last_error_from,
+    last_error_record,
+)
 from jobboard.errors import AlreadyClaimed, ClaimLost, JobNotFound, NotClaimable, NotOwner
 from jobboard.job import Entity, Job, LastError
 
@@ -29,8 +37,7 @@ def encode_error(error: LastError | None) -> bytes:
     """The job hash's ``err`` field for ``error`` (empty: keep the stored one)."""
     if error is None:
         return b""
-    return encode_value({"type": error.type, "message": error.message, "traceback": error.traceback,
-                         "attempt": error.attempt, "at": error.at}, what="last_error")
+    return encode_value(last_error_record(error), what="last_error")
 
 
 def error_of(raw: Any) -> LastError | None:
@@ -44,8 +51,7 @@ def error_of(raw: Any) -> LastError | None:
     try:
         if not isinstance(record, dict):
             raise TypeError("not a map")
-        return LastError(str(record["type"]), str(record["message"]), str(record.get("traceback", "")),
-                         int(record.get("attempt", 0)), float(record.get("at", 0.0)))
+        return last_error_from(record)
     except (KeyError, TypeError, ValueError) as error:
         raise MalformedEntry(f"bad stored last error: {error!r}") from error
 
