@@ -62,8 +62,8 @@ SETTLING = [
            "            raise\n"),
     Mutant("oversized-result-accepted", "a result over max_posting_bytes is refused and keeps the claim",
            FRONT,
-           "check_result_size(claim.job.id, encoded, self.max_posting_bytes)",
-           "check_result_size(claim.job.id, encoded, self.max_posting_bytes * 1000)"),
+           "check_result_size(claim.job.id, encoded, self.backend.max_posting_bytes)",
+           "check_result_size(claim.job.id, encoded, self.backend.max_posting_bytes * 1000)"),
     Mutant("result-not-kept", "keep_result keeps the consumed job's result for wait_for_completion", STORE,
            "self.kept_results[entry.job_id] = raw", f"self.kept_results[entry.job_id] = {NONE}"),
     Mutant("abandon-drops-last-error", "abandon keeps the error it is given as the job's last error", BOARD,
@@ -159,7 +159,7 @@ SELECTION = [
 
 RECORDS = [
     Mutant("malformed-not-reported", "a malformed entry is reported by a MALFORMED event", BOARD,
-           "            self._report_malformed(job_id)\n", "            pass\n"),
+           "            self.report_malformed(job_id)\n", "            pass\n"),
     _event_dropped("CONSUMED"),
     _event_dropped("CLAIMED"),
     Mutant("entities-outlive-their-board", "a board's entities go when it closes", BOARD,
