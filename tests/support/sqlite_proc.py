@@ -15,6 +15,8 @@ import asyncio
 import sys
 
 from jobboard import open_board
+from jobboard.board.contract import JobBoard
+from jobboard.board.events import EventStream
 from jobboard.errors import ClaimLost
 from jobboard.job import Claim
 
@@ -34,23 +36,33 @@ async def hold(url: str, count: int) -> None:
         await asyncio.get_running_loop().connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         while line := (await reader.readline()).decode().strip():
             if line == "consume":
-                for claim in claims:
-                    try:
-                        await board.consume(claim)
-                        print("consumed", flush=True)
-                    except ClaimLost:
-                        print("ClaimLost", flush=True)
+                await consume_all(board, claims)
             elif line == "events":
-                kinds = []
-                while True:
-                    try:
-                        event = await asyncio.wait_for(anext(events), 0.2)
-                    except TimeoutError:
-                        break
-                    kinds.append(event.kind.name)
-                print(" ".join(k for k in kinds if k in ("SESSION_EXPIRED",)) or "-", flush=True)
+                await print_session_events(events)
             elif line == "quit":
                 return
+
+
+async def consume_all(board: JobBoard, claims: list[Claim]) -> None:
+    """Consume every claim, printing ``consumed`` or ``ClaimLost`` for each."""
+    for claim in claims:
+        try:
+            await board.consume(claim)
+            print("consumed", flush=True)
+        except ClaimLost:
+            print("ClaimLost", flush=True)
+
+
+async def print_session_events(events: EventStream) -> None:
+    """Print the session events buffered in ``events`` (``-`` if none)."""
+    kinds = []
+    while True:
+        try:
+            event = await asyncio.wait_for(anext(events), 0.2)
+        except TimeoutError:
+            break
+        kinds.append(event.kind.name)
+    print(" ".join(k for k in kinds if k == "SESSION_EXPIRED") or "-", flush=True)
 
 
 async def post(url: str, count: int) -> None:
