@@ -15,8 +15,8 @@ def main() -> int:
     from jobboard.cli import main as cli_main
 
     status = cli_main()
-    if worker:  # a plain def handler's thread must not hold the process (see jobboard.cli.worker_exit)
-        from jobboard.cli.worker_exit import exit_without_waiting
+    if worker:  # a plain def handler's thread must not hold the process (see jobboard.cli.threads_at_exit)
+        from jobboard.cli.threads_at_exit import exit_without_waiting
 
         exit_without_waiting(status)
     return status

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import anyio
 
 from jobboard.board.registry import open_board
-from jobboard.cli import board_stats, examples, jobs, jobs_results, top, trash
+from jobboard.cli import examples, jobs, jobs_results, stats, top, trash
 from jobboard.cli.command import (
     EXIT_NOT_MET,
     EXIT_STATUSES,
@@ -78,7 +78,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("purge", "remove trash entries older than a duration", trash.purge_arguments, on_board=trash.purge),
     Command("requeue", "put trashed jobs back on the board", trash.requeue_arguments, on_board=trash.requeue),
     Command("stats", "the board's figures: jobs by state, name, priority; trash; live workers",
-            board_stats.stats_arguments, on_board=board_stats.stats, example=examples.STATS),
+            stats.stats_arguments, on_board=stats.stats, example=examples.STATS),
     Command("top", "a live view of the board in the terminal, refreshed from its events", top.top_arguments,
             on_board=top.top, example=examples.TOP),
     Command("demo", "run a producer and three workers on memory://demo", no_arguments, local=demo,

@@ -17,10 +17,10 @@ from typing import TextIO
 import anyio
 
 from jobboard.board.contract import JobBoard
-from jobboard.cli.board_stats import stats_lines
 from jobboard.cli.command import positive_whole_number
 from jobboard.cli.jobs import job_record, list_columns
 from jobboard.cli.output import format_table, format_time
+from jobboard.cli.stats import stats_lines
 from jobboard.observe.live import LiveBoard
 
 MIN_REDRAW_GAP = 0.25
