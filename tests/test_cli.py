@@ -13,6 +13,7 @@ import sys
 import uuid
 from contextlib import redirect_stdout
 from io import StringIO
+from pathlib import Path
 
 import anyio
 import anyio.to_thread
@@ -195,13 +196,32 @@ def test_board_option_is_also_accepted_after_the_command(capsys: Capture, url: s
     assert status == 0 and table(out)[1][0] == job_id
 
 
-def test_missing_board_is_a_usage_error_naming_both_ways(
-    capsys: Capture, monkeypatch: pytest.MonkeyPatch,
+def test_without_a_board_the_cli_uses_the_default_file_board_and_says_which(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """Issue 26: no --board and no $JOBBOARD_URL: one sqlite:// file board in the user's data directory,
+    named on stderr with both ways to choose another; two commands (two terminals) share it."""
+    monkeypatch.delenv("JOBBOARD_URL", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    status, out, err = run(capsys, "post", "resize", "--details", '{"url": "a.png"}')
+    job_id = out.strip()
+    assert status == 0 and job_id, err
+    board_file = tmp_path / "jobboard" / "jobs.db"
+    assert board_file.is_file() and f"sqlite://{board_file}" in err and "--board" in err and "JOBBOARD_URL" in err
+    status, out, err = run(capsys, "list")
+    assert status == 0 and table(out)[1][0] == job_id and err.count("using the default board") == 1
+
+
+def test_an_unusable_default_board_directory_is_a_usage_error_naming_both_ways(
+    capsys: Capture, monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
 ) -> None:
     monkeypatch.delenv("JOBBOARD_URL", raising=False)
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_DATA_HOME", str(blocker))
     status, out, err = run(capsys, "list")
     assert (status, out) == (2, "")
-    assert "--board" in err and "JOBBOARD_URL" in err
+    assert "--board" in err and "JOBBOARD_URL" in err and len(err.strip().splitlines()) <= 2
 
 
 def test_unknown_scheme_is_one_line_naming_installed_schemes(capsys: Capture) -> None:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import anyio
 
-from jobboard.board.registry import open_board
+from jobboard.board.registry import installed_schemes, open_board
 from jobboard.cli import examples, jobs, jobs_results, stats, top, trash
 from jobboard.cli.command import (
     EXIT_NOT_MET,
@@ -36,7 +36,7 @@ from jobboard.cli.command import (
 )
 from jobboard.cli.dashboard import dashboard_arguments, serve
 from jobboard.cli.metrics import metrics_arguments, serve_board_metrics
-from jobboard.cli.options import URL_ENV, add_global_options, shared_options
+from jobboard.cli.options import URL_ENV, add_global_options, default_board_url, shared_options
 from jobboard.cli.plan import plan_arguments, plan_command
 from jobboard.cli.schedule import schedule_arguments, schedule_command
 from jobboard.cli.worker import check, check_arguments, run_worker, worker_arguments
@@ -138,10 +138,19 @@ def configure_logging(verbose: bool) -> None:
 
 
 def board_url(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
-    """``--board`` or ``$JOBBOARD_URL``; a usage error (exit 2) when neither is set."""
+    """``--board`` or ``$JOBBOARD_URL``, else the default file board (said on stderr); a usage error (exit 2)
+    when neither is set and the ``sqlite://`` backend is not installed."""
     url: str | None = getattr(args, "url", None) or args.board or os.environ.get(URL_ENV)
-    if not url:
+    if url:
+        return url
+    if "sqlite" not in installed_schemes():
         parser.error(f"no board given: pass --board URL or set {URL_ENV}")
+    try:
+        url = default_board_url()
+    except OSError as error:
+        parser.error(f"no board given, and the default board's directory cannot be made ({error}): "
+                     f"pass --board URL or set {URL_ENV}")
+    print(f"{PROG}: using the default board {url} (choose another with --board URL or {URL_ENV})", file=sys.stderr)
     return url
 
 

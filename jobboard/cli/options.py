@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 URL_ENV = "JOBBOARD_URL"
-BOARD_HELP = f"board URL, e.g. memory://name (default: ${URL_ENV})"
+BOARD_HELP = f"board URL, e.g. memory://name (default: ${URL_ENV}, else the default file board: see docs/cli.md)"
 VERBOSE_HELP = "log debug messages, including the backend client library's"
 
 
@@ -22,3 +24,16 @@ def shared_options() -> argparse.ArgumentParser:
     shared.add_argument("--board", metavar="URL", default=argparse.SUPPRESS, help=BOARD_HELP)
     shared.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help=VERBOSE_HELP)
     return shared
+
+
+def default_board_file() -> Path:
+    """Where the default board lives: ``$XDG_DATA_HOME/jobboard/jobs.db``, else ``~/.local/share/jobboard/jobs.db``."""
+    data = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(data) / "jobboard" / "jobs.db"
+
+
+def default_board_url() -> str:
+    """The URL of the default board (a ``sqlite://`` file board; its directory is made if missing)."""
+    path = default_board_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return f"sqlite://{path}"
