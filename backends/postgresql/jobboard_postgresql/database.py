@@ -1,0 +1,121 @@
+"""The board's work pool and how a call survives transient failures.
+
+Every board call runs as one function call on a pooled connection (one transaction). A transient
+failure (connection lost or refused, the server shutting down or starting, a serialization failure or
+deadlock, too many connections) is retried with back-off for the board's retry window, telling the
+call it is a retry so that it looks for its own first attempt's effect (a post's token, a claim's
+nonce, a settle's evidence) instead of doing the work twice; then ``BackendUnavailable``. A
+permanent error (permission, a missing table, bad input) is never retried and never disguised: it is
+raised as ``BoardConflict`` naming the SQLSTATE and the server's message, with the driver's
+exception as ``__cause__``. No asyncpg exception escapes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import asyncpg
+
+from jobboard.errors import BackendUnavailable, BoardConflict, InvalidURL, JobBoardError
+from jobboard_postgresql.options import Options
+
+logger = logging.getLogger("jobboard_postgresql")
+
+T = TypeVar("T")
+
+TRANSIENT_STATES = {"40001", "40P01", "53300", "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001",
+                    "08004", "55P03", "57014", "25P03", "JB001"}
+"""Serialization failure, deadlock, too many connections, admin/crash shutdown, cannot connect now,
+connection exceptions, lock timeout, statement cancelled (a shutdown), idle-in-transaction timeout, and
+our own "session is gone" (the board makes a new session, then the call is retried)."""
+
+SETUP_STATES = {"28000", "28P01", "3D000", "42501"}
+"""Authentication failed, no such database, insufficient privilege: the URL is wrong."""
+
+
+def transient(error: BaseException) -> bool:
+    """Whether retrying ``error`` may succeed."""
+    if isinstance(error, asyncpg.PostgresError):
+        return str(getattr(error, "sqlstate", "")) in TRANSIENT_STATES
+    return isinstance(error, (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, ConnectionError,
+                              asyncpg.exceptions.InternalClientError))
+
+
+def permanent(error: BaseException, what: str) -> JobBoardError:
+    """The jobboard error for a permanent failure of ``what``."""
+    state = str(getattr(error, "sqlstate", "") or "")
+    if state in SETUP_STATES:
+        return InvalidURL(f"postgresql: {what}: {error} (SQLSTATE {state})")
+    return BoardConflict(f"postgresql: {what} failed: {error} (SQLSTATE {state or 'none'})")
+
+
+class Database:
+    """The pool of one board; :meth:`run` is how the rest of the backend talks to the server."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.pool: asyncpg.Pool | None = None
+        self.on_session_gone: Callable[[], Awaitable[None]] | None = None
+        """Called when the server says this board's session is gone (the board renews it)."""
+
+    async def open(self) -> None:
+        idle_tx = int(self.options.session_timeout * 1000)
+        self.pool = await self._retry_connect(lambda: asyncpg.create_pool(
+            self.options.dsn, min_size=1, max_size=self.options.pool_size, timeout=self.options.connect_timeout,
+            server_settings={"idle_in_transaction_session_timeout": str(idle_tx)},
+            max_inactive_connection_lifetime=60.0))
+
+    async def _retry_connect(self, connect: Callable[[], Awaitable[T]]) -> T:
+        deadline = time.monotonic() + self.options.connect_timeout
+        delay = 0.05
+        while True:
+            try:
+                return await connect()
+            except Exception as error:
+                if not transient(error) or time.monotonic() + delay > deadline:
+                    if transient(error):
+                        raise BackendUnavailable(f"postgresql: cannot connect: {error}") from error
+                    raise permanent(error, "connect") from error
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def close(self) -> None:
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            try:
+                await asyncio.wait_for(pool.close(), 5.0)
+            except (TimeoutError, Exception):  # noqa: BLE001 - a pool that will not close cleanly is cut
+                pool.terminate()
+
+    async def run(self, what: str, call: Callable[[asyncpg.Connection, bool], Awaitable[T]]) -> T:
+        """``call(connection, retry)`` on a pooled connection, retried while failures are transient.
+
+        :raises BackendUnavailable: still failing after the retry window.
+        :raises BoardConflict: a permanent failure (see the module docstring).
+        """
+        deadline = time.monotonic() + self.options.window
+        delay, retry = 0.02, False
+        while True:
+            pool = self.pool
+            if pool is None:
+                raise BackendUnavailable(f"postgresql: {what}: the board's pool is closed")
+            try:
+                async with pool.acquire(timeout=max(0.5, deadline - time.monotonic())) as connection:
+                    return await call(connection, retry)
+            except JobBoardError:
+                raise
+            except Exception as error:
+                if not transient(error):
+                    raise permanent(error, what) from error
+                if str(getattr(error, "sqlstate", "")) == "JB001" and self.on_session_gone is not None:
+                    await self.on_session_gone()
+                if time.monotonic() + delay > deadline:
+                    raise BackendUnavailable(f"postgresql: {what}: {type(error).__name__}: {error}") from error
+                logger.debug("postgresql: %s failed (%s), retrying", what, error)
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay, retry = min(delay * 2, 0.5), True

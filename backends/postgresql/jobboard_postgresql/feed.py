@@ -1,0 +1,105 @@
+"""``events()`` on a ``postgresql://`` board: the ``event`` table read in commit order, only while asked.
+
+Every state change inserts its events in its own transaction (an UNLOGGED table: events are a hint,
+truncated by a server crash, deleted after two minutes). A reader must not skip rows whose transaction
+commits late (ids are taken before commit, commits come in any order), so it reads by transaction id:
+everything with ``xid`` in ``[cursor, xmin)`` where ``xmin`` is the oldest transaction still running,
+and moves the cursor to ``xmin`` (every transaction below it has ended; none can add rows there). A long
+transaction anywhere on the server holds the stream back until it ends (``events()`` lags, nothing is lost).
+
+The feed runs only while someone subscribed or waits for a completion (it costs what it reads: one
+query per :data:`POLL` seconds, plus one after each of this board's own writes, so a board's own events
+come in order before its call returns). It starts from the events of the last second, so a subscriber
+also sees another board's write that raced its subscription.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import asyncpg
+
+from jobboard.backend import Event, EventKind
+from jobboard_postgresql.database import Database
+
+logger = logging.getLogger("jobboard_postgresql")
+
+POLL = 0.05
+KINDS = {kind.value: kind for kind in EventKind}
+
+
+class Feed:
+    """The event reader of one board."""
+
+    def __init__(self, db: Database, board: str, schema: str, publish: Callable[[Event], None],
+                 wanted: Callable[[], bool], seen: Callable[[Event], None]) -> None:
+        self.db, self.board, self.s, self.publish = db, board, f'"{schema}"', publish
+        self._wanted, self._seen = wanted, seen
+        self._cursor: int | None = None
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self.ready = asyncio.Event()
+
+    @property
+    def active(self) -> bool:
+        return self._task is not None
+
+    def start(self) -> None:
+        """Begin reading (no-op while reading)."""
+        if self._task is None:
+            self.ready.clear()
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"pg-events-{self.board}")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _run(self) -> None:
+        try:
+            await self._init()
+            while self._wanted():
+                await asyncio.sleep(POLL)
+                try:
+                    await self.catch_up()
+                except Exception as error:  # noqa: BLE001 - a transient outage: the next poll reads on from the cursor
+                    logger.debug("postgresql: event read failed: %s", error)
+        finally:
+            self._task, self._cursor = None, None
+            self.ready.set()
+
+    async def _init(self) -> None:
+        async def call(connection: asyncpg.Connection, retry: bool) -> int:
+            return int(await connection.fetchval(
+                f"SELECT least((pg_snapshot_xmin(pg_current_snapshot())::text)::bigint, (SELECT (min(xid)::text)::bigint "
+                f"FROM {self.s}.event WHERE at >= now() - interval '1 second' AND board = $1))", self.board))
+
+        try:
+            self._cursor = await self.db.run("events", call)
+        finally:
+            self.ready.set()
+
+    async def catch_up(self) -> None:
+        """Publish every event committed since the last read (one query)."""
+        if self._cursor is None:
+            return
+        async with self._lock:
+            cursor = self._cursor
+
+            async def call(connection: asyncpg.Connection, retry: bool) -> list[asyncpg.Record]:
+                return list(await connection.fetch(f"SELECT * FROM {self.s}.events($1, $2)", self.board, cursor))
+
+            rows = await self.db.run("events", call)
+            for row in rows:
+                kind = KINDS.get(row["r_kind"]) if row["r_kind"] is not None else None
+                if kind is not None:
+                    event = Event(kind, None if row["r_job"] is None else str(row["r_job"]), row["r_detail"] or "")
+                    self.publish(event)
+                    self._seen(event)
+            if rows and self._cursor == cursor:
+                self._cursor = max(cursor, rows[-1]["r_upto"])

@@ -1,0 +1,454 @@
+"""The board's writes as PL/pgSQL functions: each state change is one call, one transaction, one round trip.
+
+Fencing: a settle locks the job's row (``FOR UPDATE``), compares state, generation and owner, and probes
+the holding session's advisory lock (``pg_try_advisory_xact_lock``: true means its connection is gone)
+before it writes, all inside the one function call. Claims take ``FOR UPDATE SKIP LOCKED`` over the
+partial index of ready jobs in priority-then-age order, after promoting due delayed jobs. Locks are
+taken parent first, then dependents in id order (no deadlock between consumes, trashes and posts).
+A job becoming claimable calls ``wake``: one idle session (the longest idle) is told, in the same
+transaction (NOTIFY is delivered at commit); with no idle session, no NOTIFY is sent at all.
+"""
+
+from __future__ import annotations
+
+FUNCTIONS = r"""
+CREATE OR REPLACE FUNCTION jb.now() RETURNS float8 LANGUAGE sql AS
+$$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
+
+CREATE OR REPLACE FUNCTION jb.ev(p_board text, p_kind text, p_job bigint, p_detail text) RETURNS void
+LANGUAGE sql AS $$ INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, p_kind, p_job, p_detail) $$;
+
+CREATE OR REPLACE FUNCTION jb.wake(p_board text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE v bigint;
+BEGIN
+  UPDATE jb.session s SET idle_since = NULL
+   WHERE s.id = (SELECT i.id FROM jb.session i WHERE i.board = p_board AND i.idle_since IS NOT NULL
+                 ORDER BY i.idle_since LIMIT 1 FOR UPDATE SKIP LOCKED)
+  RETURNING s.id INTO v;
+  IF v IS NOT NULL THEN PERFORM pg_notify('@CHANNEL@_' || v, 'w'); END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.tell(p_session bigint, p_caller bigint, p_job bigint) RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF p_session IS NOT NULL AND p_session IS DISTINCT FROM p_caller THEN
+    PERFORM pg_notify('@CHANNEL@_' || p_session, 'c' || p_job);
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.alive(p_ns int, p_session bigint) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1 FROM jb.session WHERE id = p_session FOR KEY SHARE;
+  RETURN FOUND AND NOT pg_try_advisory_xact_lock(p_ns, p_session::int);
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.post(
+  p_board text, p_name text, p_rank smallint, p_max int, p_not_before float8, p_key text, p_token uuid,
+  p_keep boolean, p_rttl float8, p_tttl float8, p_deps bigint[], p_posting bytea, p_retention float8,
+  p_retry boolean)
+RETURNS TABLE (r_id bigint, r_state smallint, r_attempts int, r_not_before float8, r_posting bytea,
+               r_last_error bytea, r_progress bytea, r_key text, r_missing text)
+LANGUAGE plpgsql AS $$
+DECLARE v_id bigint; v_state smallint; k jb.key%ROWTYPE; v_n int := coalesce(cardinality(p_deps), 0);
+BEGIN
+  IF p_retry THEN
+    RETURN QUERY SELECT j.id, j.state, j.attempts, j.not_before, j.posting, j.last_error, j.progress, j.key,
+                        NULL::text FROM jb.job j WHERE j.token = p_token;
+    IF FOUND THEN RETURN; END IF;
+  END IF;
+  LOOP
+    IF p_key IS NOT NULL THEN
+      SELECT * INTO k FROM jb.key WHERE board = p_board AND key = p_key FOR UPDATE;
+      IF FOUND THEN
+        IF k.settled_at IS NULL THEN
+          RETURN QUERY SELECT j.id, j.state, j.attempts, j.not_before, j.posting, j.last_error, j.progress,
+                              j.key, NULL::text FROM jb.job j WHERE j.id = k.job_id;
+          IF FOUND THEN RETURN; END IF;
+        ELSIF jb.now() - k.settled_at < p_retention THEN
+          RETURN QUERY SELECT k.job_id, (-1)::smallint, k.attempts, k.not_before, k.posting, k.last_error,
+                              NULL::bytea, p_key, NULL::text;
+          RETURN;
+        END IF;
+        DELETE FROM jb.key WHERE board = p_board AND key = p_key;
+      END IF;
+    END IF;
+    IF v_n > 0 THEN
+      PERFORM 1 FROM jb.job j WHERE j.id = ANY(p_deps) ORDER BY j.id FOR KEY SHARE;
+      SELECT string_agg(d::text, ', ') INTO r_missing FROM unnest(p_deps) d
+       WHERE NOT EXISTS (SELECT 1 FROM jb.job j WHERE j.id = d AND j.board = p_board AND j.state <> 9);
+      IF r_missing IS NOT NULL THEN RETURN NEXT; RETURN; END IF;
+    END IF;
+    v_id := nextval('jb.job_id');
+    IF p_key IS NULL THEN EXIT; END IF;
+    INSERT INTO jb.key (board, key, job_id) VALUES (p_board, p_key, v_id) ON CONFLICT DO NOTHING;
+    EXIT WHEN FOUND;
+  END LOOP;
+  v_state := CASE WHEN v_n > 0 THEN 2 WHEN p_not_before > jb.now() THEN 3 ELSE 0 END;
+  INSERT INTO jb.job (id, board, name, rank, state, max_attempts, not_before, pending, key, token, keep_result,
+                      result_ttl, trash_ttl, posting)
+  VALUES (v_id, p_board, p_name, p_rank, v_state, p_max, p_not_before, v_n, p_key, p_token, p_keep, p_rttl,
+          p_tttl, p_posting);
+  IF v_n > 0 THEN INSERT INTO jb.dep (parent, child) SELECT d, v_id FROM unnest(p_deps) d; END IF;
+  PERFORM jb.ev(p_board, 'posted', v_id, p_name);
+  IF v_state <> 2 THEN PERFORM jb.wake(p_board); END IF;  -- a delayed job too: the woken one keeps its time
+  RETURN QUERY SELECT v_id, v_state, 0, p_not_before, p_posting, NULL::bytea, NULL::bytea, p_key, NULL::text;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.post_many(
+  p_board text, p_names text[], p_ranks smallint[], p_maxes int[], p_not_befores float8[], p_keys text[],
+  p_tokens uuid[], p_keeps boolean[], p_rttls float8[], p_tttls float8[], p_deps text[], p_postings bytea[],
+  p_retention float8, p_retry boolean)
+RETURNS TABLE (r_id bigint, r_state smallint, r_attempts int, r_not_before float8, r_posting bytea,
+               r_last_error bytea, r_progress bytea, r_key text, r_missing text)
+LANGUAGE plpgsql AS $$
+DECLARE i int; p record;
+BEGIN
+  FOR i IN 1 .. coalesce(cardinality(p_names), 0) LOOP
+    SELECT * INTO p FROM jb.post(p_board, p_names[i], p_ranks[i], p_maxes[i], p_not_befores[i], p_keys[i],
+      p_tokens[i], p_keeps[i], p_rttls[i], p_tttls[i], string_to_array(p_deps[i], ',')::bigint[], p_postings[i],
+      p_retention, p_retry);
+    r_id := p.r_id; r_state := p.r_state; r_attempts := p.r_attempts; r_not_before := p.r_not_before;
+    r_posting := p.r_posting; r_last_error := p.r_last_error; r_progress := p.r_progress; r_key := p.r_key;
+    r_missing := p.r_missing;
+    RETURN NEXT;
+    EXIT WHEN r_missing IS NOT NULL;
+  END LOOP;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.take(p_id bigint, p_session bigint, p_owner text, p_nonce uuid,
+  OUT r_gen bigint, OUT r_attempts int, OUT r_posting bytea, OUT r_last_error bytea, OUT r_key text,
+  OUT r_parents bigint[], OUT r_results bytea[])
+LANGUAGE plpgsql AS $$
+DECLARE v_board text;
+BEGIN
+  UPDATE jb.job SET state = 1, gen = gen + 1, attempts = attempts + 1, session = p_session, owner = p_owner,
+         nonce = p_nonce, not_before = NULL, progress = NULL WHERE id = p_id
+  RETURNING gen, attempts, posting, last_error, key, board
+       INTO r_gen, r_attempts, r_posting, r_last_error, r_key, v_board;
+  PERFORM jb.ev(v_board, 'claimed', p_id, p_owner);
+  SELECT array_agg(r.parent ORDER BY r.parent), array_agg(r.body ORDER BY r.parent) INTO r_parents, r_results
+    FROM jb.result r WHERE r.child = p_id;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.retaken(p_session bigint, p_nonce uuid,
+  OUT r_id bigint, OUT r_gen bigint, OUT r_attempts int, OUT r_posting bytea, OUT r_last_error bytea,
+  OUT r_key text, OUT r_parents bigint[], OUT r_results bytea[])
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT j.id, j.gen, j.attempts, j.posting, j.last_error, j.key INTO r_id, r_gen, r_attempts, r_posting,
+         r_last_error, r_key FROM jb.job j WHERE j.session = p_session AND j.state = 1 AND j.nonce = p_nonce;
+  IF r_id IS NOT NULL THEN
+    SELECT array_agg(r.parent ORDER BY r.parent), array_agg(r.body ORDER BY r.parent) INTO r_parents, r_results
+      FROM jb.result r WHERE r.child = r_id;
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.claim_next(p_board text, p_ns int, p_session bigint, p_owner text, p_names text[],
+  p_nonce uuid, p_retry boolean)
+RETURNS TABLE (r_id bigint, r_gen bigint, r_attempts int, r_posting bytea, r_last_error bytea, r_key text,
+               r_parents bigint[], r_results bytea[])
+LANGUAGE plpgsql AS $$
+DECLARE v_id bigint; v_attempts int; v_max int;
+BEGIN
+  IF p_retry THEN
+    RETURN QUERY SELECT * FROM jb.retaken(p_session, p_nonce) t WHERE t.r_id IS NOT NULL;
+    IF FOUND THEN RETURN; END IF;
+  END IF;
+  IF NOT jb.alive(p_ns, p_session) THEN
+    RAISE EXCEPTION 'jobboard session % is gone', p_session USING ERRCODE = 'JB001';
+  END IF;
+  UPDATE jb.job SET state = 0 WHERE id IN (SELECT d.id FROM jb.job d WHERE d.board = p_board AND d.state = 3
+                                           AND d.not_before <= jb.now() FOR UPDATE SKIP LOCKED);
+  LOOP
+    SELECT j.id, j.attempts, j.max_attempts INTO v_id, v_attempts, v_max FROM jb.job j
+     WHERE j.board = p_board AND j.state = 0
+       AND CASE WHEN p_names IS NULL THEN left(j.name, 9) <> 'jobboard.' ELSE j.name = ANY(p_names) END
+     ORDER BY j.rank, j.id LIMIT 1 FOR UPDATE SKIP LOCKED;
+    IF NOT FOUND THEN RETURN; END IF;
+    IF v_max IS NOT NULL AND v_attempts >= v_max THEN
+      PERFORM jb.trash_job(p_board, v_id, 'max attempts exceeded (' || v_max || ')', p_session);
+      CONTINUE;
+    END IF;
+    RETURN QUERY SELECT v_id, t.* FROM jb.take(v_id, p_session, p_owner, p_nonce) t;
+    RETURN;
+  END LOOP;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.claim(p_board text, p_ns int, p_session bigint, p_owner text, p_id bigint,
+  p_nonce uuid, p_retry boolean)
+RETURNS TABLE (r_status smallint, r_detail text, r_gen bigint, r_attempts int, r_posting bytea,
+               r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[])
+LANGUAGE plpgsql AS $$
+DECLARE j jb.job%ROWTYPE;
+BEGIN
+  r_status := 0;
+  IF p_retry THEN
+    RETURN QUERY SELECT 0::smallint, NULL::text, t.r_gen, t.r_attempts, t.r_posting, t.r_last_error, t.r_key,
+                        t.r_parents, t.r_results FROM jb.retaken(p_session, p_nonce) t WHERE t.r_id = p_id;
+    IF FOUND THEN RETURN; END IF;
+  END IF;
+  IF NOT jb.alive(p_ns, p_session) THEN
+    RAISE EXCEPTION 'jobboard session % is gone', p_session USING ERRCODE = 'JB001';
+  END IF;
+  SELECT * INTO j FROM jb.job WHERE id = p_id AND board = p_board AND state <> 9 FOR UPDATE;
+  IF NOT FOUND THEN r_status := 1;
+  ELSIF j.state = 2 THEN r_status := 2; r_detail := j.pending::text;
+  ELSIF j.state = 1 THEN r_status := 3; r_detail := j.owner;
+  ELSIF j.not_before > jb.now() THEN r_status := 4; r_detail := round((j.not_before - jb.now())::numeric, 1)::text;
+  ELSIF j.max_attempts IS NOT NULL AND j.attempts >= j.max_attempts THEN
+    PERFORM jb.trash_job(p_board, p_id, 'max attempts exceeded (' || j.max_attempts || ')', p_session);
+    r_status := 5; r_detail := j.max_attempts::text;
+  ELSE
+    SELECT * INTO r_gen, r_attempts, r_posting, r_last_error, r_key, r_parents, r_results
+      FROM jb.take(p_id, p_session, p_owner, p_nonce);
+  END IF;
+  RETURN NEXT;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.held(p_board text, p_ns int, p_id bigint, p_gen bigint, p_owner text,
+  OUT o_status smallint, OUT o_job jb.job)
+LANGUAGE plpgsql AS $$
+BEGIN
+  SELECT * INTO o_job FROM jb.job WHERE id = p_id AND board = p_board FOR UPDATE;
+  IF NOT FOUND OR o_job.state <> 1 OR o_job.gen <> p_gen THEN o_status := 1;
+  ELSIF o_job.owner <> p_owner THEN o_status := 2;
+  ELSIF pg_try_advisory_xact_lock(p_ns, o_job.session::int) THEN o_status := 1;  -- its holder's session is gone
+  ELSE o_status := 0;
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.settle_key(p_board text, p_key text, p_id bigint, p_posting bytea, p_attempts int,
+  p_nb float8, p_error bytea) RETURNS void LANGUAGE sql AS $$
+  UPDATE jb.key SET settled_at = jb.now(), posting = p_posting, attempts = p_attempts, not_before = p_nb,
+         last_error = p_error WHERE board = p_board AND key = p_key AND job_id = p_id $$;
+
+CREATE OR REPLACE FUNCTION jb.deliver(p_board text, p_child bigint, p_parent bigint, p_result bytea)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE v_pending int; v_nb float8; v_name text;
+BEGIN
+  UPDATE jb.job SET pending = pending - 1 WHERE id = p_child AND state = 2
+  RETURNING pending, not_before, name INTO v_pending, v_nb, v_name;
+  IF NOT FOUND THEN RETURN; END IF;
+  INSERT INTO jb.result (child, parent, body) VALUES (p_child, p_parent, p_result) ON CONFLICT DO NOTHING;
+  IF v_pending <= 0 THEN
+    UPDATE jb.job SET state = CASE WHEN v_nb > jb.now() THEN 3 ELSE 0 END WHERE id = p_child;
+    PERFORM jb.ev(p_board, 'ready', p_child, v_name);
+    PERFORM jb.wake(p_board);
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.trash_job(p_board text, p_id bigint, p_reason text, p_caller bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE j jb.job%ROWTYPE; c record;
+BEGIN
+  DELETE FROM jb.job WHERE id = p_id RETURNING * INTO j;
+  IF NOT FOUND THEN RETURN; END IF;
+  INSERT INTO jb.trash (id, board, name, rank, attempts, not_before, pending, key, token, trash_ttl, posting,
+                        last_error, reason, trashed_at, max_attempts, keep_result, result_ttl, gen)
+  VALUES (j.id, j.board, j.name, j.rank, j.attempts, j.not_before, j.pending, j.key, j.token, j.trash_ttl,
+          j.posting, j.last_error, p_reason, jb.now(), j.max_attempts, j.keep_result, j.result_ttl, j.gen)
+  ON CONFLICT (id) DO NOTHING;
+  IF j.key IS NOT NULL THEN
+    PERFORM jb.settle_key(p_board, j.key, p_id, j.posting, j.attempts, j.not_before, j.last_error);
+  END IF;
+  PERFORM jb.ev(p_board, 'trashed', p_id, p_reason);
+  IF j.state = 1 THEN PERFORM jb.tell(j.session, p_caller, p_id); END IF;
+  DELETE FROM jb.dep WHERE child = p_id;
+  FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
+    PERFORM jb.trash_job(p_board, c.child,
+                         'dependency ' || p_id || ' (' || j.name || ') was trashed: ' || p_reason, p_caller);
+  END LOOP;
+  DELETE FROM jb.dep WHERE parent = p_id;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.consume(p_board text, p_ns int, p_session bigint, p_id bigint, p_gen bigint,
+  p_owner text, p_result bytea, p_retry boolean, OUT r_status smallint, OUT r_detail text)
+LANGUAGE plpgsql AS $$
+DECLARE h record; j jb.job%ROWTYPE; c record;
+BEGIN
+  IF p_retry AND EXISTS (SELECT 1 FROM jb.done WHERE id = p_id AND gen = p_gen AND action = 'c') THEN
+    r_status := 0; RETURN;
+  END IF;
+  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
+  r_status := h.o_status; j := h.o_job; r_detail := j.owner;
+  IF r_status <> 0 THEN RETURN; END IF;
+  DELETE FROM jb.job WHERE id = p_id;
+  INSERT INTO jb.done (id, gen, action) VALUES (p_id, p_gen, 'c');
+  IF j.key IS NOT NULL THEN
+    PERFORM jb.settle_key(p_board, j.key, p_id, j.posting, j.attempts, j.not_before, j.last_error);
+  END IF;
+  IF j.keep_result THEN
+    INSERT INTO jb.kept (id, board, result, at, ttl) VALUES (p_id, p_board, p_result, jb.now(), j.result_ttl)
+    ON CONFLICT (id) DO UPDATE SET result = EXCLUDED.result, at = EXCLUDED.at, ttl = EXCLUDED.ttl;
+  END IF;
+  DELETE FROM jb.result WHERE child = p_id;
+  PERFORM jb.ev(p_board, 'consumed', p_id, j.name);
+  PERFORM jb.tell(j.session, p_session, p_id);
+  FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
+    PERFORM jb.deliver(p_board, c.child, p_id, p_result);
+  END LOOP;
+  DELETE FROM jb.dep WHERE parent = p_id;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.release(p_board text, p_ns int, p_session bigint, p_id bigint, p_gen bigint,
+  p_owner text, p_retry_after float8, p_error bytea, p_retry boolean, OUT r_status smallint, OUT r_detail text)
+LANGUAGE plpgsql AS $$
+DECLARE h record; v_nb float8;
+BEGIN
+  IF p_retry AND EXISTS (SELECT 1 FROM jb.done WHERE id = p_id AND gen = p_gen AND action = 'a') THEN
+    r_status := 0; RETURN;
+  END IF;
+  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
+  r_status := h.o_status; r_detail := (h.o_job).owner;
+  IF r_status <> 0 THEN RETURN; END IF;
+  v_nb := CASE WHEN p_retry_after IS NULL THEN NULL ELSE jb.now() + p_retry_after END;
+  UPDATE jb.job SET state = CASE WHEN v_nb IS NULL THEN 0 ELSE 3 END, not_before = v_nb, session = NULL,
+         owner = NULL, nonce = NULL, progress = NULL, last_error = coalesce(p_error, last_error)
+   WHERE id = p_id;
+  INSERT INTO jb.done (id, gen, action) VALUES (p_id, p_gen, 'a');
+  PERFORM jb.ev(p_board, 'released', p_id, 'abandoned by ' || p_owner);
+  PERFORM jb.tell((h.o_job).session, p_session, p_id);
+  PERFORM jb.wake(p_board);
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.unclaim(p_board text, p_id bigint, p_gen bigint, p_owner text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+  UPDATE jb.job SET state = 0, attempts = attempts - 1, session = NULL, owner = NULL, nonce = NULL, progress = NULL
+   WHERE id = p_id AND board = p_board AND state = 1 AND gen = p_gen AND owner = p_owner;
+  IF NOT FOUND THEN RETURN false; END IF;
+  PERFORM jb.ev(p_board, 'released', p_id, 'claim by ' || p_owner || ' cancelled before its caller had it');
+  PERFORM jb.wake(p_board);
+  RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.trash(p_board text, p_ns int, p_session bigint, p_id bigint, p_gen bigint,
+  p_owner text, p_reason text, p_error bytea, p_retry boolean, OUT r_status smallint, OUT r_detail text)
+LANGUAGE plpgsql AS $$
+DECLARE h record;
+BEGIN
+  IF p_retry AND EXISTS (SELECT 1 FROM jb.done WHERE id = p_id AND gen = p_gen AND action = 't') THEN
+    r_status := 0; RETURN;
+  END IF;
+  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
+  r_status := h.o_status; r_detail := (h.o_job).owner;
+  IF r_status <> 0 THEN RETURN; END IF;
+  IF p_error IS NOT NULL THEN UPDATE jb.job SET last_error = p_error WHERE id = p_id; END IF;
+  INSERT INTO jb.done (id, gen, action) VALUES (p_id, p_gen, 't');
+  PERFORM jb.trash_job(p_board, p_id, p_reason, p_session);
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.progress(p_board text, p_ns int, p_id bigint, p_gen bigint, p_owner text,
+  p_progress bytea, OUT r_status smallint, OUT r_detail text)
+LANGUAGE plpgsql AS $$
+DECLARE h record;
+BEGIN
+  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
+  r_status := h.o_status; r_detail := (h.o_job).owner;
+  IF r_status = 0 THEN UPDATE jb.job SET progress = p_progress WHERE id = p_id; END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.cancel(p_board text, p_session bigint, p_id bigint, p_reason text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM 1 FROM jb.job WHERE id = p_id AND board = p_board AND state <> 9 FOR UPDATE;
+  IF NOT FOUND THEN RETURN false; END IF;
+  PERFORM jb.trash_job(p_board, p_id, p_reason, p_session);
+  RETURN true;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.release_session(p_session bigint, p_why text) RETURNS int
+LANGUAGE plpgsql AS $$
+DECLARE j record; n int := 0;
+BEGIN
+  FOR j IN SELECT id, board, owner FROM jb.job WHERE session = p_session AND state = 1 ORDER BY id FOR UPDATE LOOP
+    UPDATE jb.job SET state = 0, session = NULL, owner = NULL, nonce = NULL, progress = NULL WHERE id = j.id;
+    PERFORM jb.ev(j.board, 'released', j.id, 'owner ' || j.owner || ' ' || p_why);
+    PERFORM jb.wake(j.board);
+    n := n + 1;
+  END LOOP;
+  RETURN n;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.close_session(p_session bigint) RETURNS int LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM jb.session WHERE id = p_session;
+  RETURN jb.release_session(p_session, 'closed its board');
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.reap(p_ns int) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE s record; n int := 0;
+BEGIN
+  IF NOT pg_try_advisory_xact_lock(p_ns, 0) THEN RETURN 0; END IF;
+  FOR s IN SELECT id FROM jb.session ORDER BY id LOOP
+    IF pg_try_advisory_xact_lock(p_ns, s.id::int) THEN  -- nobody holds it: its connection is gone
+      DELETE FROM jb.session WHERE id = s.id;  -- waits for claims in flight under it (FOR KEY SHARE)
+      n := n + 1 + jb.release_session(s.id, 'lost its session');
+    END IF;
+  END LOOP;
+  RETURN n;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.requeue(p_board text, p_id bigint, p_reset boolean,
+  OUT r_status smallint, OUT r_posting bytea, OUT r_attempts int, OUT r_last_error bytea, OUT r_key text,
+  OUT r_pending int)
+LANGUAGE plpgsql AS $$
+DECLARE t jb.trash%ROWTYPE;
+BEGIN
+  SELECT * INTO t FROM jb.trash WHERE id = p_id AND board = p_board FOR UPDATE;
+  IF NOT FOUND THEN r_status := 1; RETURN; END IF;
+  IF t.pending > 0 THEN r_status := 2; r_pending := t.pending; RETURN; END IF;
+  DELETE FROM jb.trash WHERE id = p_id;
+  r_key := t.key;
+  IF r_key IS NOT NULL THEN
+    PERFORM 1 FROM jb.key k WHERE k.board = p_board AND k.key = r_key AND k.job_id <> p_id FOR UPDATE;
+    IF FOUND THEN r_key := NULL;
+    ELSE
+      INSERT INTO jb.key (board, key, job_id) VALUES (p_board, r_key, p_id)
+      ON CONFLICT (board, key) DO UPDATE SET job_id = p_id, settled_at = NULL, posting = NULL, attempts = NULL,
+                                             not_before = NULL, last_error = NULL;
+    END IF;
+  END IF;
+  r_attempts := CASE WHEN p_reset THEN 0 ELSE t.attempts END;
+  INSERT INTO jb.job (id, board, name, rank, state, gen, attempts, max_attempts, not_before, pending, key, token,
+                      keep_result, result_ttl, trash_ttl, posting, last_error)
+  VALUES (t.id, t.board, t.name, t.rank, 0, t.gen, r_attempts, t.max_attempts, NULL, 0, r_key, t.token,
+          t.keep_result, t.result_ttl, t.trash_ttl, t.posting, t.last_error);
+  PERFORM jb.ev(p_board, 'posted', p_id, t.name);
+  PERFORM jb.wake(p_board);
+  r_status := 0; r_posting := t.posting; r_last_error := t.last_error;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.purge(p_board text, p_older_than float8) RETURNS int LANGUAGE sql AS $$
+  WITH t AS (DELETE FROM jb.trash WHERE board = p_board AND trashed_at <= jb.now() - p_older_than
+             RETURNING id, key),
+       k AS (DELETE FROM jb.key k USING t WHERE k.board = p_board AND k.key = t.key AND k.job_id = t.id),
+       r AS (DELETE FROM jb.result r USING t WHERE r.child = t.id)
+  SELECT count(*)::int FROM t $$;
+
+CREATE OR REPLACE FUNCTION jb.sweep(p_board text, p_ns int, p_rttl float8, p_tttl float8, p_retention float8)
+RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+  DELETE FROM jb.kept WHERE board = p_board AND coalesce(ttl, p_rttl) > 0
+     AND at + coalesce(ttl, p_rttl) <= jb.now();
+  WITH t AS (DELETE FROM jb.trash WHERE board = p_board AND coalesce(trash_ttl, p_tttl) > 0
+                AND trashed_at + coalesce(trash_ttl, p_tttl) <= jb.now() RETURNING id, key),
+       k AS (DELETE FROM jb.key k USING t WHERE k.board = p_board AND k.key = t.key AND k.job_id = t.id)
+  DELETE FROM jb.result r USING t WHERE r.child = t.id;
+  DELETE FROM jb.key WHERE board = p_board AND settled_at <= jb.now() - p_retention;
+  IF pg_try_advisory_xact_lock(p_ns, -2) THEN
+    DELETE FROM jb.done WHERE at < now() - interval '10 minutes';
+    DELETE FROM jb.event WHERE at < now() - interval '2 minutes';
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.events(p_board text, p_from bigint)
+RETURNS TABLE (r_kind text, r_job bigint, r_detail text, r_upto bigint) LANGUAGE plpgsql STABLE AS $$
+DECLARE v_upto bigint := (pg_snapshot_xmin(pg_current_snapshot())::text)::bigint;
+BEGIN
+  RETURN QUERY SELECT e.kind, e.job, e.detail, v_upto FROM jb.event e
+    WHERE e.board = p_board AND e.xid >= (p_from::text)::xid8 AND e.xid < (v_upto::text)::xid8
+    ORDER BY e.xid, e.id;
+  IF NOT FOUND THEN r_upto := v_upto; RETURN NEXT; END IF;
+END $$;
+"""

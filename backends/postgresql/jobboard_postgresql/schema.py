@@ -1,0 +1,108 @@
+"""The tables of a ``postgresql://`` board schema, and how they are installed.
+
+One schema (URL option ``schema``, default ``jobboard``) holds every board of a database; rows carry
+their board's name. Tables:
+
+- ``session``: one row per open board (its dedicated connection holds a session advisory lock on
+  ``(ns, id)``; the row's ``idle_since`` says it waits for work, for the wake-one rule);
+- ``job``: the board, small and hot (state 0 ready, 1 claimed, 2 waiting for dependencies, 3
+  delayed, 9 malformed and set aside), with its own autovacuum settings and partial indexes per state;
+- ``dep`` and ``result``: links to dependents and the results delivered to them;
+- ``trash``, ``kept`` (consume results kept for ``wait_for_completion``), ``key`` (idempotency keys and
+  the job they found when it was settled), ``done`` (settles' evidence, for a retried settle whose
+  reply was lost), ``entity`` (dies with its session), ``event`` (UNLOGGED: a hint for ``events()``).
+
+Installed at open, once per schema version, under a transaction-level advisory lock so that boards
+opening together do not race; the functions are in :mod:`jobboard_postgresql.functions`.
+"""
+
+from __future__ import annotations
+
+from jobboard_postgresql.functions import FUNCTIONS
+
+VERSION = 2
+
+TABLES = """
+CREATE SCHEMA IF NOT EXISTS @SCHEMA@;
+CREATE TABLE IF NOT EXISTS jb.meta (version int NOT NULL);
+CREATE SEQUENCE IF NOT EXISTS jb.job_id AS bigint;
+CREATE TABLE IF NOT EXISTS jb.session (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  board text NOT NULL,
+  pid int NOT NULL DEFAULT pg_backend_pid(),
+  idle_since timestamptz,
+  started_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS session_idle ON jb.session (board, idle_since) WHERE idle_since IS NOT NULL;
+CREATE TABLE IF NOT EXISTS jb.job (
+  id bigint PRIMARY KEY,
+  board text NOT NULL,
+  name text NOT NULL,
+  rank smallint NOT NULL,
+  state smallint NOT NULL,
+  gen bigint NOT NULL DEFAULT 0,
+  attempts int NOT NULL DEFAULT 0,
+  max_attempts int,
+  not_before float8,
+  session bigint,
+  owner text,
+  nonce uuid,
+  pending int NOT NULL DEFAULT 0,
+  key text,
+  token uuid,
+  keep_result boolean NOT NULL DEFAULT false,
+  result_ttl float8,
+  trash_ttl float8,
+  posting bytea NOT NULL,
+  last_error bytea,
+  progress bytea
+) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
+        autovacuum_vacuum_cost_delay = 1, autovacuum_analyze_scale_factor = 0.05);
+CREATE INDEX IF NOT EXISTS job_ready ON jb.job (board, rank, id) WHERE state = 0;
+CREATE INDEX IF NOT EXISTS job_order ON jb.job (board, rank, id);
+CREATE INDEX IF NOT EXISTS job_delayed ON jb.job (board, not_before) WHERE state = 3;
+CREATE INDEX IF NOT EXISTS job_claimed ON jb.job (session) WHERE state = 1;
+CREATE UNIQUE INDEX IF NOT EXISTS job_token ON jb.job (token);
+CREATE TABLE IF NOT EXISTS jb.dep (parent bigint NOT NULL, child bigint NOT NULL, PRIMARY KEY (parent, child));
+CREATE TABLE IF NOT EXISTS jb.result (child bigint NOT NULL, parent bigint NOT NULL, body bytea NOT NULL,
+  PRIMARY KEY (child, parent));
+CREATE TABLE IF NOT EXISTS jb.trash (
+  id bigint PRIMARY KEY, board text NOT NULL, name text NOT NULL, rank smallint NOT NULL,
+  attempts int NOT NULL, not_before float8, pending int NOT NULL, key text, token uuid,
+  trash_ttl float8, posting bytea NOT NULL, last_error bytea, reason text NOT NULL, trashed_at float8 NOT NULL,
+  max_attempts int, keep_result boolean NOT NULL, result_ttl float8, gen bigint NOT NULL);
+CREATE INDEX IF NOT EXISTS trash_board ON jb.trash (board, trashed_at);
+CREATE TABLE IF NOT EXISTS jb.kept (id bigint PRIMARY KEY, board text NOT NULL, result bytea NOT NULL,
+  at float8 NOT NULL, ttl float8);
+CREATE INDEX IF NOT EXISTS kept_board ON jb.kept (board, at);
+CREATE TABLE IF NOT EXISTS jb.key (
+  board text NOT NULL, key text NOT NULL, job_id bigint NOT NULL,
+  settled_at float8, posting bytea, attempts int, not_before float8, last_error bytea,
+  PRIMARY KEY (board, key));
+CREATE INDEX IF NOT EXISTS key_settled ON jb.key (board, settled_at) WHERE settled_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS jb.done (id bigint NOT NULL, gen bigint NOT NULL, action "char" NOT NULL,
+  at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (id, gen));
+CREATE INDEX IF NOT EXISTS done_at ON jb.done (at);
+CREATE TABLE IF NOT EXISTS jb.entity (
+  board text NOT NULL, name text NOT NULL,
+  session bigint NOT NULL REFERENCES jb.session (id) ON DELETE CASCADE,
+  metadata bytea NOT NULL, PRIMARY KEY (board, name));
+CREATE INDEX IF NOT EXISTS entity_session ON jb.entity (session);
+CREATE UNLOGGED TABLE IF NOT EXISTS jb.event (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, board text NOT NULL,
+  xid xid8 NOT NULL DEFAULT pg_current_xact_id(), kind text NOT NULL, job bigint, detail text NOT NULL,
+  at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS event_board ON jb.event (board, xid);
+CREATE INDEX IF NOT EXISTS event_at ON jb.event (at);
+"""
+
+
+def render(sql: str, schema: str) -> str:
+    """``sql`` with its ``jb.`` placeholders naming ``schema`` (a checked identifier), and ``@CHANNEL@``
+    (the prefix of the sessions' notification channels) replaced."""
+    return sql.replace("@SCHEMA@", f'"{schema}"').replace("jb.", f'"{schema}".').replace("@CHANNEL@", schema)
+
+
+def ddl(schema: str) -> str:
+    """Everything to create or update the schema, as one script."""
+    return render(TABLES, schema) + render(FUNCTIONS, schema) + (
+        f'DELETE FROM "{schema}".meta; INSERT INTO "{schema}".meta VALUES ({VERSION});')

@@ -1,0 +1,134 @@
+"""A board's session: a ``session`` row plus a session advisory lock held by one dedicated connection.
+
+The lock is taken in the transaction that inserts the row, so no other session ever sees the row
+unlocked. While the connection lives, the lock says "alive"; when the process dies its kernel closes
+the socket, the server ends the backend and the lock is free at once (the reaper then releases the
+claims). A silent owner (stopped, partitioned) is ended by the server itself: the connection runs with
+``idle_session_timeout`` = the board's session timeout and sends a heartbeat every third of it.
+
+The same connection LISTENs on the session's own channel (``<schema>_<id>``): ``w`` (work for you: a
+wake-one NOTIFY) and ``c<job id>`` (one of your claims was changed by another board). It marks the
+session idle or busy for the wake-one rule. When the connection is lost or a heartbeat is not answered
+in time, ``on_lost`` is called once: the board fences itself (its claims are gone) and starts a new
+session; it never takes the old lock again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from jobboard_postgresql.options import Options
+
+logger = logging.getLogger("jobboard_postgresql")
+
+
+class Session:
+    """One session; see the module docstring. ``id`` is set by :meth:`start`."""
+
+    def __init__(self, options: Options, on_message: Callable[[str], None], on_lost: Callable[[Session], None]) -> None:
+        self.options = options
+        self.id = 0
+        self.pid = 0
+        self._on_message = on_message
+        self._on_lost = on_lost
+        self._connection: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._heartbeat: asyncio.Task[None] | None = None
+        self.lost = False
+        self.idle = False
+
+    @property
+    def channel(self) -> str:
+        return f"{self.options.schema}_{self.id}"
+
+    async def start(self) -> None:
+        """Connect, insert the row and take the lock in one transaction, LISTEN, start the heartbeat."""
+        timeout_ms = str(int(self.options.session_timeout * 1000))
+        connection = await asyncpg.connect(self.options.dsn, timeout=self.options.connect_timeout,
+                                           server_settings={"idle_session_timeout": timeout_ms,
+                                                                            "lock_timeout": "200"})
+        try:
+            schema = self.options.schema
+            async with connection.transaction():
+                self.id = await connection.fetchval(f'INSERT INTO "{schema}".session (board) VALUES ($1) RETURNING id',
+                                                    self.options.board)
+                await connection.execute("SELECT pg_advisory_lock($1, $2::int)", self.options.ns, self.id)
+            self.pid = connection.get_server_pid()
+            await connection.add_listener(self.channel, self._notified)
+        except BaseException:
+            connection.terminate()
+            raise
+        connection.add_termination_listener(self._terminated)
+        self._connection = connection
+        self._heartbeat = asyncio.get_running_loop().create_task(self._beat(), name=f"pg-session-{self.id}")
+
+    def _notified(self, connection: Any, pid: int, channel: str, payload: str) -> None:
+        if payload == "w":
+            self.idle = False  # the poster cleared our row's idle mark when it chose us
+        self._on_message(payload)
+
+    def _terminated(self, connection: Any) -> None:
+        self._lose("its connection closed")
+
+    def _lose(self, why: str) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        logger.warning("postgresql: board %s lost session %s (%s)", self.options.board, self.id, why)
+        if self._connection is not None:
+            self._connection.terminate()
+        self._on_lost(self)
+
+    async def _beat(self) -> None:
+        interval = self.options.session_timeout / 3
+        while not self.lost:
+            await asyncio.sleep(interval)
+            try:
+                await self.execute("SELECT 1", limit=interval * 1.5)
+            except Exception as error:  # noqa: BLE001 - any failure: the session cannot be vouched for
+                self._lose(f"heartbeat failed: {type(error).__name__}: {error}")
+                return
+
+    async def execute(self, query: str, *args: Any, limit: float | None = None) -> None:
+        """Run ``query`` on the session's connection (one at a time)."""
+        connection = self._connection
+        if connection is None or self.lost:
+            raise ConnectionError("session lost")
+        async with self._lock:
+            await connection.execute(query, *args, timeout=limit or self.options.session_timeout)
+
+    async def set_idle(self, idle: bool) -> None:
+        """Mark the session idle (a poster's ``wake`` may choose it) or busy. Best effort: a failure is a lost session."""
+        if idle == self.idle or self.lost:
+            return
+        self.idle = idle
+        schema = self.options.schema
+        try:
+            await self.execute(f'UPDATE "{schema}".session SET idle_since = {"clock_timestamp()" if idle else "NULL"} '
+                               "WHERE id = $1", self.id)
+        except asyncpg.LockNotAvailableError:
+            self.idle = False  # a poster holds our row: it is choosing us, its NOTIFY comes at its commit
+        except Exception as error:  # noqa: BLE001 - any other failure: the session cannot be vouched for
+            self._lose(f"marking it idle failed: {type(error).__name__}: {error}")
+
+    async def close(self) -> None:
+        """Stop the heartbeat and close the connection (the server drops the lock)."""
+        self.lost = True
+        task, self._heartbeat = self._heartbeat, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.remove_termination_listener(self._terminated)
+            try:
+                await asyncio.wait_for(connection.close(), 2.0)
+            except (TimeoutError, Exception):  # noqa: BLE001 - a connection that will not close cleanly is cut
+                connection.terminate()
