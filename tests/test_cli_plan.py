@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import uuid
@@ -82,9 +83,21 @@ async def test_plan_cancel_and_unknown_plan(zk_hosts: str) -> None:
     assert cleanup.returncode == 0 and "cleaned up 0" in cleanup.stdout
 
 
-def test_demo_runs_a_plan_to_completion() -> None:
-    demo = jobboard("demo")
+@pytest.mark.parametrize("where", [(), ("--in-process",)], ids=["worker-processes-on-sqlite", "in-process-memory"])
+def test_demo_runs_a_plan_to_completion(where: tuple[str, ...]) -> None:
+    demo = jobboard("demo", *where)
     assert demo.returncode == 0, demo.stderr
     assert "plan complete: 27 of 27 tasks done" in demo.stdout
     assert "published: even (4 images" in demo.stdout
     assert demo.stdout.rstrip().endswith("jobs left on the board: 0")
+    retried = sum(int(found) for found in re.findall(r"(\d+) retried", demo.stdout))
+    assert retried == 1, demo.stdout  # one download fails once, whichever process runs it
+
+
+def test_the_demo_runs_on_three_worker_processes_that_share_one_file_board() -> None:
+    demo = jobboard("demo")
+    assert demo.returncode == 0, demo.stderr
+    assert re.search(r"3 worker processes on sqlite:///\S+/demo\.db", demo.stdout), demo.stdout
+    summaries = re.findall(r"^worker-(\d) stopped after [\d.]+s: (\d+) jobs", demo.stdout, re.MULTILINE)
+    assert sorted(n for n, _ in summaries) == ["1", "2", "3"], demo.stdout
+    assert sum(int(jobs) for _, jobs in summaries) == 27 + 1  # every task once, plus the retried attempt

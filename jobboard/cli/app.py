@@ -32,7 +32,6 @@ from jobboard.cli.command import (
     UsageError,
     examples_epilog,
     negative_values_attached,
-    no_arguments,
 )
 from jobboard.cli.dashboard import dashboard_arguments, serve
 from jobboard.cli.metrics import metrics_arguments, serve_board_metrics
@@ -46,14 +45,20 @@ from jobboard.errors import BackendNotFound, BackendUnavailable, InvalidURL, Job
 def demo(args: argparse.Namespace) -> int:
     """Run the README's demo (imported lazily: it is not needed by other commands).
 
-    :raises UsageError: ``--board`` given: the demo runs on its own ``memory://demo`` board.
+    :raises UsageError: ``--board`` given: the demo runs on its own board.
     """
     if args.board:
-        raise UsageError("the demo runs on its own memory://demo board: --board is not used "
-                         "(to try another board, post with `jobboard post` and run `jobboard worker`)")
+        raise UsageError("the demo runs on its own board (a sqlite:// file in a temporary directory, or "
+                         "memory://demo with --in-process): --board is not used (to try another board, post "
+                         "with `jobboard post` and run `jobboard worker`)")
     from jobboard import demo as demo_module
 
-    return demo_module.main()
+    return demo_module.main_in_process() if getattr(args, "in_process", False) else demo_module.main()
+
+
+def demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the three workers in this process on a memory:// board")
 
 
 COMMANDS: tuple[Command, ...] = (
@@ -81,7 +86,7 @@ COMMANDS: tuple[Command, ...] = (
             stats.stats_arguments, on_board=stats.stats, example=examples.STATS),
     Command("top", "a live view of the board in the terminal, refreshed from its events", top.top_arguments,
             on_board=top.top, example=examples.TOP),
-    Command("demo", "run a producer and three workers on memory://demo", no_arguments, local=demo,
+    Command("demo", "run a plan on three worker processes sharing a sqlite:// file board", demo_arguments, local=demo,
             example=examples.DEMO),
     Command("worker", "run a worker with handlers from MODULE:NAME", worker_arguments, on_board=run_worker,
             example=examples.WORKER),
