@@ -37,10 +37,11 @@ from jobboard_sqlite import files, reads, sessions, trash, writes
 from jobboard_sqlite.database import Database
 from jobboard_sqlite.options import parse_sqlite_url
 from jobboard_sqlite.rows import Effects, Scope, seq_of
-from jobboard_sqlite.runtime import Runtime, SessionGone
+from jobboard_sqlite.runtime import Runtime
 from jobboard_sqlite.signals import Signals
 from jobboard_sqlite.waiting import Waiting
 from jobboard_sqlite.wake import ring
+from jobboard_sqlite.writes import SessionGone
 
 T = TypeVar("T")
 _LOCAL_BOARDS: dict[Path, set[SqliteBackend]] = {}
@@ -146,15 +147,14 @@ class SqliteBackend(Backend):
         """A claim, in a transaction that checks this session is alive (a new one is started if not).
         A caller cancelled while the claim runs has the claim released in the background."""
 
-        def fenced(conn: sqlite3.Connection, fx: Effects) -> Claim | None:
-            if not sessions.alive(conn, self.scope):
-                raise SessionGone("session ended")
-            return body(conn, fx)
-
         for _ in range(3):
-            future = self.db.submit(lambda: self.runtime.write_sync(fenced))
+            future = self.db.start(lambda: self.runtime.write_sync(body))
             try:
-                result, fx = await asyncio.wrap_future(future)
+                if future.done():
+                    await asyncio.sleep(0)
+                    result, fx = future.result()
+                else:
+                    result, fx = await asyncio.wrap_future(future)
             except SessionGone:
                 await self.runtime.renew()
                 continue
@@ -222,7 +222,13 @@ class SqliteBackend(Backend):
 
     async def claim(self, job_id: str, owner: str) -> Claim:
         now = time.time()
-        claim = await self._claiming(lambda conn, fx: writes.claim(conn, self.scope, seq_of(job_id), owner, now, fx))  # type: ignore[arg-type,return-value]
+
+        def body(conn: sqlite3.Connection, fx: Effects) -> Claim | JobBoardError:
+            if not writes.alive(conn, self.scope):
+                raise SessionGone("session ended")
+            return writes.claim(conn, self.scope, seq_of(job_id), owner, now, fx)
+
+        claim = await self._claiming(body)  # type: ignore[arg-type]
         assert claim is not None
         return claim
 
@@ -242,8 +248,6 @@ class SqliteBackend(Backend):
         def body(conn: sqlite3.Connection, fx: Effects) -> Claim | None:
             now = time.time()
             writes.settle(conn, self.scope, claim, settle, now, fx)
-            if not sessions.alive(conn, self.scope):
-                return None
             return writes.claim_next(conn, self.scope, claim.owner, names, now, fx)
 
         return await self._claiming(body)

@@ -1,7 +1,7 @@
-"""One board's connection, run in its own thread; every write one ``BEGIN IMMEDIATE`` transaction.
+"""One board's connection; every write one ``BEGIN IMMEDIATE`` transaction.
 
 ``SQLITE_BUSY`` (the write lock held past the busy timeout, or a checkpoint in the way) is retried, the
-whole transaction again, until ``retry_for`` seconds have passed: never fatal, and never reported as a
+whole transaction again, until the URL's ``busy_timeout`` has passed: never fatal, and never reported as a
 failure of a write that applied (a ``COMMIT`` that failed busy is committed again, not re-run).
 """
 
@@ -12,6 +12,7 @@ import concurrent.futures
 import logging
 import random
 import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,8 +24,6 @@ from jobboard_sqlite.schema import connect
 logger = logging.getLogger("jobboard_sqlite")
 T = TypeVar("T")
 
-RETRY_FOR = 60.0
-"""Seconds a busy transaction is retried before the call raises ``BackendUnavailable``."""
 
 
 def describe(error: sqlite3.Error, path: Path) -> str:
@@ -46,28 +45,40 @@ def is_busy(error: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
-class Database:
-    """A connection used by one thread only (every call goes through :meth:`run` or :meth:`submit`)."""
+class _Busy(Exception):
+    """An inline attempt found the write lock taken: the call goes to the connection's thread."""
 
-    def __init__(self, path: Path, busy_timeout: float, synchronous: str) -> None:
-        self.path, self.busy_timeout, self.synchronous = path, busy_timeout, synchronous
+
+class Database:
+    """One connection, used by one caller at a time: on the event loop itself when it is free and the
+    write lock is not taken (no thread hop), else on its own thread, which waits for the lock.
+
+    SQLite's own busy handler is off (``timeout=0``): a busy transaction is rolled back and run again
+    after a short random sleep, on the thread, for up to ``retry_for`` seconds.
+    """
+
+    def __init__(self, path: Path, retry_for: float, synchronous: str) -> None:
+        self.path, self.retry_for, self.synchronous = path, retry_for, synchronous
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jobboard-sqlite")
+        self._mutex = threading.Lock()
+        self._inline = threading.local()
         self.conn: sqlite3.Connection | None = None
         self.busy_retries = 0
+        self.thread_calls = 0
 
     async def open(self) -> None:
         """:raises BackendUnavailable: the file cannot be opened as a board (one line saying why)."""
-        await self.run(self._connect)
+        await asyncio.wrap_future(self.submit(self._connect))
 
     def _connect(self) -> None:
         try:
-            self.conn = connect(str(self.path), self.busy_timeout, self.synchronous)
+            self.conn = connect(str(self.path), self.synchronous)
         except sqlite3.Error as error:
             raise BackendUnavailable(describe(error, self.path)) from error
 
     async def close(self) -> None:
         if self.conn is not None:
-            await self.run(self._close)
+            await asyncio.wrap_future(self.submit(self._close))
         self._executor.shutdown(wait=False)
 
     def _close(self) -> None:
@@ -77,20 +88,47 @@ class Database:
 
     def submit(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run ``work`` on the connection's thread (thread-safe, does not wait)."""
-        return self._executor.submit(work)
+        return self._executor.submit(self._locked, work)
+
+    def _locked(self, work: Callable[[], T]) -> T:
+        with self._mutex:
+            self.thread_calls += 1
+            return work()
+
+    def start(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """``work`` done inline (a finished future) when the connection and the write lock are free,
+        else submitted to the connection's thread."""
+        if not self._mutex.acquire(blocking=False):
+            return self.submit(work)
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._inline.on = True
+        try:
+            done.set_result(work())
+        except _Busy:
+            return self.submit(work)
+        except BaseException as error:  # noqa: BLE001 (handed to the caller through the future)
+            done.set_exception(error)
+        finally:
+            self._inline.on = False
+            self._mutex.release()
+        return done
 
     async def run(self, work: Callable[[], T]) -> T:
-        """Run ``work`` on the connection's thread and wait. A cancelled caller does not stop it."""
-        return await asyncio.wrap_future(self._executor.submit(work))
+        """Run ``work`` (see :meth:`start`) and wait; a cancelled caller does not stop it."""
+        future = self.start(work)
+        if future.done():
+            await asyncio.sleep(0)  # let the other tasks run between two inline calls
+            return future.result()
+        return await asyncio.wrap_future(future)
 
     def write(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction (on the connection's thread), retried while busy.
+        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction, retried while busy (see the class).
 
-        ``body`` must be safe to run again from the start (it is, since a rolled-back attempt changed nothing).
-        :raises BackendUnavailable: still busy after ``RETRY_FOR`` seconds, or an I/O error (disk full...).
+        ``body`` must be safe to run again from the start (a rolled-back attempt changed nothing).
+        :raises BackendUnavailable: still busy after ``retry_for`` seconds, or an I/O error (disk full...).
         """
         conn = self._conn()
-        deadline = time.monotonic() + RETRY_FOR
+        deadline = time.monotonic() + self.retry_for
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -115,7 +153,7 @@ class Database:
     def read(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``body`` in one read transaction (a consistent snapshot), retried while busy."""
         conn = self._conn()
-        deadline = time.monotonic() + RETRY_FOR
+        deadline = time.monotonic() + self.retry_for
         while True:
             try:
                 conn.execute("BEGIN")
@@ -126,6 +164,11 @@ class Database:
             except sqlite3.Error as error:
                 self._retry_or_raise(error, deadline)
 
+    def checkpoint(self) -> tuple[int, int, int]:
+        """``PRAGMA wal_checkpoint(PASSIVE)``: (busy, frames in the WAL, frames copied back)."""
+        row = self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(row[0]), int(row[1]), int(row[2])
+
     def _commit(self, conn: sqlite3.Connection, deadline: float) -> None:
         while True:
             try:
@@ -134,13 +177,17 @@ class Database:
             except sqlite3.Error as error:
                 if not conn.in_transaction:  # rolled back by SQLite itself: nothing applied
                     raise BackendUnavailable(describe(error, self.path)) from error
-                self._retry_or_raise(error, deadline, rollback=conn)
+                if getattr(self._inline, "on", False) and is_busy(error):
+                    time.sleep(0.0005)  # a commit is never re-run: it waits here, even inline (rare)
+                self._retry_or_raise(error, deadline, rollback=conn, inline_ok=False)
 
     def _retry_or_raise(self, error: sqlite3.Error, deadline: float,
-                        rollback: sqlite3.Connection | None = None) -> None:
+                        rollback: sqlite3.Connection | None = None, inline_ok: bool = True) -> None:
         if is_busy(error) and time.monotonic() < deadline:
             self.busy_retries += 1
-            time.sleep(random.uniform(0.0005, 0.005))
+            if inline_ok and getattr(self._inline, "on", False):
+                raise _Busy from error
+            time.sleep(random.uniform(0.0002, 0.003))
             return
         if rollback is not None:
             self._rollback(rollback)
@@ -158,4 +205,3 @@ class Database:
         if self.conn is None:
             raise BackendUnavailable(f"{self.path} is not open")
         return self.conn
-

@@ -58,8 +58,8 @@ class SqliteOptions:
     """The slow fallback poll of ``PRAGMA data_version`` of a waiting board."""
     reap_interval: float = 0.25
     """How often a board probes the other sessions' locks (a SIGKILLed owner's claims go back then)."""
-    busy_timeout: float = 10.0
-    """How long one statement waits for the write lock before the whole transaction is retried."""
+    busy_timeout: float = 60.0
+    """How long a write keeps retrying while the write lock is taken before ``BackendUnavailable``."""
     synchronous: str = "NORMAL"
     network_fs: bool = False
     """Open a file on a network filesystem anyway (refused otherwise)."""

@@ -40,7 +40,6 @@ class Effects:
     malformed: list[str] = field(default_factory=list)
     wake: list[tuple[str, bytes]] = field(default_factory=list)
     """``(session, address)`` of the waiting sessions this write popped (filled at commit)."""
-    last_event: int = 0
 
     def event(self, kind: EventKind, job_id: str, detail: str) -> None:
         self.events.append(Event(kind, job_id, detail))

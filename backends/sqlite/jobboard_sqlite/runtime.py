@@ -32,10 +32,6 @@ SWEEP_EVERY = 5.0
 """Seconds between two sweeps of expired results, trash, keys and old events by one board."""
 
 
-class SessionGone(JobBoardError):
-    """This board's session was ended by another board (internal: a new session is started)."""
-
-
 class Runtime:
     """The session of one board and its upkeep (see the module docstring)."""
 
@@ -137,6 +133,7 @@ class Runtime:
             return
         for session, path in listed:
             await self._probe(session, Path(path))
+        await self.db.run(self._checkpoint)
         if time.monotonic() - self._last_sweep > SWEEP_EVERY:
             self._last_sweep = time.monotonic()
             await self.write(self._sweep)
@@ -153,6 +150,12 @@ class Runtime:
         if ended:
             self.reaped += 1
             logger.info("session %s of %s was dead: its claims are back on the board", session, self.options.path)
+
+    def _checkpoint(self) -> None:
+        try:
+            self.db.checkpoint()
+        except sqlite3.Error as error:
+            logger.debug("checkpoint of %s: %s", self.options.path, error)
 
     def _sweep(self, conn: sqlite3.Connection, fx: Effects) -> None:
         now = time.time()

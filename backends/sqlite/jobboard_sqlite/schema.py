@@ -23,6 +23,8 @@ CREATE TABLE IF NOT EXISTS jb_job(
     state INTEGER NOT NULL, not_before REAL, attempts INTEGER NOT NULL DEFAULT 0,
     gen INTEGER NOT NULL DEFAULT 0, owner TEXT, session TEXT, waiting INTEGER NOT NULL DEFAULT 0,
     posting BLOB NOT NULL, progress BLOB, reason TEXT, trashed_at REAL, trash_ttl REAL,
+    max_attempts INTEGER, keep INTEGER NOT NULL DEFAULT 0, result_ttl REAL, key TEXT,
+    deps INTEGER NOT NULL DEFAULT 0, dependents INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY(board, seq));
 CREATE INDEX IF NOT EXISTS jb_job_ready ON jb_job(board, rank, seq) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS jb_job_session ON jb_job(session) WHERE state = 1;
@@ -47,19 +49,20 @@ CREATE TABLE IF NOT EXISTS jb_event(
 """
 
 
-def connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connection:
-    """A connection in autocommit mode (transactions are explicit), WAL, with the busy timeout.
+def connect(path: str, synchronous: str) -> sqlite3.Connection:
+    """A connection in autocommit mode (transactions are explicit), WAL, no busy handler (the caller
+    retries) and no automatic checkpoint (each board checkpoints on its own thread, see runtime).
 
     :raises sqlite3.Error: the file cannot be opened, is not a database, or is read-only.
     """
-    conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
     try:
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"journal_mode is {mode}, not wal (is the directory writable?)")
         conn.execute(f"PRAGMA synchronous={synchronous}")
         conn.execute("PRAGMA journal_size_limit=67108864")
-        conn.execute("PRAGMA wal_autocheckpoint=1000")
+        conn.execute("PRAGMA wal_autocheckpoint=0")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             conn.execute("BEGIN IMMEDIATE")
@@ -72,6 +75,7 @@ def connect(path: str, busy_timeout: float, synchronous: str) -> sqlite3.Connect
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             raise sqlite3.DatabaseError(f"schema version {version}, this jobboard knows {SCHEMA_VERSION}")
+        conn.execute("PRAGMA busy_timeout=0")
     except BaseException:
         conn.close()
         raise

@@ -79,7 +79,6 @@ def finish(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
         conn.executemany(
             "INSERT INTO jb_event(board, session, kind, job, detail) VALUES (?,?,?,?,?)",
             [(scope.board, scope.session, e.kind.value, e.job_id, e.detail) for e in fx.events])
-        fx.last_event = int(conn.execute("SELECT last_insert_rowid()").fetchone()[0])
 
 
 def _pop_waiters(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:

@@ -120,7 +120,8 @@ def requeue(conn: sqlite3.Connection, scope: Scope, job: str, reset_attempts: bo
         else:
             conn.execute("INSERT OR REPLACE INTO jb_key(board, key, seq) VALUES (?,?,?)", (scope.board, posting.key, seq))
     conn.execute("UPDATE jb_job SET state=0, reason=NULL, trashed_at=NULL, trash_ttl=NULL, not_before=NULL,"
-                 " attempts=?, posting=? WHERE board=? AND seq=?", (posting.attempts, raw, scope.board, seq))
+                 " attempts=?, posting=?, key=? WHERE board=? AND seq=?",
+                 (posting.attempts, raw, posting.key, scope.board, seq))
     fx.ready.append(posting.name)
     fx.event(EventKind.POSTED, job, posting.name)
     return posting.to_job(job, seq)

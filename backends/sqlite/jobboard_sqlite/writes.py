@@ -24,7 +24,15 @@ from jobboard.backend import (
     decode_value,
     encode_posting,
 )
-from jobboard.errors import AlreadyClaimed, ClaimLost, DependencyMissing, JobNotFound, NotClaimable, NotOwner
+from jobboard.errors import (
+    AlreadyClaimed,
+    ClaimLost,
+    DependencyMissing,
+    JobBoardError,
+    JobNotFound,
+    NotClaimable,
+    NotOwner,
+)
 from jobboard_sqlite import trash
 from jobboard_sqlite.rows import (
     JOB_COLUMNS,
@@ -62,12 +70,15 @@ def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float,
     (seq,) = conn.execute("UPDATE jb_board SET last_seq=last_seq+1 WHERE id=? RETURNING last_seq",
                           (scope.board,)).fetchone()
     conn.execute(
-        "INSERT INTO jb_job(board, seq, rank, name, state, not_before, attempts, waiting, posting)"
-        " VALUES (?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO jb_job(board, seq, rank, name, state, not_before, attempts, waiting, posting, max_attempts,"
+        " keep, result_ttl, key, deps) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (scope.board, seq, posting.priority.rank, posting.name, WAITING if deps else UNCLAIMED,
-         posting.not_before, posting.attempts, len(deps), prepared.raw))
+         posting.not_before, posting.attempts, len(deps), prepared.raw, posting.max_attempts,
+         int(posting.keep_result), posting.result_ttl, posting.key, len(deps)))
     if deps:
         conn.executemany("INSERT INTO jb_dep(board, job, dep) VALUES (?,?,?)", [(scope.board, seq, d) for d in deps])
+        conn.executemany("UPDATE jb_job SET dependents=dependents+1 WHERE board=? AND seq=?",
+                         [(scope.board, d) for d in deps])
     else:
         fx.ready.append(posting.name)
     if posting.key is not None:
@@ -97,45 +108,72 @@ def claim(conn: sqlite3.Connection, scope: Scope, seq: int | None, owner: str, n
     return _take(conn, scope, row, owner, now, fx)
 
 
+CLAIMED_COLUMNS = "seq, 1, attempts, NULL, posting, NULL, gen, max_attempts, deps"
+CLAIM_SET = "state=1, gen=gen+1, attempts=attempts+1, not_before=NULL, owner=?, session=?, progress=NULL"
+
+
 def _take(conn: sqlite3.Connection, scope: Scope, row: Any, owner: str, now: float,
           fx: Effects) -> Claim | JobNotFound:
+    """The claim of ``row`` (a checked, claimable job by id); past its attempts, the error."""
     seq, attempts = row[0], row[2]
+    taken = conn.execute(f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=? RETURNING {CLAIMED_COLUMNS}",
+                         (owner, scope.session, scope.board, seq)).fetchone()
+    return _claimed(conn, scope, taken, owner, now, fx) or JobNotFound(
+        f"job {job_id(seq)} used its {attempts} attempts and was moved to the trash, or is not a valid posting")
+
+
+def _claimed(conn: sqlite3.Connection, scope: Scope, row: Any, owner: str, now: float,
+             fx: Effects) -> Claim | None:
+    """The claim of a row just updated to claimed; ``None`` (and the row trashed or set aside) when the job
+    was past its attempts or its posting is not one."""
+    seq, attempts, limit = row[0], row[2], row[7]
+    if limit is not None and attempts > limit:
+        conn.execute("UPDATE jb_job SET attempts=attempts-1 WHERE board=? AND seq=?", (scope.board, seq))
+        trash.move_to_trash(conn, scope, seq, f"{MAX_ATTEMPTS_REASON} ({limit})", now, fx)
+        return None
     try:
         job = to_job(row)
     except MalformedEntry:
         conn.execute("UPDATE jb_job SET state=? WHERE board=? AND seq=?", (MALFORMED, scope.board, seq))
         fx.malformed.append(job_id(seq))
-        return JobNotFound(f"job {job_id(seq)} is not a valid posting")
-    limit = job.max_attempts
-    if limit is not None and attempts >= limit:
-        trash.move_to_trash(conn, scope, seq, f"{MAX_ATTEMPTS_REASON} ({limit})", now, fx)
-        return JobNotFound(f"job {job.id} used its {limit} attempts and was moved to the trash")
-    (gen,) = conn.execute(
-        "UPDATE jb_job SET state=1, gen=gen+1, attempts=attempts+1, not_before=NULL, owner=?, session=?,"
-        " progress=NULL WHERE board=? AND seq=? RETURNING gen", (owner, scope.session, scope.board, seq)).fetchone()
-    results = {}
-    if job.depends_on:
-        results = dict(conn.execute("SELECT dep, result FROM jb_dep WHERE board=? AND job=?",
-                                                 (scope.board, seq)))
-    values = tuple(decode_value(results[seq_of(d)]) for d in job.depends_on)
-    from dataclasses import replace
+        return None
+    values: tuple[Any, ...] = ()
+    if row[8]:
+        results = dict(conn.execute("SELECT dep, result FROM jb_dep WHERE board=? AND job=?", (scope.board, seq)))
+        values = tuple(decode_value(results[seq_of(d)]) for d in job.depends_on)
     fx.event(EventKind.CLAIMED, job.id, owner)
-    return Claim(replace(job, attempts=attempts + 1, not_before=None), owner, gen, values)
+    return Claim(job, owner, row[6], values)
 
 
 def claim_next(conn: sqlite3.Connection, scope: Scope, owner: str, names: Collection[str] | None,
                now: float, fx: Effects) -> Claim | None:
-    """Claim the best claimable job (priority, then age) among ``names``; ``None`` if there is none."""
+    """Claim the best claimable job (priority, then age) among ``names``; ``None`` if there is none.
+
+    One ``UPDATE ... RETURNING`` of the first row of the ready index, in the session-alive check.
+    :raises SessionGone: this board's session was ended (a new one is started and the claim tried again).
+    """
     condition, params = name_filter(names)
     while True:
         row = conn.execute(
-            f"SELECT {JOB_COLUMNS} FROM jb_job WHERE board=? AND state=0 AND (not_before IS NULL OR not_before<=?)"
-            f" AND {condition} ORDER BY rank, seq LIMIT 1", (scope.board, now, *params)).fetchone()
+            f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=(SELECT seq FROM jb_job WHERE board=? AND state=0"
+            f" AND (not_before IS NULL OR not_before<=?) AND {condition} ORDER BY rank, seq LIMIT 1)"
+            f" AND EXISTS (SELECT 1 FROM jb_session WHERE id=?) RETURNING {CLAIMED_COLUMNS}",
+            (owner, scope.session, scope.board, scope.board, now, *params, scope.session)).fetchone()
         if row is None:
+            if not alive(conn, scope):
+                raise SessionGone("session ended")
             return None
-        taken = _take(conn, scope, row, owner, now, fx)
-        if isinstance(taken, Claim):
-            return taken
+        claimed = _claimed(conn, scope, row, owner, now, fx)
+        if claimed is not None:
+            return claimed
+
+
+def alive(conn: sqlite3.Connection, scope: Scope) -> bool:
+    return conn.execute("SELECT 1 FROM jb_session WHERE id=?", (scope.session,)).fetchone() is not None
+
+
+class SessionGone(JobBoardError):
+    """This board's session was ended by another board (internal: a new session is started)."""
 
 
 def current(conn: sqlite3.Connection, scope: Scope, claim: Claim) -> tuple[Any, ...]:
@@ -153,13 +191,13 @@ def current(conn: sqlite3.Connection, scope: Scope, claim: Claim) -> tuple[Any, 
 
 def settle(conn: sqlite3.Connection, scope: Scope, claim: Claim, request: Settle, now: float, fx: Effects) -> None:
     """Consume, abandon or trash ``claim``'s job, fenced (see the module docstring)."""
+    if request.action is SettleAction.CONSUME:
+        consume(conn, scope, claim, request.encoded_result, now, fx)
+        return
     row = current(conn, scope, claim)
     seq = row[0]
     if row[7] != scope.session:
         fx.poked.add(row[7])
-    if request.action is SettleAction.CONSUME:
-        consume(conn, scope, seq, row[4], row[5], request.encoded_result, now, fx)
-        return
     if request.error is not None:
         posting = decode_posting(row[4]).failed(request.error)
         conn.execute("UPDATE jb_job SET posting=? WHERE board=? AND seq=?",
@@ -181,27 +219,41 @@ def release(conn: sqlite3.Connection, scope: Scope, seq: int, not_before: float 
     fx.event(EventKind.RELEASED, job_id(seq), why)
 
 
-def consume(conn: sqlite3.Connection, scope: Scope, seq: int, raw: bytes, attempts: int, result: bytes,
-            now: float, fx: Effects) -> None:
-    """Remove the job; its result goes to its dependents (the last one makes a dependent claimable)."""
-    posting = decode_posting(raw)
-    conn.execute("DELETE FROM jb_job WHERE board=? AND seq=?", (scope.board, seq))
-    conn.execute("DELETE FROM jb_dep WHERE board=? AND job=?", (scope.board, seq))
-    trash.settle_key(conn, scope, posting.key, seq, raw, attempts, now)
-    if posting.keep_result:
+def consume(conn: sqlite3.Connection, scope: Scope, claim: Claim, result: bytes, now: float, fx: Effects) -> None:
+    """Remove the claimed job (one fenced ``DELETE ... RETURNING``); its result goes to its dependents (the
+    last one makes a dependent claimable). :raises ClaimLost: / :raises NotOwner: nothing changed."""
+    seq = seq_of(claim.job.id)
+    row = None if seq is None else conn.execute(
+        "DELETE FROM jb_job WHERE board=? AND seq=? AND state=1 AND gen=? AND owner=?"
+        " RETURNING name, key, keep, result_ttl, deps, dependents, posting, attempts, session",
+        (scope.board, seq, claim.generation, claim.owner)).fetchone()
+    if row is None or seq is None:
+        current(conn, scope, claim)  # raises why
+        raise ClaimLost(f"claim of job {claim.job.id} is no longer current")
+    name, key, keep, result_ttl, deps, dependents, raw, attempts, session = row
+    if session != scope.session:
+        fx.poked.add(session)
+    if deps:
+        conn.execute("DELETE FROM jb_dep WHERE board=? AND job=?", (scope.board, seq))
+    trash.settle_key(conn, scope, key, seq, raw, attempts, now)
+    if keep:
         conn.execute("INSERT OR REPLACE INTO jb_result(board, seq, result, kept_at, ttl) VALUES (?,?,?,?,?)",
-                     (scope.board, seq, result, now, posting.result_ttl))
-    fx.event(EventKind.CONSUMED, job_id(seq), posting.name)
-    dependents = conn.execute(
-        "SELECT d.job FROM jb_dep d JOIN jb_job j ON j.board=d.board AND j.seq=d.job"
-        " WHERE d.board=? AND d.dep=? AND j.state=2", (scope.board, seq)).fetchall()
-    for (dependent,) in dependents:
+                     (scope.board, seq, result, now, result_ttl))
+    fx.event(EventKind.CONSUMED, job_id(seq), name)
+    if dependents:
+        _deliver(conn, scope, seq, result, fx)
+
+
+def _deliver(conn: sqlite3.Connection, scope: Scope, seq: int, result: bytes, fx: Effects) -> None:
+    waiting = conn.execute("SELECT d.job FROM jb_dep d JOIN jb_job j ON j.board=d.board AND j.seq=d.job"
+                           " WHERE d.board=? AND d.dep=? AND j.state=2", (scope.board, seq)).fetchall()
+    for (dependent,) in waiting:
         conn.execute("UPDATE jb_dep SET result=? WHERE board=? AND job=? AND dep=?",
                      (result, scope.board, dependent, seq))
-        waiting, name = conn.execute(
+        left, name = conn.execute(
             "UPDATE jb_job SET waiting=waiting-1, state=CASE WHEN waiting=1 THEN 0 ELSE 2 END"
             " WHERE board=? AND seq=? RETURNING waiting, name", (scope.board, dependent)).fetchone()
-        if waiting == 0:
+        if left == 0:
             fx.ready.append(name)
             fx.event(EventKind.READY, job_id(dependent), name)
 
