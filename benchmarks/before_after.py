@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -43,10 +44,27 @@ def base_tree(rev: str) -> Iterator[Path]:
         subprocess.run(["git", "worktree", "add", "--detach", str(base), rev], cwd=ROOT, check=True,
                        capture_output=True)
         shutil.copytree(ROOT / "benchmarks", base / "benchmarks", dirs_exist_ok=True)
+        own_entry_points(base)
         try:
             yield base
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, check=False)
+
+
+METADATA = "_entry_points"
+"""Where a tree's own ``jobboard.backends`` entry points are written (first on its ``PYTHONPATH``): the
+installed metadata names this tree's backend classes, which an older tree may not have."""
+
+
+def own_entry_points(tree: Path) -> None:
+    """A ``jobboard`` dist-info in ``tree/_entry_points`` with the entry points of ``tree``'s pyproject.toml."""
+    project = tomllib.loads((tree / "pyproject.toml").read_text())
+    backends = project["project"]["entry-points"]["jobboard.backends"]
+    info = tree / METADATA / "jobboard-0.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: jobboard\nVersion: 0.1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[jobboard.backends]\n" + "".join(f"{name} = {value}\n" for name, value in backends.items()))
 
 
 FIGURES = {"cycle": ("posts_per_s", "cycles_per_s", "zk_requests_per_cycle", "cpu_s"),
@@ -56,7 +74,7 @@ FIGURES = {"cycle": ("posts_per_s", "cycles_per_s", "zk_requests_per_cycle", "cp
 
 def run_module(tree: Path, module_args: list[str], timeout: float = 600) -> dict[str, Any]:
     """``python -m MODULE ARGS...`` with ``tree``'s library (and its backends): its first run's figures."""
-    paths = [tree] + [tree / "backends" / name for name in ("zookeeper", "redis", "memory")]
+    paths = [tree / METADATA, tree] + [tree / "backends" / name for name in ("zookeeper", "redis", "memory")]
     env = {"PYTHONPATH": ":".join(map(str, paths)), "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-m", *module_args], cwd=tree, env=env, capture_output=True, text=True,
                           check=True, timeout=timeout)
@@ -92,6 +110,8 @@ def summary(pairs: list[tuple[dict[str, Any], dict[str, Any]]], figures: tuple[s
     found: dict[str, Any] = {}
     for name in figures:
         before, after = [p[0][name] for p in pairs], [p[1][name] for p in pairs]
+        if not all(before):  # a figure this backend does not have (zk_requests_per_cycle on redis://)
+            continue
         found[name] = {"base": before, "this": after, "base_median": statistics.median(before),
                        "this_median": statistics.median(after),
                        "ratio_median": round(statistics.median(a / b for a, b in zip(after, before, strict=True)), 3)}

@@ -224,8 +224,8 @@ async def test_retention_on_zookeeper_passes_to_another_board_when_the_collector
         for board in boards:
             await board.open()
         try:
-            collector = f"{boards[0].options.root}/collector"
-            while (stat := await boards[0].zk.exists(collector)) is None:  # noqa: ASYNC110
+            collector = f"{boards[0].backend.options.root}/collector"
+            while (stat := await boards[0].backend.zk.exists(collector)) is None:  # noqa: ASYNC110
                 await anyio.sleep(0.05)
             holder = next(board for board in boards if board.backend.zk.session_id == stat.ephemeral_owner)
             survivor = boards[1] if holder is boards[0] else boards[0]
@@ -234,8 +234,8 @@ async def test_retention_on_zookeeper_passes_to_another_board_when_the_collector
             await holder.aclose()  # the collector goes before the entry expires
             while [item async for item in survivor.trashed()]:  # noqa: ASYNC110 - collected by the board
                 await anyio.sleep(0.05)
-            stat = await survivor.zk.exists(collector)
-            assert stat is not None and stat.ephemeral_owner == survivor.zk.session_id
+            stat = await survivor.backend.zk.exists(collector)
+            assert stat is not None and stat.ephemeral_owner == survivor.backend.zk.session_id
             assert await survivor.state(job) is JobState.COMPLETE
         finally:
             for board in boards:

@@ -28,11 +28,11 @@ async def test_a_post_many_run_of_one_name_is_one_stream_entry_and_one_event_per
         async with open_board(url) as writer, open_board(url) as reader, \
                 writer.events() as own, reader.events() as streamed:
             assert isinstance(writer.backend, RedisBackend)
-            stream_key = writer.options.prefix + "ev"
-            before = await writer.client.command("XLEN", stream_key)
+            stream_key = writer.backend.options.prefix + "ev"
+            before = await writer.backend.client.command("XLEN", stream_key)
             batch = [NewJob("same", {"i": i}) for i in range(50)] + [NewJob("other"), NewJob("same")]
             jobs = await writer.post_many(batch)
-            assert await writer.client.command("XLEN", stream_key) - before == 3  # same, other, same
+            assert await writer.backend.client.command("XLEN", stream_key) - before == 3  # same, other, same
             expected = [(job.id, job.name) for job in jobs]
             assert await posted(own, len(jobs)) == expected  # this board's own, from the script's reply
             assert await posted(streamed, len(jobs)) == expected  # another board's, from the stream

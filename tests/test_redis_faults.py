@@ -215,7 +215,7 @@ async def server() -> AsyncIterator[RedisServer]:
 async def test_an_acl_user_without_permission_gets_one_clear_error(server: RedisServer) -> None:
     async with open_board(board_url(server.url(""))) as admin:
         assert isinstance(admin.backend, RedisBackend)
-        await admin.client.command("ACL", "SETUSER", "reader", "on", ">secret", "~*", "+@read", "+info")
+        await admin.backend.client.command("ACL", "SETUSER", "reader", "on", ">secret", "~*", "+@read", "+info")
     url = board_url(f"redis://reader:secret@{server.hosts}")
     with anyio.fail_after(20), pytest.raises(JobBoardError, match="ACL") as caught:
         async with open_board(url):
