@@ -81,7 +81,7 @@ EXPECTED: dict[str, list[str]] = {
     "custom_backend.py": [
         "installed schemes: ...",
         "BackendNotFound: no job-board backend for etcd:// ...",
-        "the pyproject snippet registers: {'etcd': 'jobboard_etcd:EtcdBoard'}",
+        "the pyproject snippet registers: {'etcd': 'jobboard_etcd:EtcdBackend'}",
         "the conformance test snippet is valid Python",
     ],
 }

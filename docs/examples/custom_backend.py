@@ -22,7 +22,7 @@ from jobboard import BackendNotFound, installed_schemes, open_board
 PYPROJECT = """\
 # pyproject.toml of the distribution "jobboard-etcd"
 [project.entry-points."jobboard.backends"]
-etcd = "jobboard_etcd:EtcdBoard"   # URL scheme = a JobBoard subclass (or any callable url -> board)
+etcd = "jobboard_etcd:EtcdBackend"   # URL scheme = a jobboard.backend.Backend subclass
 """
 
 CONFORMANCE_TEST = '''\
@@ -35,7 +35,7 @@ import pytest
 
 from jobboard import JobBoard
 from jobboard.testing import JobBoardConformance
-from jobboard_etcd import EtcdBoard
+from jobboard_etcd import EtcdBackend
 
 
 class TestEtcdConformance(JobBoardConformance):
@@ -47,8 +47,8 @@ class TestEtcdConformance(JobBoardConformance):
         return f"etcd://localhost:2379/test-{uuid.uuid4().hex}"   # a fresh, empty board per test
 
     async def inject_malformed(self, board: JobBoard) -> None:
-        assert isinstance(board, EtcdBoard)
-        await board.write_raw_entry(b"not a posting")   # one job entry that is not a valid posting
+        assert isinstance(board.backend, EtcdBackend)
+        await board.backend.write_raw_entry(b"not a posting")   # one job entry that is not a valid posting
 
     def next_id(self, job_id: str) -> str:
         return str(int(job_id) + 1)   # the id the board gives the job posted right after job_id
