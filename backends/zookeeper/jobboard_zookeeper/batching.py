@@ -22,28 +22,22 @@ before it, so "the jobs before a missing dependency stay posted" holds as for
 posted (keys make repeating the batch safe, as the contract says). Single posts
 made in the same turn of the event loop are sent as one chunk too
 (:mod:`jobboard_zookeeper.grouping`).
-
-Claims use the same module: :meth:`BatchingBoard._candidate` reads the next claim
-candidates ahead, several in one ``multiRead``, for the board's claimers.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from jobboard.backend import Prepared
-from jobboard.board.codec import MalformedEntry, Posting, decode_posting
+from jobboard.board.codec import Posting
 from jobboard.board.gathering import gather_all
 from jobboard.errors import BackendUnavailable, DependencyMissing, UnknownOutcome
 from jobboard.job import Job
-from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.grouping import Grouper
 from jobboard_zookeeper.keys import KeyRecord
 from jobboard_zookeeper.layout import Paths, job_id
-from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown
 from jobboard_zookeeper.posting import RACE_RETRIES, Poster, counter_moved
@@ -52,9 +46,6 @@ from jobboard_zookeeper.zk import ZooKeeper
 CHUNK_JOBS = 250
 """Jobs in one chunk at most: small enough that chunks overlap (the server creates one while this
 board encodes the next and reads the replies of the last); docs/backends/zookeeper.md, "Batches"."""
-READ_AHEAD = 16
-"""Claim candidates read in one request."""
-MISSING = "missing"
 IN_FLIGHT = 4
 OP_BYTES = 96
 """Bytes a create costs in a request besides its path and data (header, ACL, flags), rounded up."""
@@ -103,9 +94,13 @@ class BatchPoster:
         self.grouper = Grouper(self)
         poster.group = self.grouper.post
 
-    async def post(self, prepared: Sequence[Encoded]) -> list[Job]:
+    async def post(self, batch: Sequence[Prepared]) -> list[Job]:
+        """Post ``batch`` in order (see the module docstring).
+
+        :raises DependencyMissing: with ``index`` and ``posted`` (the jobs before it stay posted).
+        """
         jobs: list[Job] = []
-        chunks = self.chunks(prepared)
+        chunks = self.chunks([(prepared.posting, prepared.raw) for prepared in batch])
         while chunks:
             if chunks[0][0][0].depends_on:
                 try:
@@ -239,70 +234,3 @@ class BatchPoster:
                 f"{len(chunk)} job(s) posted together (from {chunk[0][0].name!r}): the reply was lost and "
                 f"ZooKeeper stayed unreachable, so whether it was posted cannot be told ({error}); "
                 "post with keys to retry safely") from error
-
-
-class BatchingBoard(ZooKeeperBase):
-    """The ZooKeeper board's batch operations (a base class of the backend)."""
-
-    _batches: BatchPoster
-    _inflight: set[str]
-
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self._reading: dict[str, asyncio.Future[None]] = {}
-        """Jobs being read ahead now, and the read's end."""
-
-
-    async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
-        return await self._batches.post([(prepared.posting, prepared.raw) for prepared in batch])
-
-    async def _candidate(self, job: str) -> Stored | None:
-        """A claim candidate as read: from the last read-ahead, or read now together with the
-        next candidates (one ``multiRead`` of up to :data:`READ_AHEAD` jobs serves several claims).
-
-        An entry goes when its job's node changes; one read just before a change can still be
-        stale, which only makes the claim's versioned multi fail (as a lost race). A job that is
-        delayed, out of attempts or malformed is read again, so those decisions use a fresh read.
-        """
-        cache = self.view.prefetched
-        if job in self._reading:
-            await asyncio.shield(self._reading[job])  # another claimer's read ahead has it
-        elif job not in cache:
-            await self._read_ahead(job)
-        found = cache.pop(job, MISSING)
-        if found is None:
-            return None
-        if isinstance(found, tuple):
-            raw, stat = found
-            try:
-                posting = decode_posting(raw)
-            except MalformedEntry:
-                posting = None
-            if posting is not None and not (
-                    posting.not_before is not None and posting.not_before > time.time()
-                    or posting.max_attempts is not None and posting.attempts >= posting.max_attempts):
-                self.view.names[job] = posting.name
-                return Stored(self._paths.job(job), raw, posting, stat.version, stat.num_children)
-        return await self._stored(job, claimable_only=True)
-
-    async def _read_ahead(self, job: str) -> None:
-        cache, reading = self.view.prefetched, self._reading
-        batch = [job]
-        for other in self.view.candidates(self._inflight | {job}):
-            if len(batch) >= READ_AHEAD:
-                break
-            if other not in cache and other not in reading:
-                batch.append(other)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        reading.update(dict.fromkeys(batch, done))
-        try:
-            found = await self.zk.get_many([self._paths.job(each) for each in batch])
-            if len(cache) > 8 * READ_AHEAD:
-                cache.clear()  # entries of jobs other boards took: keep the cache small
-            for each, entry in zip(batch, found, strict=True):
-                if each in self.view.jobs:
-                    cache[each] = entry
-        finally:
-            for each in batch:
-                reading.pop(each, None)
-            done.set_result(None)

@@ -1,4 +1,6 @@
-"""The live view of a partitioned board: only the partitions this board needs are watched.
+"""A partitioned board's fleet: its live view (:class:`PartitionedView`, only the partitions this board
+needs are watched) and what a member does besides (:class:`Fleet`: joining, listing the other
+partitions, idle polls, pins). On a flat board :class:`Fleet` does what the flat board did.
 
 A board that claims (its first ``claim_next`` or ``wait``) becomes a *member*: it creates
 an ephemeral ``members/<name>`` node and watches ``members/`` (one event per membership
@@ -14,6 +16,23 @@ watches every partition and ``trash/``, exactly as a flat board does.
 Every change of what is watched re-lists the watched partitions (as after a reconnect,
 see :meth:`BoardView.sync`); jobs of a partition that is no longer watched leave the
 view without events.
+
+What a member does (:class:`Fleet`, used by :mod:`.claiming` and :mod:`.watching`):
+
+* ``claim_next`` first joins the members (once), then claims from its own partitions as
+  on a flat board; when those have nothing claimable it *steals*: it lists the other
+  partitions (their ``jobs/p<k>``, then ``locks/p<k>`` of those that have jobs; pipelined,
+  shared by the claimers that ask before it is sent, never reused; skipped when two
+  ``getAllChildrenNumber`` requests show no more jobs than claims on the whole board) and claims
+  the best unclaimed job there with the ordinary claim multi. So it returns a claimable job
+  whenever one exists anywhere, as the contract says.
+* ``wait`` returns work of its own partitions at once (watch events); for work in other
+  partitions it polls the same listing, every :data:`POLL_FIRST` seconds doubling to
+  :data:`POLL_CAP` while nothing is found: work posted into a partition another member owns
+  is seen within ``POLL_CAP`` seconds (plus a listing) when that member does not take it first.
+* ``watch_claim`` and ``wait_for_completion`` of a job in a partition the board does not
+  watch pin that partition while they run (:meth:`PartitionedView.pin`).
+* ``events()`` makes the board an observer (every partition and the trash are watched).
 """
 
 from __future__ import annotations
@@ -22,16 +41,19 @@ import asyncio
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from jobboard.board.events import Event
 from jobboard.errors import JobBoardError
-from jobboard_zookeeper.layout import is_job_id
+from jobboard_zookeeper.layout import Paths, is_job_id
 from jobboard_zookeeper.ops import Create
-from jobboard_zookeeper.partitions import PARTITIONED, PartitionedPaths, add_watch, remove_watch, route
+from jobboard_zookeeper.partitions import PARTITIONED, PartitionedPaths
 from jobboard_zookeeper.view import BoardView
 from jobboard_zookeeper.zk import ZooKeeper
+
+T = TypeVar("T")
+Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +62,9 @@ SETTLE_DELAY = 0.02
 UNPIN_DELAY = 1.0
 """Seconds a pinned partition stays watched after its last pin (a worker that steals often
 from one partition does not re-list it for every job)."""
+POLL_FIRST = 0.05
+POLL_CAP = 1.0
+"""Seconds between polls of the other partitions by an idle ``wait``, at most."""
 
 
 def owned_partitions(members: list[str], me: str, partitions: int) -> set[int]:
@@ -55,7 +80,7 @@ class PartitionedView(BoardView):
     """A :class:`BoardView` of the partitions this board owns, pins or observes (see the module)."""
 
     def __init__(self, zk: ZooKeeper, paths: PartitionedPaths, publish: Callable[[Event], None],
-                 spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]) -> None:
+                 spawn: Spawn) -> None:
         super().__init__(zk, paths, publish)
         self._ppaths, self._spawn = paths, spawn
         self.name = uuid.uuid4().hex
@@ -73,7 +98,7 @@ class PartitionedView(BoardView):
         self._resync: asyncio.Task[None] | None = None
         self._joined: asyncio.Future[None] | None = None
         self._cut = len(paths.root) + 1
-        route(zk, paths.dir("members"), self._on_member)
+        zk.route(paths.dir("members"), self._on_member)
 
     # -- what is watched -----------------------------------------------------------
 
@@ -171,19 +196,19 @@ class PartitionedView(BoardView):
         zk, paths = self._zk, self._ppaths
         if self.member:
             await zk.multi([Create(paths.dir("members") + "/" + self.name, ephemeral=True)], retry_safe=True)
-            await add_watch(zk, paths.dir("members"))
+            await zk.add_watch(paths.dir("members"))
             await self._list_members()
         wanted, observe = self.wanted(), self.sees_all()
         for name in PARTITIONED:
-            route(zk, paths.dir(name), self._on_event)
+            zk.route(paths.dir(name), self._on_event)
         if observe:
-            route(zk, paths.dir("trash"), self._on_event)
+            zk.route(paths.dir("trash"), self._on_event)
         dropped = self._watched - wanted
         await asyncio.gather(
-            *(add_watch(zk, paths.part_dir(name, k)) for k in sorted(wanted) for name in PARTITIONED),
-            *(remove_watch(zk, paths.part_dir(name, k)) for k in sorted(dropped) for name in PARTITIONED),
-            *([add_watch(zk, paths.dir("trash"))] if observe else
-              [remove_watch(zk, paths.dir("trash"))] if self._trash_watched else []))
+            *(zk.add_watch(paths.part_dir(name, k)) for k in sorted(wanted) for name in PARTITIONED),
+            *(zk.remove_watches(paths.part_dir(name, k)) for k in sorted(dropped) for name in PARTITIONED),
+            *([zk.add_watch(paths.dir("trash"))] if observe else
+              [zk.remove_watches(paths.dir("trash"))] if self._trash_watched else []))
         self._watched, self._trash_watched, self.current = set(wanted), observe, frozenset(wanted)
         if dropped:
             self.prefetched.clear()
@@ -209,3 +234,113 @@ class PartitionedView(BoardView):
                 self._handlers[relative[0]](kind, relative[2])
         elif len(relative) == 2 and relative[0] == "trash" and self._trash_watched and is_job_id(relative[1]):
             self._on_trash(kind, relative[1])
+
+
+def make_view(zk: ZooKeeper, paths: Paths, publish: Callable[[Event], None], spawn: Spawn) -> BoardView:
+    """The live view of the board's layout: flat, or partitioned."""
+    if isinstance(paths, PartitionedPaths):
+        return PartitionedView(zk, paths, publish, spawn)
+    return BoardView(zk, paths, publish)
+
+
+class Fleet:
+    """What a board does as a member of a partitioned board's fleet (see the module docstring);
+    on a flat board (``view`` is ``None``) every method does what the flat board did."""
+
+    def __init__(self, session: Callable[[], ZooKeeper], paths: Paths, view: BoardView) -> None:
+        self._session, self._paths = session, paths
+        self.view = view if isinstance(view, PartitionedView) else None
+        """The partitioned view, or ``None`` on a flat board."""
+        self.must_join = self.view is not None
+        """A partitioned board that has not joined the members yet (tested by every claim_next)."""
+        self._foreign_now: asyncio.Task[list[str]] | None = None
+        """The listing of the other partitions in flight."""
+        self._foreign_next: asyncio.Task[list[str]] | None = None
+        """The listing that starts when the one in flight ends (callers join it until it starts)."""
+        self._idle_polls = 0
+
+    @property
+    def partitioned(self) -> bool:
+        return self.view is not None
+
+    @property
+    def zk(self) -> ZooKeeper:
+        """The board's open session. :raises BoardClosed: the board is closed."""
+        return self._session()
+
+    async def join(self) -> None:
+        """Become a member of the partitioned board's fleet (first claim_next or wait)."""
+        if self.view is not None:
+            await self.view.join()
+        self.must_join = False
+
+    def observe(self) -> None:
+        """Someone subscribed to the events: watch everything from now on."""
+        if self.view is not None:
+            self.view.observe()
+
+    async def pinned(self, job_id: str, watch: Callable[[], Awaitable[T]]) -> T:
+        """``watch()``, with ``job_id``'s partition watched while it runs (as it is unless this board is a
+        member that does not hold the partition)."""
+        view = self.view
+        if view is None or view.sees_all():
+            return await watch()
+        await view.pin(job_id)
+        try:
+            return await watch()
+        finally:
+            view.unpin(job_id)
+
+    # -- the other partitions: stealing and polling ----------------------------------
+
+    def found(self) -> None:
+        """Work was found in the other partitions: the next idle ``wait`` polls them soon."""
+        self._idle_polls = 0
+
+    def missed(self) -> None:
+        """An idle ``wait`` found nothing there: it polls them less often."""
+        self._idle_polls += 1
+
+    def wake_after(self, delay: float | None) -> float | None:
+        """How long an idle ``wait`` may sleep: at most until its next poll of the other partitions."""
+        if self.view is None or not self.view.foreign():
+            return delay
+        poll = min(POLL_FIRST * float(2 ** min(self._idle_polls, 10)), POLL_CAP)
+        return poll if delay is None else min(delay, poll)
+
+    async def unclaimed(self) -> list[str]:
+        """Unclaimed jobs of the partitions this board does not watch, in board order, as listed
+        after this call began (so a job posted before it is in): concurrent callers share a
+        listing that had not been sent when they asked. None on a flat board."""
+        if self.view is None:
+            return []
+        task = self._foreign_next
+        if task is None:
+            task = self._foreign_next = asyncio.get_running_loop().create_task(self._list_after(self._foreign_now))
+            task.add_done_callback(lambda done: done.cancelled() or done.exception())  # callers may be gone
+        return list(await asyncio.shield(task))
+
+    async def _list_after(self, previous: asyncio.Task[list[str]] | None) -> list[str]:
+        if previous is not None:
+            await asyncio.wait([previous])
+        self._foreign_now, self._foreign_next = self._foreign_next, None  # callers from now on need a new one
+        return await self._list_foreign()
+
+    async def _list_foreign(self) -> list[str]:
+        view, paths = self.view, self._paths
+        assert view is not None and isinstance(paths, PartitionedPaths)
+        if not view.foreign():
+            return []
+        jobs_below, locks_below = await asyncio.gather(self.zk.descendants(paths.dir("jobs")),
+                                                       self.zk.descendants(paths.dir("locks")))
+        if jobs_below <= locks_below:  # jobs (and links) below jobs/ vs. claims: nothing unclaimed anywhere
+            return []
+        parts = view.foreign()
+        jobs = await asyncio.gather(*(self.zk.children(paths.part_dir("jobs", k)) for k in parts))
+        busy = [(k, found[0]) for k, found in zip(parts, jobs, strict=True) if found and found[0]]
+        locks = await asyncio.gather(*(self.zk.children(paths.part_dir("locks", k)) for k, _ in busy))
+        unclaimed: list[str] = []
+        for (_, children), locked in zip(busy, locks, strict=True):
+            taken = set(locked[0]) if locked else set()
+            unclaimed += [job for job in children if job not in taken and is_job_id(job)]
+        return sorted(unclaimed)

@@ -1,16 +1,19 @@
-"""Progress of running jobs, purge and requeue on ZooKeeper (a base of ``ZooKeeperBackend``).
+"""Keeping jobs outside the claim cycle on ZooKeeper: cancel, progress, purge and requeue (:class:`Keeper`).
 
+* cancel   = the job and its dependents to the trash, its claim revoked: one multi
+  (:meth:`Settler.cancel <jobboard_zookeeper.settle.Settler.cancel>`), retried on a concurrent change;
 * progress = get(lock), then check(job, generation) + set_data(lock, owner + nonce + progress,
   version read): two round trips; the claim's own ephemeral node carries it, so it goes with the claim;
 * purge    = delete(trash/<id>, version) [+ delete(keys/<key>)], in batches;
 * requeue  = create(jobs/<id>, posting) + delete(trash/<id>, version) + the key back to
   "on the board": one multi. The job keeps its id, so its place in the board order.
+
+Retention (expired results and trash entries) is :mod:`jobboard_zookeeper.retention`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 from jobboard.board.codec import (
     MalformedEntry,
@@ -19,69 +22,44 @@ from jobboard.board.codec import (
     decode_value,
     encode_posting,
     encode_value,
+    progress_record,
 )
 from jobboard.errors import BackendUnavailable, BoardConflict, ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import Claim, Job, Progress
-from jobboard_zookeeper.base import ZooKeeperBase
 from jobboard_zookeeper.keys import KeyRecord
-from jobboard_zookeeper.layout import TrashRecord, is_job_id, sequence_of
-from jobboard_zookeeper.linked import Stored
+from jobboard_zookeeper.layout import Paths, TrashRecord, is_job_id, sequence_of
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData
-from jobboard_zookeeper.options import parse_zookeeper_url
-from jobboard_zookeeper.posting import last_sequence
+from jobboard_zookeeper.reading import Reader, Session
 from jobboard_zookeeper.refusals import not_found
-from jobboard_zookeeper.retention import DELETE_BATCH, key_deletes, retain_forever
+from jobboard_zookeeper.retention import DELETE_BATCH, key_deletes
+from jobboard_zookeeper.settle import Settler
+from jobboard_zookeeper.zk import ZooKeeper
+
+CANCEL_RETRIES = 5
 
 
-def lock_progress(data: bytes) -> Progress | None:
-    """The progress stored in a lock node's data, if any."""
-    try:
-        record = decode_value(data)
-        found = record.get("progress") if isinstance(record, dict) else None
-        if not isinstance(found, dict):
-            return None
-        return Progress(float(found["f"]), str(found.get("n", "")), float(found.get("at", 0.0)))
-    except (MalformedEntry, KeyError, TypeError, ValueError):
-        return None
+class Keeper:
+    """Cancel, progress, purge and requeue for one board (see the module docstring)."""
 
+    def __init__(self, session: Session, paths: Paths, settler: Settler, reader: Reader) -> None:
+        self._session, self._paths, self._settler, self._reader = session, paths, settler, reader
 
-class KeepingBoard(ZooKeeperBase):
-    """Progress, purge and requeue for :class:`~jobboard_zookeeper.board.ZooKeeperBackend`."""
+    @property
+    def zk(self) -> ZooKeeper:
+        """The board's open session. :raises BoardClosed: the board is closed."""
+        return self._session()
 
-
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        options = parse_zookeeper_url(url)
-        self.result_ttl, self.trash_ttl = options.result_ttl, options.trash_ttl
-
-
-    async def get(self, job_id: str) -> Job:
-        found = job_id
-        stored = await self._stored(found)
-        if stored is None:
-            raise not_found(found)
-        return await self.job_of(found, stored)
-
-    async def job_of(self, job_id: str, stored: Stored) -> Job:
-        """The job as read, with the progress its claim reported (read only for jobs this board sees claimed)."""
-        job = stored.posting.to_job(job_id, sequence_of(job_id))
-        if job_id not in self.view.locks and self.view.watches(job_id):
-            return job
-        found = await self.zk.get(self._paths.lock(job_id))
-        progress = lock_progress(found[0]) if found is not None else None
-        return job if progress is None else replace(job, progress=progress)
-
-    async def retain_forever(self) -> None:
-        """Collect expired results and trash entries when this board is the collector (a task of the board)."""
-        await retain_forever(self.zk, self._paths, self.result_ttl, self.trash_ttl)
-
-    def could_be_job_id(self, job_id: str) -> bool:
-        """Ids here are ``<rank>-<sequence>`` (see :mod:`jobboard_zookeeper.layout`)."""
-        return job_id.isascii() and is_job_id(job_id)
-
-    async def never_posted(self, job_id: str) -> bool:
-        """Past the board's counter: two reads."""
-        return not self.could_be_job_id(job_id) or sequence_of(job_id) > await last_sequence(self.zk, self._paths)
+    async def cancel(self, job_id: str, reason: str) -> None:
+        """:raises JobNotFound: not on the board. :raises BackendUnavailable: it kept changing meanwhile."""
+        for _ in range(CANCEL_RETRIES):
+            stored = await self._reader.stored(job_id)
+            if await self._settler.cancelled_before(job_id):
+                return  # a first try, whose reply was lost, was applied
+            if stored is None:
+                raise not_found(job_id)
+            if await self._settler.cancel(job_id, stored, reason) is None:
+                return
+        raise BackendUnavailable(f"cancelling job {job_id} kept conflicting with concurrent changes")
 
     async def report_progress(self, claim: Claim, progress: Progress) -> None:
         job_id = claim.job.id
@@ -94,7 +72,7 @@ class KeepingBoard(ZooKeeperBase):
             if stat is not None and stat.version == claim.generation:
                 raise NotOwner(f"job {job_id} is owned by {record.get('owner')}, not {claim.owner}")
             raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
-        record["progress"] = {"f": progress.fraction, "n": progress.note, "at": progress.at}
+        record["progress"] = progress_record(progress)
         ops: list[Op] = [Check(self._paths.job(job_id), claim.generation),
                          SetData(self._paths.lock(job_id), encode_value(record, what="lock"), found[1].version)]
         result = await self.zk.multi(ops)  # a lost reply: BackendUnavailable (the next report repeats it)

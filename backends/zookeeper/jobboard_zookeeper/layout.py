@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from jobboard.board.codec import MalformedEntry, decode_value, encode_value
-from jobboard.job import Priority
+from jobboard.board.codec import MalformedEntry, decode_value, encode_value, progress_from
+from jobboard.job import Priority, Progress
 
 DIRECTORIES = ("counters", "jobs", "waiting", "locks", "trash", "results", "entities", "marks", "keys")
 EPOCH_SIZE = 2_000_000_000
@@ -117,6 +117,16 @@ class LockRecord:
         if not isinstance(record, dict):
             raise MalformedEntry("lock record is not a map")
         return cls(str(record.get("owner")), str(record.get("nonce")), float(record.get("at", 0.0)))
+
+
+def lock_progress(data: bytes) -> Progress | None:
+    """The progress a claim reported, kept in its lock node beside the :class:`LockRecord` (``None``: none
+    reported, or unreadable: progress is advisory)."""
+    try:
+        record = decode_value(data)
+    except MalformedEntry:
+        return None
+    return progress_from(record.get("progress")) if isinstance(record, dict) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,15 +22,11 @@ import asyncio
 import json
 import logging
 
-from aiozk import protocol
-from aiozk.protocol.primitives import Int, UString
-
 from jobboard.errors import BoardConflict
 from jobboard_zookeeper.layout import DIRECTORIES, Paths
 from jobboard_zookeeper.ops import Create, SetData, ZkError
 from jobboard_zookeeper.options import ZooKeeperOptions
-from jobboard_zookeeper.zk import TreeCallback, ZooKeeper
-from jobboard_zookeeper.zk_protocol import PERSISTENT_RECURSIVE, AddWatchRequest
+from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
 
@@ -139,58 +135,3 @@ async def list_dir(zk: ZooKeeper, paths: Paths, name: str) -> list[str]:
         return children[0] if children else []
     listed = await asyncio.gather(*map(zk.children, dirs))
     return [child for found in listed if found for child in found[0]]
-
-
-# -- watches on single partitions (aiozk and zk.py lack their removal) ------------------------------
-
-class RemoveWatchesRequest(protocol.request.Request):  # type: ignore[misc]
-    """ZooKeeper 3.5+ ``removeWatches`` (opcode 18)."""
-
-    opcode = 18
-    parts = (("path", UString), ("type", Int))
-
-
-class RemoveWatchesResponse(protocol.response.Response):  # type: ignore[misc]
-    opcode = 18
-    parts = ()
-
-
-ANY_WATCHER = 3
-
-
-class AllChildrenNumberRequest(protocol.request.Request):  # type: ignore[misc]
-    """ZooKeeper 3.6+ ``getAllChildrenNumber`` (opcode 104): how many nodes are below a path."""
-
-    opcode = 104
-    parts = (("path", UString),)
-
-
-class AllChildrenNumberResponse(protocol.response.Response):  # type: ignore[misc]
-    opcode = 104
-    parts = (("number", Int),)
-
-
-def route(zk: ZooKeeper, prefix: str, callback: TreeCallback) -> None:
-    """Deliver watch events under ``prefix`` to ``callback`` (without asking the server for any)."""
-    zk._trees[prefix.rstrip("/") + "/"] = callback  # zk.py is at its size limit
-
-
-async def add_watch(zk: ZooKeeper, path: str) -> None:
-    """A persistent recursive watch on ``path``; its events go where :func:`route` says."""
-    await zk._call(AddWatchRequest(path=path, mode=PERSISTENT_RECURSIVE), retry=True)
-
-
-async def descendants(zk: ZooKeeper, path: str) -> int:
-    """How many nodes are below ``path``, at any depth (one request, whatever their number)."""
-    _, response = await zk._call(AllChildrenNumberRequest(path=path), retry=True)
-    return int(response.number)
-
-
-async def remove_watch(zk: ZooKeeper, path: str) -> None:
-    """Remove this session's watches on ``path`` (none there: nothing happens)."""
-    try:
-        await zk._call(RemoveWatchesRequest(path=path, type=ANY_WATCHER), retry=True)
-    except ZkError as error:
-        if error.code not in ("NoWatcher", "NoNode"):
-            raise
-

@@ -118,7 +118,7 @@ class BoardView:
         self.names: dict[str, str] = {}
         """Job names seen so far (a name never changes), to filter without reading."""
         self.prefetched: dict[str, tuple[bytes, Stat] | None] = {}
-        """Job nodes read ahead for claims (see ``batching``); an entry goes when its job changes."""
+        """Job nodes read ahead for claims (see ``claiming.ReadAhead``); an entry goes when its job changes."""
         self._handlers = {"jobs": self._on_job, "waiting": self._on_waiting,
                           "locks": self._on_lock, "trash": self._on_trash}
 

@@ -1,4 +1,5 @@
-"""The ZooKeeper session: with :mod:`jobboard_zookeeper.zk_protocol`, the only code touching aiozk (0.32).
+"""The ZooKeeper session: with its wire modules (:mod:`.zk_protocol`, :mod:`.fastwire`), the only code
+touching aiozk (0.32); every other module uses this class's public methods.
 
 It sends every request itself, so aiozk's silent re-send of a write after a
 lost reply never happens: a write whose reply is lost raises
@@ -21,17 +22,17 @@ from aiozk import exc, protocol
 from aiozk.states import States
 
 from jobboard.errors import BackendUnavailable
-from jobboard_zookeeper.fastwire import MultiReadRequest, MultiRequest, encode_acl, fast_reader
+from jobboard_zookeeper.fastwire import MultiReadRequest, MultiRequest, encode_acl
 from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown, SessionEvent, Stat, TxnResult, ZkError
 from jobboard_zookeeper.zk_protocol import (
+    ANY_WATCHER,
     PERSISTENT_RECURSIVE,
     REFUSED_FOR,
     AddWatchRequest,
-    coalesce_writes,
+    AllChildrenNumberRequest,
+    RemoveWatchesRequest,
     digest_acl,
-    plain_reader,
-    prompt_find_server,
-    recording_connect,
+    hook_connections,
     stat_of,
 )
 
@@ -79,7 +80,7 @@ class ZooKeeper:
         """Watch notifications received (for benchmarks: notifications per job)."""
         self._hook_state_machine()
         self._hook_event_dispatch()
-        self._hook_connections()
+        self.connect_failures = hook_connections(self._session, ping_timeout)
         # The watchdog is the only pinger: aiozk keys pending pings by one special xid, so a
         # second ping in flight (its heartbeat and ours) makes its read loop die on a KeyError.
         self._session.set_heartbeat = lambda: None
@@ -153,26 +154,6 @@ class ZooKeeper:
             original(event)
 
         self._session.event_dispatch = event_dispatch
-
-    def _hook_connections(self) -> None:
-        """Bound connecting (a server that accepts but never answers must not stall the
-        reconnect loop), retry at least every second, give every new connection a plain reader."""
-        self.connect_failures, original = recording_connect(self._session)
-
-        async def make_connection(host: str, port: int) -> Any:
-            try:
-                conn = await asyncio.wait_for(original(host, port), self._ping_timeout * 3)
-            except TimeoutError as error:
-                logger.warning("ZooKeeper server %s:%s accepted but did not answer; trying another", host, port)
-                self.connect_failures.record(f"{host}:{port}", error, said=True)
-                return None
-            if conn is not None:
-                conn._read, conn.read_response = plain_reader(conn), fast_reader(conn)
-                coalesce_writes(conn)
-            return conn
-
-        self._session.make_connection = make_connection
-        self._session.find_server = prompt_find_server(self._session)
 
     def _send_auth(self) -> None:
         assert self._auth is not None
@@ -390,10 +371,30 @@ class ZooKeeper:
     async def watch_tree(self, path: str, callback: TreeCallback) -> None:
         """Call ``callback(type, path)`` for every change under ``path``, in server order.
 
-        A persistent recursive watch: one event per created, deleted or changed
-        node, delivered before the reply to the write that caused it. The
-        server forgets it when the connection drops: call this again after every
-        reconnect (and resynchronise, since changes in between were missed).
+        A persistent recursive watch: one event per created, deleted or changed node, delivered before
+        the reply to the write that caused it. The server forgets it when the connection drops: call
+        this again after every reconnect (and resynchronise, since changes in between were missed).
         """
-        self._trees[path.rstrip("/") + "/"] = callback
+        self.route(path, callback)
+        await self.add_watch(path)
+
+    def route(self, prefix: str, callback: TreeCallback) -> None:
+        """Deliver watch events under ``prefix`` to ``callback`` (without asking the server for any)."""
+        self._trees[prefix.rstrip("/") + "/"] = callback
+
+    async def add_watch(self, path: str) -> None:
+        """A persistent recursive watch on ``path``; its events go where :meth:`route` says."""
         await self._call(AddWatchRequest(path=path, mode=PERSISTENT_RECURSIVE), retry=True)
+
+    async def remove_watches(self, path: str) -> None:
+        """Remove this session's watches on ``path`` (none there: nothing happens)."""
+        try:
+            await self._call(RemoveWatchesRequest(path=path, type=ANY_WATCHER), retry=True)
+        except ZkError as error:
+            if error.code not in ("NoWatcher", "NoNode"):
+                raise
+
+    async def descendants(self, path: str) -> int:
+        """How many nodes are below ``path``, at any depth (one request, whatever their number)."""
+        _, response = await self._call(AllChildrenNumberRequest(path=path), retry=True)
+        return int(response.number)

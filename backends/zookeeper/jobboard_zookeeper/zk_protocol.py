@@ -1,6 +1,6 @@
 """The pieces of the ZooKeeper protocol that aiozk 0.32 lacks or gets in the way of.
 
-With :mod:`jobboard_zookeeper.zk`, the only modules that import aiozk.
+With :mod:`jobboard_zookeeper.zk` and :mod:`jobboard_zookeeper.fastwire`, the only modules that import aiozk.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from aiozk.connection import Connection
 from aiozk.protocol.primitives import Int, UString
 
 from jobboard.errors import BackendUnavailable
+from jobboard_zookeeper.fastwire import fast_reader
 from jobboard_zookeeper.ops import Stat
 
 logger = logging.getLogger(__name__)
@@ -39,6 +40,33 @@ class AddWatchResponse(protocol.response.Response):  # type: ignore[misc]
 
 
 PERSISTENT_RECURSIVE = 1
+
+
+class RemoveWatchesRequest(protocol.request.Request):  # type: ignore[misc]
+    """ZooKeeper 3.5+ ``removeWatches`` (opcode 18)."""
+
+    opcode = 18
+    parts = (("path", UString), ("type", Int))
+
+
+class RemoveWatchesResponse(protocol.response.Response):  # type: ignore[misc]
+    opcode = 18
+    parts = ()
+
+
+ANY_WATCHER = 3
+
+
+class AllChildrenNumberRequest(protocol.request.Request):  # type: ignore[misc]
+    """ZooKeeper 3.6+ ``getAllChildrenNumber`` (opcode 104): how many nodes are below a path."""
+
+    opcode = 104
+    parts = (("path", UString),)
+
+
+class AllChildrenNumberResponse(protocol.response.Response):  # type: ignore[misc]
+    opcode = 104
+    parts = (("number", Int),)
 
 
 def digest_acl(username: str, password: str) -> list[Any]:
@@ -241,3 +269,26 @@ def recording_connect(session: Any) -> tuple[ConnectFailures, Callable[[str, int
         return conn
 
     return failures, make_connection
+
+
+def hook_connections(session: Any, ping_timeout: float) -> ConnectFailures:
+    """Bound connecting (a server that accepts but never answers must not stall the reconnect loop),
+    retry at least every second, give every new connection a plain reader and coalesced writes.
+    Returns the record of why connecting failed."""
+    failures, original = recording_connect(session)
+
+    async def make_connection(host: str, port: int) -> Any:
+        try:
+            conn = await asyncio.wait_for(original(host, port), ping_timeout * 3)
+        except TimeoutError as error:
+            logger.warning("ZooKeeper server %s:%s accepted but did not answer; trying another", host, port)
+            failures.record(f"{host}:{port}", error, said=True)
+            return None
+        if conn is not None:
+            conn._read, conn.read_response = plain_reader(conn), fast_reader(conn)
+            coalesce_writes(conn)
+        return conn
+
+    session.make_connection = make_connection
+    session.find_server = prompt_find_server(session)
+    return failures

@@ -1,0 +1,195 @@
+"""Claiming on ZooKeeper: ``claim``, ``claim_next`` and what it passes over (:class:`Claimer`).
+
+``claim_next`` takes the candidates from the live view in board order (priority, then age),
+reads them ahead several at a time (:class:`ReadAhead`: one ``multiRead`` serves several
+claims), and claims the first it can with the claim multi of
+:meth:`Settler.claim <jobboard_zookeeper.settle.Settler.claim>` (``set_data(job, attempts + 1,
+version)`` + ``create(lock, ephemeral)``: atomic; the job's new version is the claim's
+generation). After a lost race it picks at random among the next few candidates for a while
+(:class:`~jobboard_zookeeper.view.CandidatePicker`), so claimers on other boards spread out. A
+member of a partitioned board's fleet that finds nothing claimable in its own partitions
+steals from the others (:mod:`jobboard_zookeeper.fleet`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Collection
+
+from jobboard.board.codec import MalformedEntry, decode_posting
+from jobboard.errors import AlreadyClaimed, NotClaimable
+from jobboard.job import Claim, wanted
+from jobboard_zookeeper.fleet import Fleet
+from jobboard_zookeeper.layout import Paths
+from jobboard_zookeeper.linked import Stored
+from jobboard_zookeeper.reading import Reader, Session
+from jobboard_zookeeper.refusals import claim_refused, not_found
+from jobboard_zookeeper.settle import Settler
+from jobboard_zookeeper.view import BoardView, CandidatePicker
+
+READ_AHEAD = 16
+"""Claim candidates read in one request."""
+MISSING = "missing"
+CONTENTION_MEMORY = 1.0
+"""Seconds after a lost race during which claim_next starts spread out."""
+
+
+class ReadAhead:
+    """Claim candidates read ahead, several in one ``multiRead``, for one board's claimers.
+
+    The cache is the view's ``prefetched``: an entry goes when its job's node changes.
+    """
+
+    def __init__(self, session: Session, paths: Paths, view: BoardView, reader: Reader,
+                 inflight: set[str]) -> None:
+        self._session, self._paths, self._view, self._reader = session, paths, view, reader
+        self._inflight = inflight
+        """Jobs the board's claimers are claiming now (not read ahead again)."""
+        self._reading: dict[str, asyncio.Future[None]] = {}
+        """Jobs being read ahead now, and the read's end."""
+
+    async def candidate(self, job: str) -> Stored | None:
+        """A claim candidate as read: from the last read-ahead, or read now together with the
+        next candidates (one ``multiRead`` of up to :data:`READ_AHEAD` jobs serves several claims).
+
+        One read just before a change can still be stale, which only makes the claim's versioned
+        multi fail (as a lost race). A job that is delayed, out of attempts or malformed is read
+        again, so those decisions use a fresh read.
+        """
+        cache = self._view.prefetched
+        if job in self._reading:
+            await asyncio.shield(self._reading[job])  # another claimer's read ahead has it
+        elif job not in cache:
+            await self._read_ahead(job)
+        found = cache.pop(job, MISSING)
+        if found is None:
+            return None
+        if isinstance(found, tuple):
+            raw, stat = found
+            try:
+                posting = decode_posting(raw)
+            except MalformedEntry:
+                posting = None
+            if posting is not None and not (
+                    posting.not_before is not None and posting.not_before > time.time()
+                    or posting.max_attempts is not None and posting.attempts >= posting.max_attempts):
+                self._view.names[job] = posting.name
+                return Stored(self._paths.job(job), raw, posting, stat.version, stat.num_children)
+        return await self._reader.stored(job, claimable_only=True)
+
+    async def _read_ahead(self, job: str) -> None:
+        cache, reading = self._view.prefetched, self._reading
+        batch = [job]
+        for other in self._view.candidates(self._inflight | {job}):
+            if len(batch) >= READ_AHEAD:
+                break
+            if other not in cache and other not in reading:
+                batch.append(other)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        reading.update(dict.fromkeys(batch, done))
+        try:
+            found = await self._session().get_many([self._paths.job(each) for each in batch])
+            if len(cache) > 8 * READ_AHEAD:
+                cache.clear()  # entries of jobs other boards took: keep the cache small
+            for each, entry in zip(batch, found, strict=True):
+                if each in self._view.jobs:
+                    cache[each] = entry
+        finally:
+            for each in batch:
+                reading.pop(each, None)
+            done.set_result(None)
+
+
+class Claimer:
+    """``claim`` and ``claim_next`` for one board (see the module docstring)."""
+
+    def __init__(self, session: Session, paths: Paths, view: BoardView, settler: Settler, reader: Reader,
+                 fleet: Fleet) -> None:
+        self._session, self._paths, self._view = session, paths, view
+        self._settler, self._reader, self._fleet = settler, reader, fleet
+        self._inflight: set[str] = set()
+        """Jobs this board is trying to claim now: concurrent claim_next calls spread out."""
+        self._ahead = ReadAhead(session, paths, view, reader, self._inflight)
+        self._last_lost_race = float("-inf")
+        self.claim_conflicts = 0
+        """Claim attempts in ``claim_next`` that lost a race (for benchmarks)."""
+        self.steals = 0
+        """Jobs claimed from partitions of other members (for benchmarks)."""
+
+    async def claim(self, job_id: str, owner: str) -> Claim:
+        """:raises JobNotFound, NotClaimable, AlreadyClaimed, BackendUnavailable: as the contract says."""
+        stored = await self._reader.stored(job_id)
+        if stored is None:
+            raise not_found(job_id)
+        if stored.path == self._paths.waiting(job_id):
+            raise NotClaimable(f"job {job_id} is waiting for {len(stored.posting.waiting_on)} dependencies")
+        outcome = await self._try_claim(job_id, stored, owner)
+        if isinstance(outcome, Claim):
+            return outcome
+        if outcome in ("claimed", "changed") and await self._session().exists(self._paths.lock(job_id)) is not None:
+            raise AlreadyClaimed(f"job {job_id} is claimed by {await self._reader.owner(job_id)}")
+        raise claim_refused(job_id, outcome)
+
+    async def _try_claim(self, job: str, stored: Stored, owner: str) -> Claim | str:
+        """Claim a job as read, or say why not (``delayed``, ``changed`` ...)."""
+        posting = stored.posting
+        if posting.not_before is not None and posting.not_before > time.time():
+            return "delayed"
+        if posting.max_attempts is not None and posting.attempts >= posting.max_attempts:
+            if await self._settler.exhaust(job, stored):
+                return "exhausted (moved to the trash)"
+            return "changed"  # held by someone, or changed meanwhile
+        return await self._settler.claim(job, stored, owner)
+
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        """The best claimable job this board sees, claimed; stolen from the other partitions when a
+        fleet member's own have none; ``None`` when there is none anywhere."""
+        if self._fleet.must_join:  # a partitioned board's first claim (see .fleet)
+            await self._fleet.join()
+        picker = CandidatePicker(self._view.candidates(self._inflight, names))
+        picker.contended = time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
+        while (job := picker.next(self._view.locks)) is not None:
+            conflicts = self.claim_conflicts
+            self._inflight.add(job)
+            try:
+                outcome = await self._claim_candidate(job, owner, names)
+            finally:
+                self._inflight.discard(job)
+            if outcome is not None:
+                return outcome
+            picker.contended |= self.claim_conflicts > conflicts  # only a lost race spreads out
+        return await self._steal(owner, names) if self._fleet.partitioned else None
+
+    async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
+        stored = await self._ahead.candidate(job)
+        if stored is None:
+            return None
+        if not wanted(stored.posting.name, names):
+            return None
+        outcome = await self._try_claim(job, stored, owner)
+        if outcome == "delayed" and stored.posting.not_before is not None:
+            self._view.skip_until(job, stored.posting.not_before)
+        elif outcome in ("claimed", "changed", "gone"):  # lost races ("lost": a lost reply, not one)
+            self.claim_conflicts += 1
+            self._last_lost_race = time.monotonic()
+        return outcome if isinstance(outcome, Claim) else None
+
+    async def _steal(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        """Claim the best unclaimed job of the partitions this board does not watch, if any."""
+        for job in await self._fleet.unclaimed():
+            if job in self._inflight:
+                continue
+            self._inflight.add(job)
+            try:
+                found = await self._reader.readable(job, names)
+                outcome = None if found is None else await self._try_claim(job, found, owner)
+            finally:
+                self._inflight.discard(job)
+            if isinstance(outcome, Claim):
+                self.steals += 1
+                self._fleet.found()
+                return outcome
+            if outcome == "delayed" and found is not None and found.posting.not_before is not None:
+                self._view.skip_until(job, found.posting.not_before)
+        return None

@@ -1,0 +1,123 @@
+"""Waiting on ZooKeeper: ``wait``, ``watch_claim`` and ``wait_for_completion`` (:class:`Watcher`).
+
+Each waits on the live view's channels (:data:`~jobboard_zookeeper.view.WORK`: a job became
+claimable; :data:`~jobboard_zookeeper.view.SETTLED`: a job left or a lock came or went), taking
+the channel's event *before* it checks, so no change is missed; reads only what a change makes
+worth reading. A partitioned board's member polls the partitions it does not watch, and pins a
+job's partition while it watches that job (:mod:`jobboard_zookeeper.fleet`). Closing the board
+wakes every waiter: ``wait`` and ``wait_for_completion`` raise ``BoardClosed``, ``watch_claim``
+returns ``"board closed"``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Collection
+
+import anyio
+
+from jobboard.errors import BackendUnavailable, BoardClosed
+from jobboard.job import Claim, Job, Outcome, wanted
+from jobboard_zookeeper.fleet import Fleet
+from jobboard_zookeeper.layout import sequence_of
+from jobboard_zookeeper.posting import Poster
+from jobboard_zookeeper.reading import Reader, Session
+from jobboard_zookeeper.settle import Settler
+from jobboard_zookeeper.view import SETTLED, WORK, BoardView
+
+READ_BATCH = 256
+"""Candidates ``wait`` reads at most before it sleeps."""
+
+
+class Watcher:
+    """``wait``, ``watch_claim`` and ``wait_for_completion`` for one board (see the module docstring)."""
+
+    def __init__(self, session: Session, view: BoardView, settler: Settler, poster: Poster, reader: Reader,
+                 fleet: Fleet, ensure_open: Callable[[], None]) -> None:
+        self._session, self._view, self._settler, self._poster = session, view, settler, poster
+        self._reader, self._fleet, self._ensure_open = reader, fleet, ensure_open
+
+    async def wait(self, names: Collection[str] | None) -> list[Job]:
+        """The first claimable job, once there is one. :raises BoardClosed: the board closed meanwhile."""
+        if self._fleet.must_join:
+            await self._fleet.join()
+        while True:
+            self._ensure_open()  # aclose() wakes waiters: they must not wait on
+            change = self._view.change(WORK)
+            ready = await self._first_claimable(names)
+            if ready is not None:
+                return [ready]  # the first one found: callers claim, they need not read on
+            delay = self._fleet.wake_after(self._view.next_delay_end())
+            with anyio.move_on_after(float("inf") if delay is None else delay):
+                await change.wait()
+
+    async def _first_claimable(self, names: Collection[str] | None) -> Job | None:
+        """The first claimable job in board order; delayed ones are remembered and passed over."""
+        for job in itertools.islice(self._view.candidates(set(), names), READ_BATCH):
+            stored = await self._reader.stored(job, claimable_only=True)
+            if stored is None or not wanted(stored.posting.name, names):
+                continue
+            not_before = stored.posting.not_before
+            if not_before is not None and not_before > time.time():
+                self._view.skip_until(job, not_before)
+                continue
+            return stored.posting.to_job(job, sequence_of(job))
+        return await self._foreign_claimable(names) if self._fleet.partitioned else None
+
+    async def _foreign_claimable(self, names: Collection[str] | None) -> Job | None:
+        """The first claimable job of the partitions this board does not watch."""
+        for job in await self._fleet.unclaimed():
+            found = await self._reader.readable(job, names)
+            if found is None:
+                continue
+            not_before = found.posting.not_before
+            if not_before is not None and not_before > time.time():
+                self._view.skip_until(job, not_before)
+                continue
+            self._fleet.found()
+            return found.posting.to_job(job, sequence_of(job))
+        self._fleet.missed()
+        return None
+
+    async def watch_claim(self, claim: Claim) -> str:
+        """Why ``claim`` stopped being current, once it did (see ``JobBoard.watch_claim``)."""
+        try:
+            self._ensure_open()
+        except BoardClosed:
+            return "board closed"
+        return await self._fleet.pinned(claim.job.id, lambda: self._claim_watch(claim))
+
+    async def _claim_watch(self, claim: Claim) -> str:
+        job, seen = claim.job.id, None
+        while True:
+            try:
+                self._ensure_open()
+            except BoardClosed:
+                return "board closed"
+            change = self._view.change(SETTLED)
+            if (reason := self._settler.lost_reason(claim)) is not None:
+                return reason
+            changes = self._view.lock_changes.get(job)
+            stale = seen is None or changes != seen or job not in self._view.jobs
+            if stale and self._session().connected:  # while disconnected, session events decide
+                try:
+                    if (reason := await self._settler.why_lost(claim)) is not None:
+                        return reason
+                    seen = changes
+                except BackendUnavailable:  # the connection broke meanwhile: session events say more
+                    await anyio.sleep(0.05)
+                    continue
+            await change.wait()
+
+    async def wait_for_completion(self, job_id: str) -> Outcome:
+        """How the job ended, once it left the board. :raises BoardClosed: the board closed meanwhile."""
+        return await self._fleet.pinned(job_id, lambda: self._completion(job_id))
+
+    async def _completion(self, job_id: str) -> Outcome:
+        while True:
+            self._ensure_open()
+            change = self._view.change(SETTLED)
+            if await self._poster.locate(job_id) is None:
+                return await self._reader.outcome(job_id)
+            await change.wait()
