@@ -131,6 +131,10 @@ class SqliteBackend(Backend):
                 board.signals.changed()
         self.signals.changed()
 
+    def local_boards(self) -> list[SqliteBackend]:
+        """The open boards of this process on this board (this one included)."""
+        return [board for board in _LOCAL_BOARDS.get(self.options.path, ()) if board.scope.board == self.scope.board]
+
     def _publish(self, event: Event) -> None:
         self.hub.publish(event)
 

@@ -45,6 +45,10 @@ def is_busy(error: sqlite3.Error) -> bool:
     return "locked" in text or "busy" in text
 
 
+TRUNCATE_OVER = 4096
+"""Frames (pages) in the WAL past which a fully checkpointed WAL is truncated (16 MB of 4 KB pages)."""
+
+
 class _Busy(Exception):
     """An inline attempt found the write lock taken: the call goes to the connection's thread."""
 
@@ -164,10 +168,21 @@ class Database:
             except sqlite3.Error as error:
                 self._retry_or_raise(error, deadline)
 
-    def checkpoint(self) -> tuple[int, int, int]:
-        """``PRAGMA wal_checkpoint(PASSIVE)``: (busy, frames in the WAL, frames copied back)."""
-        row = self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        return int(row[0]), int(row[1]), int(row[2])
+    def checkpoint(self, truncate_over: int = TRUNCATE_OVER, wait: float = 0.2) -> tuple[int, int, int]:
+        """(On the connection's thread.) ``PRAGMA wal_checkpoint(PASSIVE)``; a WAL of more than
+        ``truncate_over`` frames is then checkpointed with ``TRUNCATE``, which holds the write lock and
+        waits up to ``wait`` seconds for the readers of the WAL to finish (readers that never stop starve
+        every checkpoint: the WAL can only grow while one holds a transaction open).
+        Returns (busy, frames in the WAL, frames copied back)."""
+        conn = self._conn()
+        busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if frames > truncate_over:
+            conn.execute(f"PRAGMA busy_timeout={int(wait * 1000)}")
+            try:
+                busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                conn.execute("PRAGMA busy_timeout=0")
+        return int(busy), int(frames), int(copied)
 
     def _commit(self, conn: sqlite3.Connection, deadline: float) -> None:
         while True:

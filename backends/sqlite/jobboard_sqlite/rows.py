@@ -26,6 +26,8 @@ class Scope:
     key_retention: float
     result_ttl: float
     trash_ttl: float
+    log_events: bool = False
+    """Whether writes log their events for the other sessions (someone reads them: ``observed_until``)."""
 
 
 @dataclass(slots=True)

@@ -8,6 +8,7 @@ new one, and every few seconds deletes what expired.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 import time
@@ -20,7 +21,7 @@ import anyio
 from jobboard.backend import Event, EventKind
 from jobboard.errors import JobBoardError
 from jobboard_sqlite import files, sessions, trash, writes
-from jobboard_sqlite.database import Database
+from jobboard_sqlite.database import TRUNCATE_OVER, Database
 from jobboard_sqlite.files import SessionLock
 from jobboard_sqlite.options import SqliteOptions
 from jobboard_sqlite.rows import Effects, Scope
@@ -28,6 +29,10 @@ from jobboard_sqlite.wake import Doorbell
 
 logger = logging.getLogger("jobboard_sqlite")
 
+TRUNCATE_BACKOFF = 0.5
+"""Seconds before a truncating checkpoint that found readers is tried again (doubling up to 8 s)."""
+WARN_FRAMES = 65536
+"""A WAL this many pages long that cannot be checkpointed is warned about (256 MB of 4 KB pages)."""
 SWEEP_EVERY = 5.0
 """Seconds between two sweeps of expired results, trash, keys and old events by one board."""
 
@@ -44,6 +49,11 @@ class Runtime:
         self.doorbell: Doorbell | None = None
         self._last_sweep = 0.0
         self.reaped = 0
+        self.observed_until = 0.0
+        """(Monotonic) until when a reader of this process reads the board's event log (this board logs)."""
+        self._truncate_after = 0.0
+        self._truncate_backoff = TRUNCATE_BACKOFF
+        self._warned_at = 0.0
         self.active = False
         """Between :meth:`start` and :meth:`stop` (the upkeep does nothing outside)."""
 
@@ -129,11 +139,12 @@ class Runtime:
             return
         try:
             listed = sessions.others(watch, self.scope)
+            self.scope.log_events = time.monotonic() < self.observed_until or sessions.observed(watch, self.scope)
         except sqlite3.Error:
             return
         for session, path in listed:
             await self._probe(session, Path(path))
-        await self.db.run(self._checkpoint)
+        await asyncio.wrap_future(self.db.submit(self._checkpoint))
         if time.monotonic() - self._last_sweep > SWEEP_EVERY:
             self._last_sweep = time.monotonic()
             await self.write(self._sweep)
@@ -152,10 +163,24 @@ class Runtime:
             logger.info("session %s of %s was dead: its claims are back on the board", session, self.options.path)
 
     def _checkpoint(self) -> None:
+        """(On the connection's thread.) A passive checkpoint; past :data:`TRUNCATE_OVER` frames a truncating
+        one, tried again after a growing pause while readers keep it from passing (warned about)."""
+        now = time.monotonic()
+        truncating = now >= self._truncate_after
         try:
-            self.db.checkpoint()
+            busy, frames, _ = self.db.checkpoint(TRUNCATE_OVER if truncating else 1 << 62)
         except sqlite3.Error as error:
             logger.debug("checkpoint of %s: %s", self.options.path, error)
+            return
+        if not (truncating and frames > TRUNCATE_OVER and busy):
+            self._truncate_backoff = TRUNCATE_BACKOFF
+            return
+        self._truncate_after = now + self._truncate_backoff
+        self._truncate_backoff = min(self._truncate_backoff * 2, 8.0)
+        if frames > WARN_FRAMES and now - self._warned_at > 60:
+            self._warned_at = now
+            logger.warning("the WAL of %s holds %d pages and cannot be checkpointed: a reader keeps a transaction "
+                           "open (checkpoint starvation); it shrinks once that reader ends", self.options.path, frames)
 
     def _sweep(self, conn: sqlite3.Connection, fx: Effects) -> None:
         now = time.time()

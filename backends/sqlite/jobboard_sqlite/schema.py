@@ -8,12 +8,16 @@ from __future__ import annotations
 import sqlite3
 
 SCHEMA_VERSION = 1
+PAGE_SIZE = 1024
+"""Bytes per page of a new file: every commit appends the pages it touched to the WAL, so small pages
+keep the WAL's write volume (and its growth while a reader starves the checkpoints) small."""
 
 UNCLAIMED, CLAIMED, WAITING, TRASHED, MALFORMED = 0, 1, 2, 3, 9
 
 DDL = """
 CREATE TABLE IF NOT EXISTS jb_board(
-    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, last_seq INTEGER NOT NULL DEFAULT 0);
+    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, last_seq INTEGER NOT NULL DEFAULT 0,
+    observed_until REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS jb_session(
     id TEXT PRIMARY KEY, board INTEGER NOT NULL, pid INTEGER NOT NULL, started REAL NOT NULL,
     lock_path TEXT NOT NULL, addr BLOB, waiting REAL, names TEXT);
@@ -57,6 +61,7 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
     """
     conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
     try:
+        conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new file only
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"journal_mode is {mode}, not wal (is the directory writable?)")

@@ -75,7 +75,7 @@ def finish(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
         row = conn.execute("SELECT addr FROM jb_session WHERE id=?", (session,)).fetchone()
         if row is not None:
             fx.wake.append((session, row[0]))
-    if fx.events:
+    if fx.events and scope.log_events:
         conn.executemany(
             "INSERT INTO jb_event(board, session, kind, job, detail) VALUES (?,?,?,?,?)",
             [(scope.board, scope.session, e.kind.value, e.job_id, e.detail) for e in fx.events])
@@ -104,6 +104,20 @@ def events_after(conn: sqlite3.Connection, scope: Scope, after: int) -> list[tup
     """Events of this board logged after id ``after`` (``id, session, kind, job, detail``)."""
     return conn.execute("SELECT id, session, kind, job, detail FROM jb_event WHERE board=? AND id>? ORDER BY id"
                         " LIMIT 5000", (scope.board, after)).fetchall()
+
+
+OBSERVED_FOR = 10.0
+"""Seconds one refresh of a subscription keeps the writers of a board logging their events."""
+
+
+def observe(conn: sqlite3.Connection, scope: Scope) -> None:
+    """Ask every session of the board to log its events for the next :data:`OBSERVED_FOR` seconds."""
+    conn.execute("UPDATE jb_board SET observed_until=? WHERE id=?", (time.time() + OBSERVED_FOR, scope.board))
+
+
+def observed(conn: sqlite3.Connection, scope: Scope) -> bool:
+    row = conn.execute("SELECT observed_until FROM jb_board WHERE id=?", (scope.board,)).fetchone()
+    return row is not None and row[0] > time.time()
 
 
 def prune_events(conn: sqlite3.Connection) -> None:

@@ -127,10 +127,12 @@ class Waiting:
             signals.waiting -= 1
 
     def observed(self) -> None:
-        """A subscriber came: read the other sessions' events from the log from now on."""
+        """A subscriber came: the boards of this process log their events from now on, those of other
+        processes from their next upkeep (within ``reap_interval``); read the log from now on."""
         backend = self.backend
         if self._tailing or backend._watch is None:
             return
+        self._observe_locally()
         try:
             self._cursor = int(backend._watch.execute("SELECT coalesce(max(id), 0) FROM jb_event").fetchone()[0])
         except sqlite3.Error:
@@ -140,10 +142,20 @@ class Waiting:
         backend.signals.kick()
         backend.services.spawn(self._tail(), name="jobboard-sqlite-events")
 
+    def _observe_locally(self) -> None:
+        for board in self.backend.local_boards():
+            board.scope.log_events = True
+            board.runtime.observed_until = time.monotonic() + sessions.OBSERVED_FOR
+
     async def _tail(self) -> None:
         backend, signals = self.backend, self.backend.signals
+        refreshed = 0.0
         try:
             while backend.is_open and backend.hub.has_subscribers:
+                if time.monotonic() - refreshed > sessions.OBSERVED_FOR / 3:
+                    refreshed = time.monotonic()
+                    self._observe_locally()
+                    await backend._write(lambda conn, fx: sessions.observe(conn, backend.scope))
                 change = signals.change()
                 try:
                     rows = await backend._read(functools.partial(sessions.events_after, scope=backend.scope,
