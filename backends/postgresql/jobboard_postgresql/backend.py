@@ -284,8 +284,27 @@ class PostgresBackend(Backend):
 
     async def consume_and_claim_next(self, claim: Claim, settle: Settle,
                                      names: Collection[str] | None) -> Claim | None:
-        await self.settle(claim, settle)
-        return await self.claim_next(claim.owner, names)
+        """One call: the consume, then the next claim in the same transaction (one round trip)."""
+        if settle.connection is not None:
+            await self.settle(claim, settle)
+            return await self.claim_next(claim.owner, names)
+        return await self._delivered(self._consume_and_claim_next(claim, settle, names))
+
+    async def _consume_and_claim_next(self, claim: Claim, settle: Settle,
+                                      names: Collection[str] | None) -> Claim | None:
+        async with self._writing():
+            try:
+                taken, malformed = await self.writer.consume_and_claim_next(claim, settle, names)
+            finally:
+                self.waiting.settled(claim.job.id)
+        self.waiting.work()
+        self.waiting.outcome_signal.fire()
+        if malformed is not None:
+            self.report_malformed(str(malformed), "not a valid posting")
+            return await self._claim_next(claim.owner, names)
+        if taken is not None:
+            self.waiting.claimed(taken, self.writer.session_id)
+        return taken
 
     async def _delivered(self, claiming: Coroutine[Any, Any, Claim | None]) -> Claim | None:
         """Run a claim so that a caller cancelled while it is in flight leaves no job claimed by no one:

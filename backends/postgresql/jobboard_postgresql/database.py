@@ -54,6 +54,11 @@ def permanent(error: BaseException, what: str) -> JobBoardError:
     return BoardConflict(f"postgresql: {what} failed: {error} (SQLSTATE {state or 'none'})")
 
 
+async def _no_reset(connection: asyncpg.Connection) -> None:
+    """A pooled connection needs no reset between calls (asyncpg's default costs a round trip per call):
+    the board's calls change no session state (no SET, LISTEN or session lock; their transactions end)."""
+
+
 class Database:
     """The pool of one board; :meth:`run` is how the rest of the backend talks to the server."""
 
@@ -68,7 +73,7 @@ class Database:
         self.pool = await self._retry_connect(lambda: asyncpg.create_pool(
             self.options.dsn, min_size=1, max_size=self.options.pool_size, timeout=self.options.connect_timeout,
             server_settings={"idle_in_transaction_session_timeout": str(idle_tx)},
-            max_inactive_connection_lifetime=60.0))
+            max_inactive_connection_lifetime=60.0, reset=_no_reset))
 
     async def _retry_connect(self, connect: Callable[[], Awaitable[T]]) -> T:
         deadline = time.monotonic() + self.options.connect_timeout
@@ -105,7 +110,7 @@ class Database:
             if pool is None:
                 raise BackendUnavailable(f"postgresql: {what}: the board's pool is closed")
             try:
-                async with pool.acquire(timeout=max(0.5, deadline - time.monotonic())) as connection:
+                async with pool.acquire() as connection:
                     return await call(connection, retry)
             except JobBoardError:
                 raise

@@ -15,9 +15,6 @@ FUNCTIONS = r"""
 CREATE OR REPLACE FUNCTION jb.now() RETURNS float8 LANGUAGE sql AS
 $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
 
-CREATE OR REPLACE FUNCTION jb.ev(p_board text, p_kind text, p_job bigint, p_detail text) RETURNS void
-LANGUAGE sql AS $$ INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, p_kind, p_job, p_detail) $$;
-
 CREATE OR REPLACE FUNCTION jb.wake(p_board text) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE v bigint;
 BEGIN
@@ -36,11 +33,8 @@ BEGIN
   END IF;
 END $$;
 
-CREATE OR REPLACE FUNCTION jb.alive(p_ns int, p_session bigint) RETURNS boolean LANGUAGE plpgsql AS $$
-BEGIN
-  PERFORM 1 FROM jb.session WHERE id = p_session FOR KEY SHARE;
-  RETURN FOUND AND NOT pg_try_advisory_xact_lock(p_ns, p_session::int);
-END $$;
+CREATE OR REPLACE FUNCTION jb.alive(p_ns int, p_session bigint) RETURNS boolean LANGUAGE sql AS $$
+  SELECT NOT pg_try_advisory_xact_lock(p_ns, p_session::int) $$;
 
 CREATE OR REPLACE FUNCTION jb.post(
   p_board text, p_name text, p_rank smallint, p_max int, p_not_before float8, p_key text, p_token uuid,
@@ -53,7 +47,7 @@ DECLARE v_id bigint; v_state smallint; k jb.key%ROWTYPE; v_n int := coalesce(car
 BEGIN
   IF p_retry THEN
     RETURN QUERY SELECT j.id, j.state, j.attempts, j.not_before, j.posting, j.last_error, j.progress, j.key,
-                        NULL::text FROM jb.job j WHERE j.token = p_token;
+                        NULL::text FROM jb.job j WHERE j.token = p_token AND j.board = p_board;
     IF FOUND THEN RETURN; END IF;
   END IF;
   LOOP
@@ -85,11 +79,14 @@ BEGIN
   END LOOP;
   v_state := CASE WHEN v_n > 0 THEN 2 WHEN p_not_before > jb.now() THEN 3 ELSE 0 END;
   INSERT INTO jb.job (id, board, name, rank, state, max_attempts, not_before, pending, key, token, keep_result,
-                      result_ttl, trash_ttl, posting)
+                      result_ttl, trash_ttl, posting, parents)
   VALUES (v_id, p_board, p_name, p_rank, v_state, p_max, p_not_before, v_n, p_key, p_token, p_keep, p_rttl,
-          p_tttl, p_posting);
-  IF v_n > 0 THEN INSERT INTO jb.dep (parent, child) SELECT d, v_id FROM unnest(p_deps) d; END IF;
-  PERFORM jb.ev(p_board, 'posted', v_id, p_name);
+          p_tttl, p_posting, v_n > 0);
+  IF v_n > 0 THEN
+    INSERT INTO jb.dep (parent, child) SELECT d, v_id FROM unnest(p_deps) d;
+    UPDATE jb.job SET children = true WHERE id = ANY(p_deps) AND NOT children;
+  END IF;
+  INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'posted', v_id, p_name);
   IF v_state <> 2 THEN PERFORM jb.wake(p_board); END IF;  -- a delayed job too: the woken one keeps its time
   RETURN QUERY SELECT v_id, v_state, 0, p_not_before, p_posting, NULL::bytea, NULL::bytea, p_key, NULL::text;
 END $$;
@@ -119,15 +116,17 @@ CREATE OR REPLACE FUNCTION jb.take(p_id bigint, p_session bigint, p_owner text, 
   OUT r_gen bigint, OUT r_attempts int, OUT r_posting bytea, OUT r_last_error bytea, OUT r_key text,
   OUT r_parents bigint[], OUT r_results bytea[])
 LANGUAGE plpgsql AS $$
-DECLARE v_board text;
+DECLARE v_board text; v_parents boolean;
 BEGIN
   UPDATE jb.job SET state = 1, gen = gen + 1, attempts = attempts + 1, session = p_session, owner = p_owner,
          nonce = p_nonce, not_before = NULL, progress = NULL WHERE id = p_id
-  RETURNING gen, attempts, posting, last_error, key, board
-       INTO r_gen, r_attempts, r_posting, r_last_error, r_key, v_board;
-  PERFORM jb.ev(v_board, 'claimed', p_id, p_owner);
-  SELECT array_agg(r.parent ORDER BY r.parent), array_agg(r.body ORDER BY r.parent) INTO r_parents, r_results
-    FROM jb.result r WHERE r.child = p_id;
+  RETURNING gen, attempts, posting, last_error, key, board, parents
+       INTO r_gen, r_attempts, r_posting, r_last_error, r_key, v_board, v_parents;
+  INSERT INTO jb.event (board, kind, job, detail) VALUES (v_board, 'claimed', p_id, p_owner);
+  IF v_parents THEN
+    SELECT array_agg(r.parent ORDER BY r.parent), array_agg(r.body ORDER BY r.parent) INTO r_parents, r_results
+      FROM jb.result r WHERE r.child = p_id;
+  END IF;
 END $$;
 
 CREATE OR REPLACE FUNCTION jb.retaken(p_session bigint, p_nonce uuid,
@@ -147,7 +146,7 @@ CREATE OR REPLACE FUNCTION jb.claim_next(p_board text, p_ns int, p_session bigin
   p_nonce uuid, p_retry boolean)
 RETURNS TABLE (r_id bigint, r_gen bigint, r_attempts int, r_posting bytea, r_last_error bytea, r_key text,
                r_parents bigint[], r_results bytea[])
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_sort = off AS $$
 DECLARE v_id bigint; v_attempts int; v_max int;
 BEGIN
   IF p_retry THEN
@@ -232,7 +231,7 @@ BEGIN
   INSERT INTO jb.result (child, parent, body) VALUES (p_child, p_parent, p_result) ON CONFLICT DO NOTHING;
   IF v_pending <= 0 THEN
     UPDATE jb.job SET state = CASE WHEN v_nb > jb.now() THEN 3 ELSE 0 END WHERE id = p_child;
-    PERFORM jb.ev(p_board, 'ready', p_child, v_name);
+    INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'ready', p_child, v_name);
     PERFORM jb.wake(p_board);
   END IF;
 END $$;
@@ -244,21 +243,23 @@ BEGIN
   DELETE FROM jb.job WHERE id = p_id RETURNING * INTO j;
   IF NOT FOUND THEN RETURN; END IF;
   INSERT INTO jb.trash (id, board, name, rank, attempts, not_before, pending, key, token, trash_ttl, posting,
-                        last_error, reason, trashed_at, max_attempts, keep_result, result_ttl, gen)
+                        last_error, reason, trashed_at, max_attempts, keep_result, result_ttl, gen, parents)
   VALUES (j.id, j.board, j.name, j.rank, j.attempts, j.not_before, j.pending, j.key, j.token, j.trash_ttl,
-          j.posting, j.last_error, p_reason, jb.now(), j.max_attempts, j.keep_result, j.result_ttl, j.gen)
+          j.posting, j.last_error, p_reason, jb.now(), j.max_attempts, j.keep_result, j.result_ttl, j.gen, j.parents)
   ON CONFLICT (id) DO NOTHING;
   IF j.key IS NOT NULL THEN
     PERFORM jb.settle_key(p_board, j.key, p_id, j.posting, j.attempts, j.not_before, j.last_error);
   END IF;
-  PERFORM jb.ev(p_board, 'trashed', p_id, p_reason);
+  INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'trashed', p_id, p_reason);
   IF j.state = 1 THEN PERFORM jb.tell(j.session, p_caller, p_id); END IF;
-  DELETE FROM jb.dep WHERE child = p_id;
-  FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
-    PERFORM jb.trash_job(p_board, c.child,
-                         'dependency ' || p_id || ' (' || j.name || ') was trashed: ' || p_reason, p_caller);
-  END LOOP;
-  DELETE FROM jb.dep WHERE parent = p_id;
+  IF j.parents THEN DELETE FROM jb.dep WHERE child = p_id; END IF;
+  IF j.children THEN
+    FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
+      PERFORM jb.trash_job(p_board, c.child,
+                           'dependency ' || p_id || ' (' || j.name || ') was trashed: ' || p_reason, p_caller);
+    END LOOP;
+    DELETE FROM jb.dep WHERE parent = p_id;
+  END IF;
 END $$;
 
 CREATE OR REPLACE FUNCTION jb.consume(p_board text, p_ns int, p_session bigint, p_id bigint, p_gen bigint,
@@ -281,13 +282,31 @@ BEGIN
     INSERT INTO jb.kept (id, board, result, at, ttl) VALUES (p_id, p_board, p_result, jb.now(), j.result_ttl)
     ON CONFLICT (id) DO UPDATE SET result = EXCLUDED.result, at = EXCLUDED.at, ttl = EXCLUDED.ttl;
   END IF;
-  DELETE FROM jb.result WHERE child = p_id;
-  PERFORM jb.ev(p_board, 'consumed', p_id, j.name);
-  PERFORM jb.tell(j.session, p_session, p_id);
-  FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
-    PERFORM jb.deliver(p_board, c.child, p_id, p_result);
-  END LOOP;
-  DELETE FROM jb.dep WHERE parent = p_id;
+  IF j.parents THEN DELETE FROM jb.result WHERE child = p_id; END IF;
+  INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'consumed', p_id, j.name);
+  IF j.session <> p_session THEN PERFORM jb.tell(j.session, p_session, p_id); END IF;
+  IF j.children THEN
+    FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
+      PERFORM jb.deliver(p_board, c.child, p_id, p_result);
+    END LOOP;
+    DELETE FROM jb.dep WHERE parent = p_id;
+  END IF;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.consume_next(p_board text, p_ns int, p_session bigint, p_id bigint, p_gen bigint,
+  p_owner text, p_result bytea, p_retry boolean, p_names text[], p_nonce uuid)
+RETURNS TABLE (r_status smallint, r_detail text, r_id bigint, r_gen bigint, r_attempts int, r_posting bytea,
+               r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[])
+LANGUAGE plpgsql AS $$
+DECLARE c record;
+BEGIN
+  SELECT * INTO c FROM jb.consume(p_board, p_ns, p_session, p_id, p_gen, p_owner, p_result, p_retry);
+  r_status := c.r_status; r_detail := c.r_detail;
+  IF r_status = 0 AND jb.alive(p_ns, p_session) THEN
+    SELECT * INTO r_id, r_gen, r_attempts, r_posting, r_last_error, r_key, r_parents, r_results
+      FROM jb.claim_next(p_board, p_ns, p_session, p_owner, p_names, p_nonce, p_retry);
+  END IF;
+  RETURN NEXT;
 END $$;
 
 CREATE OR REPLACE FUNCTION jb.release(p_board text, p_ns int, p_session bigint, p_id bigint, p_gen bigint,
@@ -306,7 +325,7 @@ BEGIN
          owner = NULL, nonce = NULL, progress = NULL, last_error = coalesce(p_error, last_error)
    WHERE id = p_id;
   INSERT INTO jb.done (id, gen, action) VALUES (p_id, p_gen, 'a');
-  PERFORM jb.ev(p_board, 'released', p_id, 'abandoned by ' || p_owner);
+  INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'released', p_id, 'abandoned by ' || p_owner);
   PERFORM jb.tell((h.o_job).session, p_session, p_id);
   PERFORM jb.wake(p_board);
 END $$;
@@ -317,7 +336,7 @@ BEGIN
   UPDATE jb.job SET state = 0, attempts = attempts - 1, session = NULL, owner = NULL, nonce = NULL, progress = NULL
    WHERE id = p_id AND board = p_board AND state = 1 AND gen = p_gen AND owner = p_owner;
   IF NOT FOUND THEN RETURN false; END IF;
-  PERFORM jb.ev(p_board, 'released', p_id, 'claim by ' || p_owner || ' cancelled before its caller had it');
+  INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'released', p_id, 'claim by ' || p_owner || ' cancelled before its caller had it');
   PERFORM jb.wake(p_board);
   RETURN true;
 END $$;
@@ -363,7 +382,7 @@ DECLARE j record; n int := 0;
 BEGIN
   FOR j IN SELECT id, board, owner FROM jb.job WHERE session = p_session AND state = 1 ORDER BY id FOR UPDATE LOOP
     UPDATE jb.job SET state = 0, session = NULL, owner = NULL, nonce = NULL, progress = NULL WHERE id = j.id;
-    PERFORM jb.ev(j.board, 'released', j.id, 'owner ' || j.owner || ' ' || p_why);
+    INSERT INTO jb.event (board, kind, job, detail) VALUES (j.board, 'released', j.id, 'owner ' || j.owner || ' ' || p_why);
     PERFORM jb.wake(j.board);
     n := n + 1;
   END LOOP;
@@ -385,6 +404,10 @@ BEGIN
       DELETE FROM jb.session WHERE id = s.id;  -- waits for claims in flight under it (FOR KEY SHARE)
       n := n + 1 + jb.release_session(s.id, 'lost its session');
     END IF;
+  END LOOP;
+  FOR s IN SELECT DISTINCT j.session AS id FROM jb.job j WHERE j.state = 1
+            AND NOT EXISTS (SELECT 1 FROM jb.session x WHERE x.id = j.session) LOOP
+    n := n + jb.release_session(s.id, 'lost its session');  -- a claim that raced its session's reaping
   END LOOP;
   RETURN n;
 END $$;
@@ -411,10 +434,10 @@ BEGIN
   END IF;
   r_attempts := CASE WHEN p_reset THEN 0 ELSE t.attempts END;
   INSERT INTO jb.job (id, board, name, rank, state, gen, attempts, max_attempts, not_before, pending, key, token,
-                      keep_result, result_ttl, trash_ttl, posting, last_error)
+                      keep_result, result_ttl, trash_ttl, posting, last_error, parents)
   VALUES (t.id, t.board, t.name, t.rank, 0, t.gen, r_attempts, t.max_attempts, NULL, 0, r_key, t.token,
-          t.keep_result, t.result_ttl, t.trash_ttl, t.posting, t.last_error);
-  PERFORM jb.ev(p_board, 'posted', p_id, t.name);
+          t.keep_result, t.result_ttl, t.trash_ttl, t.posting, t.last_error, t.parents);
+  INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'posted', p_id, t.name);
   PERFORM jb.wake(p_board);
   r_status := 0; r_posting := t.posting; r_last_error := t.last_error;
 END $$;
@@ -428,6 +451,7 @@ CREATE OR REPLACE FUNCTION jb.purge(p_board text, p_older_than float8) RETURNS i
 
 CREATE OR REPLACE FUNCTION jb.sweep(p_board text, p_ns int, p_rttl float8, p_tttl float8, p_retention float8)
 RETURNS void LANGUAGE plpgsql AS $$
+DECLARE v_xid xid8;
 BEGIN
   DELETE FROM jb.kept WHERE board = p_board AND coalesce(ttl, p_rttl) > 0
      AND at + coalesce(ttl, p_rttl) <= jb.now();
@@ -436,9 +460,12 @@ BEGIN
        k AS (DELETE FROM jb.key k USING t WHERE k.board = p_board AND k.key = t.key AND k.job_id = t.id)
   DELETE FROM jb.result r USING t WHERE r.child = t.id;
   DELETE FROM jb.key WHERE board = p_board AND settled_at <= jb.now() - p_retention;
+  SELECT e.xid INTO v_xid FROM jb.event e WHERE e.board = p_board AND e.at >= now() - interval '2 minutes'
+   ORDER BY e.board, e.xid LIMIT 1;
+  DELETE FROM jb.event e WHERE e.board = p_board AND (v_xid IS NULL OR e.xid < v_xid)
+     AND e.at < now() - interval '2 minutes';
   IF pg_try_advisory_xact_lock(p_ns, -2) THEN
     DELETE FROM jb.done WHERE at < now() - interval '10 minutes';
-    DELETE FROM jb.event WHERE at < now() - interval '2 minutes';
   END IF;
 END $$;
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from jobboard_postgresql.functions import FUNCTIONS
 
-VERSION = 2
+VERSION = 5
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;
@@ -54,14 +54,15 @@ CREATE TABLE IF NOT EXISTS jb.job (
   trash_ttl float8,
   posting bytea NOT NULL,
   last_error bytea,
-  progress bytea
+  progress bytea,
+  parents boolean NOT NULL DEFAULT false,
+  children boolean NOT NULL DEFAULT false
 ) WITH (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_threshold = 1000,
         autovacuum_vacuum_cost_delay = 1, autovacuum_analyze_scale_factor = 0.05);
 CREATE INDEX IF NOT EXISTS job_ready ON jb.job (board, rank, id) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS job_order ON jb.job (board, rank, id);
 CREATE INDEX IF NOT EXISTS job_delayed ON jb.job (board, not_before) WHERE state = 3;
 CREATE INDEX IF NOT EXISTS job_claimed ON jb.job (session) WHERE state = 1;
-CREATE UNIQUE INDEX IF NOT EXISTS job_token ON jb.job (token);
 CREATE TABLE IF NOT EXISTS jb.dep (parent bigint NOT NULL, child bigint NOT NULL, PRIMARY KEY (parent, child));
 CREATE TABLE IF NOT EXISTS jb.result (child bigint NOT NULL, parent bigint NOT NULL, body bytea NOT NULL,
   PRIMARY KEY (child, parent));
@@ -69,7 +70,8 @@ CREATE TABLE IF NOT EXISTS jb.trash (
   id bigint PRIMARY KEY, board text NOT NULL, name text NOT NULL, rank smallint NOT NULL,
   attempts int NOT NULL, not_before float8, pending int NOT NULL, key text, token uuid,
   trash_ttl float8, posting bytea NOT NULL, last_error bytea, reason text NOT NULL, trashed_at float8 NOT NULL,
-  max_attempts int, keep_result boolean NOT NULL, result_ttl float8, gen bigint NOT NULL);
+  max_attempts int, keep_result boolean NOT NULL, result_ttl float8, gen bigint NOT NULL,
+  parents boolean NOT NULL DEFAULT false);
 CREATE INDEX IF NOT EXISTS trash_board ON jb.trash (board, trashed_at);
 CREATE TABLE IF NOT EXISTS jb.kept (id bigint PRIMARY KEY, board text NOT NULL, result bytea NOT NULL,
   at float8 NOT NULL, ttl float8);
@@ -88,11 +90,10 @@ CREATE TABLE IF NOT EXISTS jb.entity (
   metadata bytea NOT NULL, PRIMARY KEY (board, name));
 CREATE INDEX IF NOT EXISTS entity_session ON jb.entity (session);
 CREATE UNLOGGED TABLE IF NOT EXISTS jb.event (
-  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, board text NOT NULL,
+  id bigint GENERATED ALWAYS AS IDENTITY, board text NOT NULL,
   xid xid8 NOT NULL DEFAULT pg_current_xact_id(), kind text NOT NULL, job bigint, detail text NOT NULL,
   at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX IF NOT EXISTS event_board ON jb.event (board, xid);
-CREATE INDEX IF NOT EXISTS event_at ON jb.event (at);
 """
 
 

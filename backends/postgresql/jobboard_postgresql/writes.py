@@ -195,6 +195,29 @@ class Writer:
 
         fenced(claim, await self.db.run(settle.action.value, call))
 
+    async def consume_and_claim_next(self, claim: Claim, settle: Settle,
+                                     names: Collection[str] | None) -> tuple[Claim | None, int | None]:
+        """The consume, then (only if it was applied and the session lives) ``claim_next``, in one call
+        and one transaction. :raises ClaimLost: / :raises NotOwner: nothing changed, nothing claimed."""
+        job_id = int(claim.job.id) if is_job_id(claim.job.id) else 0
+        nonce, wanted = str(uuid.uuid4()), None if names is None else list(names)
+
+        async def call(connection: asyncpg.Connection, retry: bool) -> Any:
+            return await connection.fetchrow(
+                f"SELECT * FROM {self.s}.consume_next($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::uuid)", self.board,
+                self.ns, self.session_id, job_id, claim.generation, claim.owner, settle.encoded_result, retry,
+                wanted, nonce)
+
+        row = await self.db.run("consume_and_claim_next", call)
+        fenced(claim, row)
+        if row["r_id"] is None:
+            return None, None
+        try:
+            return claim_of(row["r_id"], claim.owner, row), None
+        except MalformedEntry:
+            await self.set_aside(row["r_id"])
+            return None, row["r_id"]
+
     async def report_progress(self, claim: Claim, progress: Progress) -> None:
         job_id = int(claim.job.id) if is_job_id(claim.job.id) else 0
 
