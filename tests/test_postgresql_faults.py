@@ -1,0 +1,141 @@
+"""postgresql:// under faults: connections terminated under load, and calls retried after a lost reply.
+
+- ``pg_terminate_backend`` of the boards' connections (pool and session), every 0.1-0.3 s for 8 s,
+  while two boards' claimers consume 300 jobs: every job consumed exactly once by a consume that
+  returned normally, none lost, none trashed, no consume reported applied twice.
+- A call whose reply was lost is sent again marked as a retry (what ``Database.run`` does after a
+  transient failure): the post finds its job by its token, the claim its claim by its nonce, the
+  consume its evidence. Sent again unmarked, the consume would say ``ClaimLost`` of its own write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import uuid
+from collections import Counter
+from typing import Any
+
+import anyio
+import asyncpg
+import pytest
+
+from jobboard import JobBoard, NewJob, open_board
+from jobboard.backend import Prepared
+from jobboard.errors import BackendUnavailable, ClaimLost
+from jobboard_postgresql import PostgresBackend
+from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
+
+pytestmark = pytest.mark.timeout(90)
+
+
+async def test_terminated_connections_under_load_lose_nothing_and_consume_nothing_twice(
+    postgresql_url: str,  # noqa: F811
+) -> None:
+    tag = f"faults-{uuid.uuid4().hex[:8]}"
+    url = f"{postgresql_url}?board={tag}&application_name={tag}&session_timeout=2&reap_interval=0.2"
+    consumed: Counter[str] = Counter()
+    kills = 0
+    async with open_board(url) as poster, open_board(url) as one, open_board(url) as two:
+        jobs = {job.id for job in await poster.post_many([NewJob("work", {"n": n}) for n in range(300)])}
+        admin = await asyncpg.connect(postgresql_url)
+        done = anyio.Event()
+
+        async def killer() -> None:
+            nonlocal kills
+            with anyio.move_on_after(8):
+                while True:
+                    await anyio.sleep(0.1 + random.random() * 0.2)
+                    kills += await admin.fetchval(
+                        "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity "
+                        "WHERE application_name = $1 ORDER BY random() LIMIT 2) victims", tag)
+
+        async def watch() -> None:
+            with anyio.fail_after(60):
+                for _ in itertools.count():  # polled: the claimers' counts are plain data
+                    if jobs <= set(consumed) and not await poster.job_count():
+                        break
+                    await anyio.sleep(0.05)
+            done.set()
+
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(killer)
+                for board in (one, two, one, two):
+                    group.start_soon(claimer, board, consumed, done)
+                await watch()
+                group.cancel_scope.cancel()
+        finally:
+            await admin.close()
+        print(f"{kills} connections terminated; {len(consumed)} jobs consumed")
+        assert kills >= 20
+        assert set(consumed) == jobs and max(consumed.values()) == 1
+        assert [item async for item in poster.trashed()] == []
+
+
+async def claimer(board: JobBoard, consumed: Counter[str], done: anyio.Event) -> None:
+    """Claim and consume until ``done``, counting the consumes that returned normally."""
+    while not done.is_set():
+        try:
+            claim = await board.claim_next("w")
+            if claim is None:
+                with anyio.move_on_after(0.2):
+                    await board.wait()
+                continue
+            await anyio.sleep(random.random() * 0.002)
+            await board.consume(claim)
+            consumed[claim.job.id] += 1
+        except (ClaimLost, BackendUnavailable):
+            continue  # its session was cut: the job comes back
+
+
+@pytest.fixture
+async def backend(postgresql_url: str) -> Any:  # noqa: F811
+    async with open_board(f"{postgresql_url}?board=replies-{uuid.uuid4().hex}") as board:
+        assert isinstance(board.backend, PostgresBackend)
+        yield board.backend
+
+
+async def test_a_post_sent_again_after_a_lost_reply_finds_its_job(backend: PostgresBackend) -> None:
+    from jobboard.board.codec import build_posting, encode_posting
+
+    posting = build_posting("once", {}, priority=0, depends_on=(), max_attempts=None, keep_result=False,
+                            created_at=0.0)
+    prepared = Prepared(posting, encode_posting(posting))
+    writer = backend.writer
+    assert backend.db.pool is not None
+    first = await backend.db.pool.fetchrow(writer.post_call(), *writer.post_args(prepared, False))  # reply "lost"
+    again = await backend.db.pool.fetchrow(writer.post_call(), *writer.post_args(prepared, True))
+    assert again["r_id"] == first["r_id"]
+    assert await backend.job_count() == 1
+
+
+async def test_a_claim_and_a_consume_sent_again_after_a_lost_reply_find_their_effect(
+    backend: PostgresBackend,
+) -> None:
+    pool, s, ns, session = backend.db.pool, f'"{backend.options.schema}"', backend.options.ns, backend.writer.session_id
+    assert pool is not None
+    board = backend.options.board
+    for _ in range(2):
+        await pool.fetchrow(backend.writer.post_call(),
+                            *backend.writer.post_args(_prepared(), False))
+    nonce = str(uuid.uuid4())
+    claim_next = f"SELECT * FROM {s}.claim_next($1, $2, $3, 'w', NULL, $4::uuid, $5)"
+    first = await pool.fetchrow(claim_next, board, ns, session, nonce, False)  # reply "lost"
+    again = await pool.fetchrow(claim_next, board, ns, session, nonce, True)
+    assert (again["r_id"], again["r_gen"]) == (first["r_id"], first["r_gen"])  # not a second job
+    assert await pool.fetchval(f"SELECT count(*) FROM {s}.job WHERE board = $1 AND state = 1", board) == 1
+    consume = f"SELECT * FROM {s}.consume($1, $2, $3, $4, $5, 'w', '\\xc0'::bytea, $6)"
+    assert (await pool.fetchrow(consume, board, ns, session, first["r_id"], first["r_gen"], False))["r_status"] == 0
+    retried = await pool.fetchrow(consume, board, ns, session, first["r_id"], first["r_gen"], True)
+    unmarked = await pool.fetchrow(consume, board, ns, session, first["r_id"], first["r_gen"], False)
+    assert (retried["r_status"], unmarked["r_status"]) == (0, 1)  # applied (its evidence), and stale otherwise
+    await asyncio.sleep(0)
+
+
+def _prepared() -> Prepared:
+    from jobboard.board.codec import build_posting, encode_posting
+
+    posting = build_posting("x", {}, priority=0, depends_on=(), max_attempts=None, keep_result=False, created_at=0.0)
+    return Prepared(posting, encode_posting(posting))
