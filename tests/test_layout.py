@@ -1,0 +1,245 @@
+"""The layout docs/architecture.md describes, checked from the source (ast, nothing imported):
+
+- no import circles among the modules of ``jobboard/`` and of each in-tree backend;
+- no import runs back up: ``jobboard/`` never imports a backend, and a backend imports only the layer below it
+  (``jobboard.backend``, ``jobboard.job``, ``jobboard.errors``, ``jobboard.board.*``), whose modules import
+  nothing above them;
+- no module under ``jobboard/`` carries a folder's name as a prefix (``worker_job.py``: a folder never made);
+- docs/architecture.md gives every module one line;
+- the trace of one job from ``post`` through a worker to ``consume`` on memory:// is the list the page gives.
+
+An import counts wherever it is written (a function's lazy import runs too), except under ``if TYPE_CHECKING:``
+(never run). ``from package import name`` of a lazily exporting package counts as an import of the module the
+name comes from.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import re
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "jobboard"
+BACKENDS = ROOT / "backends"
+PAGE = ROOT / "docs" / "architecture.md"
+BELOW_BACKENDS = ("jobboard.backend", "jobboard.job", "jobboard.errors", "jobboard.board")
+"""What a backend may import from jobboard (``jobboard.board`` and its modules)."""
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    tree: ast.Module
+    exports: dict[str, str] = field(default_factory=dict)
+    """For a package: name -> the module it comes from (its ``from M import name`` lines, lazy ones included)."""
+
+
+def within(name: str, packages: tuple[str, ...]) -> bool:
+    """``name`` is one of ``packages`` or a module inside one."""
+    return any(name == package or name.startswith(f"{package}.") for package in packages)
+
+
+def module_name(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def source_modules() -> dict[str, Module]:
+    """Every module of jobboard/ and of the in-tree backend packages, by dotted name."""
+    found: dict[str, Module] = {}
+    roots = [(PACKAGE, ROOT)] + [(package, package.parent) for package in sorted(BACKENDS.glob("*/jobboard_*"))]
+    for package, base in roots:
+        for path in sorted(package.rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+            found[module_name(path, base)] = Module(module_name(path, base), path, tree)
+    for module in found.values():
+        if module.path.name == "__init__.py":
+            module.exports = {alias.asname or alias.name: node.module for node in ast.walk(module.tree)
+                              if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+                              for alias in node.names}
+    return found
+
+
+def run_time_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement except those under ``if TYPE_CHECKING:``."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def imported(module: Module, modules: dict[str, Module]) -> set[str]:
+    """The modules (of ``modules``) that ``module`` imports when it runs."""
+    targets: set[str] = set()
+    for node in run_time_imports(module.tree):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+            continue
+        assert node.level == 0, f"{module.path}: relative import"
+        for alias in node.names:
+            target = f"{node.module}.{alias.name}"
+            if target not in modules:
+                package = modules.get(node.module or "")
+                target = package.exports.get(alias.name, node.module or "") if package else node.module or ""
+            targets.add(target)
+    return {target for target in targets if target in modules and target != module.name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = source_modules()
+    return {name: imported(module, modules) for name, module in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while (member := stack.pop()) != node:
+                component.append(member)
+            if component:
+                found.append(sorted([node, *component]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_jobboard_never_imports_a_backend() -> None:
+    graph = import_graph()
+    upward = {name: sorted(t for t in targets if t.startswith("jobboard_"))
+              for name, targets in graph.items() if name.split(".")[0] == "jobboard"}
+    assert {name: targets for name, targets in upward.items() if targets} == {}
+
+
+def test_backends_import_only_the_layer_below_them() -> None:
+    graph = import_graph()
+    wrong = {name: sorted(t for t in targets if within(t, ("jobboard",)) and not within(t, BELOW_BACKENDS))
+             for name, targets in graph.items() if name.startswith("jobboard_")}
+    assert {name: targets for name, targets in wrong.items() if targets} == {}
+
+
+def test_the_layer_below_the_backends_imports_nothing_above_it() -> None:
+    graph = import_graph()
+    below = [name for name in graph if within(name, BELOW_BACKENDS)]
+    assert len(below) > 10, below
+    wrong = {name: sorted(t for t in graph[name] if not within(t, (*BELOW_BACKENDS, "jobboard._exports")))
+             for name in below}
+    assert {name: targets for name, targets in wrong.items() if targets} == {}
+
+
+def test_no_module_name_carries_a_folders_name_as_a_prefix() -> None:
+    folders = {path.name for path in PACKAGE.rglob("*") if path.is_dir() and (path / "__init__.py").exists()}
+    prefixed = [str(path.relative_to(ROOT)) for path in PACKAGE.rglob("*.py")
+                if any(path.stem.lstrip("_").startswith(f"{folder}_") for folder in folders)]
+    assert prefixed == []
+
+
+def test_the_page_gives_every_module_one_line() -> None:
+    """Each module of jobboard/ and of each in-tree backend has its row in docs/architecture.md, and no row
+    names a module that is gone."""
+    text = PAGE.read_text(encoding="utf-8")
+    section = text[text.index("\n## Modules\n"):text.index("\n## ", text.index("\n## Modules\n") + 1)]
+    described = set(re.findall(r"^\| `((?:jobboard|backends)/[\w/]+\.py)` \| .{10,} \|$", section, re.MULTILINE))
+    modules = {str(module.path.relative_to(ROOT)) for module in source_modules().values()}
+    assert (sorted(modules - described), sorted(described - modules)) == ([], [])
+
+
+# -- the trace of one job --------------------------------------------------------------------------
+
+
+def files_run(url: str) -> list[str]:
+    """The files of jobboard/ and backends/ whose functions run while one job goes from ``board.post`` to its
+    consume by a worker already running (idle in ``board.wait()``). A first job warms every path up, so no
+    import is counted."""
+    from jobboard import Worker, WorkerConfig, open_board
+
+    seen: set[str] = set()
+
+    def record(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_filename.startswith((str(PACKAGE), str(BACKENDS))):
+            seen.add(frame.f_code.co_filename)
+
+    async def handler(ctx: object) -> dict[str, int]:
+        return {"ok": 1}
+
+    async def one_job(board: Any, traced: bool) -> None:
+        worker = Worker(board, handler, WorkerConfig())
+        async with asyncio.TaskGroup() as group:
+            group.create_task(worker.run())
+            await worker.started.wait()
+            await asyncio.sleep(0.3)  # the worker is idle in board.wait()
+            if traced:
+                sys.setprofile(record)
+                threading.setprofile(record)
+            try:
+                await board.post("resize", {"width": 64})
+                for _ in range(20_000):  # polled: a subscription or a waiter would add to the trace
+                    if worker.stats.consumed:
+                        break
+                    await asyncio.sleep(0.001)
+            finally:
+                sys.setprofile(None)
+                threading.setprofile(None)
+                worker.stop()
+
+    async def main() -> None:
+        async with asyncio.timeout(30), open_board(url) as board:
+            await one_job(board, traced=False)
+            await one_job(board, traced=True)
+            assert await board.job_count() == 0
+
+    asyncio.run(main())
+    return sorted(str(Path(path).relative_to(ROOT)) for path in seen)
+
+
+def traced_in_page(scheme: str) -> list[str]:
+    """The files docs/architecture.md lists for ``scheme`` under its trace (``<!-- trace: scheme -->``)."""
+    text = PAGE.read_text(encoding="utf-8")
+    block = re.search(rf"<!-- trace: {scheme} -->\n(.*?)\n<!-- /trace -->", text, re.DOTALL)
+    assert block is not None, f"no trace for {scheme}:// in {PAGE.name}"
+    return sorted(re.findall(r"`((?:jobboard|backends)/[\w/]+\.py)`", block[1]))
+
+
+def test_the_trace_on_memory_is_the_one_the_page_gives() -> None:
+    assert files_run(f"memory://trace-{uuid.uuid4().hex}") == traced_in_page("memory")
+
+
+@pytest.mark.timeout(60)
+def test_the_trace_on_zookeeper_is_the_one_the_page_gives(zk_hosts: str) -> None:
+    assert files_run(f"zookeeper://{zk_hosts}/trace/{uuid.uuid4().hex}") == traced_in_page("zookeeper")
