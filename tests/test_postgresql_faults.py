@@ -21,7 +21,7 @@ import anyio
 import asyncpg
 import pytest
 
-from jobboard import JobBoard, NewJob, open_board
+from jobboard import JobBoard, open_board
 from jobboard.backend import Prepared
 from jobboard.errors import BackendUnavailable, ClaimLost
 from jobboard_postgresql import PostgresBackend
@@ -34,44 +34,49 @@ async def test_terminated_connections_under_load_lose_nothing_and_consume_nothin
     postgresql_url: str,  # noqa: F811
 ) -> None:
     tag = f"faults-{uuid.uuid4().hex[:8]}"
-    url = f"{postgresql_url}?board={tag}&application_name={tag}&session_timeout=2&reap_interval=0.2"
+    board = f"board={tag}&session_timeout=2&reap_interval=0.2"
     consumed: Counter[str] = Counter()
-    kills = 0
-    async with open_board(url) as poster, open_board(url) as one, open_board(url) as two:
-        jobs = {job.id for job in await poster.post_many([NewJob("work", {"n": n}) for n in range(300)])}
+    jobs: set[str] = set()
+    kills = [0]
+    async with open_board(f"{postgresql_url}?{board}") as poster, \
+            open_board(f"{postgresql_url}?{board}&application_name={tag}") as one, \
+            open_board(f"{postgresql_url}?{board}&application_name={tag}") as two:
         admin = await asyncpg.connect(postgresql_url)
         done = anyio.Event()
-
-        async def killer() -> None:
-            nonlocal kills
-            with anyio.move_on_after(8):
-                while True:
-                    await anyio.sleep(0.1 + random.random() * 0.2)
-                    kills += await admin.fetchval(
-                        "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity "
-                        "WHERE application_name = $1 ORDER BY random() LIMIT 2) victims", tag)
-
-        async def watch() -> None:
-            with anyio.fail_after(60):
-                for _ in itertools.count():  # polled: the claimers' counts are plain data
-                    if jobs <= set(consumed) and not await poster.job_count():
-                        break
-                    await anyio.sleep(0.05)
-            done.set()
-
         try:
             async with anyio.create_task_group() as group:
-                group.start_soon(killer)
-                for board in (one, two, one, two):
-                    group.start_soon(claimer, board, consumed, done)
-                await watch()
-                group.cancel_scope.cancel()
+                group.start_soon(kill_for, admin, tag, 6.0, kills)
+                for claiming in (one, two, one, two):
+                    group.start_soon(claimer, claiming, consumed, done)
+                for n in range(400):  # a steady stream while the connections are cut
+                    jobs.add((await poster.post("work", {"n": n})).id)
+                    await anyio.sleep(0.015)
+                await until_all_consumed(poster, jobs, consumed)
+                done.set()
         finally:
             await admin.close()
-        print(f"{kills} connections terminated; {len(consumed)} jobs consumed")
-        assert kills >= 20
+        print(f"{kills[0]} connections terminated; {len(consumed)} jobs consumed")
+        assert kills[0] >= 15
         assert set(consumed) == jobs and max(consumed.values()) == 1
         assert [item async for item in poster.trashed()] == []
+
+
+async def kill_for(admin: asyncpg.Connection, tag: str, seconds: float, kills: list[int]) -> None:
+    """Terminate one or two of the connections named ``tag`` every 0.1-0.3 s for ``seconds``."""
+    with anyio.move_on_after(seconds):
+        while True:
+            await anyio.sleep(0.1 + random.random() * 0.2)
+            kills[0] += await admin.fetchval(
+                "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity "
+                "WHERE application_name = $1 ORDER BY random() LIMIT 2) victims", tag)
+
+
+async def until_all_consumed(poster: JobBoard, jobs: set[str], consumed: Counter[str]) -> None:
+    with anyio.fail_after(60):
+        for _ in itertools.count():  # polled: the claimers' counts are plain data
+            if jobs <= set(consumed) and not await poster.job_count():
+                return
+            await anyio.sleep(0.05)
 
 
 async def claimer(board: JobBoard, consumed: Counter[str], done: anyio.Event) -> None:
