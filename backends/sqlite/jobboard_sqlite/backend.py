@@ -118,18 +118,21 @@ class SqliteBackend(Backend):
     # -- plumbing -----------------------------------------------------------
 
     def _apply(self, fx: Effects) -> None:
-        """After a commit (on the event loop): publish, report, ring, wake this process's boards."""
-        for event in fx.events:
-            self.hub.publish(event)
+        """After a commit (on the event loop): publish, report, ring the sessions it popped or poked, and
+        when it changed a job, wake the waiters of this process's boards on the file (a write that changed
+        no job, such as marking this session waiting, wakes nobody: a waiter would wake itself)."""
         for job_id in fx.malformed:
             self.report_malformed(job_id)
         for session, address in fx.wake:
             ring(session, address)
-        self.signals.touched(event.job_id for event in fx.events)
+        if not fx.events:
+            return
+        for event in fx.events:
+            self.hub.publish(event)
+        touched = [event.job_id for event in fx.events]
         for board in list(_LOCAL_BOARDS.get(self.options.path, ())):
-            if board is not self:
-                board.signals.changed()
-        self.signals.changed()
+            board.signals.touched(touched)
+            board.signals.changed()
 
     def local_boards(self) -> list[SqliteBackend]:
         """The open boards of this process on this board (this one included)."""

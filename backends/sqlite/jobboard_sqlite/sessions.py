@@ -57,14 +57,17 @@ def others(conn: sqlite3.Connection, scope: Scope) -> list[tuple[str, str]]:
         "SELECT id, lock_path FROM jb_session WHERE board=? AND id!=?", (scope.board, scope.session))]
 
 
-def set_waiting(conn: sqlite3.Connection, scope: Scope, names: Collection[str] | None) -> None:
-    """Mark this session waiting for ``names`` (``None``: every job not internal)."""
+def set_waiting(conn: sqlite3.Connection, scope: Scope, names: Collection[str] | None) -> float:
+    """Mark this session waiting for ``names`` (``None``: every job not internal); return the mark."""
     listed = None if names is None else json.dumps(sorted(set(names)))
-    conn.execute("UPDATE jb_session SET waiting=?, names=? WHERE id=?", (time.time(), listed, scope.session))
+    mark = time.time()
+    conn.execute("UPDATE jb_session SET waiting=?, names=? WHERE id=?", (mark, listed, scope.session))
+    return mark
 
 
-def clear_waiting(conn: sqlite3.Connection, scope: Scope) -> None:
-    conn.execute("UPDATE jb_session SET waiting=NULL WHERE id=? AND waiting IS NOT NULL", (scope.session,))
+def clear_waiting(conn: sqlite3.Connection, scope: Scope, mark: float) -> None:
+    """Clear this session's waiting mark if it is still ``mark`` (not popped, not set again since)."""
+    conn.execute("UPDATE jb_session SET waiting=NULL WHERE id=? AND waiting=?", (scope.session, mark))
 
 
 def finish(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:

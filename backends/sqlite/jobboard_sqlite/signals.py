@@ -68,27 +68,37 @@ class Signals:
         for events in watchers.values():
             for event in events:
                 event.set()
-        self._poke.set()
 
     async def poll(self, conn: sqlite3.Connection, slow: float) -> None:
         """Run until cancelled: while anyone waits, read ``PRAGMA data_version`` every ``slow`` seconds
-        (``FAST_POLL`` while someone wants it) and wake everyone when another connection committed."""
-        last = conn.execute("PRAGMA data_version").fetchone()[0]
+        (``FAST_POLL`` while someone wants it) and wake everyone when another connection committed.
+        A poll that starts (someone began to wait) takes the version as it is then: it wakes nobody."""
+        last = None
         while True:
             if not self.waiting and not self.fast:
+                last = None
                 self._poke = anyio.Event()
                 await self._poke.wait()
-            with anyio.move_on_after(FAST_POLL if self.fast else slow):
+            if last is None:
+                last = self._version(conn)
+            fast = bool(self.fast)
+            with anyio.move_on_after(FAST_POLL if fast else slow):
                 self._poke = anyio.Event()
                 await self._poke.wait()
-            try:
-                version = conn.execute("PRAGMA data_version").fetchone()[0]
-            except sqlite3.Error:
-                continue
-            if version != last:
+            if fast != bool(self.fast) and self.fast:
+                continue  # asked to poll fast: start the shorter period now
+            version = self._version(conn)
+            if version is not None and version != last:
                 last = version
                 self.everything()
 
+    @staticmethod
+    def _version(conn: sqlite3.Connection) -> int | None:
+        try:
+            return int(conn.execute("PRAGMA data_version").fetchone()[0])
+        except sqlite3.Error:
+            return None
+
     def kick(self) -> None:
-        """Someone started waiting: let the poll see it."""
+        """Someone started waiting (or wants the fast poll): let the poll see it."""
         self._poke.set()

@@ -41,7 +41,7 @@ class Waiting:
 
     async def wait(self, names: Collection[str] | None) -> list[Job]:
         backend, signals = self.backend, self.backend.signals
-        marked = False
+        marked: list[float] = []
         signals.waiting += 1
         signals.kick()
         try:
@@ -49,35 +49,29 @@ class Waiting:
                 change = signals.change()
                 if not backend.is_open:
                     raise self._closed()
-                jobs, due = await self._look(names, mark=marked)
+                jobs, due = await self._look(names, marked)
                 if jobs:
                     return jobs
-                if not marked:
-                    jobs, due = await self._look(names, mark=True)
-                    marked = True
-                    if jobs:
-                        return jobs
                 timeout = float("inf") if due is None else max(0.0, due - time.time()) + 0.001
                 with anyio.move_on_after(timeout):
                     await change.wait()
         finally:
             signals.waiting -= 1
             if marked and backend.is_open:
-                self._unmark()
+                self._unmark(marked[-1])
 
-    async def _look(self, names: Collection[str] | None, mark: bool) -> tuple[list[Job], float | None]:
-        """The claimable jobs (and when the next delayed one is due); ``mark``: in a write transaction
-        that marks this session waiting when there are none."""
+    async def _look(self, names: Collection[str] | None, marked: list[float]) -> tuple[list[Job], float | None]:
+        """The claimable jobs (and when the next delayed one is due): a read, then (when it found none) the
+        same look in a write transaction that marks this session waiting (the mark appended to ``marked``)."""
         backend = self.backend
         malformed: list[str] = []
-        if not mark:
-            found = await backend._read(lambda conn: reads.claimable(conn, backend.scope, names, time.time(), malformed))
-        else:
+        found = await backend._read(lambda conn: reads.claimable(conn, backend.scope, names, time.time(), malformed))
+        if not found[0]:
 
             def look_and_mark(conn: sqlite3.Connection, fx: Effects) -> tuple[list[Job], float | None]:
                 result = reads.claimable(conn, backend.scope, names, time.time(), malformed)
                 if not result[0]:
-                    sessions.set_waiting(conn, backend.scope, names)
+                    marked.append(sessions.set_waiting(conn, backend.scope, names))
                 return result
 
             found = await backend._write(look_and_mark)
@@ -85,10 +79,10 @@ class Waiting:
             backend.report_malformed(job_id)
         return found
 
-    def _unmark(self) -> None:
+    def _unmark(self, mark: float) -> None:
         backend = self.backend
         try:
-            backend.db.submit(lambda: backend.db.write(lambda conn: sessions.clear_waiting(conn, backend.scope)))
+            backend.db.submit(lambda: backend.db.write(lambda conn: sessions.clear_waiting(conn, backend.scope, mark)))
         except RuntimeError:
             pass  # closing
 
