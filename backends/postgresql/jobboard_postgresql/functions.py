@@ -15,7 +15,7 @@ FUNCTIONS = r"""
 CREATE OR REPLACE FUNCTION jb.now() RETURNS float8 LANGUAGE sql AS
 $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
 
-CREATE OR REPLACE FUNCTION jb.wake(p_board text) RETURNS void LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION jb.wake(p_board text) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE v bigint;
 BEGIN
   UPDATE jb.session s SET idle_since = NULL
@@ -23,6 +23,7 @@ BEGIN
                  ORDER BY i.idle_since LIMIT 1 FOR UPDATE SKIP LOCKED)
   RETURNING s.id INTO v;
   IF v IS NOT NULL THEN PERFORM pg_notify('@CHANNEL@_' || v, 'w'); END IF;
+  RETURN v IS NOT NULL;
 END $$;
 
 CREATE OR REPLACE FUNCTION jb.tell(p_session bigint, p_caller bigint, p_job bigint) RETURNS void
@@ -98,8 +99,27 @@ CREATE OR REPLACE FUNCTION jb.post_many(
 RETURNS TABLE (r_id bigint, r_state smallint, r_attempts int, r_not_before float8, r_posting bytea,
                r_last_error bytea, r_progress bytea, r_key text, r_missing text)
 LANGUAGE plpgsql AS $$
-DECLARE i int; p record;
+DECLARE i int; p record; v_ready int;
 BEGIN
+  IF NOT p_retry AND array_position(p_keys, NULL) IS NOT NULL AND array_remove(p_keys, NULL) = '{}'
+     AND array_remove(p_deps, NULL) = '{}' THEN  -- no keys, no links: one INSERT for the batch
+    RETURN QUERY WITH batch AS (
+        SELECT u.* FROM unnest(p_names, p_ranks, p_maxes, p_not_befores, p_tokens, p_keeps, p_rttls, p_tttls,
+                               p_postings) WITH ORDINALITY
+                        AS u(name, rank, max, nb, token, keep, rttl, tttl, posting, ord) ORDER BY u.ord),
+      ins AS (
+        INSERT INTO jb.job (id, board, name, rank, state, max_attempts, not_before, token, keep_result, result_ttl,
+                            trash_ttl, posting)
+        SELECT nextval('jb.job_id'), p_board, b.name, b.rank, CASE WHEN b.nb > jb.now() THEN 3 ELSE 0 END, b.max,
+               b.nb, b.token, b.keep, b.rttl, b.tttl, b.posting FROM batch b ORDER BY b.ord
+        RETURNING id, state, not_before, posting, name),
+      ev AS (INSERT INTO jb.event (board, kind, job, detail) SELECT p_board, 'posted', ins.id, ins.name FROM ins)
+      SELECT ins.id, ins.state, 0, ins.not_before, ins.posting, NULL::bytea, NULL::bytea, NULL::text, NULL::text
+        FROM ins ORDER BY ins.id;
+    v_ready := cardinality(p_names);
+    WHILE v_ready > 0 AND jb.wake(p_board) LOOP v_ready := v_ready - 1; END LOOP;
+    RETURN;
+  END IF;
   FOR i IN 1 .. coalesce(cardinality(p_names), 0) LOOP
     SELECT * INTO p FROM jb.post(p_board, p_names[i], p_ranks[i], p_maxes[i], p_not_befores[i], p_keys[i],
       p_tokens[i], p_keeps[i], p_rttls[i], p_tttls[i], string_to_array(p_deps[i], ',')::bigint[], p_postings[i],

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from jobboard_postgresql.functions import FUNCTIONS
 
-VERSION = 5
+VERSION = 7
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;
@@ -82,7 +82,8 @@ CREATE TABLE IF NOT EXISTS jb.key (
   PRIMARY KEY (board, key));
 CREATE INDEX IF NOT EXISTS key_settled ON jb.key (board, settled_at) WHERE settled_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS jb.done (id bigint NOT NULL, gen bigint NOT NULL, action "char" NOT NULL,
-  at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (id, gen));
+  at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (id, gen))
+  WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000);
 CREATE INDEX IF NOT EXISTS done_at ON jb.done (at);
 CREATE TABLE IF NOT EXISTS jb.entity (
   board text NOT NULL, name text NOT NULL,
@@ -92,7 +93,8 @@ CREATE INDEX IF NOT EXISTS entity_session ON jb.entity (session);
 CREATE UNLOGGED TABLE IF NOT EXISTS jb.event (
   id bigint GENERATED ALWAYS AS IDENTITY, board text NOT NULL,
   xid xid8 NOT NULL DEFAULT pg_current_xact_id(), kind text NOT NULL, job bigint, detail text NOT NULL,
-  at timestamptz NOT NULL DEFAULT now());
+  at timestamptz NOT NULL DEFAULT now())
+  WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000);
 CREATE INDEX IF NOT EXISTS event_board ON jb.event (board, xid);
 """
 
@@ -103,7 +105,18 @@ def render(sql: str, schema: str) -> str:
     return sql.replace("@SCHEMA@", f'"{schema}"').replace("jb.", f'"{schema}".').replace("@CHANNEL@", schema)
 
 
+DROP_FUNCTIONS = """
+DO $$ DECLARE f record; BEGIN
+  FOR f IN SELECT p.oid::regprocedure AS signature FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+           WHERE n.nspname = '@CHANNEL@' LOOP
+    EXECUTE 'DROP FUNCTION ' || f.signature;
+  END LOOP;
+END $$;
+"""
+"""An older version's functions go first (``CREATE OR REPLACE`` cannot change a function's result type)."""
+
+
 def ddl(schema: str) -> str:
-    """Everything to create or update the schema, as one script."""
-    return render(TABLES, schema) + render(FUNCTIONS, schema) + (
+    """Everything to create or update the schema, as one script (run under the schema's install lock)."""
+    return render(TABLES, schema) + render(DROP_FUNCTIONS, schema) + render(FUNCTIONS, schema) + (
         f'DELETE FROM "{schema}".meta; INSERT INTO "{schema}".meta VALUES ({VERSION});')

@@ -259,9 +259,10 @@ def posted(prepared: Prepared, row: Any) -> tuple[Job, bool]:
     """The job a post function's row names, and whether this post wrote it."""
     if row["r_missing"] is not None:
         raise DependencyMissing.of(prepared.posting.name, row["r_missing"])
-    written = row["r_posting"] == prepared.raw and row["r_state"] != -1
+    if row["r_state"] != -1 and row["r_posting"] == prepared.raw:  # written now: no need to decode it back
+        return prepared.posting.to_job(str(row["r_id"]), row["r_id"]), True
     return job_of(row["r_id"], row["r_posting"], row["r_attempts"], row["r_not_before"], row["r_last_error"],
-                  row["r_progress"], row["r_key"]), written
+                  row["r_progress"], row["r_key"]), False
 
 
 def fenced(claim: Claim, row: Any) -> None:
