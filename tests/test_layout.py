@@ -5,6 +5,7 @@
   (``jobboard.backend``, ``jobboard.job``, ``jobboard.errors``, ``jobboard.board.*``), whose modules import
   nothing above them;
 - no module under ``jobboard/`` carries a folder's name as a prefix (``worker_job.py``: a folder never made);
+- no function of a backend repeats the public ``post`` signature;
 - docs/architecture.md gives every module one line;
 - the trace of one job from ``post`` through a worker to ``consume`` on memory:// is the list the page gives.
 
@@ -168,6 +169,24 @@ def test_no_module_name_carries_a_folders_name_as_a_prefix() -> None:
     prefixed = [str(path.relative_to(ROOT)) for path in PACKAGE.rglob("*.py")
                 if any(path.stem.lstrip("_").startswith(f"{folder}_") for folder in folders)]
     assert prefixed == []
+
+
+POST_KEYWORDS = {"details", "priority", "depends_on", "max_attempts", "keep_result", "key", "delay", "not_before",
+                 "result_ttl", "trash_ttl", "connection"}
+"""The keywords of the public ``JobBoard.post``."""
+
+
+def test_no_backend_repeats_the_public_post_signature() -> None:
+    """A backend receives a ``Prepared`` posting: no function of a backend takes four or more of ``post``'s keywords."""
+    repeated = []
+    for name, module in source_modules().items():
+        if name.startswith("jobboard_"):
+            for node in ast.walk(module.tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    arguments = {arg.arg for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+                    if len(arguments & POST_KEYWORDS) >= 4:
+                        repeated.append(f"{name}.{node.name}")
+    assert repeated == []
 
 
 def test_the_page_gives_every_module_one_line() -> None:
