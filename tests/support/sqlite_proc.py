@@ -5,6 +5,8 @@ stdin lines: ``consume`` settles every claim and prints ``consumed``/``ClaimLost
 prints the session events seen (``SESSION_EXPIRED``...), ``quit`` exits.
 ``python -m tests.support.sqlite_proc URL post N``: print ``ready``, then post N jobs, printing each id
 as its post returns (a parent SIGKILLs it somewhere in the middle).
+``python -m tests.support.sqlite_proc URL forkhold N``: claim N jobs, fork a child that sleeps without exec,
+print ``ready``, the child's pid and the ids.
 ``python -m tests.support.sqlite_proc URL work N``: claim and consume until N jobs were consumed in
 all (by any process), printing each job id consumed.
 """
@@ -12,7 +14,9 @@ all (by any process), printing each job id consumed.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import time
 
 from jobboard import open_board
 from jobboard.board.contract import JobBoard
@@ -65,6 +69,24 @@ async def print_session_events(events: EventStream) -> None:
     print(" ".join(k for k in kinds if k == "SESSION_EXPIRED") or "-", flush=True)
 
 
+async def forkhold(url: str, count: int) -> None:
+    """Claim ``count`` jobs, fork a child that does not exec and sleeps (it must not keep the session's
+    lock), print ``ready``, the child's pid and the ids, and sleep."""
+    async with open_board(url) as board:
+        claims = [claim for _ in range(count) if (claim := await board.claim_next("child")) is not None]
+        pid = os.fork()
+        if pid == 0:
+            _sleep_and_exit()
+        print("ready", pid, " ".join(claim.job.id for claim in claims), flush=True)
+        await asyncio.sleep(60)
+
+
+def _sleep_and_exit() -> None:
+    """The forked child: a minute asleep, then gone without running the parent's cleanups."""
+    time.sleep(60)
+    os._exit(0)
+
+
 async def post(url: str, count: int) -> None:
     async with open_board(url) as board:
         print("ready", flush=True)
@@ -93,7 +115,7 @@ async def work(url: str, count: int) -> None:
 
 def main() -> None:
     url, mode, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    asyncio.run({"hold": hold, "post": post, "work": work}[mode](url, count))
+    asyncio.run({"hold": hold, "post": post, "work": work, "forkhold": forkhold}[mode](url, count))
 
 
 if __name__ == "__main__":

@@ -88,12 +88,17 @@ class SqliteBackend(Backend):
         await self.runtime.tick(self._watch)  # dead sessions' claims go back before this board claims
 
     def _check_filesystem(self) -> None:
-        fstype = files.filesystem_of(self.options.path.parent)
+        """Refuse a network filesystem; make the directory. :raises BackendUnavailable: in one line."""
+        directory = self.options.path.parent
+        fstype = files.filesystem_of(directory)
         if files.is_network_filesystem(fstype) and not self.options.network_fs:
             raise BackendUnavailable(
                 f"{self.options.path} is on a {fstype} filesystem: SQLite's WAL needs one host's shared memory "
                 "and reliable locks (refused; add ?network_fs=1 to open it anyway, one host only)")
-        self.options.path.parent.mkdir(parents=True, exist_ok=True) if not self.options.path.parent.exists() else None
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise BackendUnavailable(f"cannot use {directory} for {self.options.path}: {error.strerror}") from None
 
     async def aclose(self) -> None:
         if not self._open:

@@ -18,12 +18,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from jobboard.errors import BackendUnavailable, JobBoardError
+from jobboard.errors import BackendUnavailable, BoardConflict, JobBoardError
 from jobboard_sqlite.schema import connect
 
 logger = logging.getLogger("jobboard_sqlite")
 T = TypeVar("T")
 
+
+
+def failure(error: sqlite3.Error, path: Path) -> JobBoardError:
+    """The one-line error for a failure of the file: ``BoardConflict`` when retrying cannot help (not a
+    database, read-only), ``BackendUnavailable`` otherwise (disk full, cannot open, locked too long)."""
+    text = describe(error, path)
+    permanent = "not a jobboard" in text or "is read-only" in text or "schema version" in text
+    return BoardConflict(text) if permanent else BackendUnavailable(text)
 
 
 def describe(error: sqlite3.Error, path: Path) -> str:
@@ -35,6 +43,8 @@ def describe(error: sqlite3.Error, path: Path) -> str:
         return f"{path} is read-only ({text}): a sqlite:// board needs to write its file and its directory"
     if "disk is full" in text or "SQLITE_FULL" in text:
         return f"the disk holding {path} is full ({text})"
+    if "schema version" in text:
+        return f"{path}: {text}"
     if "unable to open" in text:
         return f"cannot open {path} ({text}): does its directory exist and is it writable?"
     return f"{path}: {text}"
@@ -78,7 +88,7 @@ class Database:
         try:
             self.conn = connect(str(self.path), self.synchronous)
         except sqlite3.Error as error:
-            raise BackendUnavailable(describe(error, self.path)) from error
+            raise failure(error, self.path) from error
 
     async def close(self) -> None:
         if self.conn is not None:
@@ -191,7 +201,7 @@ class Database:
                 return
             except sqlite3.Error as error:
                 if not conn.in_transaction:  # rolled back by SQLite itself: nothing applied
-                    raise BackendUnavailable(describe(error, self.path)) from error
+                    raise failure(error, self.path) from error
                 if getattr(self._inline, "on", False) and is_busy(error):
                     time.sleep(0.0005)  # a commit is never re-run: it waits here, even inline (rare)
                 self._retry_or_raise(error, deadline, rollback=conn, inline_ok=False)
@@ -206,7 +216,7 @@ class Database:
             return
         if rollback is not None:
             self._rollback(rollback)
-        raise BackendUnavailable(describe(error, self.path)) from error
+        raise failure(error, self.path) from error
 
     @staticmethod
     def _rollback(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,143 @@
+"""sqlite:// and its file: a file that is not a database, a read-only file, a full disk, a network
+filesystem, a forked child that must not keep its parent's claims alive."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from jobboard import open_board
+from jobboard.errors import BackendUnavailable, BoardConflict
+from jobboard_sqlite.files import filesystem_of, is_network_filesystem
+from tests.test_sqlite_processes import child
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_a_file_that_is_not_a_database_is_refused_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "jobs.db").write_bytes(b"this is a text file, not a database\n" * 200)
+    with pytest.raises(BoardConflict) as caught:
+        async with open_board(f"sqlite://{tmp_path}/jobs.db"):
+            pass
+    message = str(caught.value)
+    assert "\n" not in message and "jobs.db is not a jobboard SQLite database" in message
+
+
+async def test_a_read_only_file_is_refused_in_one_line() -> None:
+    with tempfile.TemporaryDirectory() as directory:  # under /tmp, where another user may look
+        os.chmod(directory, 0o755)
+        await read_only_case(Path(directory))
+
+
+async def read_only_case(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/jobs.db"
+    async with open_board(url) as board:
+        await board.post("kept")
+    result = post_as_another_user(tmp_path, url)
+    assert result.returncode == 3, result.stderr[-2000:]
+    line = result.stdout.strip()
+    assert "\n" not in line and line.split()[0] in ("BoardConflict", "BackendUnavailable"), line
+    assert "read-only" in line or "cannot" in line, line
+    async with open_board(url) as board:
+        assert [job.name async for job in board.iterjobs()] == ["kept"]
+
+
+def post_as_another_user(directory: Path, url: str) -> subprocess.CompletedProcess[str]:
+    """Post on ``url`` from a process that may not write ``directory``: as nobody when this is root (root
+    writes any file), else after taking the write bits away. Exits 3 printing the error's type and text."""
+    script = ("import asyncio, sys\nfrom jobboard import open_board\nasync def main():\n"
+              f"    async with open_board({url!r}) as board:\n        await board.post('x')\n"
+              "try:\n    asyncio.run(main())\nexcept Exception as error:\n"
+              "    print(type(error).__name__, error); sys.exit(3)\n")
+    if os.geteuid() == 0:
+        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", script]
+    else:
+        for path in directory.iterdir():
+            path.chmod(0o444)
+        directory.chmod(0o555)
+        command = [sys.executable, "-c", script]
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        directory.chmod(0o755)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 3 MB tmpfs (skipped where this process may not mount one)."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)],
+                      capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def test_a_full_disk_fails_posts_in_one_line_and_loses_nothing(small_disk: Path) -> None:
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * 1024 * 1024)
+    url = f"sqlite://{small_disk}/jobs.db"
+    posted: list[str] = []
+    async with open_board(url) as board:
+        with pytest.raises(BackendUnavailable) as caught:
+            for index in range(100000):
+                job = await board.post("big", {"pad": "x" * 20000, "i": index})
+                posted.append(job.id)
+        assert "full" in str(caught.value) and "\n" not in str(caught.value)
+        filler.unlink()  # room again: the board goes on
+        posted.append((await board.post("after", {})).id)
+        on_board = [job.id async for job in board.iterjobs()]
+    assert on_board == posted, "every post that returned is on the board, no other"
+    conn = sqlite3.connect(small_disk / "jobs.db")
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+
+
+def test_network_filesystems_are_told_apart() -> None:
+    mountinfo = (
+        "22 1 0:21 / / rw,relatime - overlay overlay rw\n"
+        "40 22 0:35 / /srv/shared rw,relatime - nfs4 server:/export rw,vers=4.2\n"
+        "41 40 0:36 / /srv/shared/local rw,relatime - ext4 /dev/sdb1 rw\n"
+        "42 22 0:37 / /mnt/box rw,relatime - fuse.sshfs host:/ rw\n")
+    assert filesystem_of(Path("/srv/shared/app/jobs.db"), mountinfo) == "nfs4"
+    assert filesystem_of(Path("/srv/shared/local/jobs.db"), mountinfo) == "ext4"
+    assert filesystem_of(Path("/srv/sharedother/jobs.db"), mountinfo) == "overlay"
+    assert [is_network_filesystem(t) for t in ("nfs4", "ext4", "fuse.sshfs", "cifs", "overlay", "tmpfs")] == [
+        True, False, True, True, False, False]
+
+
+async def test_a_forked_child_does_not_keep_its_parents_claims(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/jobs.db?board=fork"
+    async with open_board(url) as board:
+        job = await board.post("a")
+        proc, words = await child(url, "forkhold", 1)
+        grandchild, held = int(words[0]), words[1:]
+        try:
+            assert held == [job.id]
+            proc.send_signal(signal.SIGKILL)  # (not awaited: the grandchild still holds its stdout)
+            started = time.monotonic()
+            with anyio.fail_after(5):
+                while (claim := await board.claim_next("survivor")) is None:
+                    await board.wait()
+            assert time.monotonic() - started < 2.0
+            assert claim.job.id == job.id
+        finally:
+            os.kill(grandchild, signal.SIGKILL)
+            await proc.wait()
+
+
