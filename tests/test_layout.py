@@ -67,9 +67,8 @@ def source_modules() -> dict[str, Module]:
             found[module_name(path, base)] = Module(module_name(path, base), path, tree)
     for module in found.values():
         if module.path.name == "__init__.py":
-            module.exports = {alias.asname or alias.name: node.module for node in ast.walk(module.tree)
-                              if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
-                              for alias in node.names}
+            module.exports = {alias.asname or alias.name: absolute(module, node) for node in ast.walk(module.tree)
+                              if isinstance(node, ast.ImportFrom) for alias in node.names}
     return found
 
 
@@ -86,6 +85,16 @@ def run_time_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
         stack.extend(ast.iter_child_nodes(node))
 
 
+def absolute(module: Module, node: ast.ImportFrom) -> str:
+    """The module ``node`` imports from, relative imports resolved."""
+    if node.level == 0:
+        return node.module or ""
+    package = module.name if module.path.name == "__init__.py" else module.name.rpartition(".")[0]
+    for _ in range(node.level - 1):
+        package = package.rpartition(".")[0]
+    return f"{package}.{node.module}" if node.module else package
+
+
 def imported(module: Module, modules: dict[str, Module]) -> set[str]:
     """The modules (of ``modules``) that ``module`` imports when it runs."""
     targets: set[str] = set()
@@ -93,12 +102,12 @@ def imported(module: Module, modules: dict[str, Module]) -> set[str]:
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
-        assert node.level == 0, f"{module.path}: relative import"
+        origin = absolute(module, node)
         for alias in node.names:
-            target = f"{node.module}.{alias.name}"
+            target = f"{origin}.{alias.name}"
             if target not in modules:
-                package = modules.get(node.module or "")
-                target = package.exports.get(alias.name, node.module or "") if package else node.module or ""
+                package = modules.get(origin)
+                target = package.exports.get(alias.name, origin) if package else origin
             targets.add(target)
     return {target for target in targets if target in modules and target != module.name}
 
