@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
@@ -36,19 +35,18 @@ from jobboard.backend import (
     SettleAction,
     TrashedJob,
 )
-from jobboard.errors import BackendUnavailable, JobBoardError
+from jobboard.errors import JobBoardError
 from jobboard_postgresql import schema
-from jobboard_postgresql.database import Database, permanent
+from jobboard_postgresql.database import Database
 from jobboard_postgresql.feed import Feed
+from jobboard_postgresql.keeper import Keeper
 from jobboard_postgresql.options import parse
 from jobboard_postgresql.reads import Reader
-from jobboard_postgresql.session import Session
 from jobboard_postgresql.waiting import Waiting
 from jobboard_postgresql.writes import Writer, is_job_id
 
 logger = logging.getLogger("jobboard_postgresql")
 
-SWEEP_INTERVAL = 1.0
 
 
 class PostgresBackend(Backend):
@@ -63,22 +61,15 @@ class PostgresBackend(Backend):
             if getattr(options, name) is not None:
                 setattr(self, name, getattr(options, name))
         self.db = Database(options)
-        self.db.on_session_gone = self._session_gone
         self.writer = Writer(self.db, options.board, options.schema, options.ns)
-        self.reader = Reader(self.db, options.board, options.schema, self._report)
-        self.session: Session | None = None
-        self._renewed = asyncio.Event()
+        self.reader = Reader(self.db, options.board, options.schema, self.report_malformed)
         self.waiting = Waiting(self.db, self.reader, options.board, options.schema, options.idle_poll,
-                               lambda: self._open, self._current_session)
+                               lambda: self._open, lambda: self.keeper.current())
+        self.keeper = Keeper(options, self.db, self.waiting, lambda event: self.hub.publish(event),
+                             lambda: (self.result_ttl, self.trash_ttl, self.key_retention))
+        self.db.on_session_gone = self.keeper.session_gone
+        self.writer.session_of = lambda: self.keeper.session_id
         self.feed: Feed | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-
-    def _report(self, job_id: str, what: str) -> None:
-        self.report_malformed(job_id, what)
-
-    def _current_session(self) -> Session:
-        assert self.session is not None
-        return self.session
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -89,24 +80,21 @@ class PostgresBackend(Backend):
         await self.db.open()
         try:
             await self._install()
-            await self._start_session()
+            await self.keeper.start()
         except BaseException:
             await self.db.close()
             raise
         self.feed = Feed(self.db, self.options.board, self.options.schema, self.hub.publish, self._feed_wanted,
                          self._seen)
         self._open = True
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._keep(), name=f"pg-keeper-{self.options.board}")]
 
     async def _install(self) -> None:
         schema_name = self.options.schema
 
         async def call(connection: asyncpg.Connection, retry: bool) -> None:
-            installed = await connection.fetchval(
-                "SELECT to_regclass($1) IS NOT NULL", f'"{schema_name}".meta')
-            if installed and await connection.fetchval(f'SELECT max(version) FROM "{schema_name}".meta') == \
-                    schema.VERSION:
+            installed = await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", f'"{schema_name}".meta')
+            if installed and await connection.fetchval(
+                    f'SELECT max(version) FROM "{schema_name}".meta') == schema.VERSION:
                 return
             async with connection.transaction():
                 await connection.execute("SELECT pg_advisory_xact_lock($1, -1)", self.options.ns)
@@ -114,106 +102,15 @@ class PostgresBackend(Backend):
 
         await self.db.run("install the schema", call)
 
-    async def _start_session(self) -> None:
-        session = Session(self.options, self._message, self._lost)
-        try:
-            await session.start()
-        except JobBoardError:
-            raise
-        except Exception as error:
-            from jobboard_postgresql.database import transient
-            if transient(error):
-                raise BackendUnavailable(f"postgresql: cannot start a session: {error}") from error
-            raise permanent(error, "start a session") from error
-        self.session = session
-        self.writer.session_id = session.id
-        self._renewed.set()
-
-    def _lost(self, session: Session) -> None:
-        """The session's connection is gone: fence (claims made under it are lost) and renew."""
-        if session is not self.session or not self._open:
-            return
-        self._renewed.clear()
-        self.waiting.session_lost(session.id)
-        self.hub.publish(Event(EventKind.SESSION_EXPIRED, None, f"session {session.id} lost"))
-        self._tasks.append(asyncio.get_running_loop().create_task(self._renew(session)))
-
-    async def _renew(self, old: Session) -> None:
-        await old.close()
-        delay = 0.05
-        while self._open:
-            try:
-                await self._start_session()
-                self.hub.publish(Event(EventKind.RECONNECTED, None, f"new session {self.writer.session_id}"))
-                self.waiting.wake_all()
-                return
-            except JobBoardError as error:
-                logger.debug("postgresql: session renewal failed: %s", error)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
-    async def _session_gone(self) -> None:
-        """The server says the session is gone (``JB001``): lose it here too, wait for the new one."""
-        session = self.session
-        if session is not None and not session.lost:
-            session._lose("the server no longer knows it")
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._renewed.wait(), self.options.session_timeout)
-
-    def _message(self, payload: str) -> None:
-        if payload == "w":
-            if not self.waiting.work() and self._open:  # nobody here waits: pass the wake-up on
-                self._tasks.append(asyncio.get_running_loop().create_task(self._pass_wake_on()))
-        elif payload.startswith("c"):
-            self.waiting.changed(payload[1:])
-
-    async def _pass_wake_on(self) -> None:
-        with contextlib.suppress(JobBoardError):
-            await self._call("pass a wake-up on", f'SELECT "{self.options.schema}".wake($1)', self.options.board)
-
-    async def _call(self, what: str, query: str, *args: Any) -> Any:
-        async def call(connection: asyncpg.Connection, retry: bool) -> Any:
-            return await connection.fetchval(query, *args)
-
-        return await self.db.run(what, call)
-
-    async def _keep(self) -> None:
-        """Reap dead sessions every ``reap_interval`` (jittered), sweep retention every second."""
-        s, since_sweep = f'"{self.options.schema}"', SWEEP_INTERVAL
-        while self._open:
-            interval = self.options.reap_interval * (0.75 + random.random() / 2)
-            await asyncio.sleep(interval)
-            since_sweep += interval
-            try:
-                await self._call("reap", f"SELECT {s}.reap($1)", self.options.ns)
-                if since_sweep >= SWEEP_INTERVAL:
-                    since_sweep = 0.0
-                    await self._sweep()
-            except JobBoardError as error:
-                logger.debug("postgresql: keeper pass failed: %s", error)
-            self._tasks = [task for task in self._tasks if not task.done()]
-
-    async def _sweep(self) -> None:
-        await self._call("sweep", f'SELECT "{self.options.schema}".sweep($1, $2, $3, $4, $5)', self.options.board,
-                         self.options.ns, self.result_ttl, self.trash_ttl, self.key_retention)
-
     async def aclose(self) -> None:
         if not self._open:
             return
         self._open = False
         self.waiting.wake_all()
-        tasks, self._tasks = self._tasks, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.keeper.stop()
         if self.feed is not None:
             await self.feed.stop()
-        session = self.session
-        if session is not None and not session.lost:
-            with contextlib.suppress(JobBoardError):
-                await self._call("close", f'SELECT "{self.options.schema}".close_session($1)', session.id)
-        if session is not None:
-            await session.close()
+        await self.keeper.close_session()
         await self.db.close()
         self.hub.close()
 
@@ -322,9 +219,9 @@ class PostgresBackend(Backend):
         claim = task.result()
         assert claim is not None
         self.waiting.settled(claim.job.id)
-        self._tasks.append(asyncio.get_running_loop().create_task(self._call(
+        self.keeper.spawn(self.keeper.call(
             "give a claim back", f'SELECT "{self.options.schema}".unclaim($1, $2, $3, $4)', self.options.board,
-            int(claim.job.id), claim.generation, claim.owner)))
+            int(claim.job.id), claim.generation, claim.owner))
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
         async with self._writing():
@@ -380,7 +277,7 @@ class PostgresBackend(Backend):
         return await self.reader.job_count()
 
     async def trashed(self) -> AsyncIterator[TrashedJob]:
-        await self._sweep()  # what expired goes now, with its key (as the keeper's next pass would)
+        await self.keeper.sweep()  # what expired goes now, with its key (as the keeper's next pass would)
         async for item in self.reader.trashed():
             yield item
 
@@ -390,7 +287,7 @@ class PostgresBackend(Backend):
     async def never_posted(self, job_id: str) -> bool:
         if not is_job_id(job_id):
             return True
-        last = await self._call("never_posted", f'SELECT last_value FROM "{self.options.schema}".job_id')
+        last = await self.keeper.call("never_posted", f'SELECT last_value FROM "{self.options.schema}".job_id')
         return int(job_id) > int(last)
 
     # -- waiting and entities ----------------------------------------------------------
@@ -402,16 +299,10 @@ class PostgresBackend(Backend):
         return await self.waiting.wait_for_completion(job_id, self.observed)
 
     async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
-        s = f'"{self.options.schema}"'
-        await self._call("register_entity", f"INSERT INTO {s}.entity (board, name, session, metadata) "
-                                            "VALUES ($1, $2, $3, $4) ON CONFLICT (board, name) DO UPDATE SET "
-                                            "session = EXCLUDED.session, metadata = EXCLUDED.metadata",
-                         self.options.board, name, self.writer.session_id, encoded)
+        await self.keeper.register(name, encoded)
 
     async def unregister_entity(self, name: str) -> None:
-        await self._call("unregister_entity", f'DELETE FROM "{self.options.schema}".entity WHERE board = $1 AND '
-                                              "name = $2 AND session = $3", self.options.board, name,
-                         self.writer.session_id)
+        await self.keeper.unregister(name)
 
     async def entities(self) -> list[Entity]:
         return await self.reader.entities()

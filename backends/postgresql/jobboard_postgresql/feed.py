@@ -3,9 +3,10 @@
 Every state change inserts its events in its own transaction (an UNLOGGED table: events are a hint,
 truncated by a server crash, deleted after two minutes). A reader must not skip rows whose transaction
 commits late (ids are taken before commit, commits come in any order), so it reads by transaction id:
-everything with ``xid`` in ``[cursor, xmin)`` where ``xmin`` is the oldest transaction still running,
-and moves the cursor to ``xmin`` (every transaction below it has ended; none can add rows there). A long
-transaction anywhere on the server holds the stream back until it ends (``events()`` lags, nothing is lost).
+every visible row with ``xid`` >= the cursor, publishes those it has not published yet, and moves the
+cursor to ``xmin``, the oldest transaction still running (every transaction below it has ended; none can
+add rows there). Rows at or above ``xmin`` are remembered until the cursor passes them: an event is
+published once, as soon as its transaction committed, whatever runs beside it.
 
 The feed runs only while someone subscribed or waits for a completion (it costs what it reads: one
 query per :data:`POLL` seconds, plus one after each of this board's own writes, so a board's own events
@@ -39,6 +40,8 @@ class Feed:
         self.db, self.board, self.s, self.publish = db, board, f'"{schema}"', publish
         self._wanted, self._seen = wanted, seen
         self._cursor: int | None = None
+        self._published: dict[int, int] = {}
+        """Events published whose transaction is not below the cursor yet (id -> xid): not published twice."""
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
         self.ready = asyncio.Event()
@@ -70,7 +73,7 @@ class Feed:
                 except Exception as error:  # noqa: BLE001 - a transient outage: the next poll reads on from the cursor
                     logger.debug("postgresql: event read failed: %s", error)
         finally:
-            self._task, self._cursor = None, None
+            self._task, self._cursor, self._published = None, None, {}
             self.ready.set()
 
     async def _init(self) -> None:
@@ -97,9 +100,12 @@ class Feed:
             rows = await self.db.run("events", call)
             for row in rows:
                 kind = KINDS.get(row["r_kind"]) if row["r_kind"] is not None else None
-                if kind is not None:
+                if kind is not None and row["r_id"] not in self._published:
+                    self._published[row["r_id"]] = row["r_xid"]
                     event = Event(kind, None if row["r_job"] is None else str(row["r_job"]), row["r_detail"] or "")
                     self.publish(event)
                     self._seen(event)
-            if rows and self._cursor == cursor:
-                self._cursor = max(cursor, rows[-1]["r_upto"])
+            if rows:
+                upto = max(cursor, rows[-1]["r_upto"])
+                self._cursor = upto
+                self._published = {key: xid for key, xid in self._published.items() if xid >= upto}

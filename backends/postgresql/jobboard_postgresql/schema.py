@@ -19,8 +19,9 @@ opening together do not race; the functions are in :mod:`jobboard_postgresql.fun
 from __future__ import annotations
 
 from jobboard_postgresql.functions import FUNCTIONS
+from jobboard_postgresql.settles import SETTLES
 
-VERSION = 7
+VERSION = 8
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;
@@ -118,5 +119,6 @@ END $$;
 
 def ddl(schema: str) -> str:
     """Everything to create or update the schema, as one script (run under the schema's install lock)."""
-    return render(TABLES, schema) + render(DROP_FUNCTIONS, schema) + render(FUNCTIONS, schema) + (
+    functions = render(FUNCTIONS, schema) + render(SETTLES, schema)
+    return render(TABLES, schema) + render(DROP_FUNCTIONS, schema) + functions + (
         f'DELETE FROM "{schema}".meta; INSERT INTO "{schema}".meta VALUES ({VERSION});')

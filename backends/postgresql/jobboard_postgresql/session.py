@@ -74,9 +74,9 @@ class Session:
         self._on_message(payload)
 
     def _terminated(self, connection: Any) -> None:
-        self._lose("its connection closed")
+        self.lose("its connection closed")
 
-    def _lose(self, why: str) -> None:
+    def lose(self, why: str) -> None:
         if self.lost:
             return
         self.lost = True
@@ -92,7 +92,7 @@ class Session:
             try:
                 await self.execute("SELECT 1", limit=interval * 1.5)
             except Exception as error:  # noqa: BLE001 - any failure: the session cannot be vouched for
-                self._lose(f"heartbeat failed: {type(error).__name__}: {error}")
+                self.lose(f"heartbeat failed: {type(error).__name__}: {error}")
                 return
 
     async def execute(self, query: str, *args: Any, limit: float | None = None) -> None:
@@ -115,7 +115,7 @@ class Session:
         except asyncpg.LockNotAvailableError:
             self.idle = False  # a poster holds our row: it is choosing us, its NOTIFY comes at its commit
         except Exception as error:  # noqa: BLE001 - any other failure: the session cannot be vouched for
-            self._lose(f"marking it idle failed: {type(error).__name__}: {error}")
+            self.lose(f"marking it idle failed: {type(error).__name__}: {error}")
 
     async def close(self) -> None:
         """Stop the heartbeat and close the connection (the server drops the lock)."""

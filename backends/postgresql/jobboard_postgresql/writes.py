@@ -11,7 +11,7 @@ window (:class:`~jobboard_postgresql.database.Database`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import asyncpg
@@ -52,8 +52,13 @@ class Writer:
 
     def __init__(self, db: Database, board: str, schema: str, ns: int) -> None:
         self.db, self.board, self.s, self.ns = db, board, f'"{schema}"', ns
-        self.session_id = 0
+        self.session_of: Callable[[], int] = lambda: 0
+        """The board's current session id (read at each attempt of a call: a retry after a renewal uses the new one)."""
         self.key_retention = 86400.0
+
+    @property
+    def session_id(self) -> int:
+        return self.session_of()
 
     # -- posts ---------------------------------------------------------------
 
