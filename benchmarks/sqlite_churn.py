@@ -98,8 +98,11 @@ def main() -> None:
                         "consumed": consumed.value, "reader_holding": reader is not None})
     for proc in procs:
         proc.join(60)
-    held = [s["wal"] for s in samples if s["reader_holding"]]
-    free = [s["wal"] for s in samples if not s["reader_holding"]]
+    # a hold spans the samples taken while it held and the one taken as it was released
+    in_hold = {i for i, s in enumerate(samples) if s["reader_holding"]}
+    in_hold |= {i + 1 for i in in_hold}
+    held = [s["wal"] for i, s in enumerate(samples) if i in in_hold]
+    free = [s["wal"] for i, s in enumerate(samples) if i not in in_hold]
     print(json.dumps({
         "benchmark": "sqlite_churn", "minutes": args.minutes, "workers": args.workers, "backlog": args.backlog,
         "hold_s": args.hold, "hold_every_s": args.hold_every, "consumed": consumed.value,
