@@ -8,6 +8,10 @@
 -- loaded once (FUNCTION LOAD): the per-call state below is set by the dispatch at the start of each call
 -- (Redis runs one call at a time).
 local P, OP, NONCE, RETRY, NOW, NOW_US, EV, ALIVE
+-- wake.lua: wake(name, n) wakes up to n boards waiting for work of that name; notice(sess, id) tells a
+-- session's board that its claim of job id ended by another's call. CALLER: the calling board's session
+-- (a settle's), which needs no notice. WAITING: how many boards wait (read once per call, when needed).
+local wake, notice, CALLER, WAITING
 
 local function now()
   if not NOW then
@@ -113,6 +117,7 @@ local function to_trash(j, reason, retention)
   while queue[head] do
     local job, why = queue[head][1], queue[head][2]
     head = head + 1
+    if job.st == 'c' then notice(job.sess, job.id) end
     unindex(job)
     local tr = P .. 'tr:' .. job.id
     redis.call('DEL', tr)
@@ -184,6 +189,7 @@ local function promote()
     if j and j.st == 'd' then
       redis.call('HSET', jk(id), 'st', 'u', 'nb', '')
       ready_add(j)
+      wake(j.name, 1)
     end
   end
   next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
@@ -253,6 +259,7 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   redis.call('ZADD', P .. 'all', sc, id)
   if st == 'u' then ready_add({id = id, name = name, sc = sc}) end
   if st == 'd' then redis.call('ZADD', P .. 'delayed', nb, id) end
+  if st ~= 'w' then wake(name, 1) end  -- a delayed one: the board woken learns when it is due
   for _, dep in ipairs(deps) do redis.call('SADD', P .. 'dents:' .. dep, id) end
   if key ~= '' then redis.call('SET', P .. 'k:' .. key, id) end
   done(id)
@@ -288,7 +295,10 @@ local function post_simple(a)
   posted_run(first + n)
   redis.call('ZADD', P .. 'all', unpack(all))
   if #ready > 0 then redis.call('ZADD', P .. 'ready', unpack(ready)) end
-  for name, rn in pairs(named) do redis.call('ZADD', P .. 'rn:' .. name, unpack(rn)) end
+  for name, rn in pairs(named) do
+    redis.call('ZADD', P .. 'rn:' .. name, unpack(rn))
+    wake(name, #rn / 2)
+  end
   done(first .. '+' .. n)  -- NONCE: the call's, its first post's
   return reply('range', {first, n})
 end
@@ -375,10 +385,12 @@ function ops.claim_next(owner, sess, retention, ...)
   return reply('none', {0})
 end
 
-function ops.consume(id, gen, owner, result, retention)
+-- caller: the settling board's session (its own claim needs no notice).
+function ops.consume(id, gen, owner, result, retention, caller)
   if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j, why = fenced(id, gen, owner, CONSUME_FIELDS)
   if not j then return reply(why) end
+  if j.sess ~= caller then notice(j.sess, id) end
   redis.call('ZREM', P .. 'all', id) -- a claimed job is in no other index but its session's claims
   redis.call('SREM', P .. 'claims:' .. j.sess, id)
   if j.keep == '1' then
@@ -397,6 +409,7 @@ function ops.consume(id, gen, owner, result, retention)
           redis.call('HSET', jk(d), 'st', 'u')
           ready_add(dj)
         end
+        wake(dj.name, 1)
         ev('ready', d, 'dependencies consumed')
       end
     end
@@ -420,10 +433,11 @@ function ops.consume(id, gen, owner, result, retention)
 end
 
 -- err: the attempt's error, kept with the job ('' keeps the previous one).
-function ops.abandon(id, gen, owner, retry_ms, err)
+function ops.abandon(id, gen, owner, retry_ms, err, caller)
   if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
+  if j.sess ~= caller then notice(j.sess, id) end
   if err and err ~= '' then redis.call('HSET', jk(id), 'err', err) end
   redis.call('SREM', P .. 'claims:' .. j.sess, id)
   local delay = tonumber(retry_ms)
@@ -434,13 +448,15 @@ function ops.abandon(id, gen, owner, retry_ms, err)
     redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '')
     ready_add(j)
   end
+  wake(j.name, 1)
   done('1')
   ev('released', id, 'abandoned by ' .. owner)
   return reply('ok')
 end
 
-function ops.trash(id, gen, owner, reason, retention, err)
+function ops.trash(id, gen, owner, reason, retention, err, caller)
   if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  CALLER = caller
   local j, why = fenced(id, gen, owner)
   if not j then return reply(why) end
   if err and err ~= '' then redis.call('HSET', jk(id), 'err', err) end  -- the trash entry keeps it
@@ -450,7 +466,7 @@ function ops.trash(id, gen, owner, reason, retention, err)
 end
 
 -- Whoever holds the job: a claim is revoked in the same write (the job hash, its generation with it,
--- leaves the board: the owner's settle finds no claim; its watch_claim wakes on the 'trashed' event).
+-- leaves the board: the owner's settle finds no claim; its watch_claim wakes on the notice to its session).
 function ops.cancel(id, reason, retention)
   if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   local j = get(id)
@@ -462,7 +478,7 @@ end
 
 -- consume, then claim_next for the same owner (a second nonce for the claim): one round trip.
 function ops.consume_next(id, gen, owner, result, retention, sess, claim_nonce, ...)
-  local consumed = ops.consume(id, gen, owner, result, retention)
+  local consumed = ops.consume(id, gen, owner, result, retention, sess)
   if consumed[1] ~= 'ok' then return consumed end
   NONCE = claim_nonce
   local claimed = ops.claim_next(owner, sess, retention, ...)
@@ -473,27 +489,4 @@ function ops.quarantine(id)
   local j = get(id)
   if j then unindex(j) end
   quarantine(id) return reply('ok')
-end
-
-function ops.peek(limit, ...)
-  local names = {...}
-  local wait_ms = promote()
-  local found = {}
-  if #names == 0 then
-    found = redis.call('ZRANGE', P .. 'ready', 0, tonumber(limit) - 1)
-  else
-    local seen = {}
-    for _, name in ipairs(names) do
-      local head = redis.call('ZRANGE', P .. 'rn:' .. name, 0, tonumber(limit) - 1, 'WITHSCORES')
-      for i = 1, #head, 2 do seen[#seen + 1] = {tonumber(head[i + 1]), head[i]} end
-    end
-    table.sort(seen, function(a, b) return a[1] < b[1] end)
-    for i = 1, math.min(#seen, tonumber(limit)) do found[i] = seen[i][2] end
-  end
-  local rows = {}
-  for i, id in ipairs(found) do
-    local row = redis.pcall('HMGET', jk(id), 'p', 'att', 'nb', 'err')
-    rows[i] = (type(row) == 'table' and not row.err) and row or {}
-  end
-  return reply('ok', {wait_ms, found, rows})
 end

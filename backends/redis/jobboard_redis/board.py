@@ -1,7 +1,8 @@
 """``redis://``: a job board on Redis, every state change one atomic script (``board.lua``).
 
-Claims belong to this board's session (:mod:`jobboard_redis.session`); events come from the
-board's stream (:mod:`jobboard_redis.view`). The layout is in docs/backends/redis.md."""
+Claims belong to this board's session (:mod:`jobboard_redis.session`); claimable work and lost claims
+are told to this board alone (:mod:`jobboard_redis.notices`); events come from the board's stream, read
+only while someone listens (:mod:`jobboard_redis.view`). The layout is in docs/backends/redis.md."""
 
 from __future__ import annotations
 
@@ -31,6 +32,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
 from jobboard_redis.client import RedisClient
 from jobboard_redis.keep import KeepingRedis
+from jobboard_redis.notices import POLL, Notices
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
 from jobboard_redis.reads import claim_status, completion, job_state, read_listed, read_trashed
@@ -72,14 +74,15 @@ class RedisBackend(KeepingRedis):
         try:
             await client.check_server()
             self.session = Session(client, self.options.session_timeout, self._on_session)
-            self.view = BoardView(client, self.hub)
-            await self.view.start()
+            self.view = BoardView(client, self.hub, self._spawn)
+            self.notices = Notices(client, self.session, self.view, self._spawn)
             await self.session.open()
+            self.view.server_offset_ms = self.session.server_offset_ms
         except BaseException:
             await client.close()
             raise
         self._open = True
-        for work in (self.session.run(), self.session.watchdog(), self.view.run(), self.retain_forever()):
+        for work in (self.session.run(), self.session.watchdog(), self.retain_forever()):
             self._spawn(work)
 
     async def aclose(self) -> None:
@@ -87,7 +90,8 @@ class RedisBackend(KeepingRedis):
             return
         self._open = False
         self.view.notify()
-        self.session.stopped = self.view.stopped = True
+        self.notices.wake_all()
+        self.session.stopped = self.view.stopped = self.notices.stopped = True
         for task in (tasks := list(self.services.tasks)):
             task.cancel()
         if tasks:  # let them end before their connections close (bounded: a swallowed cancel)
@@ -119,6 +123,8 @@ class RedisBackend(KeepingRedis):
             self.hub.publish(Event(EventKind.SESSION_EXPIRED, detail="Redis session lost: its claims are gone"))
             self.view.notify()
         elif change == "renewed":
+            self.view.server_offset_ms = self.session.server_offset_ms
+            self.notices.wake_all()  # registered under the old session: register again
             self._spawn(self._restore_entities())
 
     async def _call(self, op: str, nonce: str, *args: str | bytes | int,
@@ -265,6 +271,13 @@ class RedisBackend(KeepingRedis):
         return None
 
     async def watch_claim(self, claim: Claim) -> str:
+        if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
+            with self.notices.watching():  # a claim of ours ended by another board's call is told to us
+                return await self._watch(claim)
+        with self.view.listening():  # another board's claim: its changes are read from the stream
+            return await self._watch(claim)
+
+    async def _watch(self, claim: Claim) -> str:
         job = claim.job.id
         while True:
             if not self._open:
@@ -298,7 +311,8 @@ class RedisBackend(KeepingRedis):
 
     async def _settle_op(self, op: str, claim: Claim, *args: str | bytes | int) -> None:
         job = claim.job.id
-        status, _ = await self._call(op, self._nonce(), job, str(claim.generation), claim.owner, *args)
+        status, _ = await self._call(op, self._nonce(), job, str(claim.generation), claim.owner, *args,
+                                     self.session.id)
         if status != "owner":
             self._forget(claim)  # settled, or lost for good: no longer this board's
         if status != "ok":
@@ -333,38 +347,47 @@ class RedisBackend(KeepingRedis):
         return None if status == "none" else await self.claim_next(claim.owner, names)
 
     async def cancel(self, job_id: str, reason: str) -> None:
-        found = job_id
-        status, data = await self._call("cancel", self._nonce(), found, reason, self._retention_ms)
+        status, data = await self._call("cancel", self._nonce(), job_id, reason, self._retention_ms)
         if status != "ok":
-            raise claim_refused(status, found, data)
+            raise claim_refused(status, job_id, data)
 
     # -- waiting -------------------------------------------------------------
 
     async def wait(self, names: Collection[str] | None) -> list[Job]:
         wanted = sorted(names) if names is not None else []
-        while True:
-            self.ensure_open()
-            signal, wait_ms = self.view.board_signal(), -1
-            if names is None or names:
-                _, (wait_ms, ids, rows) = await self._call("peek", "", PEEK_LIMIT, *wanted)
-                jobs, malformed = jobs_of(ids, rows)
-                for job_id in malformed:
-                    await self._set_aside(job_id)
-                if jobs:
-                    return jobs
-            with anyio.move_on_after(math.inf if int(wait_ms) < 0 else int(wait_ms) / 1000 + 0.001):
-                await signal.wait()
+        with self.notices.waiting(names) as waiter:
+            while True:
+                self.ensure_open()
+                waiter.event, wait_ms = anyio.Event(), -1.0
+                if names is None or names:
+                    _, (wait_ms, ids, rows) = await self._call("peek", "", PEEK_LIMIT, *self.notices.peek_args(),
+                                                               *wanted)
+                    jobs, malformed = jobs_of(ids, rows)
+                    for job_id in malformed:
+                        await self._set_aside(job_id)
+                    if jobs:
+                        return jobs
+                    wait_ms = min(POLL * 1000, int(wait_ms) if int(wait_ms) >= 0 else math.inf)
+                with anyio.move_on_after(float(wait_ms) / 1000 + 0.001 if wait_ms >= 0 else math.inf):
+                    await waiter.event.wait()
 
     async def wait_for_completion(self, job_id: str) -> Outcome:
-        found = job_id
-        while True:
-            self.ensure_open()
-            signal = self.view.job_signal(found)
-            outcome = await completion(self.client, found)
-            if outcome is not None:
-                return outcome
-            await signal.wait()
+        with self.view.listening():
+            while True:
+                self.ensure_open()
+                signal = self.view.job_signal(job_id)
+                outcome = await completion(self.client, job_id)
+                if outcome is not None:
+                    return outcome
+                await signal.wait()
 
+    def observed(self) -> None:
+        self.view.listen()
+
+    @property
+    def events_decoded(self) -> int:
+        """Stream entries and notices this board has decoded (``benchmarks.redis_fleet`` reads it)."""
+        return self.view.decoded + self.notices.received
 
 
 class RedisBoard(JobBoard):

@@ -52,8 +52,8 @@ from jobboard_redis.replication import Replication
 
 logger = logging.getLogger(__name__)
 
-_SOURCE = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name in ("board.lua", "keep.lua",
-                                                                                      "sessions.lua"))
+_SOURCE = "\n".join(files("jobboard_redis").joinpath(name).read_text() for name in ("board.lua", "wake.lua",
+                                                                                      "keep.lua", "sessions.lua"))
 FUNCTION = "jobboard_" + hashlib.sha1(_SOURCE.encode()).hexdigest()[:16]
 """The library's (and its one function's) name: each version of the code has its own."""
 LIBRARY = f"#!lua name={FUNCTION}\n" + _SOURCE.replace("JOBBOARD_FUNCTION", FUNCTION)
@@ -65,7 +65,8 @@ __all__ = ["Arg", "ConnectionLost", "RedisClient", "RetryExhausted", "ServerErro
 
 
 class RedisClient:
-    """One pipelined connection for board calls plus one for the blocking event reader."""
+    """One pipelined connection for board calls, one for the event reader and one for the session's notices
+    (each blocking connection is opened at its first use)."""
 
     def __init__(self, options: RedisOptions) -> None:
         self.options = options
@@ -75,8 +76,9 @@ class RedisClient:
         self._main: Wire | None = None
         self._lost_at: float | None = None
         """When the board's connection was found lost (``None``: connected, or never was)."""
-        self._reader: Wire | None = None
-        self._locks = {"main": asyncio.Lock(), "reader": asyncio.Lock()}
+        self._blocked: dict[str, Wire] = {}
+        """The connections of blocking reads: ``reader`` (the event stream), ``notices`` (this session's list)."""
+        self._locks = {"main": asyncio.Lock(), "reader": asyncio.Lock(), "notices": asyncio.Lock()}
         self._closed = False
         self.replication = Replication(self._server, strict=options.durability == "strict",
                                        reply_timeout=self._timeout, retry_window=options.retry_window)
@@ -350,38 +352,40 @@ class RedisClient:
 
         :raises BackendUnavailable: the connection failed (the caller resumes from ``last_id``).
         """
+        reply = await self._blocking("reader", ("XREAD", "COUNT", 512, "BLOCK", block_ms, "STREAMS",
+                                                self.prefix + "ev", last_id))
+        return reply[0][1] if reply else []
+
+    async def pop_notices(self, key: str, block_s: float) -> list[bytes]:
+        """Up to 256 entries from the head of list ``key`` (``BLMPOP``), waiting up to ``block_s`` for one,
+        on the board's notice connection (its third: a blocking call holds its connection).
+
+        :raises BackendUnavailable: the connection failed (nothing was taken, or what was is lost with it).
+        """
+        reply = await self._blocking("notices", ("BLMPOP", f"{block_s:.3f}", 1, key, "LEFT", "COUNT", 256))
+        return list(reply[1]) if reply else []
+
+    async def _blocking(self, slot: str, command: tuple[Arg, ...]) -> Any:
+        """``command`` on the blocking connection ``slot``, (re)connected first if needed."""
         try:
-            async with self._locks["reader"]:
-                if self._reader is None or self._reader.failed is not None:
-                    self._reader = await self._connect(None)
-                wire = self._reader
-            reply = await wire.send(("XREAD", "COUNT", 512, "BLOCK", block_ms, "STREAMS", self.prefix + "ev", last_id))
+            async with self._locks[slot]:
+                wire = self._blocked.get(slot)
+                if wire is None or wire.failed is not None:
+                    wire = self._blocked[slot] = await self._connect(None)
+            reply = await wire.send(command)
             if isinstance(reply, ServerError):
                 raise reply
         except (ConnectionLost, ServerError) as error:
             if is_transient(error):
-                if self._reader is not None and isinstance(error, ServerError):
-                    self._reader.close()
-                raise BackendUnavailable(f"event stream: {error or type(error).__name__}") from error
+                if isinstance(error, ServerError) and (failed := self._blocked.get(slot)) is not None:
+                    failed.close()
+                raise BackendUnavailable(f"{slot}: {error or type(error).__name__}") from error
             raise permanent_error(error) from error
-        if not reply:
-            return []
-        entries: list[tuple[bytes, list[bytes]]] = reply[0][1]
-        return entries
-
-    async def last_event_id(self) -> str:
-        """The id of the stream's newest entry (``0-0`` when empty)."""
-        entries = await self.command("XREVRANGE", self.prefix + "ev", "+", "-", "COUNT", "1")
-        return _text(entries[0][0]) if entries else "0-0"
-
-    async def first_event_id(self) -> str | None:
-        """The id of the stream's oldest entry (``None`` when empty)."""
-        entries = await self.command("XRANGE", self.prefix + "ev", "-", "+", "COUNT", "1")
-        return _text(entries[0][0]) if entries else None
+        return reply
 
     async def close(self) -> None:
         self._closed = True
-        for wire in (self._reader, self._main):
+        for wire in (*self._blocked.values(), self._main):
             if wire is not None:
                 wire.close()
 

@@ -79,6 +79,7 @@ function ops.requeue(id, reset)
   end
   redis.call('ZADD', P .. 'all', f[3], id)
   ready_add({id = id, name = f[2], sc = f[3]})
+  wake(f[2], 1)
   done(id)
   ev('posted', id, f[2])
   return reply('ok', {id})

@@ -40,6 +40,7 @@ class Session:
         self.timeout_ms = max(1, int(timeout * 1000))
         self.on_change = on_change
         self.id = ""
+        self.server_offset_ms = 0.0
         self.last_ack = time.monotonic()
         """When the last acknowledged heartbeat was *sent* (monotonic)."""
         self.fenced = False
@@ -49,8 +50,9 @@ class Session:
 
     async def open(self) -> None:
         self.id = uuid.uuid4().hex
-        sent = time.monotonic()
-        await self.client.call("open", "", self.id, self.timeout_ms)
+        sent, wall = time.monotonic(), time.time()
+        _, data, _ = await self.client.call("open", "", self.id, self.timeout_ms)
+        self.server_offset_ms = int(data[0]) - (wall + time.time()) * 500  # the server's clock minus ours
         self.last_ack, self.fenced = sent, False
 
     async def run(self) -> None:

@@ -2,11 +2,13 @@
 
 -- Release a dead (or closing) session: its claims go back on the board, its entities vanish.
 local function reap(sess, why)
+  unwait(sess)
   for _, id in ipairs(redis.call('SMEMBERS', P .. 'claims:' .. sess)) do
     local j = get(id)
     if j and j.st == 'c' and j.sess == sess then
       redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '')
       ready_add(j)
+      wake(j.name, 1)
       ev('released', id, why .. ' (owner ' .. j.owner .. ')')
     end
   end
@@ -41,6 +43,7 @@ function ops.unclaim(sess)
       redis.call('HDEL', jk(id), 'cn')
       redis.call('SREM', P .. 'claims:' .. sess, id)
       ready_add(j)
+      wake(j.name, 1)
       ev('released', id, 'claim given up before its reply (owner ' .. j.owner .. ')')
       return reply('ok', {id})
     end
@@ -78,7 +81,7 @@ function ops.unregister(sess, name)
 end
 
 local function dispatch(keys, args)
-  P, OP, NONCE, NOW, EV, ALIVE = keys[1], args[1], args[2], nil, {}, nil
+  P, OP, NONCE, NOW, EV, ALIVE, CALLER, WAITING = keys[1], args[1], args[2], nil, {}, nil, nil, nil
   RETRY = string.sub(NONCE, 1, 1) == '!'
   if RETRY then NONCE = string.sub(NONCE, 2) end
   local op = ops[OP]

@@ -1,17 +1,26 @@
-"""The board's event stream: one blocking ``XREAD`` loop, resumed from the last id after a reconnect.
+"""The board's event stream, read only while someone listens: ``events()`` subscribers, ``wait_for_completion``.
 
-Events of this board's own writes are published as soon as their script
-answers (the script returns the stream ids it added); the reader skips them
-when they come round, and publishes every other board's events. Waiters
-(``wait``, ``watch_claim``, ``wait_for_completion``) sleep on per-job or
-board-wide signals that the events set.
+A board does not read the stream to learn about claimable work or about its claims (that is
+:mod:`jobboard_redis.notices`): a process that only claims decodes no event of other boards' jobs.
+Events of this board's own writes are published as soon as their script answers (the script
+returns the stream ids it added); the reader, while it runs, skips them when they come round, and
+publishes every other board's events. Per-job waiters (``watch_claim``, ``wait_for_completion``)
+sleep on signals that events and notices set.
+
+The reader starts at a listener's first need, from the stream position of "now" on the server's
+clock (estimated from the session's open, less :data:`START_MARGIN_MS`: an event from just before the
+subscription may be shown, none after it is missed), and stops at the first read after the last
+listener left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from typing import Any
 
 import anyio
 
@@ -27,6 +36,8 @@ BLOCK_MS = 1000
 MAX_RUN = 200
 """The most jobs one stream entry stands for (the scripts' ``post_simple`` takes at most 200 a call)."""
 REMEMBERED = 20000
+START_MARGIN_MS = 250
+"""How far before "now" (on the server's clock, as estimated) a starting reader reads from."""
 
 
 def _text(value: object) -> str:
@@ -34,54 +45,46 @@ def _text(value: object) -> str:
 
 
 class BoardView:
-    """Publishes the board's events and wakes whoever waits for them."""
+    """Publishes the board's events and wakes whoever waits for them; see the module docstring."""
 
-    def __init__(self, client: RedisClient, hub: EventHub) -> None:
+    def __init__(self, client: RedisClient, hub: EventHub,
+                 spawn: Callable[[Coroutine[Any, Any, None]], object]) -> None:
         self.client = client
         self.hub = hub
         self.publish = hub.publish
+        self.spawn = spawn
         self.last_id: str | bytes = "0-0"
-        self._board_changed = anyio.Event()
-        self._board_waited = False
-        """Whether someone took the board signal since it was last set (else setting it is skipped)."""
+        self.server_offset_ms = 0.0
+        """The server's clock minus this process's (ms), measured at the session's open."""
+        self.listeners = 0
+        self.decoded = 0
+        """Stream entries read so far."""
+        self.reading = False
         self._jobs: dict[str, anyio.Event] = {}
-        self._own: set[bytes] = set()
+        self._own: OrderedDict[bytes, None] = OrderedDict()
         """Stream ids of this board's own events, already published (skipped when streamed)."""
         self._streamed: OrderedDict[bytes, None] = OrderedDict()
+        self._seen: bytes | None = None
+        """The newest stream id known to exist (read, or one of this board's own): tells a rolled-back stream."""
         self.connected = True
         self.stopped = False
-
-    async def start(self) -> None:
-        self.last_id = await self.client.last_event_id()
 
     # -- signals ------------------------------------------------------------
 
     def notify(self, job: str | None = None) -> None:
-        """Wake waiters of ``job`` (every waiter when ``None``) and of the board."""
+        """Wake waiters of ``job`` (every job's waiter when ``None``)."""
         if job is None:
             for event in self._jobs.values():
                 event.set()
             self._jobs.clear()
         elif self._jobs and (waiting := self._jobs.pop(job, None)) is not None:
             waiting.set()
-        self._notify_board()
-
-    def _notify_board(self) -> None:
-        if self._board_waited:
-            self._board_waited = False
-            self._board_changed.set()
-            self._board_changed = anyio.Event()
 
     def job_signal(self, job: str) -> anyio.Event:
         """An event set at the next change of ``job`` (take it before checking the job)."""
         if (event := self._jobs.get(job)) is None:
             event = self._jobs[job] = anyio.Event()
         return event
-
-    def board_signal(self) -> anyio.Event:
-        """An event set at the next change of the board."""
-        self._board_waited = True
-        return self._board_changed
 
     # -- events ------------------------------------------------------------
 
@@ -92,20 +95,24 @@ class BoardView:
             entry_id = events[index]
             if not isinstance(entry_id, bytes):
                 entry_id = str(entry_id).encode()
+            self._seen = entry_id
             if entry_id in streamed:
                 del streamed[entry_id]
             else:
-                own.add(entry_id)
+                own[entry_id] = None
+                if len(own) > REMEMBERED:
+                    own.popitem(last=False)
                 self._emit(events[index + 1], _text(events[index + 2]), events[index + 3])
 
     def _emit(self, kind: object, job: str, detail: object) -> None:
-        """Publish an event of the stream (only when someone listens) and wake the job's and the board's waiters."""
+        """Publish an event of the stream (only when someone listens) and wake the job's waiters."""
         if "+" in job and (run := _run_of(job)) is not None:
             self._emit_run(kind, run, detail)
             return
         if self.hub.has_subscribers and (mapped := KINDS.get(_text(kind))) is not None:
             self.publish(Event(mapped, job or None, _text(detail)))
-        self.notify(job or None)
+        if job and self._jobs:
+            self.notify(job)
 
     def _emit_run(self, kind: object, jobs: range, detail: object) -> None:
         """One event of a run of jobs (``'<first id>+<count>'``, from ``post_many``): one event per job."""
@@ -117,53 +124,85 @@ class BoardView:
             for job in jobs:
                 if (waiting := self._jobs.pop(str(job), None)) is not None:
                     waiting.set()
-        self._notify_board()
+
+    # -- the reader ---------------------------------------------------------
+
+    def listen(self) -> None:
+        """Someone listens (a subscriber, a completion waiter): read the stream from now on, if not already."""
+        if self.reading or self.stopped:
+            return
+        self.reading = True
+        start = int(time.time() * 1000 + self.server_offset_ms) - START_MARGIN_MS
+        self.last_id = f"{max(start, 0)}-0"
+        self.spawn(self.run())
+
+    @contextlib.contextmanager
+    def listening(self) -> Iterator[None]:
+        """A caller that needs the stream while it waits (``wait_for_completion``, a watch of another's claim)."""
+        self.listeners += 1
+        self.listen()
+        try:
+            yield
+        finally:
+            self.listeners -= 1
+
+    def _listened(self) -> bool:
+        return self.hub.has_subscribers or self.listeners > 0
 
     async def run(self) -> None:
-        """Read the stream until cancelled or stopped; reconnects resume from the last id."""
-        while not self.stopped:
-            try:
-                entries = await self.client.read_events(self.last_id, BLOCK_MS)
-            except BackendUnavailable as error:
-                if self.connected:
-                    self.connected = False
-                    self.publish(Event(EventKind.SUSPENDED, detail=f"Redis connection lost: {error}"))
-                await anyio.sleep(0.1)
-                continue
-            if not self.connected:
-                self.connected = True
-                self.publish(Event(EventKind.RECONNECTED, detail="Redis connection back"))
-                await self._report_trimmed()
-                self.notify()
-            for entry_id, fields in entries:
-                self.last_id = entry_id
-                self._streamed_entry(entry_id, fields)
+        """Read the stream until stopped or no one listens; reconnects resume from the last id."""
+        try:
+            while not self.stopped and self._listened():
+                await self._read_once()
+        finally:
+            self.reading = False
+
+    async def _read_once(self) -> None:
+        try:
+            entries = await self.client.read_events(self.last_id, BLOCK_MS)
+        except BackendUnavailable as error:
+            if self.connected:
+                self.connected = False
+                self.publish(Event(EventKind.SUSPENDED, detail=f"Redis connection lost: {error}"))
+            await anyio.sleep(0.1)
+            return
+        if not self.connected:
+            self.connected = True
+            self.publish(Event(EventKind.RECONNECTED, detail="Redis connection back"))
+            await self._report_trimmed()
+            self.notify()
+        self.decoded += len(entries)
+        for entry_id, fields in entries:
+            self.last_id = self._seen = entry_id
+            self._streamed_entry(entry_id, fields)
 
     async def _report_trimmed(self) -> None:
         """After a reconnect: tell readers if the stream lost events they did not read (trimmed past the
-        last id read, or rolled back by a failover or a restart that lost writes).
+        newest id known, or rolled back by a failover or a restart that lost writes).
 
-        A stream whose newest entry is older than the last one read was rolled back: reading on from
+        A stream whose newest entry is older than the newest one known was rolled back: reading on from
         the old id would skip the new server's next entries, and ids seen on the old server may come
         again, so the reader starts from the new server's newest entry and forgets the ids it saw.
         """
         try:
-            first, newest = await self.client.first_event_id(), await self.client.last_event_id()
+            first, newest = await _first_id(self.client), await _newest_id(self.client)
         except BackendUnavailable:
             return
-        if _parts(newest) < _parts(_text(self.last_id)):
-            self.last_id = newest
+        if self._seen is None:
+            return
+        if _parts(newest) < _parts(_text(self._seen)):
+            self.last_id, self._seen = newest, None
             self._own.clear()
             self._streamed.clear()
             self.publish(Event(EventKind.DROPPED, detail="board events were rolled back (a failover or a restart "
                                                          "lost writes); re-read the board"))
-        elif first is not None and _older(self.last_id, first):
+        elif first is not None and _older(self._seen, first):
             self.publish(Event(EventKind.DROPPED, detail="board events were trimmed while disconnected; "
                                                          "re-read the board"))
 
     def _streamed_entry(self, entry_id: bytes, flat: list[bytes]) -> None:
         if entry_id in self._own:
-            self._own.discard(entry_id)
+            del self._own[entry_id]
             return
         self._streamed[entry_id] = None
         if len(self._streamed) > REMEMBERED:
@@ -192,3 +231,15 @@ def _older(entry_id: str | bytes, than: str) -> bool:
 
 def _parts(entry_id: str) -> tuple[int, ...]:
     return tuple(int(part) for part in entry_id.split("-"))
+
+
+async def _newest_id(client: RedisClient) -> str:
+    """The id of the stream's newest entry (``0-0`` when empty)."""
+    entries = await client.command("XREVRANGE", client.prefix + "ev", "+", "-", "COUNT", "1")
+    return _text(entries[0][0]) if entries else "0-0"
+
+
+async def _first_id(client: RedisClient) -> str | None:
+    """The id of the stream's oldest entry (``None`` when empty)."""
+    entries = await client.command("XRANGE", client.prefix + "ev", "-", "+", "COUNT", "1")
+    return _text(entries[0][0]) if entries else None
