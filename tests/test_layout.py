@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import re
 import sys
 import threading
@@ -57,6 +58,7 @@ def module_name(path: Path, base: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
 def source_modules() -> dict[str, Module]:
     """Every module of jobboard/ and of the in-tree backend packages, by dotted name."""
     found: dict[str, Module] = {}
@@ -112,6 +114,7 @@ def imported(module: Module, modules: dict[str, Module]) -> set[str]:
     return {target for target in targets if target in modules and target != module.name}
 
 
+@functools.cache
 def import_graph() -> dict[str, set[str]]:
     modules = source_modules()
     return {name: imported(module, modules) for name, module in modules.items()}

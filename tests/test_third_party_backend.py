@@ -80,7 +80,7 @@ class TestDictConformance(JobBoardConformance):
 
 
 def test_dict_board_follows_the_model(installed: None) -> None:
-    run_model_test(lambda: f"dict://model-{uuid.uuid4().hex}", examples=30)
+    run_model_test(lambda: f"dict://model-{uuid.uuid4().hex}", examples=20)
 
 
 def test_it_is_registered_like_the_in_tree_backends(installed: None) -> None:
