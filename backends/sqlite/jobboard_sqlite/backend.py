@@ -215,14 +215,15 @@ class SqliteBackend(Backend):
         def body(conn: sqlite3.Connection, fx: Effects) -> list[Job] | JobBoardError:
             posted: list[Job] = []
             now = time.time()
-            for index, prepared in enumerate(items):
-                conn.execute("SAVEPOINT one")
-                try:
-                    posted.append(writes.post(conn, self.scope, prepared, now, fx))
-                except DependencyMissing as error:
-                    conn.execute("ROLLBACK TO one")
-                    return error.in_batch(index, posted)
-                conn.execute("RELEASE one")
+            sequences = writes.Sequences(conn, self.scope, batch=True)
+            try:
+                for index, prepared in enumerate(items):
+                    try:
+                        posted.append(writes.post(conn, self.scope, prepared, now, fx, sequences))
+                    except DependencyMissing as error:
+                        return error.in_batch(index, posted)
+            finally:
+                sequences.close()
             return posted
 
         return await self._write(body)  # type: ignore[arg-type]

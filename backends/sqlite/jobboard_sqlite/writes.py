@@ -49,10 +49,35 @@ from jobboard_sqlite.schema import CLAIMED, MALFORMED, UNCLAIMED, WAITING
 MAX_ATTEMPTS_REASON = "max attempts exceeded"
 
 
-def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float, fx: Effects) -> Job:
+class Sequences:
+    """Hands out the board's job sequences in one transaction: one ``UPDATE ... RETURNING`` per post, or
+    for a batch the counter read once and written back once (:meth:`close`)."""
+
+    def __init__(self, conn: sqlite3.Connection, scope: Scope, batch: bool = False) -> None:
+        self.conn, self.scope, self.batch = conn, scope, batch
+        self.last: int | None = None
+
+    def take(self) -> int:
+        if not self.batch:
+            return int(self.conn.execute("UPDATE jb_board SET last_seq=last_seq+1 WHERE id=? RETURNING last_seq",
+                                         (self.scope.board,)).fetchone()[0])
+        if self.last is None:
+            self.last = int(self.conn.execute("SELECT last_seq FROM jb_board WHERE id=?",
+                                              (self.scope.board,)).fetchone()[0])
+        self.last += 1
+        return self.last
+
+    def close(self) -> None:
+        if self.batch and self.last is not None:
+            self.conn.execute("UPDATE jb_board SET last_seq=? WHERE id=?", (self.last, self.scope.board))
+
+
+def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float, fx: Effects,
+         sequences: Sequences | None = None) -> Job:
     """Write one posting, or return the job its key still finds.
 
-    :raises DependencyMissing: a dependency is not on the board (the transaction is rolled back).
+    :raises DependencyMissing: a dependency is not on the board (nothing of this post written, but
+        perhaps the deletion of its key's expired record).
     """
     posting = prepared.posting
     if posting.key is not None:
@@ -67,8 +92,7 @@ def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float,
         if row is None:
             raise DependencyMissing.of(posting.name, dep)
         deps.append(seq)
-    (seq,) = conn.execute("UPDATE jb_board SET last_seq=last_seq+1 WHERE id=? RETURNING last_seq",
-                          (scope.board,)).fetchone()
+    seq = (sequences or Sequences(conn, scope)).take()
     conn.execute(
         "INSERT INTO jb_job(board, seq, rank, name, state, not_before, attempts, waiting, posting, max_attempts,"
         " keep, result_ttl, key, deps) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
