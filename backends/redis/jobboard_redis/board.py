@@ -366,6 +366,7 @@ class RedisBackend(KeepingRedis):
                     for job_id in malformed:
                         await self._set_aside(job_id)
                     if jobs:
+                        self.notices.wake_more(len(jobs) - 1)
                         return jobs
                     wait_ms = min(POLL * 1000, int(wait_ms) if int(wait_ms) >= 0 else math.inf)
                 with anyio.move_on_after(float(wait_ms) / 1000 + 0.001 if wait_ms >= 0 else math.inf):

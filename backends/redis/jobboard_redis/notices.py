@@ -7,7 +7,8 @@ by pushing ``w<name>`` to that board's list. A call that ends another board's cl
 by another board) pushes ``l<job id>`` to the owner's list. The board pops its list with ``BLMPOP`` on a
 connection of its own, only while some caller waits for work or watches a claim, and wakes ONE local
 waiter per wake-up (one that asked for that name, else the first), so a process's claimers do not herd
-on one post. Nothing here is needed for correctness: ``claim_next`` is exact, and a waiter peeks again
+on one post; a waiter that finds k jobs wakes up to k - 1 more of its board's waiters (work posted while
+the board's registration was being renewed). Nothing here is needed for correctness: ``claim_next`` is exact, and a waiter peeks again
 at least every :data:`POLL` seconds (a wake-up lost to a race or a failover costs that long at most).
 """
 
@@ -97,6 +98,15 @@ class Notices:
         """Every local waiter peeks again (the board closed, the session changed, a notice may be lost)."""
         for waiter in self.waiters:
             waiter.event.set()
+
+    def wake_more(self, count: int) -> None:
+        """Wake up to ``count`` more local waiters (a waiter found that many more jobs than its own)."""
+        for waiter in self.waiters:
+            if count <= 0:
+                return
+            if not waiter.event.is_set() and waiter.names != frozenset():
+                waiter.event.set()
+                count -= 1
 
     def _start(self) -> None:
         if not self._running and not self.stopped:

@@ -1,0 +1,298 @@
+"""A fleet of claiming processes on one redis:// board: what each process pays as the fleet grows (issue 28).
+
+    python -m benchmarks.redis_fleet --processes 1,4,16 --workers 16 --jobs 2000 --rounds 3
+    python -m benchmarks.redis_fleet ... --base bf73266      # the same, interleaved with a base commit's library
+
+One redis-server (AOF off: the disk is not one more shared resource) serves every run. A run: N jobs
+posted, then W claimers split over P processes claim_next -> consume until the board is empty (as
+``benchmarks.cycle``: a claimer that finds nothing waits in ``board.wait()`` for up to 0.05 s). Each
+round runs every P (with ``--base``, on both trees, which goes first alternating). Per run:
+
+- ``events_per_job``: what each process decoded to learn about work and claims (stream entries its
+  ``XREAD`` returned, plus notices its ``BLMPOP`` returned), over the jobs it ran, averaged over the
+  processes (counted by wrapping the client's two read methods in each process: the same code
+  measures any tree);
+- ``client_cpu_ms_per_job``: the claiming processes' CPU (rusage) over the jobs;
+- ``commands_per_cycle``: ``INFO commandstats`` calls over the phase (commands run inside a script
+  counted too), ``fcalls_per_cycle`` the script calls alone, ``reads_per_cycle`` the ``XREAD`` and
+  ``BLMPOP`` calls;
+- ``empty_claims_per_cycle``: claim_next calls that found nothing (claim attempts that lost, the
+  claimers' last look at an empty board included);
+- ``server_cpu_ms_per_job``: ``INFO cpu`` (user + sys) over the phase, over the jobs.
+
+Prints a JSON line (``bench: redis_fleet``: every run, the medians and ranges) and a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+FIGURES = ("cycles_per_s", "events_per_job", "client_cpu_ms_per_job", "commands_per_cycle", "fcalls_per_cycle",
+           "reads_per_cycle", "empty_claims_per_cycle", "server_cpu_ms_per_job")
+ROOT = Path(__file__).resolve().parent.parent
+IDLE_WAIT = 1.0
+"""Interleaved: seconds an idle claimer waits in ``board.wait()`` (it relies on being woken)."""
+PRODUCER_IN_FLIGHT = 20
+
+
+# -- the server's counters ------------------------------------------------------------------------
+
+
+def server_info(url: str, section: str) -> dict[str, str]:
+    """``INFO section`` of the server of ``url`` (``redis://host:port/...``), over a plain socket."""
+    host, port = url.removeprefix("redis://").split("/", 1)[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(f"INFO {section}\r\n".encode())
+        data = b""
+        while b"\r\n" not in data:
+            data += conn.recv(65536)
+        header, _, body = data.partition(b"\r\n")
+        length = int(header[1:])
+        while len(body) < length:
+            body += conn.recv(65536)
+    lines = body[:length].decode().splitlines()
+    return dict(line.split(":", 1) for line in lines if ":" in line and not line.startswith("#"))
+
+
+def server_counts(url: str) -> dict[str, float]:
+    """Calls per command (``INFO commandstats``) and the server's CPU seconds (``INFO cpu``)."""
+    counts: dict[str, float] = {}
+    for key, value in server_info(url, "commandstats").items():
+        fields = dict(part.split("=", 1) for part in value.split(","))
+        counts[key.removeprefix("cmdstat_")] = float(fields["calls"])
+    cpu = server_info(url, "cpu")
+    counts["cpu_s"] = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    return counts
+
+
+# -- one claiming process -------------------------------------------------------------------------
+
+
+def count_reads() -> dict[str, int]:
+    """Count what the board's client reads to learn about work: stream entries and notices."""
+    from jobboard_redis import client as module
+
+    decoded = {"entries": 0}
+    cls = module.RedisClient
+    for name in ("read_events", "pop_notices"):
+        original = getattr(cls, name, None)
+        if original is None:
+            continue
+
+        def wrapped(self: Any, *args: Any, _original: Any = original) -> Any:
+            async def call() -> Any:
+                found = await _original(self, *args)
+                decoded["entries"] += len(found)
+                return found
+            return call()
+
+        setattr(cls, name, wrapped)
+    return decoded
+
+
+async def claim_process(url: str, workers: int, done: str | None) -> None:
+    """``ready`` on stdout, then on ``go`` from stdin: claim until the board is empty (and, with ``done``, that
+    file exists: the producer has posted every job); a JSON line."""
+    import anyio
+
+    from benchmarks.common import process_cpu_seconds
+    from jobboard import open_board
+
+    decoded = count_reads()
+    async with open_board(url) as board:
+        print("ready", flush=True)
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+        cpu, before = process_cpu_seconds(), decoded["entries"]
+        tally = {"cycles": 0, "empty": 0, "last": 0.0}
+
+        async def claimer(index: int) -> None:
+            while True:
+                claim = await board.claim_next(f"c{index}")
+                if claim is None:
+                    tally["empty"] += 1
+                    if (done is None or await anyio.Path(done).exists()) and await board.job_count() == 0:
+                        return
+                    with anyio.move_on_after(0.05 if done is None else IDLE_WAIT):
+                        await board.wait()
+                    continue
+                await board.consume(claim)
+                tally["cycles"] += 1
+                tally["last"] = time.time()
+
+        async with anyio.create_task_group() as group:
+            for index in range(workers):
+                group.start_soon(claimer, index)
+        result = {**tally, "cpu_s": process_cpu_seconds() - cpu, "decoded": decoded["entries"] - before}
+    print(json.dumps(result), flush=True)
+
+
+# -- one run: post, then the fleet ----------------------------------------------------------------
+
+
+async def post(url: str, jobs: int, in_flight: int | None = None) -> None:
+    import anyio
+
+    from benchmarks.cycle import post_jobs
+    from jobboard import open_board
+
+    async with open_board(url) as producer:
+        if in_flight is None:
+            await post_jobs(producer, jobs)
+            return
+        limiter = anyio.CapacityLimiter(in_flight)
+
+        async def one(index: int) -> None:
+            async with limiter:
+                await producer.post("bench", {"i": index})
+
+        async with anyio.create_task_group() as group:
+            for index in range(jobs):
+                group.start_soon(one, index)
+
+
+def one_run(url: str, jobs: int, workers: int, processes: int, interleaved: bool) -> dict[str, Any]:
+    """Post, then the fleet; or (``interleaved``) the fleet while one producer posts, with 20 in flight."""
+    from benchmarks.cycle import run_url
+
+    url = run_url(url)
+    done = Path(tempfile.mkdtemp()) / "posted"
+    if not interleaved:
+        asyncio.run(post(url, jobs))
+    children = [subprocess.Popen([sys.executable, "-m", "benchmarks.redis_fleet", "--child", url,
+                                  "--workers", str(max(1, workers // processes)),
+                                  *(["--done", str(done)] if interleaved else [])],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    before, started = server_counts(url), time.time()
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    if interleaved:
+        asyncio.run(post(url, jobs, PRODUCER_IN_FLIGHT))
+        done.touch()
+    parts = [json.loads(child.communicate(timeout=600)[0].strip().splitlines()[-1]) for child in children]
+    after = server_counts(url)
+    delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
+    cycles = max(1, sum(part["cycles"] for part in parts))
+    per_process = [part["decoded"] / max(1, part["cycles"]) for part in parts]
+    return {"processes": processes, "workers": workers, "jobs": jobs, "cycles": cycles,
+            "cycles_per_s": round(cycles / (max(part["last"] for part in parts) - started), 1),
+            "events_per_job": round(statistics.mean(per_process), 2),
+            "client_cpu_ms_per_job": round(1000 * sum(part["cpu_s"] for part in parts) / cycles, 4),
+            "commands_per_cycle": round(sum(v for k, v in delta.items() if k != "cpu_s") / cycles, 2),
+            "fcalls_per_cycle": round(delta.get("fcall", 0.0) / cycles, 3),
+            "reads_per_cycle": round((delta.get("xread", 0.0) + delta.get("blmpop", 0.0)) / cycles, 3),
+            "empty_claims_per_cycle": round(sum(part["empty"] for part in parts) / cycles, 4),
+            "server_cpu_ms_per_job": round(1000 * delta["cpu_s"] / cycles, 4)}
+
+
+# -- the rounds -----------------------------------------------------------------------------------
+
+
+def tree_env(tree: Path) -> dict[str, str]:
+    from benchmarks.before_after import METADATA
+
+    paths = [tree / METADATA, tree] + [tree / "backends" / name for name in ("zookeeper", "redis", "memory")]
+    return {**os.environ, "PYTHONPATH": ":".join(map(str, paths))}
+
+
+def run_in(tree: Path, url: str, jobs: int, workers: int, processes: int, interleaved: bool) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.redis_fleet", "--one", url, "--jobs", str(jobs),
+               "--workers", str(workers), "--processes", str(processes), *(["--interleaved"] if interleaved else [])]
+    done = subprocess.run(command, cwd=tree, env=tree_env(tree) if tree != ROOT else None, capture_output=True,
+                          text=True, check=True, timeout=900)
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {name: {"median": statistics.median(run[name] for run in runs),
+                   "min": min(run[name] for run in runs), "max": max(run[name] for run in runs)} for name in FIGURES}
+
+
+def table(summary: dict[str, dict[str, Any]]) -> list[str]:
+    """One row per (tree, P): medians (min–max) of the rounds."""
+    lines = [("| tree | P | cycles/s | events decoded / job run, per process | client CPU ms / job | "
+              "server commands / cycle (script calls, blocking reads) | empty claims / cycle | server CPU ms / job |"),
+             "|---|---|---|---|---|---|---|---|"]
+    for key, found in summary.items():
+        tree, processes = key.rsplit(" P=", 1)
+
+        def cell(name: str, digits: int = 2, found: dict[str, Any] = found) -> str:
+            value = found[name]
+            return f"{value['median']:.{digits}f} ({value['min']:.{digits}f}–{value['max']:.{digits}f})"
+
+        lines.append(f"| {tree} | {processes} | {cell('cycles_per_s', 0)} | {cell('events_per_job')} | "
+                     f"{cell('client_cpu_ms_per_job', 3)} | {cell('commands_per_cycle', 1)} "
+                     f"({found['fcalls_per_cycle']['median']:.2f}, {found['reads_per_cycle']['median']:.3f}) | "
+                     f"{cell('empty_claims_per_cycle', 3)} | {cell('server_cpu_ms_per_job', 3)} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--processes", default="1,4,16")
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--base", default=None, help="a commit to measure too, interleaved (a git worktree)")
+    parser.add_argument("--url", default=None, help="a server to use instead of starting one (redis://host:port)")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="one producer posts (20 in flight) while the fleet claims; idle claimers wait 1 s")
+    parser.add_argument("--done", help=argparse.SUPPRESS)
+    parser.add_argument("--one", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
+    options = parser.parse_args(argv)
+    if options.child:
+        asyncio.run(claim_process(options.child, options.workers, options.done))
+        return 0
+    if options.one:
+        print(json.dumps(one_run(options.one, options.jobs, options.workers, int(options.processes),
+                                       options.interleaved)))
+        return 0
+    from benchmarks.before_after import base_tree
+    from tests.support.redisserver import RedisServer, ensure_redis_installed
+
+    counts = [int(p) for p in options.processes.split(",")]
+    with ExitStack() as stack:
+        if options.url:
+            url = options.url.rstrip("/") + "/0/fleet"
+        else:
+            ensure_redis_installed()
+            url = stack.enter_context(RedisServer(appendonly=False)).url("/0/fleet")
+        trees = [("this", ROOT)] + ([(f"base {options.base}", stack.enter_context(base_tree(options.base)))]
+                                    if options.base else [])
+        runs: dict[str, list[dict[str, Any]]] = {f"{name} P={p}": [] for name, _ in trees for p in counts}
+        for round_number in range(options.rounds):
+            for processes in counts:
+                order = trees if round_number % 2 == 0 else trees[::-1]
+                for name, tree in order:
+                    result = run_in(tree, url, options.jobs, options.workers, processes, options.interleaved)
+                    runs[f"{name} P={processes}"].append(result)
+                    print(f"round {round_number + 1}: {name} P={processes}: {result['cycles_per_s']} cycles/s, "
+                          f"{result['events_per_job']} events/job", file=sys.stderr, flush=True)
+    summary = {key: medians(found) for key, found in runs.items()}
+    lines = table(summary)
+    print("\n".join(lines), file=sys.stderr)
+    print(json.dumps({"bench": "redis_fleet", "interleaved": options.interleaved, "jobs": options.jobs, "workers": options.workers,
+                      "processes": counts, "rounds": options.rounds, "base": options.base,
+                      "runs": runs, "summary": summary, "table": lines}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
