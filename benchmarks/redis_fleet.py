@@ -243,6 +243,17 @@ def table(summary: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def section(result: dict[str, Any]) -> list[str]:
+    """The report's section (``benchmarks.report``) for one result of this benchmark."""
+    shape = "one producer posting while the fleet claims" if result.get("interleaved") else "posted first"
+    return [f"## A fleet on one redis:// board: 16 claimers in {', '.join(map(str, result['processes']))} processes",
+            "", (f"{result['jobs']} jobs ({shape}), W = {result['workers']} claimers split over P processes, "
+                 f"{result['rounds']} interleaved rounds, medians (min–max); one redis-server, AOF off. Per process: "
+                 "the stream entries and notices its board decoded per job it ran; the server's figures from "
+                 "`INFO commandstats` and `INFO cpu` over the phase (`benchmarks/redis_fleet.py`, "
+                 "docs/backends/redis.md \"The fleet\")."), "", *result["table"], ""]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", default="1,4,16")

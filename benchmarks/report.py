@@ -7,6 +7,7 @@ from typing import Any
 
 from benchmarks.analysis import posts_in_flight, reading
 from benchmarks.lookup import CEILING, FIXED, KAZOO, TASKFLOW, bench, find, ratio, value
+from benchmarks.redis_fleet import section as redis_fleet_section
 
 Companion = tuple[dict[str, Any], list[dict[str, Any]]]
 """Another run's header and results, that the analysis reads beside this run's (the 2000-job run)."""
@@ -270,6 +271,8 @@ def render(results: list[dict[str, Any]], facts: dict[str, str], command: str, *
                   "process."), "", *scaling_rows(scaling), ""]
     if dag:
         parts += ["## Plans", "", plan_sentence(dag), ""]
+    if redis_fleet := next((r for r in results if r.get("bench") == "redis_fleet" and "table" in r), None):
+        parts += redis_fleet_section(redis_fleet)
     parts += [*(recorded or []), *reading(results, facts, companion), "", "## Commands", "", *[f"- `{' '.join(r['command'])}`" for r in results if "command" in r], ""]
     if errors:
         parts += ["## Failed benchmarks", "", *[f"- `{e.get('command')}`: {e['error'][-300:]}" for e in errors], ""]

@@ -84,7 +84,9 @@ def once(plan: Plan, hosts: str) -> list[list[str]]:
     """Benchmarks with their own repetitions inside, run once after the rounds (they take longest)."""
     common = ["--repeat", str(plan.repeat)]
     return [["scaling", "--hosts", hosts, "--backlogs", plan.backlogs, *common],
-            ["dag", "--hosts", hosts, "--workers", "4", *common]]
+            ["dag", "--hosts", hosts, "--workers", "4", *common],
+            ["redis_fleet", "--processes", ",".join(map(str, (1, *plan.processes))), "--rounds", str(plan.repeat),
+             "--jobs", str(plan.jobs)]]  # its own redis-server; interleaved rounds inside
 
 
 def merge(rounds: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
