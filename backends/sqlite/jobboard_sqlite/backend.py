@@ -8,8 +8,6 @@ generation in the transaction that writes them. See docs/backends/sqlite.md.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import functools
 import sqlite3
 import time
@@ -32,8 +30,9 @@ from jobboard.backend import (
     Settle,
     TrashedJob,
 )
-from jobboard.errors import BackendUnavailable, DependencyMissing, JobBoardError, JobNotFound, Unsupported
-from jobboard_sqlite import files, reads, sessions, trash, writes
+from jobboard.errors import JobBoardError, JobNotFound, Unsupported
+from jobboard_sqlite import files, reads, schema, sessions, trash, writes
+from jobboard_sqlite.claiming import Claims
 from jobboard_sqlite.database import Database
 from jobboard_sqlite.options import parse_sqlite_url
 from jobboard_sqlite.rows import Effects, Scope, seq_of
@@ -54,11 +53,11 @@ class SqliteBackend(Backend):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.options, board_options = parse_sqlite_url(url)
-        self.default_max_attempts: int | None = board_options.get("max_attempts")  # type: ignore[assignment]
-        self.max_posting_bytes = int(board_options.get("max_posting_bytes", self.max_posting_bytes))  # type: ignore[call-overload]
-        self.key_retention = float(board_options.get("key_retention", self.key_retention))  # type: ignore[arg-type]
-        self.result_ttl = float(board_options.get("result_ttl", self.result_ttl))  # type: ignore[arg-type]
-        self.trash_ttl = float(board_options.get("trash_ttl", self.trash_ttl))  # type: ignore[arg-type]
+        self.default_max_attempts: int | None = board_options.get("max_attempts")
+        self.max_posting_bytes = board_options.get("max_posting_bytes", self.max_posting_bytes)
+        self.key_retention = board_options.get("key_retention", self.key_retention)
+        self.result_ttl = board_options.get("result_ttl", self.result_ttl)
+        self.trash_ttl = board_options.get("trash_ttl", self.trash_ttl)
         self.scope = Scope(0, "", self.key_retention, self.result_ttl, self.trash_ttl)
         self.db = Database(self.options.path, self.options.busy_timeout, self.options.synchronous)
         self.signals = Signals()
@@ -66,13 +65,14 @@ class SqliteBackend(Backend):
                                self._publish)
         self._watch: sqlite3.Connection | None = None
         self.waiting = Waiting(self)
+        self.claims = Claims(self)
 
     # -- lifecycle ----------------------------------------------------------
 
     async def open(self) -> None:
         if self._open:
             return
-        self._check_filesystem()
+        files.check_directory(self.options.path, self.options.network_fs)
         await self.db.open()
         try:
             self.scope.board = await self.db.run(lambda: self.db.write(lambda c: sessions.board_id(c, self.options.board)))
@@ -86,19 +86,6 @@ class SqliteBackend(Backend):
         self.services.spawn(self.runtime.upkeep(self._watch), name=f"jobboard-sqlite-upkeep-{self.options.board}")
         self.services.spawn(self.signals.poll(self._watch, self.options.poll_interval), name="jobboard-sqlite-poll")
         await self.runtime.tick(self._watch)  # dead sessions' claims go back before this board claims
-
-    def _check_filesystem(self) -> None:
-        """Refuse a network filesystem; make the directory. :raises BackendUnavailable: in one line."""
-        directory = self.options.path.parent
-        fstype = files.filesystem_of(directory)
-        if files.is_network_filesystem(fstype) and not self.options.network_fs:
-            raise BackendUnavailable(
-                f"{self.options.path} is on a {fstype} filesystem: SQLite's WAL needs one host's shared memory "
-                "and reliable locks (refused; add ?network_fs=1 to open it anyway, one host only)")
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise BackendUnavailable(f"cannot use {directory} for {self.options.path}: {error.strerror}") from None
 
     async def aclose(self) -> None:
         if not self._open:
@@ -146,7 +133,8 @@ class SqliteBackend(Backend):
     def _publish(self, event: Event) -> None:
         self.hub.publish(event)
 
-    async def _write(self, body: Callable[[sqlite3.Connection, Effects], T]) -> T:
+    async def _write(self, body: Callable[[sqlite3.Connection, Effects], T | JobBoardError]) -> T:
+        """One write transaction; an error the body *returned* (its effects committed) is raised here."""
         result = await self.runtime.write(body)
         if isinstance(result, JobBoardError):
             raise result
@@ -154,51 +142,6 @@ class SqliteBackend(Backend):
 
     async def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
         return await self.db.run(lambda: self.db.read(body))
-
-    async def _claiming(self, body: Callable[[sqlite3.Connection, Effects], Claim | None]) -> Claim | None:
-        """A claim, in a transaction that checks this session is alive (a new one is started if not).
-        A caller cancelled while the claim runs has the claim released in the background."""
-
-        for _ in range(3):
-            future = self.db.start(lambda: self.runtime.write_sync(body))
-            try:
-                if future.done():
-                    await asyncio.sleep(0)
-                    result, fx = future.result()
-                else:
-                    result, fx = await asyncio.wrap_future(future)
-            except SessionGone:
-                await self.runtime.renew()
-                continue
-            except asyncio.CancelledError:
-                future.add_done_callback(functools.partial(self._release_cancelled, asyncio.get_running_loop()))
-                raise
-            self._apply(fx)
-            if isinstance(result, JobBoardError):
-                raise result
-            return result  # type: ignore[return-value]
-        raise BackendUnavailable(f"session of {self.url} keeps ending")
-
-    def _release_cancelled(self, loop: asyncio.AbstractEventLoop,
-                           future: concurrent.futures.Future[tuple[object, Effects]]) -> None:
-        """(Any thread.) The claim a cancelled caller never saw goes back, its attempt not counted."""
-        if future.cancelled() or future.exception() is not None:
-            return
-        claim = future.result()[0]
-        if not isinstance(claim, Claim):
-            return
-
-        def release() -> None:
-            try:
-                _, fx = self.runtime.write_sync(lambda conn, fx: writes.unclaim(conn, self.scope, claim, fx))
-            except JobBoardError:
-                return
-            loop.call_soon_threadsafe(self._apply, fx)
-
-        try:
-            self.db.submit(release)
-        except RuntimeError:
-            pass  # the board closed: its close released the claim
 
     # -- writes -------------------------------------------------------------
 
@@ -212,21 +155,7 @@ class SqliteBackend(Backend):
         for prepared in items:
             self._no_connection(prepared.connection)
 
-        def body(conn: sqlite3.Connection, fx: Effects) -> list[Job] | JobBoardError:
-            posted: list[Job] = []
-            now = time.time()
-            sequences = writes.Sequences(conn, self.scope, batch=True)
-            try:
-                for index, prepared in enumerate(items):
-                    try:
-                        posted.append(writes.post(conn, self.scope, prepared, now, fx, sequences))
-                    except DependencyMissing as error:
-                        return error.in_batch(index, posted)
-            finally:
-                sequences.close()
-            return posted
-
-        return await self._write(body)  # type: ignore[arg-type]
+        return await self._write(lambda conn, fx: writes.post_batch(conn, self.scope, items, time.time(), fx))
 
     @staticmethod
     def _no_connection(connection: object) -> None:
@@ -241,12 +170,12 @@ class SqliteBackend(Backend):
                 raise SessionGone("session ended")
             return writes.claim(conn, self.scope, seq_of(job_id), owner, now, fx)
 
-        claim = await self._claiming(body)  # type: ignore[arg-type]
+        claim = await self.claims.run(body)  # type: ignore[arg-type]
         assert claim is not None
         return claim
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
-        return await self._claiming(
+        return await self.claims.run(
             lambda conn, fx: writes.claim_next(conn, self.scope, owner, names, time.time(), fx))
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
@@ -263,7 +192,7 @@ class SqliteBackend(Backend):
             writes.settle(conn, self.scope, claim, settle, now, fx)
             return writes.claim_next(conn, self.scope, claim.owner, names, now, fx)
 
-        return await self._claiming(body)
+        return await self.claims.run(body)
 
     async def cancel(self, job_id: str, reason: str) -> None:
         await self._write(lambda conn, fx: writes.cancel(conn, self.scope, job_id, reason, time.time(), fx))
@@ -362,14 +291,4 @@ class SqliteBackend(Backend):
 
     def inject_malformed(self, raw: bytes) -> None:
         """Test hook (synchronous, a connection of its own): store raw bytes as a job's posting."""
-        conn = sqlite3.connect(str(self.options.path), timeout=10, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            (seq,) = conn.execute("UPDATE jb_board SET last_seq=last_seq+1 WHERE id=? RETURNING last_seq",
-                                  (self.scope.board,)).fetchone()
-            conn.execute("INSERT INTO jb_job(board, seq, rank, name, state, posting) VALUES (?,?,2,'?',0,?)",
-                         (self.scope.board, seq, raw))
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
-
+        schema.inject(self.options.path, self.scope.board, raw)

@@ -52,6 +52,23 @@ def is_network_filesystem(fstype: str) -> bool:
     return fstype in NETWORK_FILESYSTEMS or fstype.startswith("fuse")
 
 
+def check_directory(path: Path, network_fs: bool) -> None:
+    """Refuse a network filesystem (unless ``network_fs``); make the file's directory.
+
+    :raises BackendUnavailable: in one line saying why.
+    """
+    directory = path.parent
+    fstype = filesystem_of(directory)
+    if is_network_filesystem(fstype) and not network_fs:
+        raise BackendUnavailable(
+            f"{path} is on a {fstype} filesystem: SQLite's WAL needs one host's shared memory and reliable locks "
+            "(refused; add ?network_fs=1 to open it anyway, one host only)")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise BackendUnavailable(f"cannot use {directory} for {path}: {error.strerror}") from None
+
+
 def sessions_dir(db_path: Path) -> Path:
     return db_path.with_name(db_path.name + "-jobboard")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from jobboard.backend import non_negative_float, parse_options, parse_url, positive_float, positive_int
 from jobboard.errors import InvalidURL
@@ -65,7 +66,7 @@ class SqliteOptions:
     """Open a file on a network filesystem anyway (refused otherwise)."""
 
 
-def parse_sqlite_url(url: str) -> tuple[SqliteOptions, dict[str, object]]:
+def parse_sqlite_url(url: str) -> tuple[SqliteOptions, dict[str, Any]]:
     """The file and session options of ``url``, and the board options (``max_attempts``...).
 
     :raises InvalidURL: no file named, an unknown option or a bad value.

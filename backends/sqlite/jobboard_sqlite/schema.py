@@ -6,6 +6,7 @@ Job states: 0 unclaimed, 1 claimed, 2 waiting for dependencies, 3 trashed, 9 mal
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 SCHEMA_VERSION = 1
 PAGE_SIZE = 1024
@@ -85,3 +86,17 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def inject(path: Path, board: int, raw: bytes) -> None:
+    """Test hook: store ``raw`` as the posting of a new job of ``board`` (a connection of its own)."""
+    conn = sqlite3.connect(str(path), timeout=10, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        (seq,) = conn.execute("UPDATE jb_board SET last_seq=last_seq+1 WHERE id=? RETURNING last_seq",
+                              (board,)).fetchone()
+        conn.execute("INSERT INTO jb_job(board, seq, rank, name, state, posting) VALUES (?,?,2,'?',0,?)",
+                     (board, seq, raw))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()

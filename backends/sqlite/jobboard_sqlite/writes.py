@@ -8,7 +8,7 @@ the transaction that writes it, so a stale claim (settled, released or claimed a
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from jobboard.backend import (
@@ -109,6 +109,23 @@ def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float,
         conn.execute("INSERT OR REPLACE INTO jb_key(board, key, seq) VALUES (?,?,?)", (scope.board, posting.key, seq))
     fx.event(EventKind.POSTED, job_id(seq), posting.name)
     return posting.to_job(job_id(seq), seq)
+
+
+def post_batch(conn: sqlite3.Connection, scope: Scope, batch: Sequence[Prepared], now: float,
+               fx: Effects) -> list[Job] | DependencyMissing:
+    """Write a batch in order; a dependency missing stops it there: the error is *returned* (with its
+    index and the jobs posted before it, which are committed)."""
+    posted: list[Job] = []
+    sequences = Sequences(conn, scope, batch=True)
+    try:
+        for index, prepared in enumerate(batch):
+            try:
+                posted.append(post(conn, scope, prepared, now, fx, sequences))
+            except DependencyMissing as error:
+                return error.in_batch(index, posted)
+    finally:
+        sequences.close()
+    return posted
 
 
 def claim(conn: sqlite3.Connection, scope: Scope, seq: int | None, owner: str, now: float,
