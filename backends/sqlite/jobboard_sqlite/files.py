@@ -2,8 +2,8 @@
 
 A session's claims live as long as its lock: an ``flock(LOCK_EX)`` on ``<db>-jobboard/<session>.lock``,
 which the kernel drops when the process dies. Another process that can take that lock knows the owner
-is dead. A heartbeat thread touches the file's mtime so a stopped (SIGSTOP) owner is seen as silent
-after the session timeout. Never opened here: the database, its ``-wal`` and ``-shm`` (a POSIX lock
+is dead. A heartbeat thread writes the host's monotonic clock into the file, so a stopped (SIGSTOP) owner
+is seen as silent after the session timeout (whatever the wall clock does: an NTP step moves no session). Never opened here: the database, its ``-wal`` and ``-shm`` (a POSIX lock
 SQLite holds on them would go with any descriptor of theirs this process closed).
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import struct
 import threading
 import time
 from pathlib import Path
@@ -76,7 +77,7 @@ def sessions_dir(db_path: Path) -> Path:
 class SessionLock:
     """This session's lock file, held (``flock``) from :meth:`acquire` to :meth:`release`.
 
-    A heartbeat thread touches it every ``interval`` seconds (a blocked event loop does not stop it,
+    A heartbeat thread writes the monotonic clock into it every ``interval`` seconds (a blocked event loop does not stop it,
     a stopped process does) and notices when the file was removed or replaced under it (``lost``).
     """
 
@@ -97,6 +98,7 @@ class SessionLock:
             raise BackendUnavailable(f"cannot create session lock {self.path}: {error.strerror}") from error
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
         self.fd, self._inode = fd, os.fstat(fd).st_ino
+        beat(fd)
         _OPEN_LOCKS.add(fd)
         self._thread = threading.Thread(target=self._beat, name=f"jobboard-heartbeat-{self.path.stem}", daemon=True)
         self._thread.start()
@@ -104,7 +106,7 @@ class SessionLock:
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                os.utime(self.fd)
+                beat(self.fd)
                 if os.stat(self.path).st_ino != self._inode:
                     raise FileNotFoundError(self.path)
             except OSError:
@@ -129,8 +131,8 @@ class SessionLock:
 
 def probe(path: Path, silent_after: float) -> tuple[bool, int]:
     """Whether the session owning lock file ``path`` is dead, and the descriptor proving it (-1 if not
-    held): the lock could be taken (its process died), the file is gone, or its heartbeat is older than
-    ``silent_after`` seconds (a stopped process). The caller closes the descriptor after cleaning up."""
+    held): the lock could be taken (its process died), the file is gone, or its last heartbeat is older
+    than ``silent_after`` seconds of the monotonic clock (a stopped process). The caller closes the descriptor after cleaning up."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -141,11 +143,22 @@ def probe(path: Path, silent_after: float) -> tuple[bool, int]:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         try:
-            silent = time.time() - os.fstat(fd).st_mtime > silent_after
+            silent = time.monotonic() - last_beat(fd) > silent_after
         finally:
             os.close(fd)
         return silent, -1
     return True, fd
+
+
+def beat(fd: int) -> None:
+    """Write the host's monotonic clock (``CLOCK_MONOTONIC``, shared by its processes) into the lock file."""
+    os.pwrite(fd, struct.pack("<d", time.monotonic()), 0)
+
+
+def last_beat(fd: int) -> float:
+    """The last heartbeat written into a lock file (``inf`` while it has none: a session being born)."""
+    raw = os.pread(fd, 8, 0)
+    return struct.unpack("<d", raw)[0] if len(raw) == 8 else float("inf")
 
 
 def drop_dead(path: Path, fd: int) -> None:
