@@ -246,12 +246,20 @@ def table(summary: dict[str, dict[str, Any]]) -> list[str]:
 def section(result: dict[str, Any]) -> list[str]:
     """The report's section (``benchmarks.report``) for one result of this benchmark."""
     shape = "one producer posting while the fleet claims" if result.get("interleaved") else "posted first"
-    return [f"## A fleet on one redis:// board: 16 claimers in {', '.join(map(str, result['processes']))} processes",
-            "", (f"{result['jobs']} jobs ({shape}), W = {result['workers']} claimers split over P processes, "
+    claimers = (f"{result['per_process']} claimers in each process" if result.get("per_process")
+                else f"W = {result['workers']} claimers split over P processes")
+    return [f"## A fleet on one redis:// board: {', '.join(map(str, result['processes']))} processes", "",
+            (f"{result['jobs']} jobs ({shape}), {claimers}, "
                  f"{result['rounds']} interleaved rounds, medians (min–max); one redis-server, AOF off. Per process: "
                  "the stream entries and notices its board decoded per job it ran; the server's figures from "
                  "`INFO commandstats` and `INFO cpu` over the phase (`benchmarks/redis_fleet.py`, "
                  "docs/backends/redis.md \"The fleet\")."), "", *result["table"], ""]
+
+
+def recorded_part(run: dict[str, Any]) -> list[str]:
+    """A recorded run of this benchmark (``benchmarks.recorded``): its table, computed again from its runs."""
+    summary = {key: medians(found) for key, found in run["output"]["runs"].items()}
+    return table(summary)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--per-process", type=int, default=None,
+                        help="claimers in each process (W = this × P), instead of W in all")
     parser.add_argument("--base", default=None, help="a commit to measure too, interleaved (a git worktree)")
     parser.add_argument("--url", default=None, help="a server to use instead of starting one (redis://host:port)")
     parser.add_argument("--interleaved", action="store_true",
@@ -292,14 +302,16 @@ def main(argv: list[str] | None = None) -> int:
             for processes in counts:
                 order = trees if round_number % 2 == 0 else trees[::-1]
                 for name, tree in order:
-                    result = run_in(tree, url, options.jobs, options.workers, processes, options.interleaved)
+                    workers = options.per_process * processes if options.per_process else options.workers
+                    result = run_in(tree, url, options.jobs, workers, processes, options.interleaved)
                     runs[f"{name} P={processes}"].append(result)
                     print(f"round {round_number + 1}: {name} P={processes}: {result['cycles_per_s']} cycles/s, "
                           f"{result['events_per_job']} events/job", file=sys.stderr, flush=True)
     summary = {key: medians(found) for key, found in runs.items()}
     lines = table(summary)
     print("\n".join(lines), file=sys.stderr)
-    print(json.dumps({"bench": "redis_fleet", "interleaved": options.interleaved, "jobs": options.jobs, "workers": options.workers,
+    print(json.dumps({"bench": "redis_fleet", "interleaved": options.interleaved, "per_process": options.per_process,
+                      "jobs": options.jobs, "workers": options.workers,
                       "processes": counts, "rounds": options.rounds, "base": options.base,
                       "runs": runs, "summary": summary, "table": lines}))
     return 0
