@@ -1,0 +1,49 @@
+"""The postgresql:// part of docs/benchmarks.md: one run of ``benchmarks.postgresql_cycle`` (and the bloat
+run of ``benchmarks.postgresql_bloat``), rendered from what those commands print."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Run = dict[str, Any]
+
+
+def span(figure: dict[str, Any], digits: int = 0) -> str:
+    runs = figure["runs"]
+    low, high = min(runs), max(runs)
+    text = f"{figure['median']:,.{digits}f}"
+    return text if len(runs) == 1 else f"{text} ({low:,.{digits}f}–{high:,.{digits}f})"
+
+
+def postgresql_cycle_part(run: Run) -> list[str]:
+    """The driver comparison, the board's rates, claim cost by backlog and the wake-up, medians and ranges."""
+    output = run["output"]
+    drivers, board = output["drivers_cycles_per_s"], output["board"]
+    ratio = drivers["asyncpg"]["median"] / drivers["psycopg3"]["median"]
+    big = next(key for key in output if key.startswith("claim_ms_") and key != "claim_ms_1k")
+    flat = output[big]["median"] / output["claim_ms_1k"]["median"]
+    workers = output["workers"]
+    return [
+        f"| figure (W = {workers}, one process; median (range) of the runs) | value |", "|---|---|",
+        f"| raw claim + consume cycles/s through asyncpg | {span(drivers['asyncpg'])} |",
+        f"| raw claim + consume cycles/s through psycopg 3 | {span(drivers['psycopg3'])} |",
+        f"| asyncpg ÷ psycopg 3 | {ratio:.2f}× |",
+        f"| the board's cycle (`claim_next`, then `consume_and_claim_next`) /s | {span(board['cycles_per_s'])} |",
+        f"| `post_many` jobs/s (batches of 1,000) | {span(board['post_many_per_s'])} |",
+        f"| posts/s, {workers} in flight | {span(output['posts_per_s'])} |",
+        f"| one claim + consume, 1k backlog, ms | {span(output['claim_ms_1k'], 2)} |",
+        f"| one claim + consume, {big.removeprefix('claim_ms_')} backlog, ms | {span(output[big], 2)} "
+        f"({flat:.2f}× the 1k figure) |",
+        f"| post → `wait()` on another board, median of 20, ms | {span(output['wake_ms'], 2)} |",
+    ]
+
+
+def postgresql_bloat_part(run: Run) -> list[str]:
+    """Dead tuples and size of the hot table over the run, and the trend after the first minute."""
+    samples, summary = run["output"]["samples"], run["output"]["summary"]
+    lines = ["| s | jobs done | `job` dead tuples | `job` KB | `event` KB | `done` KB |", "|---|---|---|---|---|---|"]
+    lines += [f"| {s['t']} | {s['jobs_done']:,} | {s['job']['dead']:,} | {s['job']['kb']:,} | {s['event']['kb']:,} | "
+              f"{s['done']['kb']:,} |" for s in samples]
+    return [*lines, "", f"Dead tuples of `job` after the first minute: at most {summary['job_dead_max']:,}; "
+            f"least-squares trend {summary['job_dead_slope_per_min']:+,.1f} per minute over "
+            f"{summary['seconds'] / 60:.0f} minutes at {summary['rate']} jobs/s."]
