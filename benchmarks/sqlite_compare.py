@@ -43,7 +43,7 @@ def configs(directory: str, jobs: int, huey_python: str | None) -> dict[str, lis
     return found
 
 
-FIGURES = ("posts_per_s", "post_many_per_s", "cycles_per_s", "fused_per_s", "cpu_ms_per_job")
+FIGURES = ("posts_per_s", "post_many_per_s", "cycles_per_s", "fused_cycles_per_s", "cpu_ms_per_job")
 
 
 def figures(line: dict[str, Any]) -> dict[str, float]:

@@ -31,7 +31,7 @@ class Claims:
         A caller cancelled while the claim runs has the claim released in the background."""
 
         for _ in range(3):
-            future = self.backend.db.start(lambda: self.backend.runtime.write_sync(body))
+            future = await self.backend.db.call(lambda: self.backend.runtime.write_sync(body))
             try:
                 if future.done():
                     await asyncio.sleep(0)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from jobboard.errors import BackendUnavailable, BoardConflict, JobBoardError
 from jobboard_sqlite.schema import connect
@@ -79,6 +79,9 @@ class Database:
         self.conn: sqlite3.Connection | None = None
         self.busy_retries = 0
         self.thread_calls = 0
+        self._retries = 0
+        self._tail: concurrent.futures.Future[Any] | None = None
+        """The last call submitted to the thread (a caller on the loop waits for it, then goes inline)."""
 
     async def open(self) -> None:
         """:raises BackendUnavailable: the file cannot be opened as a board (one line saying why)."""
@@ -102,7 +105,9 @@ class Database:
 
     def submit(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run ``work`` on the connection's thread (thread-safe, does not wait)."""
-        return self._executor.submit(self._locked, work)
+        future = self._executor.submit(self._locked, work)
+        self._tail = future
+        return future
 
     def _locked(self, work: Callable[[], T]) -> T:
         with self._mutex:
@@ -127,9 +132,17 @@ class Database:
             self._mutex.release()
         return done
 
+    async def call(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """:meth:`start` ``work`` once the thread has done what it was given: a call behind a thread that
+        waits for the write lock waits with it, and afterwards the calls go inline again (queued behind
+        the thread, every call would find it busy and the board would stay on the thread)."""
+        while self._tail is not None and not self._tail.done():
+            await asyncio.wait([asyncio.wrap_future(self._tail)])
+        return self.start(work)
+
     async def run(self, work: Callable[[], T]) -> T:
-        """Run ``work`` (see :meth:`start`) and wait; a cancelled caller does not stop it."""
-        future = self.start(work)
+        """Run ``work`` (see :meth:`call`) and wait; a cancelled caller does not stop it."""
+        future = await self.call(work)
         if future.done():
             await asyncio.sleep(0)  # let the other tasks run between two inline calls
             return future.result()
@@ -143,6 +156,7 @@ class Database:
         """
         conn = self._conn()
         deadline = time.monotonic() + self.retry_for
+        self._retries = 0
         while True:
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -212,7 +226,8 @@ class Database:
             self.busy_retries += 1
             if inline_ok and getattr(self._inline, "on", False):
                 raise _Busy from error
-            time.sleep(random.uniform(0.0002, 0.003))
+            self._retries += 1
+            time.sleep(min(0.002, 0.0001 * 2 ** self._retries) * random.uniform(0.5, 1.5))
             return
         if rollback is not None:
             self._rollback(rollback)
