@@ -21,7 +21,7 @@ import anyio
 import asyncpg
 import pytest
 
-from jobboard import JobBoard, open_board
+from jobboard import JobBoard, NewJob, open_board
 from jobboard.backend import Prepared
 from jobboard.errors import BackendUnavailable, ClaimLost
 from jobboard_postgresql import PostgresBackend
@@ -59,6 +59,25 @@ async def test_terminated_connections_under_load_lose_nothing_and_consume_nothin
         assert kills[0] >= 15
         assert set(consumed) == jobs and max(consumed.values()) == 1
         assert [item async for item in poster.trashed()] == []
+
+
+async def test_a_pool_of_one_connection_serves_sixteen_claimers_and_a_waiter(
+    postgresql_url: str,  # noqa: F811
+) -> None:
+    """An exhausted pool queues calls, it does not fail them: waits and watches hold no connection."""
+    url = f"{postgresql_url}?board=pool-{uuid.uuid4().hex}&pool_size=1"
+    consumed: Counter[str] = Counter()
+    async with open_board(url) as board, open_board(url) as watcher:
+        jobs = {job.id for job in await board.post_many([NewJob("work") for _ in range(200)])}
+        done = anyio.Event()
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                for _ in range(16):
+                    group.start_soon(claimer, board, consumed, done)
+                group.start_soon(watcher.wait_for_completion, max(jobs, key=int))
+                await until_all_consumed(board, jobs, consumed)
+                done.set()
+        assert set(consumed) == jobs and max(consumed.values()) == 1
 
 
 async def kill_for(admin: asyncpg.Connection, tag: str, seconds: float, kills: list[int]) -> None:
