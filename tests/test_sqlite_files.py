@@ -141,3 +141,14 @@ async def test_a_forked_child_does_not_keep_its_parents_claims(tmp_path: Path) -
             await proc.wait()
 
 
+
+
+def test_every_write_transaction_begins_immediate() -> None:
+    """A deferred transaction that reads and then writes fails busy at once, without waiting: every
+    transaction the package opens is ``BEGIN IMMEDIATE``, but the one of ``Database.read`` (reads only)."""
+    package = Path(__file__).parent.parent / "backends" / "sqlite" / "jobboard_sqlite"
+    begins = [(path.name, line.strip()) for path in sorted(package.glob("*.py"))
+              for line in path.read_text().splitlines() if '"BEGIN' in line]
+    deferred = [place for place in begins if '"BEGIN IMMEDIATE"' not in place[1]]
+    assert deferred == [("database.py", 'conn.execute("BEGIN")')], deferred
+    assert len(begins) >= 3
