@@ -161,8 +161,8 @@ class PostgresBackend(Backend):
 
     async def _claim(self, job_id: str, owner: str) -> Claim:
         async with self._writing():
-            claim = await self.writer.claim(job_id, owner)
-        self.waiting.claimed(claim, self.writer.session_id)
+            claim, session = await self.writer.claim(job_id, owner)
+        self.waiting.claimed(claim, session)
         return claim
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
@@ -171,12 +171,12 @@ class PostgresBackend(Backend):
     async def _claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         async with self._writing():
             while True:
-                claim, malformed = await self.writer.claim_next(owner, names)
+                claim, malformed, session = await self.writer.claim_next(owner, names)
                 if malformed is None:
                     break
                 self.report_malformed(str(malformed), "not a valid posting")
         if claim is not None:
-            self.waiting.claimed(claim, self.writer.session_id)
+            self.waiting.claimed(claim, session)
         return claim
 
     async def consume_and_claim_next(self, claim: Claim, settle: Settle,
@@ -191,7 +191,7 @@ class PostgresBackend(Backend):
                                       names: Collection[str] | None) -> Claim | None:
         async with self._writing():
             try:
-                taken, malformed = await self.writer.consume_and_claim_next(claim, settle, names)
+                taken, malformed, session = await self.writer.consume_and_claim_next(claim, settle, names)
             finally:
                 self.waiting.settled(claim.job.id)
         self.waiting.work()
@@ -200,7 +200,7 @@ class PostgresBackend(Backend):
             self.report_malformed(str(malformed), "not a valid posting")
             return await self._claim_next(claim.owner, names)
         if taken is not None:
-            self.waiting.claimed(taken, self.writer.session_id)
+            self.waiting.claimed(taken, session)
         return taken
 
     async def _delivered(self, claiming: Coroutine[Any, Any, Claim | None]) -> Claim | None:

@@ -78,10 +78,16 @@ class Waiting:
     # -- what the backend tells -------------------------------------------------
 
     def claimed(self, claim: Claim, session_id: int) -> None:
-        self.held[claim.job.id] = (claim.generation, session_id)
+        """A claim this board made under ``session_id`` (lost already if that session is)."""
+        if session_id != self._session().id or self._session().lost:
+            self.expired.add((claim.job.id, claim.generation))
+        else:
+            self.held[claim.job.id] = (claim.generation, session_id)
 
     def settled(self, job_id: str) -> None:
         self.held.pop(job_id, None)
+        if self.expired:  # a settle attempt ends what a watch of the lost claim could say
+            self.expired = {lost for lost in self.expired if lost[0] != job_id}
         self.claim_signal.fire()
 
     def changed(self, job_id: str) -> None:
