@@ -92,10 +92,11 @@ __all__ = [
 logger = logging.getLogger("jobboard.board")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prepared:
     """One post: the posting after the board's defaults (with its trace context), and its stored bytes
-    (size-checked against the board's ``max_posting_bytes``)."""
+    (size-checked against the board's ``max_posting_bytes``). Read-only for a backend (not frozen: a
+    frozen dataclass costs twice as much to build, on every post)."""
 
     posting: Posting
     raw: bytes
