@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import socket
+import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -23,7 +25,7 @@ import pytest
 
 from jobboard import JobBoard, NewJob, open_board
 from jobboard.backend import Prepared
-from jobboard.errors import BackendUnavailable, ClaimLost
+from jobboard.errors import BackendUnavailable, ClaimLost, InvalidURL
 from jobboard_postgresql import PostgresBackend
 from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
 
@@ -78,6 +80,22 @@ async def test_a_pool_of_one_connection_serves_sixteen_claimers_and_a_waiter(
                 await until_all_consumed(board, jobs, consumed)
                 done.set()
         assert set(consumed) == jobs and max(consumed.values()) == 1
+
+
+async def test_a_missing_database_is_a_wrong_url_and_a_refusing_server_is_unavailable(
+    postgresql_url: str,  # noqa: F811
+) -> None:
+    """Permanent errors are not retried nor disguised; transient ones are retried for connect_timeout."""
+    missing = postgresql_url.rsplit("/", 1)[0] + f"/no_such_db_{uuid.uuid4().hex[:6]}?board=x"
+    with anyio.fail_after(5), pytest.raises(InvalidURL, match="3D000"):
+        await open_board(missing).__aenter__()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there once closed
+    started = time.monotonic()
+    with anyio.fail_after(10), pytest.raises(BackendUnavailable):
+        await open_board(f"postgresql://postgres@127.0.0.1:{port}/postgres?board=x&connect_timeout=1").__aenter__()
+    assert 0.5 < time.monotonic() - started < 5  # tried for about connect_timeout, not once
 
 
 async def kill_for(admin: asyncpg.Connection, tag: str, seconds: float, kills: list[int]) -> None:

@@ -75,6 +75,8 @@ class Feed:
         finally:
             self._task, self._cursor, self._published = None, None, {}
             self.ready.set()
+            if self._wanted() and not asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                self.start()  # a subscriber came while this reader was stopping
 
     async def _init(self) -> None:
         async def call(connection: asyncpg.Connection, retry: bool) -> int:

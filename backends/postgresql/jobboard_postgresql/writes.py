@@ -199,7 +199,9 @@ class Writer:
             query, args = f"trash({fence}, $7::text, $8::bytea, $9::boolean)", (settle.reason, encode_error(settle.error))
         if settle.connection is not None:
             if settle.action is not SettleAction.CONSUME:
-                raise Unsupported("only consume takes the caller's connection")
+                raise Unsupported("postgresql:// settles in the caller's transaction only to consume (transactional "
+                                  "completion): an abandon or a trash is the worker's failure path, which must not "
+                                  "depend on the application's transaction committing")
             rows = await fetch_on(settle.connection, "consume", f"SELECT * FROM {self.s}.{query}", (*head, *args, False))
             fenced(claim, rows[0])
             return
