@@ -9,8 +9,8 @@ sleep on signals that events and notices set.
 
 The reader starts at a listener's first need, from the stream position of "now" on the server's
 clock (estimated from the session's open, less :data:`START_MARGIN_MS`: an event from just before the
-subscription may be shown, none after it is missed), and stops at the first read after the last
-listener left.
+subscription may be shown, none after it is missed), or after this board's newest own event if that is
+later, and stops at the first read after the last listener left.
 """
 
 from __future__ import annotations
@@ -90,19 +90,20 @@ class BoardView:
 
     def local(self, events: Sequence[object]) -> None:
         """Publish the events a script of this board reported (flat: id, kind, job, detail, ...)."""
-        streamed, own = self._streamed, self._own
+        streamed, own, reading = self._streamed, self._own, self.reading
         for index in range(0, len(events) - 3, 4):
             entry_id = events[index]
             if not isinstance(entry_id, bytes):
                 entry_id = str(entry_id).encode()
             self._seen = entry_id
-            if entry_id in streamed:
-                del streamed[entry_id]
-            else:
+            if reading:  # the reader will meet it: skip it then (or it met it already: published then)
+                if entry_id in streamed:
+                    del streamed[entry_id]
+                    continue
                 own[entry_id] = None
                 if len(own) > REMEMBERED:
                     own.popitem(last=False)
-                self._emit(events[index + 1], _text(events[index + 2]), events[index + 3])
+            self._emit(events[index + 1], _text(events[index + 2]), events[index + 3])
 
     def _emit(self, kind: object, job: str, detail: object) -> None:
         """Publish an event of the stream (only when someone listens) and wake the job's waiters."""
@@ -132,8 +133,10 @@ class BoardView:
         if self.reading or self.stopped:
             return
         self.reading = True
-        start = int(time.time() * 1000 + self.server_offset_ms) - START_MARGIN_MS
-        self.last_id = f"{max(start, 0)}-0"
+        start = f"{max(0, int(time.time() * 1000 + self.server_offset_ms) - START_MARGIN_MS)}-0"
+        if self._seen is not None and _parts(_text(self._seen)) > _parts(start):
+            start = _text(self._seen)  # this board's newest event: it published those up to it already
+        self.last_id = start
         self.spawn(self.run())
 
     @contextlib.contextmanager
@@ -156,6 +159,8 @@ class BoardView:
                 await self._read_once()
         finally:
             self.reading = False
+            self._own.clear()
+            self._streamed.clear()
 
     async def _read_once(self) -> None:
         try:
