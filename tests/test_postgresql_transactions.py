@@ -1,7 +1,7 @@
 """postgresql://: posting and consuming inside the application's own transaction (``connection=``).
 
 After ROLLBACK there is no job (or no consume), after COMMIT there is, and a worker waiting on another
-board wakes at the commit (the NOTIFY is the transaction's), with asyncpg and with psycopg 3.
+board wakes at the commit (the NOTIFY is the transaction's), with asyncpg, psycopg 3 and SQLAlchemy over both.
 """
 
 from __future__ import annotations
@@ -101,6 +101,29 @@ async def test_a_psycopg_transaction_decides_whether_the_job_exists(
         job = await poster.post("ship", connection=connection)
         await connection.commit()
         assert [j.id for j in await _listed(worker)] == [job.id]
+
+
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
+async def test_a_sqlalchemy_transaction_decides_whether_the_job_exists(
+    boards: tuple[JobBoard, JobBoard], postgresql_url: str, driver: str,  # noqa: F811
+) -> None:
+    """The post may be the transaction's first statement (SQLAlchemy begins the driver's transaction lazily)."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    poster, worker = boards
+    engine = create_async_engine(postgresql_url.replace("postgresql://", f"postgresql+{driver}://"))
+    try:
+        with pytest.raises(RuntimeError, match="roll back"):
+            async with engine.begin() as connection:
+                await poster.post("ship", connection=connection)
+                raise RuntimeError("roll back")
+        assert await worker.job_count() == 0
+        async with engine.begin() as connection:
+            job = await poster.post("ship", connection=connection)
+            assert await worker.job_count() == 0
+        assert [j.id for j in await _listed(worker)] == [job.id]
+    finally:
+        await engine.dispose()
 
 
 async def test_a_consume_in_the_callers_transaction_is_undone_by_its_rollback(

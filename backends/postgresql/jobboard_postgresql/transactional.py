@@ -25,9 +25,12 @@ PLACEHOLDER = re.compile(r"\$\d+")
 
 
 async def driver_of(connection: Any) -> Any:
-    """The driver connection behind ``connection`` (SQLAlchemy's ``AsyncConnection`` unwrapped)."""
+    """The driver connection behind ``connection``: SQLAlchemy's ``AsyncConnection`` unwrapped, after one
+    statement through it (SQLAlchemy begins the driver's transaction at its first statement: over asyncpg,
+    a board's call made first would otherwise commit on its own, outside the caller's transaction)."""
     raw = getattr(connection, "get_raw_connection", None)
     if raw is not None and inspect.iscoroutinefunction(raw):
+        await connection.exec_driver_sql("SELECT 1")
         return (await raw()).driver_connection
     return connection
 
