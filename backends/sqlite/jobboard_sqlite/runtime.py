@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
 import uuid
@@ -54,6 +55,7 @@ class Runtime:
         self._truncate_after = 0.0
         self._truncate_backoff = TRUNCATE_BACKOFF
         self._warned_at = 0.0
+        self._wal_mark = (-1, -1)
         self.active = False
         """Between :meth:`start` and :meth:`stop` (the upkeep does nothing outside)."""
 
@@ -144,7 +146,8 @@ class Runtime:
             return
         for session, path in listed:
             await self._probe(session, Path(path))
-        await asyncio.wrap_future(self.db.submit(self._checkpoint))
+        if self._wal_changed():
+            await asyncio.wrap_future(self.db.submit(self._checkpoint))
         if time.monotonic() - self._last_sweep > SWEEP_EVERY:
             self._last_sweep = time.monotonic()
             await self.write(self._sweep)
@@ -161,6 +164,16 @@ class Runtime:
         if ended:
             self.reaped += 1
             logger.info("session %s of %s was dead: its claims are back on the board", session, self.options.path)
+
+    def _wal_changed(self) -> bool:
+        """Whether the ``-wal`` file changed since the last look (``stat`` only: it is never opened here)."""
+        try:
+            info = os.stat(f"{self.options.path}-wal")
+            mark = (info.st_size, info.st_mtime_ns)
+        except OSError:
+            mark = (0, 0)
+        changed, self._wal_mark = mark != self._wal_mark, mark
+        return changed
 
     def _checkpoint(self) -> None:
         """(On the connection's thread.) A passive checkpoint; past :data:`TRUNCATE_OVER` frames a truncating
