@@ -33,8 +33,14 @@ async def boards(url: str, count: int) -> AsyncIterator[list[JobBoard]]:
 
 
 async def registered(board: JobBoard) -> int:
-    """How many boards the server has registered as waiting for work."""
-    return int(await backend(board).client.command("HLEN", backend(board).options.prefix + "wait"))
+    """How many boards the server has registered as waiting for work (two fields each: id, lists)."""
+    return int(await backend(board).client.command("HLEN", backend(board).options.prefix + "wait")) // 2
+
+
+async def listed(board: JobBoard, *lists: str) -> int:
+    """How many registrations the waiting lists ``wn``, ``wn:<name>`` hold."""
+    prefix = backend(board).options.prefix
+    return sum(await backend(board).client.pipeline([("LLEN", prefix + name) for name in lists]))
 
 
 async def until(check: Callable[[], Awaitable[bool]], limit: float = 5.0) -> None:
@@ -61,6 +67,7 @@ async def test_a_post_wakes_one_waiting_board_of_many(redis_url: str) -> None:
             assert len(returned) == 1
             await poster.post_many([NewJob("more") for _ in range(3)])
             await until(lambda: _true(len(returned) == 4), limit=0.9)
+        assert await listed(poster, "wn", "wn:one", "wn:more") == 0  # only live registrations are listed
 
 
 async def test_in_one_board_a_post_wakes_one_waiter_and_k_jobs_wake_k(redis_url: str) -> None:
@@ -135,9 +142,12 @@ async def test_a_closed_board_leaves_no_registration_nor_notices(redis_url: str)
             session, prefix = backend(board).session.id, backend(board).options.prefix
             with anyio.move_on_after(0.2):
                 await board.wait()
-            assert await registered(board) == 1
-        found = await backend(watcher).client.pipeline([("HLEN", prefix + "wait"), ("EXISTS", prefix + "wk:" + session)])
-        assert found == [0, 0]
+            with anyio.move_on_after(0.2):
+                await board.wait(names=["a", "b"])  # registered again, for other names
+            assert await registered(board) == 1 and await listed(board, "wn", "wn:a", "wn:b") == 2
+        found = await backend(watcher).client.pipeline([("HLEN", prefix + "wait"), ("EXISTS", prefix + "wk:" + session),
+                                                        *[("LLEN", prefix + name) for name in ("wn", "wn:a", "wn:b")]])
+        assert found == [0, 0, 0, 0, 0]
 
 
 async def test_the_stream_is_read_only_while_someone_listens(redis_url: str) -> None:
