@@ -32,8 +32,8 @@ def postgresql_cycle_part(run: Run) -> list[str]:
         f"| `post_many` jobs/s (batches of 1,000) | {span(board['post_many_per_s'])} |",
         f"| posts/s, {workers} in flight | {span(output['posts_per_s'])} |",
         f"| one claim + consume, 1k backlog, ms | {span(output['claim_ms_1k'], 2)} |",
-        f"| one claim + consume, {big.removeprefix('claim_ms_')} backlog, ms | {span(output[big], 2)} "
-        f"({flat:.2f}× the 1k figure) |",
+        (f"| one claim + consume, {big.removeprefix('claim_ms_')} backlog, ms | {span(output[big], 2)} "
+        f"({flat:.2f}× the 1k figure) |"),
         f"| post → `wait()` on another board, median of 20, ms | {span(output['wake_ms'], 2)} |",
     ]
 
@@ -44,6 +44,21 @@ def postgresql_bloat_part(run: Run) -> list[str]:
     lines = ["| s | jobs done | `job` dead tuples | `job` KB | `event` KB | `done` KB |", "|---|---|---|---|---|---|"]
     lines += [f"| {s['t']} | {s['jobs_done']:,} | {s['job']['dead']:,} | {s['job']['kb']:,} | {s['event']['kb']:,} | "
               f"{s['done']['kb']:,} |" for s in samples]
-    return [*lines, "", f"Dead tuples of `job` after the first minute: at most {summary['job_dead_max']:,}; "
+    return [*lines, "", (f"Dead tuples of `job` after the first minute: at most {summary['job_dead_max']:,}; "
             f"least-squares trend {summary['job_dead_slope_per_min']:+,.1f} per minute over "
-            f"{summary['seconds'] / 60:.0f} minutes at {summary['rate']} jobs/s."]
+            f"{summary['seconds'] / 60:.0f} minutes at {summary['rate']} jobs/s.")]
+
+
+def postgresql_peers_part(run: Run) -> list[str]:
+    """jobboard beside each peer of the run: batched posts and the full cycle, and jobboard ÷ the peer."""
+    output = run["output"]
+    ours = output["jobboard"]
+    lines = [(f"| system ({output['jobs']:,} jobs, {output['workers']} in flight) | batched posts, jobs/s | "
+             "full cycle, jobs/s | jobboard ÷ it (cycle) |"), "|---|---|---|---|"]
+    for name, figures in output.items():
+        if not isinstance(figures, dict):
+            continue
+        ratio = ours["cycles_per_s"]["median"] / figures["cycles_per_s"]["median"]
+        lines.append(f"| {name} | {span(figures['post_many_per_s'])} | {span(figures['cycles_per_s'])} | "
+                     f"{ratio:.2f}× |")
+    return lines

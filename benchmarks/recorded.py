@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.analysis import CLOCK_CHANGE, POST_CONCURRENCY_BEFORE_RECORDED
-from benchmarks.postgresql_report import postgresql_bloat_part, postgresql_cycle_part
+from benchmarks.postgresql_report import postgresql_bloat_part, postgresql_cycle_part, postgresql_peers_part
 from benchmarks.recorded_fleet import fleet_part, raw_fleet_part
 from benchmarks.redis_fleet import recorded_part as redis_fleet_part
 
@@ -158,7 +158,8 @@ def redis_cycle_cost_part(run: Run) -> list[str]:
 PER_RUN: dict[str, Callable[[Run], list[str]]] = {
     "backlog": backlog_part, "before_after": before_after_part, "posts_ratio": posts_ratio_part,
     "redis_cycle_cost": redis_cycle_cost_part, "raw_fleet": raw_fleet_part, "redis_fleet": redis_fleet_part}
-PER_RUN.update(postgresql_cycle=postgresql_cycle_part, postgresql_bloat=postgresql_bloat_part)
+PER_RUN.update(postgresql_cycle=postgresql_cycle_part, postgresql_bloat=postgresql_bloat_part,
+               postgresql_peers=postgresql_peers_part)
 
 
 def part_lines(part: dict[str, Any]) -> list[str]:
