@@ -91,14 +91,18 @@ class PostgresBackend(Backend):
     async def _install(self) -> None:
         schema_name = self.options.schema
 
+        async def current(connection: asyncpg.Connection) -> bool:
+            if not await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", f'"{schema_name}".meta'):
+                return False
+            return bool(await connection.fetchval(f'SELECT max(version) FROM "{schema_name}".meta') == schema.VERSION)
+
         async def call(connection: asyncpg.Connection, retry: bool) -> None:
-            installed = await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", f'"{schema_name}".meta')
-            if installed and await connection.fetchval(
-                    f'SELECT max(version) FROM "{schema_name}".meta') == schema.VERSION:
+            if await current(connection):
                 return
             async with connection.transaction():
                 await connection.execute("SELECT pg_advisory_xact_lock($1, -1)", self.options.ns)
-                await connection.execute(schema.ddl(schema_name))
+                if not await current(connection):  # another board may have installed it while we waited
+                    await connection.execute(schema.ddl(schema_name))
 
         await self.db.run("install the schema", call)
 
