@@ -15,9 +15,13 @@ chunk before has its own, so the batch keeps its order on the board).
 
 A chunk whose multi fails (a key that exists already, a duplicate key in the
 batch) is posted job by job with :meth:`Poster.post_one`, which returns the job a
-key finds. A linked posting (``depends_on``) is posted alone, after every chunk
-before it, so "the jobs before a missing dependency stay posted" holds as for
-``post``. :data:`IN_FLIGHT` chunks are in flight at a time: when one fails
+key finds. Linked postings (``depends_on``) are chunked apart from unlinked ones: a
+linked chunk locates its dependencies, then creates each ``waiting/<id>`` and its
+links under its dependencies in one multi (as :meth:`Poster.post_one` does for one),
+sent after every chunk before it has ended and before any chunk after it. If a
+dependency is missing or moves meanwhile (the multi fails on a link), the chunk is
+posted job by job, so "the jobs before a missing dependency stay posted, none after"
+holds as for ``post``. :data:`IN_FLIGHT` unlinked chunks are in flight at a time: when one fails
 (``UnknownOutcome``, ``BackendUnavailable``), the chunks beside it may have been
 posted (keys make repeating the batch safe, as the contract says). Single posts
 made in the same turn of the event loop are sent as one chunk too
@@ -91,6 +95,8 @@ class BatchPoster:
         """A job's bytes besides its posting: its counter step and its create."""
         self._key_bytes = OP_BYTES + len(KeyRecord("0-0000000000000").encode())
         """A key node's bytes besides its path."""
+        self._link_bytes = OP_BYTES + 2 * len(paths.waiting("0-0000000000000")) + 8
+        """A link's bytes: its create, under its dependency's node (in either directory, any partition)."""
         self.grouper = Grouper(self)
         poster.group = self.grouper.post
 
@@ -103,10 +109,7 @@ class BatchPoster:
         chunks = self.chunks([(prepared.posting, prepared.raw) for prepared in batch])
         while chunks:
             if chunks[0][0][0].depends_on:
-                try:
-                    jobs.append(await self._poster.post_one(*chunks.pop(0)[0]))
-                except DependencyMissing as error:
-                    raise error.in_batch(len(jobs), jobs) from None
+                jobs.extend(await self._post_linked(chunks.pop(0), jobs))
                 continue
             run = [chunks.pop(0)]
             while chunks and not chunks[0][0][0].depends_on:
@@ -142,36 +145,72 @@ class BatchPoster:
         return await gather_all(*map(post_chunk, range(len(run))))
 
     def chunks(self, prepared: Sequence[Encoded]) -> list[list[Encoded]]:
-        """Runs of unlinked postings cut to fit a request; each linked posting alone."""
+        """Runs of unlinked postings and runs of linked ones, each cut to fit a request."""
         chunks: list[list[Encoded]] = []
         chunk: list[Encoded] = []
         size = self._chunk_bytes
         for posting, raw in prepared:
             cost = self._cost(posting, raw)
-            if chunk and (posting.depends_on or len(chunk) >= CHUNK_JOBS or size + cost > self._max_bytes):
+            if chunk and (bool(posting.depends_on) != bool(chunk[0][0].depends_on) or len(chunk) >= CHUNK_JOBS
+                          or size + cost > self._max_bytes):
                 chunks.append(chunk)
                 chunk, size = [], self._chunk_bytes
-            if posting.depends_on:
-                chunks.append([(posting, raw)])
-                continue
             chunk.append((posting, raw))
             size += cost
         return [*chunks, chunk] if chunk else chunks
 
     def _cost(self, posting: Posting, raw: bytes) -> int:
-        cost = self._job_bytes + len(raw)
+        cost = self._job_bytes + len(raw) + self._link_bytes * len(posting.depends_on)
         if posting.key is not None:
             cost += self._key_bytes + len(self._paths.key(posting.key))
         return cost
+
+    async def _post_linked(self, chunk: list[Encoded], before: list[Job]) -> list[Job]:
+        """A chunk of linked postings in one multi, their dependencies located first; job by job if one
+        is missing or moved meanwhile (``before``: the batch's jobs before the chunk).
+
+        :raises DependencyMissing: with the index in the batch and the jobs posted before it.
+        """
+        parents = await self._parents(chunk)
+        if parents is not None:
+            placed = asyncio.get_running_loop().create_future()
+            jobs = await self._write_chunk(chunk, Order(None, placed, Run()), parents)
+            if jobs is not None:
+                return jobs
+        jobs = []
+        for index, (posting, raw) in enumerate(chunk):
+            try:
+                jobs.append(await self._poster.post_one(posting, raw))
+            except DependencyMissing as error:
+                raise error.in_batch(len(before) + index, [*before, *jobs]) from None
+        return jobs
+
+    async def _parents(self, chunk: list[Encoded]) -> dict[str, str] | None:
+        """The node of each dependency of the chunk (``waiting/`` or ``jobs/``), or ``None`` if one is missing."""
+        wanted = list(dict.fromkeys(dependency for posting, _ in chunk for dependency in posting.depends_on))
+        found = await asyncio.gather(*map(self._poster.locate, wanted))
+        if any(path is None for path in found):
+            return None
+        return {dependency: path for dependency, path in zip(wanted, found, strict=True) if path is not None}
 
     async def post_chunk(self, chunk: list[Encoded]) -> list[Job]:
         """One chunk of postings (made by :meth:`chunks`), exactly once; its jobs in order."""
         return await self._post_chunk(chunk, Order(None, asyncio.get_running_loop().create_future(), Run()))
 
     async def _post_chunk(self, chunk: list[Encoded], order: Order) -> list[Job]:
+        """One chunk of unlinked postings, exactly once: in one multi (:meth:`_write_chunk`), or job
+        by job when the multi fails on a key (each then finds the job its key names)."""
+        jobs = await self._write_chunk(chunk, order)
+        if jobs is None:
+            return [await self._poster.post_one(posting, raw) for posting, raw in chunk]
+        return jobs
+
+    async def _write_chunk(self, chunk: list[Encoded], order: Order,
+                           parents: dict[str, str] | None = None) -> list[Job] | None:
         """One chunk in one multi (chained: :mod:`jobboard_zookeeper.chain`), or after a multi of
-        counter bumps. Ids taken apart from the chain are taken only once the chunk before has its
-        own, so the batch keeps its order on the board."""
+        counter bumps; ``None`` if the multi failed on a key or a link (nothing written). Ids taken
+        apart from the chain are taken only once the chunk before has its own, so the batch keeps
+        its order on the board. ``parents``: the node of each dependency of a linked chunk."""
         turn = self._poster.chain.take(len(chunk)) if order.run.chained else None
         sequences = turn.sequences if turn is not None else await self._ids_after(order, len(chunk))
         for _ in range(RACE_RETRIES):
@@ -179,7 +218,7 @@ class BatchPoster:
             bumps = [] if turn is None else turn.bumps(self._paths.counter(turn.epoch))
             marker = self._markers.new()
             try:
-                result = await self._zk.multi([*bumps, *self._creates(chunk, ids), marker.create()])
+                result = await self._zk.multi([*bumps, *self._creates(chunk, ids, parents), marker.create()])
             except OutcomeUnknown:
                 if turn is not None:
                     self._poster.chain.missed(turn, contended=False)
@@ -198,7 +237,7 @@ class BatchPoster:
                 if counter_moved(result, bumps):  # another writer moved the counter: take ids apart
                     turn, sequences = None, await self._ids_after(order, len(chunk))
                     continue
-            return [await self._poster.post_one(posting, raw) for posting, raw in chunk]  # keys decide, one by one
+            return None  # keys or links decide, one by one
         raise BackendUnavailable(f"{len(chunk)} job(s) posted together (from {chunk[0][0].name!r}) were lost "
                                  f"{RACE_RETRIES} times on their way (certainly not written); try again")
 
@@ -210,12 +249,18 @@ class BatchPoster:
         Order.done(order.placed)
         return sequences
 
-    def _creates(self, chunk: list[Encoded], ids: list[str]) -> list[Op]:
+    def _creates(self, chunk: list[Encoded], ids: list[str], parents: dict[str, str] | None) -> list[Op]:
+        """As :meth:`Poster.post_one` writes each posting: its key, then its job (or waiting job and links)."""
         ops: list[Op] = []
         for (posting, raw), new_id in zip(chunk, ids, strict=True):
             if posting.key is not None:
                 ops.append(Create(self._paths.key(posting.key), KeyRecord(new_id).encode()))
-            ops.append(Create(self._paths.job(new_id), raw))
+            if not posting.depends_on:
+                ops.append(Create(self._paths.job(new_id), raw))
+                continue
+            assert parents is not None
+            ops.append(Create(self._paths.waiting(new_id), raw))
+            ops += [Create(f"{parents[dependency]}/{new_id}") for dependency in posting.depends_on]
         return ops
 
     @staticmethod
