@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 FIGURES = ("cycles_per_s", "events_per_job", "client_cpu_ms_per_job", "commands_per_cycle", "fcalls_per_cycle",
-           "reads_per_cycle", "empty_claims_per_cycle", "server_cpu_ms_per_job")
+           "reads_per_cycle", "empty_claims_per_cycle", "lost_claims_per_cycle", "server_cpu_ms_per_job")
 ROOT = Path(__file__).resolve().parent.parent
 IDLE_WAIT = 1.0
 """Interleaved: seconds an idle claimer waits in ``board.wait()`` (it relies on being woken)."""
@@ -115,18 +115,22 @@ async def claim_process(url: str, workers: int, done: str | None) -> None:
         print("ready", flush=True)
         await anyio.to_thread.run_sync(sys.stdin.readline)
         cpu, before = process_cpu_seconds(), decoded["entries"]
-        tally = {"cycles": 0, "empty": 0, "last": 0.0}
+        tally = {"cycles": 0, "empty": 0, "lost": 0, "last": 0.0}
 
         async def claimer(index: int) -> None:
+            offered = False  # the last wait() returned work
             while True:
                 claim = await board.claim_next(f"c{index}")
                 if claim is None:
                     tally["empty"] += 1
+                    tally["lost"] += offered
                     if (done is None or await anyio.Path(done).exists()) and await board.job_count() == 0:
                         return
+                    offered = False
                     with anyio.move_on_after(0.05 if done is None else IDLE_WAIT):
-                        await board.wait()
+                        offered = bool(await board.wait())
                     continue
+                offered = False
                 await board.consume(claim)
                 tally["cycles"] += 1
                 tally["last"] = time.time()
@@ -197,6 +201,7 @@ def one_run(url: str, jobs: int, workers: int, processes: int, interleaved: bool
             "fcalls_per_cycle": round(delta.get("fcall", 0.0) / cycles, 3),
             "reads_per_cycle": round((delta.get("xread", 0.0) + delta.get("blmpop", 0.0)) / cycles, 3),
             "empty_claims_per_cycle": round(sum(part["empty"] for part in parts) / cycles, 4),
+            "lost_claims_per_cycle": round(sum(part["lost"] for part in parts) / cycles, 4),
             "server_cpu_ms_per_job": round(1000 * delta["cpu_s"] / cycles, 4)}
 
 
@@ -220,14 +225,20 @@ def run_in(tree: Path, url: str, jobs: int, workers: int, processes: int, interl
 
 
 def medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    return {name: {"median": statistics.median(run[name] for run in runs),
-                   "min": min(run[name] for run in runs), "max": max(run[name] for run in runs)} for name in FIGURES}
+    """Median, min and max of each figure the runs have."""
+    found = {}
+    for name in FIGURES:
+        values = [run[name] for run in runs if name in run]
+        if values:
+            found[name] = {"median": statistics.median(values), "min": min(values), "max": max(values)}
+    return found
 
 
 def table(summary: dict[str, dict[str, Any]]) -> list[str]:
     """One row per (tree, P): medians (min–max) of the rounds."""
     lines = [("| tree | P | cycles/s | events decoded / job run, per process | client CPU ms / job | "
-              "server commands / cycle (script calls, blocking reads) | empty claims / cycle | server CPU ms / job |"),
+              "server commands / cycle (script calls, blocking reads) | empty claims / cycle (lost after a wake-up) "
+              "| server CPU ms / job |"),
              "|---|---|---|---|---|---|---|---|"]
     for key, found in summary.items():
         tree, processes = key.rsplit(" P=", 1)
@@ -236,10 +247,11 @@ def table(summary: dict[str, dict[str, Any]]) -> list[str]:
             value = found[name]
             return f"{value['median']:.{digits}f} ({value['min']:.{digits}f}–{value['max']:.{digits}f})"
 
+        lost = f" ({found['lost_claims_per_cycle']['median']:.3f})" if "lost_claims_per_cycle" in found else ""
         lines.append(f"| {tree} | {processes} | {cell('cycles_per_s', 0)} | {cell('events_per_job')} | "
                      f"{cell('client_cpu_ms_per_job', 3)} | {cell('commands_per_cycle', 1)} "
                      f"({found['fcalls_per_cycle']['median']:.2f}, {found['reads_per_cycle']['median']:.3f}) | "
-                     f"{cell('empty_claims_per_cycle', 3)} | {cell('server_cpu_ms_per_job', 3)} |")
+                     f"{cell('empty_claims_per_cycle', 3)}{lost} | {cell('server_cpu_ms_per_job', 3)} |")
     return lines
 
 

@@ -59,6 +59,7 @@ end
 notice = function(sess, id)
   if sess == '' or sess == CALLER or not session_alive(sess) then return end
   redis.call('RPUSH', P .. 'wk:' .. sess, 'l' .. id)
+  redis.call('LTRIM', P .. 'wk:' .. sess, -1000, -1)  -- a board that never watches does not pile them up
 end
 
 -- A board waits: register it (once; again after it was woken) for any name (any = '1') and for names.
