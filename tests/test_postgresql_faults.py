@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import socket
@@ -23,7 +24,7 @@ import anyio
 import asyncpg
 import pytest
 
-from jobboard import JobBoard, NewJob, open_board
+from jobboard import JobBoard, JobState, NewJob, open_board
 from jobboard.backend import Prepared
 from jobboard.errors import BackendUnavailable, ClaimLost, InvalidURL
 from jobboard_postgresql import PostgresBackend
@@ -181,3 +182,81 @@ def _prepared() -> Prepared:
 
     posting = build_posting("x", {}, priority=0, depends_on=(), max_attempts=None, keep_result=False, created_at=0.0)
     return Prepared(posting, encode_posting(posting))
+
+
+class ReplyDropper:
+    """A loopback proxy to PostgreSQL that, when armed, forwards the next request of a pooled connection and
+    drops its reply (the server applied the write; the client hears a reset). Connection 1 of a board is its
+    session connection (connection 0 is the pool's first): it is never armed."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port, self.port, self.accepted = target_port, 0, 0
+        self.state = "idle"
+        self.dropped = asyncio.Event()
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def arm(self) -> None:
+        self.state, self.dropped = "armed", asyncio.Event()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index, self.accepted = self.accepted, self.accepted + 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+
+        async def requests() -> None:
+            while data := await reader.read(65536):
+                if index != 1 and self.state == "armed":
+                    self.state = f"sent on {index}"
+                up_writer.write(data)
+                await up_writer.drain()
+
+        async def replies() -> None:
+            while data := await up_reader.read(65536):
+                if self.state == f"sent on {index}":
+                    self.state = "idle"
+                    writer.transport.abort()  # the reply never reaches the client
+                    up_writer.transport.abort()
+                    self.dropped.set()
+                    return
+                writer.write(data)
+                await writer.drain()
+
+        pumps = [asyncio.ensure_future(requests()), asyncio.ensure_future(replies())]
+        with contextlib.suppress(OSError):
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)  # either side closing ends both
+        for pump in pumps:
+            pump.cancel()
+        writer.transport.abort()
+        up_writer.transport.abort()
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+
+async def test_a_consume_and_a_post_whose_replies_are_lost_are_applied_once_and_said_so(
+    postgresql_url: str,  # noqa: F811
+) -> None:
+    proxy = ReplyDropper(int(postgresql_url.rsplit(":", 1)[1].split("/", 1)[0]))
+    await proxy.start()
+    try:
+        url = (f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres?board=replies-{uuid.uuid4().hex}"
+               "&pool_size=1&reap_interval=60")
+        async with open_board(url) as board:
+            job = await board.post("x")
+            claim = await board.claim(job, "w")
+            proxy.arm()
+            with anyio.fail_after(10):
+                await board.consume(claim)  # applied, reply lost: the retry finds its evidence
+            assert proxy.dropped.is_set(), "no reply was dropped"
+            assert await board.state(job) is JobState.COMPLETE
+            proxy.arm()
+            with anyio.fail_after(10):
+                posted = await board.post("y")  # written, reply lost: the retry finds it by its token
+            assert proxy.dropped.is_set()
+            assert [j.id async for j in board.iterjobs()] == [posted.id]
+    finally:
+        await proxy.aclose()
