@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import fcntl
 import logging
 import random
 import sqlite3
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from jobboard.errors import BackendUnavailable, BoardConflict, JobBoardError
+from jobboard_sqlite import files
 from jobboard_sqlite.schema import connect
 
 logger = logging.getLogger("jobboard_sqlite")
@@ -80,6 +82,7 @@ class Database:
         self.busy_retries = 0
         self.thread_calls = 0
         self._retries = 0
+        self._turn = -1
         self._tail: concurrent.futures.Future[Any] | None = None
         """The last call submitted to the thread (a caller on the loop waits for it, then goes inline)."""
 
@@ -92,6 +95,7 @@ class Database:
             self.conn = connect(str(self.path), self.synchronous)
         except sqlite3.Error as error:
             raise failure(error, self.path) from error
+        self._turn = files.open_turn(self.path)
 
     async def close(self) -> None:
         if self.conn is not None:
@@ -102,6 +106,8 @@ class Database:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+        files.close_turn(self._turn)
+        self._turn = -1
 
     def submit(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run ``work`` on the connection's thread (thread-safe, does not wait)."""
@@ -149,11 +155,31 @@ class Database:
         return await asyncio.wrap_future(future)
 
     def write(self, body: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction, retried while busy (see the class).
+        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction, retried while busy (see the class), holding
+        the file's write turn (an ``flock`` the boards of every process take first: a writer waits in the
+        kernel and is woken when the turn is free, instead of sleeping and retrying).
 
         ``body`` must be safe to run again from the start (a rolled-back attempt changed nothing).
         :raises BackendUnavailable: still busy after ``retry_for`` seconds, or an I/O error (disk full...).
         """
+        self._take_turn()
+        try:
+            return self._write(body)
+        finally:
+            fcntl.flock(self._turn, fcntl.LOCK_UN)
+
+    def _take_turn(self) -> None:
+        """The write turn: at once, else (inline) :class:`_Busy`, else (on the thread) waiting for it."""
+        try:
+            fcntl.flock(self._turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if getattr(self._inline, "on", False):
+                self.busy_retries += 1
+                raise _Busy from None
+        fcntl.flock(self._turn, fcntl.LOCK_EX)
+
+    def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn()
         deadline = time.monotonic() + self.retry_for
         self._retries = 0

@@ -129,6 +129,27 @@ class SessionLock:
         self.fd = -1
 
 
+def open_turn(db_path: Path) -> int:
+    """The descriptor of the file's write turn (``<db>-jobboard/write.turn``; closed in a forked child).
+
+    :raises BackendUnavailable: it cannot be created.
+    """
+    path = sessions_dir(db_path) / "write.turn"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise BackendUnavailable(f"cannot create {path}: {error.strerror}") from error
+    _OPEN_LOCKS.add(fd)
+    return fd
+
+
+def close_turn(fd: int) -> None:
+    if fd >= 0:
+        _OPEN_LOCKS.discard(fd)
+        os.close(fd)
+
+
 def probe(path: Path, silent_after: float) -> tuple[bool, int]:
     """Whether the session owning lock file ``path`` is dead, and the descriptor proving it (-1 if not
     held): the lock could be taken (its process died), the file is gone, or its last heartbeat is older
