@@ -246,17 +246,19 @@ async def test_a_consume_and_a_post_whose_replies_are_lost_are_applied_once_and_
         url = (f"postgresql://postgres@127.0.0.1:{proxy.port}/postgres?board=replies-{uuid.uuid4().hex}"
                "&pool_size=1&reap_interval=60")
         async with open_board(url) as board:
-            job = await board.post("x")
+            await board.consume(await board.claim(await board.post("warm"), "w"))  # statements prepared:
+            job = await board.post("x")  # the armed request is then the call itself, not its Parse
             claim = await board.claim(job, "w")
             proxy.arm()
             with anyio.fail_after(10):
                 await board.consume(claim)  # applied, reply lost: the retry finds its evidence
             assert proxy.dropped.is_set(), "no reply was dropped"
             assert await board.state(job) is JobState.COMPLETE
+            warm = await board.post("warm")  # on the pool's new connection
             proxy.arm()
             with anyio.fail_after(10):
                 posted = await board.post("y")  # written, reply lost: the retry finds it by its token
             assert proxy.dropped.is_set()
-            assert [j.id async for j in board.iterjobs()] == [posted.id]
+            assert [j.id async for j in board.iterjobs()] == [warm.id, posted.id]
     finally:
         await proxy.aclose()
