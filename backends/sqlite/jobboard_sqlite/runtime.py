@@ -128,7 +128,9 @@ class Runtime:
             await anyio.sleep(self.options.reap_interval)
             try:
                 await self.tick(watch)
-            except JobBoardError as error:
+            except (JobBoardError, RuntimeError, sqlite3.Error) as error:
+                if not self.active:
+                    return  # the board is closing: its connection and thread go
                 logger.warning("upkeep of %s failed: %s", self.options.path, error)
 
     async def tick(self, watch: sqlite3.Connection) -> None:
