@@ -13,7 +13,7 @@ from tests.support.sqlite_fault_run import run
 
 pytestmark = pytest.mark.timeout(150)
 
-SUITE_DURATION = 12.0
+SUITE_DURATION = 10.0
 
 
 async def test_process_faults_on_a_file_board_keep_every_promise(tmp_path: Path) -> None:
