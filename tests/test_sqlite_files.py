@@ -18,8 +18,9 @@ import pytest
 
 from jobboard import open_board
 from jobboard.errors import BackendUnavailable, BoardConflict
+from jobboard.job import JobState
 from jobboard_sqlite.files import filesystem_of, is_network_filesystem
-from tests.test_sqlite_processes import child
+from tests.test_sqlite_processes import child, reap
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -138,7 +139,7 @@ async def test_a_forked_child_does_not_keep_its_parents_claims(tmp_path: Path) -
             assert claim.job.id == job.id
         finally:
             os.kill(grandchild, signal.SIGKILL)
-            await proc.wait()
+            await reap(proc)
 
 
 
@@ -152,3 +153,18 @@ def test_every_write_transaction_begins_immediate() -> None:
     deferred = [place for place in begins if '"BEGIN IMMEDIATE"' not in place[1]]
     assert deferred == [("database.py", 'conn.execute("BEGIN")')], deferred
     assert len(begins) >= 3
+
+
+async def test_boards_of_one_file_keep_their_own_jobs(tmp_path: Path) -> None:
+    async with open_board(f"sqlite://{tmp_path}/jobs.db?board=a") as a, \
+            open_board(f"sqlite://{tmp_path}/jobs.db?board=b") as b, \
+            open_board(f"sqlite://{tmp_path}/jobs.db") as default:
+        first_a, first_b = await a.post("a1"), await b.post("b1")
+        await default.post("d1")
+        assert first_a.id == first_b.id == "job-0000000001"  # each board counts its own ids
+        assert [job.name async for job in a.iterjobs()] == ["a1"]
+        claim = await b.claim_next("w")
+        assert claim is not None and claim.job.name == "b1"
+        assert await b.claim_next("w") is None and await a.job_count() == 1
+        await b.consume(claim)
+        assert await a.state(first_a) is JobState.UNCLAIMED and [j.name async for j in default.iterjobs()] == ["d1"]

@@ -33,6 +33,13 @@ async def child(url: str, mode: str, count: int) -> tuple[asyncio.subprocess.Pro
     return proc, words[1:]
 
 
+async def reap(proc: asyncio.subprocess.Process) -> None:
+    """Wait for a child and close its pipes (no transport left open)."""
+    if proc.stdin is not None:
+        proc.stdin.close()
+    await proc.communicate()
+
+
 async def tell(proc: asyncio.subprocess.Process, line: str) -> str:
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(line.encode() + b"\n")
@@ -66,7 +73,7 @@ async def test_a_killed_owners_claims_are_claimable_within_a_second(tmp_path: Pa
             started = time.monotonic()
             proc.send_signal(signal.SIGKILL)
             takeovers.append(await claimable_after(board, 5, started))
-            await proc.wait()
+            await reap(proc)
             async for job in board.iterjobs():
                 await board.cancel(job, "next round")
     print(f"SIGKILL -> claimable: {[round(t * 1000) for t in takeovers]} ms")
@@ -95,9 +102,7 @@ async def test_a_stopped_owner_loses_its_claims_and_its_settles_change_nothing(t
         await asyncio.sleep(0.6)  # its upkeep notices its session ended
         assert "SESSION_EXPIRED" in await tell(proc, "events")
         await board.consume(claim)
-        assert proc.stdin is not None
-        proc.stdin.close()
-        await proc.wait()
+        await reap(proc)
 
 
 async def test_a_writer_killed_mid_transaction_leaves_a_consistent_file(tmp_path: Path) -> None:
@@ -110,7 +115,7 @@ async def test_a_writer_killed_mid_transaction_leaves_a_consistent_file(tmp_path
         await anyio.sleep(0.2 + 0.1 * round_)
         proc.send_signal(signal.SIGKILL)
         told += (await proc.stdout.read()).decode().split()  # what it printed before it died
-        await proc.wait()
+        await reap(proc)
     conn = sqlite3.connect(db)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
