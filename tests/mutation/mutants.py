@@ -58,7 +58,7 @@ SETTLING = [
            "        encoded = self._encoded_result(claim, result)\n",
            "        try:\n            encoded = self._encoded_result(claim, result)\n"
            "        except InvalidJob:\n"
-           "            await self._settle(claim, Settle(SettleAction.CONSUME))\n"
+           "            await self.backend.settle(claim, Settle(SettleAction.CONSUME))\n"
            "            raise\n"),
     Mutant("oversized-result-accepted", "a result over max_posting_bytes is refused and keeps the claim",
            FRONT,
