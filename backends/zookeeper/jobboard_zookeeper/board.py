@@ -8,7 +8,8 @@ each call to the one that does it:
 * settling: :class:`~.settle.Settler` (the claim and settle transactions);
 * waiting: :class:`~.watching.Watcher` (``wait``, ``watch_claim``, ``wait_for_completion``);
 * reading: :class:`~.reading.Reader` (``get``, listings, state, owner, the trash);
-* keeping: :class:`~.keep.Keeper` (cancel, progress, purge, requeue); retention and collection
+* cancelling: :class:`~.cancel.Canceller`;
+* keeping: :class:`~.keep.Keeper` (progress, purge, requeue); retention and collection
   run in the background (:mod:`.retention`, :mod:`.collect`);
 * the fleet of a partitioned board: :class:`~.fleet.Fleet` (joining, pins, the other partitions);
 * entities: :class:`~.entities.Entities`.
@@ -31,6 +32,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.board.events import Event, EventKind
 from jobboard.job import Claim, Entity, Job, JobState, ListedJob, Outcome, Progress, TrashedJob
 from jobboard_zookeeper.batching import BatchPoster
+from jobboard_zookeeper.cancel import Canceller
 from jobboard_zookeeper.claiming import Claimer
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
@@ -68,6 +70,7 @@ class ZooKeeperBackend(Backend):
     _claimer: Claimer
     _watcher: Watcher
     _keeper: Keeper
+    _canceller: Canceller
     _entities: Entities
 
     def __init__(self, url: str) -> None:
@@ -113,7 +116,8 @@ class ZooKeeperBackend(Backend):
         self._fleet = fleet = Fleet(session, paths, view)
         self._claimer = Claimer(session, paths, view, settler, reader, fleet)
         self._watcher = Watcher(session, view, settler, poster, reader, fleet, self.ensure_open)
-        self._keeper = Keeper(session, paths, settler, reader)
+        self._keeper = Keeper(session, paths)
+        self._canceller = Canceller(zk, paths, markers, settler.linked, reader, options.max_request_bytes)
         self._entities = Entities(zk, paths)
 
     async def aclose(self) -> None:
@@ -202,7 +206,7 @@ class ZooKeeperBackend(Backend):
         return await self._watcher.watch_claim(claim)
 
     async def cancel(self, job_id: str, reason: str) -> None:
-        await self._keeper.cancel(job_id, reason)
+        await self._canceller.cancel(job_id, reason)
 
     async def report_progress(self, claim: Claim, progress: Progress) -> None:
         await self._keeper.report_progress(claim, progress)

@@ -1,14 +1,13 @@
-"""Keeping jobs outside the claim cycle on ZooKeeper: cancel, progress, purge and requeue (:class:`Keeper`).
+"""Keeping jobs outside the claim cycle on ZooKeeper: progress, purge and requeue (:class:`Keeper`).
 
-* cancel   = the job and its dependents to the trash, its claim revoked: one multi
-  (:meth:`Settler.cancel <jobboard_zookeeper.settle.Settler.cancel>`), retried on a concurrent change;
 * progress = get(lock), then check(job, generation) + set_data(lock, owner + nonce + progress,
   version read): two round trips; the claim's own ephemeral node carries it, so it goes with the claim;
 * purge    = delete(trash/<id>, version) [+ delete(keys/<key>)], in batches;
 * requeue  = create(jobs/<id>, posting) + delete(trash/<id>, version) + the key back to
   "on the board": one multi. The job keeps its id, so its place in the board order.
 
-Retention (expired results and trash entries) is :mod:`jobboard_zookeeper.retention`.
+Cancel is :mod:`jobboard_zookeeper.cancel`; retention (expired results and trash entries)
+:mod:`jobboard_zookeeper.retention`.
 """
 
 from __future__ import annotations
@@ -29,37 +28,21 @@ from jobboard.job import Claim, Job, Progress
 from jobboard_zookeeper.keys import KeyRecord
 from jobboard_zookeeper.layout import Paths, TrashRecord, is_job_id, sequence_of
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData
-from jobboard_zookeeper.reading import Reader, Session
-from jobboard_zookeeper.refusals import not_found
+from jobboard_zookeeper.reading import Session
 from jobboard_zookeeper.retention import DELETE_BATCH, key_deletes
-from jobboard_zookeeper.settle import Settler
 from jobboard_zookeeper.zk import ZooKeeper
-
-CANCEL_RETRIES = 5
 
 
 class Keeper:
-    """Cancel, progress, purge and requeue for one board (see the module docstring)."""
+    """Progress, purge and requeue for one board (see the module docstring)."""
 
-    def __init__(self, session: Session, paths: Paths, settler: Settler, reader: Reader) -> None:
-        self._session, self._paths, self._settler, self._reader = session, paths, settler, reader
+    def __init__(self, session: Session, paths: Paths) -> None:
+        self._session, self._paths = session, paths
 
     @property
     def zk(self) -> ZooKeeper:
         """The board's open session. :raises BoardClosed: the board is closed."""
         return self._session()
-
-    async def cancel(self, job_id: str, reason: str) -> None:
-        """:raises JobNotFound: not on the board. :raises BackendUnavailable: it kept changing meanwhile."""
-        for _ in range(CANCEL_RETRIES):
-            stored = await self._reader.stored(job_id)
-            if await self._settler.cancelled_before(job_id):
-                return  # a first try, whose reply was lost, was applied
-            if stored is None:
-                raise not_found(job_id)
-            if await self._settler.cancel(job_id, stored, reason) is None:
-                return
-        raise BackendUnavailable(f"cancelling job {job_id} kept conflicting with concurrent changes")
 
     async def report_progress(self, claim: Claim, progress: Progress) -> None:
         job_id = claim.job.id

@@ -9,6 +9,8 @@
 * trash   = check(job, generation) + create(trash) + trash dependents, recursively
   + delete(job) + delete(lock).
 
+A cancel (the trash from outside the claim) is :mod:`jobboard_zookeeper.cancel`.
+
 Jobs are deleted before their locks so that watchers never mistake a settle for
 a release. A lost reply (:class:`OutcomeUnknown`) is resolved by evidence only that
 write leaves: a claim's by its lock holding the claim's nonce, a settle's or a
@@ -88,10 +90,9 @@ class Settler:
         """The largest result (as for postings: ``jute_maxbuffer`` - 4096)."""
         self.max_request_bytes = max_request_bytes
         """The largest transaction the servers accept (a trash record holds a whole posting and more)."""
-        self._linked = LinkedOps(zk, paths)
+        self.linked = LinkedOps(zk, paths)
+        """Reads jobs and builds the ops that reach their dependents and the trash."""
         self.held: dict[str, Held] = {}
-        self.unsettled_cancels: dict[str, Marker] = {}
-        """Cancels whose reply was lost and whose outcome was not read back yet, by job."""
         self.unsettled: dict[str, Unsettled] = {}
         """Settles whose reply was lost and whose outcome was not read back yet, by job."""
         self.lost: dict[str, Held] = {}
@@ -139,7 +140,7 @@ class Settler:
 
     async def read(self, path: str) -> Stored | None:
         """:raises MalformedEntry: the node holds no valid posting."""
-        return await self._linked.read(path)
+        return await self.linked.read(path)
 
     # -- claim -----------------------------------------------------------------
 
@@ -183,66 +184,12 @@ class Settler:
         limit = stored.posting.max_attempts
         lock = self._paths.lock(job_id)
         ops: list[Op] = [Check(stored.path, stored.version), Create(lock, ephemeral=True), Delete(lock)]
-        ops += await self._linked.trash_ops(job_id, stored, f"{MAX_ATTEMPTS_REASON} ({limit})")
+        ops += await self.linked.trash_ops(job_id, stored, f"{MAX_ATTEMPTS_REASON} ({limit})")
         try:
             return (await self._zk.multi(ops)).ok
         except OutcomeUnknown:
             await self._zk.sync(self._paths.trash(job_id))
             return await self._zk.exists(self._paths.trash(job_id)) is not None
-
-    async def cancel(self, job_id: str, stored: Stored, reason: str) -> str | None:
-        """Trash a job and revoke its claim if it has one; ``None`` if done, else ``changed``.
-
-        First as for a job nobody holds (``create`` + ``delete`` of the lock proves it);
-        if it is held, again with ``delete(lock)``: the job's version (checked by the
-        trash operations) moves with every claim, so the lock deleted is the one of the
-        claim that held the job when it was read. The owner's ``watch_claim`` returns
-        and its settle raises ``ClaimLost``.
-
-        :raises BoardConflict: a node the cancel must create exists already.
-        """
-        outcome = await self._cancel(job_id, stored, reason, revoke=False)
-        if outcome == "claimed":
-            outcome = await self._cancel(job_id, stored, reason, revoke=True)
-        return outcome
-
-    async def cancelled_before(self, job_id: str) -> bool:
-        """Whether an earlier cancel of the job, whose reply was lost, was applied.
-
-        :raises BackendUnavailable: the server cannot be asked now (still pending).
-        """
-        marker = self.unsettled_cancels.get(job_id)
-        if marker is None:
-            return False
-        applied = await self._markers.applied(marker)
-        self.unsettled_cancels.pop(job_id, None)
-        return applied
-
-    async def _cancel(self, job_id: str, stored: Stored, reason: str, *, revoke: bool) -> str | None:
-        lock = self._paths.lock(job_id)
-        ops = await self._linked.trash_ops(job_id, stored, reason)
-        if revoke:
-            ops.append(Delete(lock))  # after the job, so that watchers see a trash, not a release
-        elif stored.path == self._paths.job(job_id):  # nobody may hold it meanwhile
-            ops[:0] = [Create(lock, ephemeral=True), Delete(lock)]
-        marker = self._markers.new()
-        ops.append(marker.create())
-        self._check_request_size(job_id, ops)
-        try:
-            result = await self._zk.multi(ops)
-        except OutcomeUnknown:
-            self.unsettled_cancels[job_id] = marker  # resolved here, or by the caller's retry
-            return None if await self.cancelled_before(job_id) else "changed"
-        if result.ok:
-            self._markers.done(marker)
-            return None
-        failure = result.failure()
-        if failure is None or failure[1] != "NodeExists":
-            return "changed"
-        if failure[0] == ops[0] and not revoke:
-            return "claimed"
-        raise BoardConflict(f"cancelling job {job_id}: ZooKeeper NodeExists on {failure[0].path}; the board "
-                            "holds a node the cancel must write (left by another tool or a bug)")
 
     # -- settling ----------------------------------------------------------------
 
@@ -275,7 +222,7 @@ class Settler:
             attempts += 1
             ops: list[Op] = [Check(self._paths.job(job_id), claim.generation)]
             if held.had_links or attempts > 1:
-                ops += await self._linked.delivery_ops(job_id, result)
+                ops += await self.linked.delivery_ops(job_id, result)
             ops.append(Delete(self._paths.job(job_id)))
             if claim.job.keep_result:
                 ops.append(Create(self._paths.result(job_id), pack_result(raw_result, claim.job.result_ttl)))
@@ -304,7 +251,7 @@ class Settler:
             posting = decode_posting(held.posting).failed(error)
             raw = held.posting if error is None else encode_posting(posting)
             stored = Stored(path, raw, posting, claim.generation)
-            ops = await self._linked.trash_ops(job_id, stored, reason)
+            ops = await self.linked.trash_ops(job_id, stored, reason)
             return [*ops, Delete(self._paths.lock(job_id))]
 
         await self._settle(claim, "trash", build)
@@ -325,7 +272,7 @@ class Settler:
         for _ in range(MAX_CONFLICT_RETRIES):
             marker = self._markers.new()
             ops = [*await build(held), marker.create()]
-            self._check_request_size(job_id, ops)
+            check_request_size(job_id, ops, self.max_request_bytes)
             try:
                 result = await self._zk.multi(ops)
             except OutcomeUnknown:
@@ -378,11 +325,12 @@ class Settler:
             raise BoardConflict(f"settling job {job_id}: ZooKeeper {error} on {op.path}; the board holds "
                                 "a node this settle must write (left by another tool or a bug)")
 
-    def _check_request_size(self, job_id: str, ops: list[Op]) -> None:
-        """:raises InvalidJob: the transaction would exceed what the server accepts (jute.maxbuffer)."""
-        size = sum(len(op.path) + len(getattr(op, "data", b"")) + OP_OVERHEAD for op in ops)
-        if size > self.max_request_bytes:
-            raise InvalidJob(
-                f"settling job {job_id} needs a {size}-byte transaction, over this board's limit of "
-                f"{self.max_request_bytes} bytes (jute_maxbuffer): the result is too large for "
-                f"{'the job and its dependents' if len(ops) > 4 else 'the board'}; store it elsewhere")
+
+def check_request_size(job_id: str, ops: list[Op], limit: int) -> None:
+    """:raises InvalidJob: the transaction would exceed what the server accepts (``limit``: jute.maxbuffer)."""
+    size = sum(len(op.path) + len(getattr(op, "data", b"")) + OP_OVERHEAD for op in ops)
+    if size > limit:
+        raise InvalidJob(
+            f"settling job {job_id} needs a {size}-byte transaction, over this board's limit of "
+            f"{limit} bytes (jute_maxbuffer): the result is too large for "
+            f"{'the job and its dependents' if len(ops) > 4 else 'the board'}; store it elsewhere")
