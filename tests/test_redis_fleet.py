@@ -4,6 +4,7 @@ someone listens."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -170,3 +171,27 @@ async def _equals(value: Awaitable[int], expected: int) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_user_refused_blmpop_still_finds_work_by_peeking(redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    user = f"noblmpop{uuid.uuid4().hex[:8]}"
+    url = url_of(redis_url)
+    async with boards(url, 1) as (admin,):
+        await backend(admin).client.command("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-blmpop")
+        try:
+            async with open_board(url.replace("redis://", f"redis://{user}:pw@")) as refused:
+                found: list[str] = []
+
+                async def wait() -> None:
+                    found.extend(job.id for job in await refused.wait())
+
+                with caplog.at_level(logging.ERROR, logger="jobboard_redis"):
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(wait)
+                        await until(lambda: _equals(registered(admin), 1))
+                        job = await admin.post("found by a peek")
+                        await until(lambda: _true(bool(found)), limit=3.0)  # POLL is 1 s
+                assert found == [job.id]
+                assert any("refused" in record.getMessage() for record in caplog.records)
+        finally:
+            await backend(admin).client.command("ACL", "DELUSER", user)

@@ -21,7 +21,7 @@ from typing import Any
 
 import anyio
 
-from jobboard.errors import BackendUnavailable
+from jobboard.errors import BackendUnavailable, JobBoardError
 from jobboard_redis.client import RedisClient
 from jobboard_redis.session import Session
 from jobboard_redis.view import BoardView
@@ -61,6 +61,7 @@ class Notices:
         self._registered_for: tuple[bool, tuple[str, ...]] | None = None
         self._running = False
         self._connected = True
+        self._refused = False
         self.stopped = False
 
     @contextlib.contextmanager
@@ -129,6 +130,12 @@ class Notices:
                 self._connected = False
                 logger.info("notices of %s: %s", key, error)
             await anyio.sleep(0.1)
+            return
+        except JobBoardError as error:  # refused (an ACL without BLMPOP): waiters still peek every POLL
+            if not self._refused:
+                self._refused = True
+                logger.error("notices of %s refused (waiting boards then find work within %g s): %s", key, POLL, error)
+            await anyio.sleep(POLL)
             return
         if not self._connected:  # a notice popped as the connection failed is lost: everyone looks again
             self._connected = True
