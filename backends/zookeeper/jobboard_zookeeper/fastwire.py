@@ -4,7 +4,7 @@ aiozk renders and parses every field through a tree of ``Part`` objects: about 4
 busy board's CPU. Multis (every post, claim and settle) and watch events (several per
 job) are encoded here with one ``struct`` call per operation; every other request and
 reply still goes through aiozk. The bytes on the wire are the same.
-With :mod:`jobboard_zookeeper.zk` and :mod:`jobboard_zookeeper.zk_protocol`, the only
+With :mod:`jobboard_zookeeper.zk`, :mod:`.zk_session` and :mod:`.zk_protocol`, the only
 modules that import aiozk.
 """
 

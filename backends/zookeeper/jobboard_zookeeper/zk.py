@@ -1,5 +1,6 @@
-"""The ZooKeeper session: with its wire modules (:mod:`.zk_protocol`, :mod:`.fastwire`), the only code
-touching aiozk (0.32); every other module uses this class's public methods.
+"""The ZooKeeper session: with :mod:`.zk_session` (its state changes) and its wire modules
+(:mod:`.zk_protocol`, :mod:`.fastwire`), the only code touching aiozk (0.32); every other module uses
+this class's public methods.
 
 It sends every request itself, so aiozk's silent re-send of a write after a
 lost reply never happens: a write whose reply is lost raises
@@ -23,7 +24,7 @@ from aiozk.states import States
 
 from jobboard.errors import BackendUnavailable
 from jobboard_zookeeper.fastwire import MultiReadRequest, MultiRequest, encode_acl
-from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown, SessionEvent, Stat, TxnResult, ZkError
+from jobboard_zookeeper.ops import Create, Op, OutcomeUnknown, Stat, TxnResult, ZkError
 from jobboard_zookeeper.zk_protocol import (
     ANY_WATCHER,
     PERSISTENT_RECURSIVE,
@@ -35,6 +36,7 @@ from jobboard_zookeeper.zk_protocol import (
     hook_connections,
     stat_of,
 )
+from jobboard_zookeeper.zk_session import SessionListener, SessionStates
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,6 @@ logger = logging.getLogger(__name__)
 NO_NODE = -101
 TRANSIENT = {"ConnectionLoss", "OperationTimeout", "SessionExpired", "SessionMoved", "ZKSystemError"}
 """Server error replies that say nothing about the request itself."""
-SessionListener = Callable[[str], None]
 TreeCallback = Callable[[int, str], None]
 """Called with the event type (CREATED, DELETED, DATA_CHANGED) and the node's path."""
 CREATED = protocol.WatchEvent.CREATED
@@ -65,20 +66,14 @@ class ZooKeeper:
         self._auth = auth
         self.acl = digest_acl(*auth) if auth else [protocol.UNRESTRICTED_ACCESS]
         self._acl_bytes = encode_acl(self.acl)
-        self._listeners: list[SessionListener] = []
-        self._session_id: int | None = None
-        self._expiry_reported = False
         self._closing = False
         self._watchdog: asyncio.Task[None] | None = None
         self._trees: dict[str, TreeCallback] = {}
-        self._suspension: asyncio.TimerHandle | None = None
-        self._last_contact = 0.0
-        """Loop time of the last reply from the server (a ping's included)."""
         self.requests_sent = 0
         """Requests sent on this session (for benchmarks: requests per claim)."""
         self.events_received = 0
         """Watch notifications received (for benchmarks: notifications per job)."""
-        self._hook_state_machine()
+        self._states = SessionStates(self._session, self._send_auth if auth else None)
         self._hook_event_dispatch()
         self.connect_failures = hook_connections(self._session, ping_timeout)
         # The watchdog is the only pinger: aiozk keys pending pings by one special xid, so a
@@ -101,7 +96,7 @@ class ZooKeeper:
 
     async def close(self) -> None:
         """End the session (ephemeral nodes go at once); bounded by ``ping_timeout``, 0 when disconnected."""
-        self._closing = True
+        self._closing = self._states.closing = True
         if self._watchdog:
             self._watchdog.cancel()
         try:
@@ -116,29 +111,16 @@ class ZooKeeper:
 
     @property
     def session_id(self) -> int | None:
-        return self._session_id
+        return self._states.session_id
 
     @property
     def connected(self) -> bool:
         return bool(self._session.state == States.CONNECTED)
 
     def add_session_listener(self, listener: SessionListener) -> None:
-        self._listeners.append(listener)
+        self._states.listeners.append(listener)
 
     # -- session events ------------------------------------------------------
-
-    def _hook_state_machine(self) -> None:
-        machine = self._session.state
-        original = machine.transition_to
-
-        def transition_to(state: str) -> None:
-            before = machine.current_state
-            if state == States.CONNECTED and self._auth:
-                self._send_auth()  # first on the new connection, before waiters wake
-            original(state)
-            self._on_transition(before, state)
-
-        machine.transition_to = transition_to
 
     def _hook_event_dispatch(self) -> None:
         original = self._session.event_dispatch
@@ -161,54 +143,6 @@ class ZooKeeper:
         request = protocol.AuthRequest(type=0, scheme="digest", auth=f"{user}:{password}".encode())
         self._session.conn.send(request)
 
-    def _on_transition(self, before: str, after: str) -> None:
-        if self._closing:
-            return
-        if after == States.SUSPENDED and before == States.CONNECTED:
-            self._emit(SessionEvent.SUSPENDED)
-            loop = asyncio.get_running_loop()
-            silent_for = loop.time() - self._last_contact  # the server's clock started then
-            self._suspension = loop.call_later(max(0.0, float(self._session.timeout) - silent_for),
-                                               self._suspended_too_long)
-        elif after == States.LOST and self._session_id is not None:
-            self._report_expiry()
-        elif after == States.CONNECTED:
-            self._on_connected(self._session.session_id)
-
-    def _suspended_too_long(self) -> None:
-        """Disconnected for a whole session timeout: the server has presumably expired the session."""
-        if self._session.state != States.CONNECTED:
-            logger.warning("no ZooKeeper server for a session timeout: assuming the session expired")
-            self._report_expiry("presumed expired (no server for a session timeout)")
-
-    def _on_connected(self, session_id: int) -> None:
-        self._last_contact = asyncio.get_running_loop().time()
-        if self._suspension is not None:
-            self._suspension.cancel()
-        previous, self._session_id = self._session_id, session_id
-        if previous is None:
-            self._emit(SessionEvent.CONNECTED)
-        elif previous == session_id:
-            presumed, self._expiry_reported = self._expiry_reported, False  # the server did not expire it
-            self._emit(SessionEvent.RECONNECTED, "reconnected: the session presumed expired survived" * presumed)
-        else:
-            self._report_expiry()
-            self._expiry_reported = False
-            self._emit(SessionEvent.CONNECTED)
-
-    def _report_expiry(self, shown: str = "") -> None:
-        if not self._expiry_reported:
-            self._expiry_reported = True
-            self._emit(SessionEvent.EXPIRED, shown)
-
-    def _emit(self, event: str, shown: str = "") -> None:
-        logger.info("ZooKeeper session %s: %s", hex(self._session_id or 0), shown or event)
-        for listener in list(self._listeners):
-            try:
-                listener(event)
-            except Exception:
-                logger.exception("session listener failed on %s", event)
-
     async def _watch_connection(self) -> None:
         """Ping often; a ping unanswered within ``ping_timeout`` drops the connection."""
         while not self._closing:
@@ -217,7 +151,7 @@ class ZooKeeper:
                 continue
             try:
                 await asyncio.wait_for(self._session.conn.send(protocol.PingRequest()), self._ping_timeout)
-                self._last_contact = asyncio.get_running_loop().time()
+                self._states.last_contact = asyncio.get_running_loop().time()
             except (TimeoutError, exc.ConnectError, ConnectionError):
                 logger.warning("ZooKeeper ping unanswered for %.1fs: dropping the connection",
                                self._ping_timeout)
@@ -257,7 +191,7 @@ class ZooKeeper:
                     raise OutcomeUnknown(f"connection to ZooKeeper lost during a write: {error!r}") from error
                 continue
             session.last_zxid = zxid
-            self._last_contact = asyncio.get_running_loop().time()
+            self._states.last_contact = asyncio.get_running_loop().time()
             return zxid, response
 
     async def _until_connected(self, remaining: float) -> None:

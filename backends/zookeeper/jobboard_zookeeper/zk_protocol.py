@@ -1,6 +1,6 @@
 """The pieces of the ZooKeeper protocol that aiozk 0.32 lacks or gets in the way of.
 
-With :mod:`jobboard_zookeeper.zk` and :mod:`jobboard_zookeeper.fastwire`, the only modules that import aiozk.
+With :mod:`jobboard_zookeeper.zk`, :mod:`.zk_session` and :mod:`.fastwire`, the only modules that import aiozk.
 """
 
 from __future__ import annotations
