@@ -50,12 +50,12 @@ def run_url(base: str) -> str:
 
 
 def requests_sent(board: JobBoard) -> int:
-    zk = getattr(board, "zk", None)
+    zk = getattr(getattr(board, "backend", board), "zk", None)
     return int(getattr(zk, "requests_sent", 0))
 
 
 def events_received(board: JobBoard) -> int:
-    zk = getattr(board, "zk", None)
+    zk = getattr(getattr(board, "backend", board), "zk", None)
     return int(getattr(zk, "events_received", 0))
 
 
@@ -168,8 +168,8 @@ async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = Non
         if ready is not None:
             ready.put("ready")
             await anyio.to_thread.run_sync(go.wait)
-        requests_before, conflicts_before = requests_sent(board), getattr(board, "claim_conflicts", 0)
-        events_before, steals_before = events_received(board), getattr(board, "steals", 0)
+        requests_before, conflicts_before = requests_sent(board), getattr(getattr(board, "backend", board), "claim_conflicts", 0)
+        events_before, steals_before = events_received(board), getattr(getattr(board, "backend", board), "steals", 0)
         watch, cpu, started = Stopwatch(), process_cpu_seconds(), time.time()
         async with anyio.create_task_group() as group:
             results: list[int] = []
@@ -183,8 +183,8 @@ async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = Non
         return {"cycles": sum(results), "seconds": elapsed, "cpu_s": process_cpu_seconds() - cpu,
                 "requests": requests_sent(board) - requests_before,
                 "events": events_received(board) - events_before,
-                "failed_claims": getattr(board, "claim_conflicts", 0) - conflicts_before,
-                "steals": getattr(board, "steals", 0) - steals_before, "latencies": latencies}
+                "failed_claims": getattr(getattr(board, "backend", board), "claim_conflicts", 0) - conflicts_before,
+                "steals": getattr(getattr(board, "backend", board), "steals", 0) - steals_before, "latencies": latencies}
 
 
 def _consume_in_child(url: str, workers: int, queue: Any, go: Any, total: int, shared: tuple[Any, Any]) -> None:
@@ -279,7 +279,7 @@ async def interleaved(url: str, producer: JobBoard, args: argparse.Namespace) ->
             rates.append(await produce())
         phase = {"cycles": sum(done), "seconds": watch.elapsed(), "cpu_s": process_cpu_seconds() - cpu,
                  "requests": requests_sent(board) - requests, "latencies": latencies, "events": events_received(board),
-                 "failed_claims": getattr(board, "claim_conflicts", 0)}
+                 "failed_claims": getattr(getattr(board, "backend", board), "claim_conflicts", 0)}
     return phase, rates[0]
 
 
