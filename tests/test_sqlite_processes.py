@@ -96,7 +96,7 @@ async def test_a_stopped_owner_loses_its_claims_and_its_settles_change_nothing(t
             took = time.monotonic() - started
         finally:
             proc.send_signal(signal.SIGCONT)
-        assert 0.9 < took < 5.0, took
+        assert 0.7 < took < 5.0, took  # its last heartbeat may be session_timeout / 4 older than the stop
         assert await tell(proc, "consume") == "ClaimLost"
         assert await board.owner(job) == "survivor" and (await board.get(job)).attempts == 2
         await asyncio.sleep(0.6)  # its upkeep notices its session ended
