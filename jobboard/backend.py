@@ -11,7 +11,7 @@ checked, a result that msgpack cannot carry or that is over the board's size lim
 
 A backend registers in the entry-point group ``jobboard.backends`` under its URL scheme, naming its
 :class:`Backend` subclass (constructed with the URL). The in-tree backends register the same way.
-What a backend author needs is importable from this module: the requests, the records of
+What a backend author needs is importable from this module: the requests, the errors it raises, the records of
 :mod:`jobboard.job`, the stored formats of :mod:`jobboard.board.codec`, the events and the URL helpers.
 """
 
@@ -48,24 +48,60 @@ from jobboard.board.url import (
     positive_float,
     positive_int,
 )
-from jobboard.errors import BoardClosed, DependencyMissing, Unsupported
-from jobboard.job import Claim, Entity, Job, JobState, LastError, ListedJob, Outcome, Progress, TrashedJob
+from jobboard.errors import (
+    AlreadyClaimed,
+    BackendUnavailable,
+    BoardClosed,
+    BoardConflict,
+    ClaimLost,
+    DependencyMissing,
+    InvalidJob,
+    JobBoardError,
+    JobNotFound,
+    NotClaimable,
+    NotOwner,
+    UnknownOutcome,
+    Unsupported,
+)
+from jobboard.job import (
+    INTERNAL_PREFIX,
+    Claim,
+    Entity,
+    Job,
+    JobState,
+    LastError,
+    ListedJob,
+    Outcome,
+    Progress,
+    TrashedJob,
+    wanted,
+)
 
 __all__ = [
     "COMMON_OPTIONS",
+    "INTERNAL_PREFIX",
+    "AlreadyClaimed",
     "Backend",
+    "BackendUnavailable",
+    "BoardConflict",
     "BoardServices",
     "BoardURL",
     "Claim",
+    "ClaimLost",
     "DependencyMissing",
     "Entity",
     "Event",
     "EventKind",
+    "InvalidJob",
     "Job",
+    "JobBoardError",
+    "JobNotFound",
     "JobState",
     "LastError",
     "ListedJob",
     "MalformedEntry",
+    "NotClaimable",
+    "NotOwner",
     "Outcome",
     "Posting",
     "Prepared",
@@ -73,6 +109,7 @@ __all__ = [
     "Settle",
     "SettleAction",
     "TrashedJob",
+    "UnknownOutcome",
     "Unsupported",
     "decode_posting",
     "decode_value",
@@ -87,6 +124,7 @@ __all__ = [
     "positive_int",
     "progress_from",
     "progress_record",
+    "wanted",
 ]
 
 logger = logging.getLogger("jobboard.board")

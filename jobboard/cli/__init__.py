@@ -6,6 +6,8 @@ progress printer) does not load every command.
 
 from __future__ import annotations
 
+__all__ = ["main"]
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
