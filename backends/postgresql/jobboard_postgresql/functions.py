@@ -211,6 +211,13 @@ BEGIN
     RAISE EXCEPTION 'jobboard session % is gone', p_session USING ERRCODE = 'JB001';
   END IF;
   SELECT * INTO j FROM jb.job WHERE id = p_id AND board = p_board AND state <> 9 FOR UPDATE;
+  IF FOUND AND p_retry AND j.state = 1 AND j.session = p_session AND j.nonce = p_nonce THEN
+    -- the first try committed while this retry waited for the row (it was still running when its
+    -- connection failed): the claim is this call's own, not another owner's
+    RETURN QUERY SELECT 0::smallint, NULL::text, t.r_gen, t.r_attempts, t.r_posting, t.r_last_error, t.r_key,
+                        t.r_parents, t.r_results FROM jb.retaken(p_session, p_nonce) t WHERE t.r_id = p_id;
+    RETURN;
+  END IF;
   IF NOT FOUND THEN r_status := 1;
   ELSIF j.state = 2 THEN r_status := 2; r_detail := j.pending::text;
   ELSIF j.state = 1 THEN r_status := 3; r_detail := j.owner;
