@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from jobboard_sqlite.backend import SqliteBackend
-from jobboard_sqlite.options import DEFAULT_BOARD, default_url
+from jobboard_sqlite.options import DEFAULT_BOARD
 
-__all__ = ["DEFAULT_BOARD", "SqliteBackend", "default_url"]
+__all__ = ["DEFAULT_BOARD", "SqliteBackend"]

@@ -82,9 +82,3 @@ def parse_sqlite_url(url: str) -> tuple[SqliteOptions, dict[str, Any]]:
     own = {name: options.pop(name) for name in list(options) if name in SqliteOptions.__slots__}
     return SqliteOptions(path, **own), options
 
-
-def default_url() -> str:
-    """The board a CLI uses when none is given: ``$XDG_DATA_HOME/jobboard/jobs.db`` (default
-    ``~/.local/share/jobboard/jobs.db``), board ``default``. The directory is not created here."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return f"sqlite://{os.path.join(os.path.abspath(base), 'jobboard', 'jobs.db')}"
