@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from tests.support import zkserver
+from tests.support.localserver import apt_install
 
 PACKAGES = ("chromium", "chromium-driver")
 BINARIES = ("chromium", "chromedriver")
@@ -36,10 +36,7 @@ def ensure_chromium_installed() -> None:
     """Install Debian's chromium and chromium-driver if either is missing (apt-get update once)."""
     if not missing():
         return
-    if not zkserver._apt_updated:
-        zkserver._apt("update")
-        zkserver._apt_updated = True
-    zkserver._apt("install", "-y", *PACKAGES)
+    apt_install(*PACKAGES)
     if still := missing():
         raise RuntimeError(f"still missing after installing {' '.join(PACKAGES)}: {', '.join(still)}")
 

@@ -1,28 +1,72 @@
-"""A server process on 127.0.0.1 with its own temp dir: what the ZooKeeper and Redis
-harnesses share (spawn, wait until it serves, signal, kill, restart, stop, reap at exit),
-and running a command against a server (``python -m tests.support.<x>server run -- CMD``)."""
+"""A server process on 127.0.0.1 with its own temp dir: what the ZooKeeper, Redis and PostgreSQL
+harnesses share (free ports, installing Debian packages, spawn, wait until it serves, signal, kill,
+restart, stop, reap at exit), and running a command against a server
+(``python -m tests.support.<x>server run -- CMD``, :func:`main`)."""
 
 from __future__ import annotations
 
 import abc
+import argparse
 import atexit
+import contextlib
 import ctypes
 import functools
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from subprocess import DEVNULL, STDOUT
-from typing import Self
+from typing import Any, Self, TypeVar
 
 HOST = "127.0.0.1"
 _running: set[LocalServer] = set()
+_apt_updated = False
+S = TypeVar("S", bound="LocalServer")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct currently-free loopback ports."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((HOST, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def free_port() -> int:
+    """A currently-free loopback port."""
+    return free_ports(1)[0]
+
+
+def _apt(*args: str) -> None:
+    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    cmd = [*sudo, "apt-get", *args]
+    done = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=1200)
+    if done.returncode:
+        raise RuntimeError(f"apt-get {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
+def apt_install(*packages: str) -> None:
+    """``apt-get install -y packages`` (``apt-get update`` first, once per process; sudo unless root).
+
+    :raises RuntimeError: apt-get failed (its output's end is in the message).
+    """
+    global _apt_updated
+    if not _apt_updated:
+        _apt("update")
+        _apt_updated = True
+    _apt("install", "-y", *packages)
 
 
 class LocalServer(abc.ABC):
@@ -31,6 +75,8 @@ class LocalServer(abc.ABC):
     kind = "server"
     output = "stdout"
     """The file in the temp dir that gets the process's stdout and stderr."""
+    stop_signal = signal.SIGTERM
+    """What :meth:`stop` sends first (SIGKILL follows after its timeout)."""
 
     def __init__(self, port: int, start_timeout: float) -> None:
         self.port = port
@@ -49,6 +95,10 @@ class LocalServer(abc.ABC):
     def prepare(self, root: Path) -> None:
         """Write what the server needs into its temp dir before each start (nothing by default)."""
         return
+
+    def popen_options(self) -> dict[str, Any]:
+        """Extra keyword arguments for ``subprocess.Popen`` (e.g. the user to run as; none by default)."""
+        return {}
 
     def log_tail(self, lines: int = 30) -> str:
         return "(no data dir)" if self.dir is None else tail(self.dir / self.output, lines)
@@ -76,7 +126,8 @@ class LocalServer(abc.ABC):
         self.prepare(self.dir)
         with open(self.dir / self.output, "ab") as out:  # own session: a terminal's Ctrl-C is ours
             self._proc = subprocess.Popen(self.command_line(), stdin=DEVNULL, stdout=out, stderr=STDOUT,
-                                          start_new_session=True, preexec_fn=die_with_us())  # noqa: PLW1509
+                                          start_new_session=True, preexec_fn=die_with_us(),  # noqa: PLW1509
+                                          **self.popen_options())
         _running.add(self)
 
     def wait_serving(self, timeout: float | None = None) -> None:
@@ -128,8 +179,8 @@ class LocalServer(abc.ABC):
         return self.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM (SIGKILL after ``timeout`` s) and delete the temp dir."""
-        self._halt(signal.SIGTERM, timeout)
+        """:attr:`stop_signal` (SIGKILL after ``timeout`` s) and delete the temp dir."""
+        self._halt(self.stop_signal, timeout)
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -208,3 +259,35 @@ def run_with(server: LocalServer, env: dict[str, str], cmd: Sequence[str], banne
             if isinstance(exc, _Terminated):
                 child.terminate()
             return _reap_child(child)
+
+
+@contextlib.contextmanager
+def named_or_started(env_var: str, fresh: Callable[[], S], name: Callable[[S], str]) -> Iterator[str]:
+    """``env_var``'s value when set, else ``name`` of a ``fresh()`` server, started here and stopped on exit."""
+    if value := os.environ.get(env_var):
+        yield value
+        return
+    with fresh() as server:
+        yield name(server)
+
+
+def main(name: str, env_var: str, run: Callable[[list[str], argparse.Namespace], int],
+         argv: Sequence[str] | None = None, options: Callable[[argparse.ArgumentParser], object] = lambda parser: None) -> int:
+    """``python -m tests.support.<name> run [options] -- CMD ARGS...``: ``run(cmd, args)``'s exit code.
+
+    ``options`` adds the ``run`` command's own options; a server that cannot start prints one line and gives 1.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m tests.support.{name}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help=f"run CMD with {env_var} set")
+    options(run_parser)
+    run_parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    args = parser.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        parser.error("missing command: run -- CMD ARGS...")
+    try:
+        return run(cmd, args)
+    except (RuntimeError, TimeoutError) as exc:
+        print(f"{name}: {exc}", file=sys.stderr)
+        return 1

@@ -10,23 +10,19 @@ naming a fresh cluster (``postgresql://postgres@127.0.0.1:PORT/postgres``) and e
 
 from __future__ import annotations
 
-import argparse
 import os
 import pwd
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from subprocess import DEVNULL, STDOUT
+from typing import Any
 
 import pytest
 
-from tests.support import zkserver
-from tests.support.localserver import HOST, LocalServer, _running, die_with_us, run_with
+from tests.support.localserver import HOST, LocalServer, apt_install, free_port, main, run_with
 
 ENV_VAR = "JOBBOARD_TEST_POSTGRESQL"
 BIN = Path("/usr/lib/postgresql/15/bin")
@@ -43,10 +39,7 @@ def ensure_postgresql_installed() -> None:
     """Install Debian's ``postgresql`` package (15 on bookworm) when its binaries are missing."""
     if (BIN / "postgres").exists() and (BIN / "initdb").exists():
         return
-    if not zkserver._apt_updated:
-        zkserver._apt("update")
-        zkserver._apt_updated = True
-    zkserver._apt("install", "-y", "postgresql")
+    apt_install("postgresql")
     if not (BIN / "postgres").exists():
         raise RuntimeError(f"still no {BIN / 'postgres'} after installing postgresql")
 
@@ -70,10 +63,12 @@ class PostgresServer(LocalServer):
 
     kind = "postgresql"
     output = "postgres.log"
+    stop_signal = signal.SIGINT
+    """Fast shutdown."""
 
     def __init__(self, *, port: int | None = None, start_timeout: float = 30.0,
                  settings: dict[str, str] | None = None) -> None:
-        super().__init__(port or zkserver.free_port(), start_timeout)
+        super().__init__(port or free_port(), start_timeout)
         self.settings = {**SETTINGS, **(settings or {})}
 
     def url(self, database: str = "postgres") -> str:
@@ -85,7 +80,10 @@ class PostgresServer(LocalServer):
         return self.dir / "data"
 
     def prepare(self, root: Path) -> None:
-        """initdb once, as the postgres user when root (the temp dir is given to that user)."""
+        """initdb once, as the postgres user when root (the temp dir and the log are given to that user)."""
+        if _as_root():
+            (root / self.output).touch()
+            os.chown(root / self.output, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
         if (root / "data" / "PG_VERSION").exists():
             return
         command = [str(BIN / "initdb"), "-D", str(root / "data"), "-U", USER, "--auth=trust", "-E", "UTF8",
@@ -102,21 +100,9 @@ class PostgresServer(LocalServer):
         options = [f"-c{name}={value}" for name, value in self.settings.items()]
         return [str(BIN / "postgres"), "-D", str(self.data), "-p", str(self.port), "-k", str(self.dir), *options]
 
-    def spawn(self) -> None:
-        """Like :meth:`LocalServer.spawn`, but the process runs as the postgres user when we are root."""
-        if self.running:
-            return
-        if self.dir is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="jobboard-postgresql-"))
-        self.prepare(self.dir)
-        user = {"user": USER, "group": USER, "extra_groups": []} if _as_root() else {}
-        with open(self.dir / self.output, "ab") as out:
-            if _as_root():
-                os.chown(self.dir / self.output, pwd.getpwnam(USER).pw_uid, pwd.getpwnam(USER).pw_gid)
-            self._proc = subprocess.Popen(self.command_line(), stdin=DEVNULL, stdout=out, stderr=STDOUT,  # type: ignore[call-overload]
-                                          start_new_session=True, preexec_fn=die_with_us(),  # noqa: PLW1509
-                                          **user)
-        _running.add(self)
+    def popen_options(self) -> dict[str, Any]:
+        """The process runs as the postgres user when we are root."""
+        return {"user": USER, "group": USER, "extra_groups": []} if _as_root() else {}
 
     def serving(self) -> bool:
         return accepts(self.port)
@@ -125,40 +111,12 @@ class PostgresServer(LocalServer):
         """``pg_ctl stop -m immediate``: SIGQUIT to the postmaster (no checkpoint; crash recovery at start)."""
         self._halt(signal.SIGQUIT, timeout=20.0)
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Fast shutdown (SIGINT), then delete the temp dir."""
-        self._halt(signal.SIGINT, timeout)
-        if self.dir is not None:
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.dir = None
-
 
 def run(cmd: Sequence[str]) -> int:
     """Run ``cmd`` with ``JOBBOARD_TEST_POSTGRESQL`` naming a fresh cluster; return its exit code."""
     ensure_postgresql_installed()
     server = PostgresServer()
     return run_with(server, {ENV_VAR: server.url()}, cmd, f"pgserver: PostgreSQL serving on {server.hosts}")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m tests.support.pgserver``."""
-    parser = argparse.ArgumentParser(prog="python -m tests.support.pgserver")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help=f"run CMD with {ENV_VAR} set")
-    run_parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    args = parser.parse_args(argv)
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        parser.error("missing command: run -- CMD ARGS...")
-    try:
-        return run(cmd)
-    except (RuntimeError, TimeoutError) as exc:
-        print(f"pgserver: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 _shared: PostgresServer | None = None
@@ -180,3 +138,7 @@ def shared_url() -> str:
 def postgresql_url() -> str:
     """``postgresql://postgres@127.0.0.1:PORT/postgres`` of a real server (tests add ``?board=...``)."""
     return shared_url()
+
+
+if __name__ == "__main__":
+    sys.exit(main("pgserver", ENV_VAR, lambda cmd, args: run(cmd)))

@@ -1,22 +1,30 @@
 """Throwaway Redis servers on 127.0.0.1, each with its own data dir.
 
 Uses Debian's ``redis-server`` (and ``redis-sentinel``), installed with apt-get
-when missing (the helpers of :mod:`tests.support.zkserver`). CLI:
+when missing. CLI:
 ``python -m tests.support.redisserver run -- CMD ARGS...`` runs CMD with
 ``JOBBOARD_REDIS_URL`` set to a fresh server and exits with its code.
 """
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import socket
 import sys
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
-from tests.support import zkserver
-from tests.support.localserver import HOST, LocalServer, run_with, tail
+from tests.support.localserver import (
+    HOST,
+    LocalServer,
+    apt_install,
+    free_port,
+    main,
+    named_or_started,
+    run_with,
+    tail,
+)
 
 ENV_VAR = "JOBBOARD_REDIS_URL"
 PACKAGES = {"redis-server": "redis-server", "redis-sentinel": "redis-sentinel"}
@@ -27,10 +35,7 @@ def ensure_redis_installed() -> None:
     missing = [package for command, package in PACKAGES.items() if not shutil.which(command)]
     if not missing:
         return
-    if not zkserver._apt_updated:
-        zkserver._apt("update")
-        zkserver._apt_updated = True
-    zkserver._apt("install", "-y", *missing)
+    apt_install(*missing)
     if still := [command for command in PACKAGES if not shutil.which(command)]:
         raise RuntimeError(f"still missing after installing redis: {', '.join(still)}")
 
@@ -56,7 +61,7 @@ class RedisServer(LocalServer):
     def __init__(self, *, port: int | None = None, appendonly: bool = True, appendfsync: str = "everysec",
                  maxmemory_policy: str = "noeviction", extra: Sequence[str] = (),
                  start_timeout: float = 20.0) -> None:
-        super().__init__(port or zkserver.free_port(), start_timeout)
+        super().__init__(port or free_port(), start_timeout)
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.maxmemory_policy = maxmemory_policy
@@ -116,29 +121,22 @@ class RedisSentinel(RedisServer):
         return "(no data dir)" if self.dir is None else tail(self.dir / "sentinel.log", lines)
 
 
+def fresh_server() -> RedisServer:
+    """A server with the default options, not started yet (the packages installed if need be)."""
+    ensure_redis_installed()
+    return RedisServer()
+
+
+def url_from_env_or_started() -> AbstractContextManager[str]:
+    """``JOBBOARD_REDIS_URL``, else ``redis://127.0.0.1:PORT`` of a fresh server started here (stopped on exit)."""
+    return named_or_started(ENV_VAR, fresh_server, lambda server: server.url(""))
+
+
 def run(cmd: Sequence[str]) -> int:
     """Run ``cmd`` with ``JOBBOARD_REDIS_URL`` naming a fresh server; return its exit code."""
-    ensure_redis_installed()
-    server = RedisServer()
+    server = fresh_server()
     return run_with(server, {ENV_VAR: server.url("")}, cmd, f"redisserver: Redis serving on {server.hosts}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m tests.support.redisserver``."""
-    parser = argparse.ArgumentParser(prog="python -m tests.support.redisserver")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="run CMD with JOBBOARD_REDIS_URL set")
-    run_parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    args = parser.parse_args(argv)
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        parser.error("missing command: run -- CMD ARGS...")
-    try:
-        return run(cmd)
-    except (RuntimeError, TimeoutError) as exc:
-        print(f"redisserver: {exc}", file=sys.stderr)
-        return 1
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("redisserver", ENV_VAR, lambda cmd, args: run(cmd)))

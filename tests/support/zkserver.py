@@ -12,14 +12,24 @@ import os
 import shutil
 import socket
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Self, TypedDict, Unpack
 
-from tests.support.localserver import HOST, LocalServer, run_with, tail
+from tests.support.localserver import (
+    HOST,
+    LocalServer,
+    apt_install,
+    free_port,
+    free_ports,
+    main,
+    named_or_started,
+    run_with,
+    tail,
+)
 
 LINGER_RESET = struct.pack("ii", 1, 0)  # SO_LINGER on, 0 s: close() sends RST
 ENV_VAR = "JOBBOARD_ZK_HOSTS"
@@ -62,32 +72,16 @@ class ServerOptions(TypedDict, total=False):
     fsync: bool
 
 
-_apt_updated = False
-
-
 def _missing_parts() -> list[str]:
     missing = [jar for jar in JARS if not (JAVA_DIR / jar).is_file()]
     return missing if shutil.which("java") else [*missing, "java"]
 
 
-def _apt(*args: str) -> None:
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    cmd = [*sudo, "apt-get", *args]
-    done = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=1200)
-    if done.returncode:
-        raise RuntimeError(f"apt-get {' '.join(args)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-
-
 def ensure_zookeeper_installed() -> None:
     """Install Debian's ``zookeeper`` package if its jars (or java) are missing."""
-    global _apt_updated
     if not _missing_parts():
         return
-    if not _apt_updated:
-        _apt("update")
-        _apt_updated = True
-    _apt("install", "-y", "zookeeper")
+    apt_install("zookeeper")
     if missing := _missing_parts():
         raise RuntimeError(f"still missing after installing zookeeper: {', '.join(missing)}")
 
@@ -95,23 +89,6 @@ def ensure_zookeeper_installed() -> None:
 def classpath() -> str:
     """The server classpath: zookeeper.jar (deps via its manifest) plus log4j."""
     return os.pathsep.join(str(JAVA_DIR / jar) for jar in JARS)
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct currently-free loopback ports."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind((HOST, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def free_port() -> int:
-    """A currently-free loopback port."""
-    return free_ports(1)[0]
 
 
 def four_letter(port: int, command: str = "srvr", timeout: float = 1.0) -> str:
@@ -268,30 +245,26 @@ class ZooKeeperEnsemble:
         self.stop()
 
 
+def fresh_server(jute_maxbuffer: int | None = None) -> ZooKeeperServer:
+    """A standalone server, not started yet (the package installed if need be)."""
+    ensure_zookeeper_installed()
+    return ZooKeeperServer(jute_maxbuffer=jute_maxbuffer)
+
+
+def hosts_from_env_or_started() -> AbstractContextManager[str]:
+    """``JOBBOARD_ZK_HOSTS``, else the hosts of a fresh server started here (stopped on exit)."""
+    return named_or_started(ENV_VAR, fresh_server, lambda server: server.hosts)
+
+
 def run(cmd: Sequence[str], jute_maxbuffer: int | None = None) -> int:
     """Run ``cmd`` against a fresh standalone server; return its exit code."""
-    ensure_zookeeper_installed()
-    server = ZooKeeperServer(jute_maxbuffer=jute_maxbuffer)
+    server = fresh_server(jute_maxbuffer)
     return run_with(server, {ENV_VAR: server.hosts}, cmd, f"zkserver: ZooKeeper serving on {server.hosts}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m tests.support.zkserver``."""
-    parser = argparse.ArgumentParser(prog="python -m tests.support.zkserver")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help="run CMD with JOBBOARD_ZK_HOSTS set")
-    run_parser.add_argument("--jute-maxbuffer", type=int, default=None)
-    run_parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    args = parser.parse_args(argv)
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        parser.error("missing command: run -- CMD ARGS...")
-    try:
-        return run(cmd, args.jute_maxbuffer)
-    except (RuntimeError, TimeoutError) as exc:
-        print(f"zkserver: {exc}", file=sys.stderr)
-        return 1
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jute-maxbuffer", type=int, default=None)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("zkserver", ENV_VAR, lambda cmd, args: run(cmd, args.jute_maxbuffer), options=_options))
