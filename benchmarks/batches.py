@@ -9,13 +9,11 @@ time per job of each phase in microseconds (``*_cpu_us``: the client's cost, wha
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import time
 from typing import Any
 
-from benchmarks.common import process_cpu_seconds
+from benchmarks.common import print_json_of, process_cpu_seconds
 from benchmarks.cycle import run_url
 from jobboard import JobBoard, NewJob, open_board
 
@@ -71,19 +69,12 @@ async def one_run(url: str, jobs: int, workers: int, batch: int) -> dict[str, fl
     return {key: round(value, 1 if key.endswith("_cpu_us") else None) for key, value in found.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--jobs", type=int, default=4000)
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    runs = [asyncio.run(one_run(args.url, args.jobs, args.workers, args.batch)) for _ in range(args.repeat)]
+def main(url: str, jobs: int, workers: int, batch: int, repeat: int) -> dict[str, Any]:
+    runs = [asyncio.run(one_run(url, jobs, workers, batch)) for _ in range(repeat)]
     median: dict[str, Any] = {key: sorted(run[key] for run in runs)[len(runs) // 2] for key in runs[0]}
-    print(json.dumps({"bench": "batches", "url": args.url.partition("?")[0], "jobs": args.jobs,
-                      "workers": args.workers, "batch": args.batch, "runs": runs, "median": median}))
+    return {"bench": "batches", "url": url.partition("?")[0], "jobs": jobs, "workers": workers, "batch": batch,
+            "runs": runs, "median": median}
 
 
 if __name__ == "__main__":
-    main()
+    print_json_of("batches", main, jobs=4000, workers=16, batch=100, repeat=3)

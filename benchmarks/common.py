@@ -1,12 +1,16 @@
-"""Helpers shared by the benchmarks: timing, percentiles, medians, CPU and memory readings."""
+"""Helpers shared by the benchmarks: timing, percentiles, medians, CPU and memory readings, the command line."""
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import inspect
+import json
 import os
 import resource
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -56,3 +60,18 @@ def rss_mib() -> float:
     """Resident memory of this process, MiB."""
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def print_json_of(prog: str, measure: Callable[..., Any], **defaults: float | str) -> None:
+    """The command ``python -m benchmarks.<prog> --url URL [--NAME VALUE ...]``: print ``measure(url, **options)``
+    (awaited when it is a coroutine function) as one JSON line.
+
+    ``defaults`` names the options (``--NAME``) and their defaults; each value is parsed as its default's type.
+    """
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{prog}")
+    parser.add_argument("--url", required=True)
+    for name, default in defaults.items():
+        parser.add_argument(f"--{name}", type=type(default), default=default)
+    options = vars(parser.parse_args())
+    result = measure(**options)
+    print(json.dumps(asyncio.run(result) if inspect.iscoroutine(result) else result))

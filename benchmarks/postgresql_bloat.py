@@ -11,13 +11,13 @@ whether they trend up (a least-squares slope in tuples per minute).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import time
 import uuid
 from typing import Any
 
+from benchmarks.common import print_json_of
 from jobboard import NewJob, open_board
 from jobboard_postgresql import PostgresBackend
 
@@ -85,10 +85,4 @@ def slope(points: list[tuple[float, float]]) -> float:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.postgresql_bloat")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--seconds", type=float, default=600)
-    parser.add_argument("--rate", type=int, default=500)
-    parser.add_argument("--every", type=float, default=15)
-    args = parser.parse_args()
-    print(json.dumps(asyncio.run(churn(args.url, args.seconds, args.rate, args.every))))
+    print_json_of("postgresql_bloat", churn, seconds=600.0, rate=500, every=15.0)

@@ -16,9 +16,7 @@ Prints one JSON object (medians of ``--runs`` runs, with every run's figure):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import statistics
 import time
 import uuid
@@ -27,6 +25,7 @@ from typing import Any
 
 import asyncpg
 
+from benchmarks.common import print_json_of
 from jobboard import JobBoard, NewJob, open_board
 from jobboard_postgresql import PostgresBackend
 
@@ -149,7 +148,7 @@ async def drivers(url: str, jobs: int, workers: int) -> dict[str, float]:
         return results
 
 
-async def runs(count: int, make: Callable[[], Awaitable[Any]]) -> list[Any]:
+async def repeated(count: int, make: Callable[[], Awaitable[Any]]) -> list[Any]:
     return [await make() for _ in range(count)]
 
 
@@ -162,24 +161,17 @@ def summary(values: list[float]) -> dict[str, Any]:
     return {"median": round(statistics.median(values), 3), "runs": [round(v, 3) for v in values]}
 
 
-async def main(url: str, count: int, jobs: int, workers: int, big: int) -> dict[str, Any]:
+async def main(url: str, runs: int, jobs: int, workers: int, backlog: int) -> dict[str, Any]:
     return {
-        "drivers_cycles_per_s": median_by_key(await runs(count, lambda: drivers(url, jobs, workers))),
-        "board": median_by_key(await runs(count, lambda: board_cycle(url, jobs, workers))),
-        "posts_per_s": summary(await runs(count, lambda: posts(url, jobs, workers))),
-        "claim_ms_1k": summary(await runs(count, lambda: claim_cost(url, 1000))),
-        f"claim_ms_{big // 1000}k": summary(await runs(count, lambda: claim_cost(url, big))),
-        "wake_ms": summary(await runs(count, lambda: wake(url))),
+        "drivers_cycles_per_s": median_by_key(await repeated(runs, lambda: drivers(url, jobs, workers))),
+        "board": median_by_key(await repeated(runs, lambda: board_cycle(url, jobs, workers))),
+        "posts_per_s": summary(await repeated(runs, lambda: posts(url, jobs, workers))),
+        "claim_ms_1k": summary(await repeated(runs, lambda: claim_cost(url, 1000))),
+        f"claim_ms_{backlog // 1000}k": summary(await repeated(runs, lambda: claim_cost(url, backlog))),
+        "wake_ms": summary(await repeated(runs, lambda: wake(url))),
         "workers": workers, "jobs": jobs,
     }
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.postgresql_cycle")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--backlog", type=int, default=100_000)
-    args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.url, args.runs, args.jobs, args.workers, args.backlog))))
+    print_json_of("postgresql_cycle", main, runs=3, jobs=3000, workers=16, backlog=100_000)

@@ -12,7 +12,6 @@ the median of those figures.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -22,6 +21,7 @@ from typing import Any
 
 import asyncpg
 
+from benchmarks.common import print_json_of
 from jobboard import NewJob, open_board
 from jobboard_postgresql import PostgresBackend
 
@@ -92,11 +92,4 @@ async def run(url: str, rate: int, before: float, hold: float, after: float) -> 
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.postgresql_xmin")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--rate", type=int, default=500)
-    parser.add_argument("--before", type=float, default=30)
-    parser.add_argument("--hold", type=float, default=60)
-    parser.add_argument("--after", type=float, default=60)
-    args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args.url, args.rate, args.before, args.hold, args.after))))
+    print_json_of("postgresql_xmin", run, rate=500, before=30.0, hold=60.0, after=60.0)
