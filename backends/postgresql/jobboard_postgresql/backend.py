@@ -208,24 +208,39 @@ class PostgresBackend(Backend):
         return taken
 
     async def _delivered(self, claiming: Coroutine[Any, Any, Claim | None]) -> Claim | None:
-        """Run a claim so that a caller cancelled while it is in flight leaves no job claimed by no one:
-        the claim it made is given back in the background, its attempt uncounted (``jb.unclaim``)."""
+        """Run a claim so that a caller cancelled while it is in flight leaves no job claimed by no one.
+
+        The claim runs in its own task, which the cancel does not interrupt (a statement cut mid-flight
+        may have committed on the server). The cancelled caller waits for that task, gives back the
+        claim it made (``jb.unclaim``: attempt uncounted), and only then lets the cancel through: once
+        the cancelled call has returned, its job is claimable, and no claim of it lands later.
+        """
         task = asyncio.ensure_future(claiming)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            task.add_done_callback(self._give_back)
+            settling = asyncio.ensure_future(self._give_back(task))
+            while not settling.done():  # repeated cancels (level-triggered cancel scopes) wait on
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(settling)
             raise
 
-    def _give_back(self, task: asyncio.Task[Claim | None]) -> None:
-        if task.cancelled() or task.exception() is not None or task.result() is None or not self._open:
+    async def _give_back(self, task: asyncio.Future[Claim | None]) -> None:
+        """The outcome of a claim whose caller was cancelled: nothing, or its claim given back.
+        Errors are logged, not raised (the caller is gone); a claim that cannot be given back stays
+        until its session ends."""
+        try:
+            claim = await task
+        except Exception:  # noqa: BLE001 - failed: it claimed nothing
             return
-        claim = task.result()
-        assert claim is not None
+        if claim is None or not self._open:
+            return
         self.waiting.settled(claim.job.id)
-        self.keeper.spawn(self.keeper.call(
-            "give a claim back", f'SELECT "{self.options.schema}".unclaim($1, $2, $3, $4)', self.options.board,
-            int(claim.job.id), claim.generation, claim.owner))
+        try:
+            await self.keeper.call("give a claim back", f'SELECT "{self.options.schema}".unclaim($1, $2, $3, $4)',
+                                   self.options.board, int(claim.job.id), claim.generation, claim.owner)
+        except JobBoardError as error:
+            logger.warning("postgresql: a cancelled claim of job %s could not be given back: %s", claim.job.id, error)
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
         async with self._writing():
