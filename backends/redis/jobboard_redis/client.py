@@ -36,7 +36,6 @@ from jobboard_redis.client_wire import (
     Refused,
     ServerError,
     Wire,
-    ask_sentinels,
     connect,
 )
 from jobboard_redis.failures import (
@@ -47,6 +46,7 @@ from jobboard_redis.failures import (
     permanent_error,
 )
 from jobboard_redis.learned import Learned, judge, questions
+from jobboard_redis.locate import Locator
 from jobboard_redis.options import RedisOptions
 from jobboard_redis.replication import Replication
 
@@ -80,6 +80,8 @@ class RedisClient:
         """The connections of blocking reads: ``reader`` (the event stream), ``notices`` (this session's list)."""
         self._locks = {"main": asyncio.Lock(), "reader": asyncio.Lock(), "notices": asyncio.Lock()}
         self._closed = False
+        self.locator = Locator(options, self._tls)
+        """Where the primary is: asked at each (re)connection (:mod:`.locate`)."""
         self.replication = Replication(self._server, strict=options.durability == "strict",
                                        reply_timeout=self._timeout, retry_window=options.retry_window)
         """``durability=strict``: the replicas each write waits for, learned from the current primary."""
@@ -137,8 +139,7 @@ class RedisClient:
 
     @property
     def _server(self) -> str:
-        options = self.options
-        return f"Redis (Sentinel service {options.sentinel})" if options.sentinel else f"Redis {options.host}:{options.port}"
+        return self.locator.name
 
     async def _connect(self, reply_timeout: float | None, *, learn: bool = False) -> Wire:
         """A connection to the primary; with ``learn``, its server is asked what the board must know of it
@@ -150,8 +151,7 @@ class RedisClient:
         if self._closed:
             raise BackendUnavailable("the board's Redis connections are closed")
         options = self.options
-        host, port = (await ask_sentinels(options.sentinels, options.sentinel, min(options.retry_window, 5.0))
-                      if options.sentinel else (options.host, options.port))
+        host, port = await self.locator.primary(min(options.retry_window, 5.0))
         hello: list[list[Arg]] = []
         if options.password is not None:
             hello.append(["AUTH", *([options.username] if options.username else []), options.password])
@@ -164,7 +164,7 @@ class RedisClient:
             wire, replies = await connect(host, port, reply_timeout=reply_timeout, tls=self._tls, hello=hello,
                                           connect_timeout=self._connect_budget())
         except Refused as error:
-            if not options.sentinel:
+            if not self.locator.named:
                 raise
             raise ConnectionLost(str(error)) from error  # the primary they named is down: they name another
         role = (replies[asked + 3] if learn else replies[-1]) if options.sentinel else None

@@ -16,11 +16,14 @@ __all__ = [
     "permanent_error",
 ]
 
-TRANSIENT_CODES = frozenset({"LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED"})
+TRANSIENT_CODES = frozenset({"LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN", "UNBLOCKED", "MOVED",
+                             "ASK"})
 PERMANENT_CODES = frozenset({"NOPERM", "WRONGPASS", "NOAUTH"})
-RECONNECT_CODES = frozenset({"MASTERDOWN", "READONLY", "UNBLOCKED"})
-"""Replies of a server that is not (or no longer) the primary: ask the Sentinels again (``UNBLOCKED``: a
-blocked read ended by the server's demotion)."""
+RECONNECT_CODES = frozenset({"MASTERDOWN", "READONLY", "UNBLOCKED", "MOVED", "CLUSTERDOWN"})
+"""Replies of a server that is not (or no longer) the primary: ask the Sentinels (or the Cluster's nodes) again
+(``UNBLOCKED``: a blocked read ended by the server's demotion; ``MOVED``: the board's slot has another master).
+``ASK`` and ``TRYAGAIN`` (the board's slot being migrated) are waited out on the same connection: the board's
+keys are all in one slot, and its scripts must not run while they are split between two nodes."""
 
 
 class RetryExhausted(BackendUnavailable):

@@ -1,4 +1,5 @@
-"""``redis://[user:password@]host:port/db/<board-root>?option=value`` (``rediss://`` for TLS)."""
+"""``redis://[user:password@]host:port/db/<board-root>?option=value`` (``rediss://`` for TLS);
+``redis://host:port,host:port/0/<board-root>?cluster=1`` for a Redis Cluster (the hosts are seed nodes)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ class RedisOptions:
     """With ``sentinel=<service>``: the Sentinels (the URL's hosts) that name the primary."""
     sentinel: str | None = None
     durability: str = "default"
+    cluster: bool = False
+    """``cluster=1``: the hosts are seed nodes of a Redis Cluster; the board's slot's master is found and followed."""
+    seeds: tuple[tuple[str, int], ...] = ()
+    """With ``cluster=1``: the URL's hosts."""
     """``strict``: refuse a server without ``appendfsync always``; wait for a replica (``WAIT``)."""
     username: str | None = None
     password: str | None = None
@@ -58,6 +63,12 @@ class RedisOptions:
         return int((2 * self.retry_window + 10) * 1000)
 
 
+def flag(text: str) -> bool:
+    if text not in ("0", "1", "no", "yes", "false", "true"):
+        raise ValueError("must be 1 or 0 (yes/no, true/false)")
+    return text in ("1", "yes", "true")
+
+
 def durability(text: str) -> str:
     if text not in ("default", "strict"):
         raise ValueError("must be default or strict")
@@ -65,7 +76,7 @@ def durability(text: str) -> str:
 
 
 CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "durability": durability, "sentinel": str,
+    "durability": durability, "sentinel": str, "cluster": flag,
     **COMMON_OPTIONS, "session_timeout": positive_float, "connect_timeout": positive_float,
 }
 
@@ -73,9 +84,9 @@ CONVERTERS: dict[str, Callable[[str], Any]] = {
 def parse_redis_url(url: str) -> RedisOptions:
     """:raises InvalidURL: no host or several, a bad port or database, an unknown option."""
     parsed = parse_url(url)
-    if not parsed.hosts or (len(parsed.hosts) > 1 and "sentinel" not in parsed.query):
-        raise InvalidURL(f"{url!r} must name one Redis host (redis://host:6379/0/board), or Sentinels "
-                         f"with ?sentinel=<service>")
+    if not parsed.hosts or (len(parsed.hosts) > 1 and not {"sentinel", "cluster"} & set(parsed.query)):
+        raise InvalidURL(f"{url!r} must name one Redis host (redis://host:6379/0/board), Sentinels "
+                         f"with ?sentinel=<service>, or Cluster nodes with ?cluster=1")
     hosts = tuple(_host_port(host, url) for host in parsed.hosts)
     host, port = hosts[0]
     db_text, _, root = parsed.path.strip("/").partition("/")
@@ -87,6 +98,12 @@ def parse_redis_url(url: str) -> RedisOptions:
     options = parse_options(parsed, CONVERTERS)
     if "sentinel" in options:
         options["sentinels"] = hosts
+    if options.get("cluster"):
+        if "sentinel" in options or int(db_text or 0):
+            raise InvalidURL(f"{url!r}: a Redis Cluster has no Sentinels and only database 0")
+        options["seeds"] = hosts
+    elif len(hosts) > 1 and "sentinel" not in options:
+        raise InvalidURL(f"{url!r} names several hosts: Sentinels need ?sentinel=<service>, Cluster nodes ?cluster=1")
     return RedisOptions(host=host, port=port, db=int(db_text or 0), root=root,
                         tls=parsed.scheme == "rediss", username=parsed.username, password=parsed.password,
                         **options)

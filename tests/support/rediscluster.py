@@ -1,0 +1,217 @@
+"""A throwaway Redis Cluster on 127.0.0.1: three masters, each with one replica, and its failovers.
+
+Six ``redis-server --cluster-enabled yes`` (each with its own data dir, client port and cluster-bus port,
+``appendfsync always`` so that ``durability=strict`` boards accept them), joined by ``redis-cli --cluster
+create ... --cluster-replicas 1``; :meth:`RedisCluster.start` returns once every node says
+``cluster_state:ok`` and agrees on who serves every slot. :meth:`RedisCluster.failover` moves a slot's
+master to its replica, gracefully (``CLUSTER FAILOVER`` on the replica) or by SIGKILL. The calls block:
+run them in a thread from async tests. CLI: ``python -m tests.support.rediscluster run -- CMD ARGS...``
+runs CMD with ``JOBBOARD_TEST_REDIS_CLUSTER`` naming the seed nodes (``127.0.0.1:p1,127.0.0.1:p2,...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from typing import Any, Self
+
+import redis
+
+from tests.support.localserver import HOST, _raise_terminated, _reap_child, _Terminated, exit_code
+from tests.support.redisserver import RedisServer, ensure_redis_installed
+
+ENV_VAR = "JOBBOARD_TEST_REDIS_CLUSTER"
+NODE_TIMEOUT_MS = 2000
+"""``cluster-node-timeout``: a master unreachable this long is failed over to its replica (about twice this)."""
+START_WITHIN = 45.0
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct currently-free loopback ports (a node's cluster bus needs its own: ``cluster-port``)."""
+    socks = [socket.socket() for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((HOST, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+def client(port: int) -> redis.Redis:
+    """An admin connection to one node (no redirections followed)."""
+    return redis.Redis(host=HOST, port=port, socket_timeout=3.0, socket_connect_timeout=2.0)
+
+
+def until(done: Callable[[], object], what: str, timeout: float) -> None:
+    """Poll ``done()`` until true (errors count as false). :raises TimeoutError: not within ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if done():
+                return
+        except (redis.RedisError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout} s")
+        time.sleep(0.05)
+
+
+class ClusterNode(RedisServer):
+    """One cluster-enabled redis-server with its own cluster-bus port and ``nodes.conf``."""
+
+    kind = "redis-cluster-node"
+
+    def __init__(self, port: int, bus_port: int) -> None:
+        super().__init__(port=port, appendfsync="always",
+                         extra=["--cluster-enabled", "yes", "--cluster-port", str(bus_port),
+                                "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                                "--cluster-require-full-coverage", "no"])
+
+    def role(self) -> str:
+        """``master`` or ``slave`` (as the node says)."""
+        with client(self.port) as node:
+            return str(node.info("replication")["role"])
+
+
+class RedisCluster:
+    """Three masters and three replicas; see the module docstring."""
+
+    def __init__(self) -> None:
+        self._stack = ExitStack()
+        self.nodes: list[ClusterNode] = []
+        self.failovers: list[str] = []
+        """One line per failover done: how, from which port to which."""
+
+    @property
+    def seeds(self) -> str:
+        """``127.0.0.1:p1,...`` of every node (a client may start from any)."""
+        return ",".join(node.hosts for node in self.nodes)
+
+    def url(self, root: str, **options: object) -> str:
+        """A board URL on this cluster (``redis://<seeds>/0/<root>?cluster=1&...``)."""
+        query = "&".join(f"{key}={value}" for key, value in {"cluster": 1, **options}.items())
+        return f"redis://{self.seeds}/0/{root}?{query}"
+
+    def __enter__(self) -> Self:
+        ensure_redis_installed()
+        ports = free_ports(12)
+        with ExitStack() as stack:
+            self.nodes = [stack.enter_context(ClusterNode(ports[i], ports[i + 6])) for i in range(6)]
+            subprocess.run(["redis-cli", "--cluster", "create", *[node.hosts for node in self.nodes],
+                            "--cluster-replicas", "1", "--cluster-yes"],
+                           check=True, capture_output=True, timeout=START_WITHIN)
+            until(self.settled, "every node of the new cluster agreeing, cluster_state:ok", START_WITHIN)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+    def _alive(self) -> list[ClusterNode]:
+        return [node for node in self.nodes if node.running]
+
+    def settled(self) -> bool:
+        """Every running node says ``cluster_state:ok`` and names the same master for every slot, a running one
+        with a replica in sync."""
+        maps = []
+        for node in self._alive():
+            with client(node.port) as admin:
+                if b"cluster_state:ok" not in admin.execute_command("CLUSTER", "INFO"):
+                    return False
+                maps.append(_masters(admin.execute_command("CLUSTER", "SLOTS")))
+        return all(found == maps[0] for found in maps) and all(self.by_port(port).running for port in maps[0].values())
+
+    def by_port(self, port: int) -> ClusterNode:
+        return next(node for node in self.nodes if node.port == port)
+
+    def master_of(self, slot: int) -> ClusterNode:
+        """The node serving ``slot`` (as the first running node says)."""
+        with client(self._alive()[0].port) as admin:
+            return self.by_port(_masters(admin.execute_command("CLUSTER", "SLOTS"))[slot])
+
+    def replica_of(self, master: ClusterNode) -> ClusterNode:
+        """A running replica of ``master``."""
+        with client(master.port) as admin:
+            replicas = admin.execute_command("ROLE")[2]
+        ports = {int(replica[1]) for replica in replicas}
+        return next(node for node in self._alive() if node.port in ports)
+
+    def slot_of(self, key: str) -> int:
+        with client(self._alive()[0].port) as admin:
+            return int(admin.execute_command("CLUSTER", "KEYSLOT", key))
+
+    def failover(self, slot: int, how: str) -> None:
+        """Move ``slot``'s master to its replica: ``graceful`` (``CLUSTER FAILOVER``), ``kill`` (SIGKILL of the
+        master, restarted afterwards as a replica of the new one) or ``kill-last`` (not restarted)."""
+        master = self.master_of(slot)
+        replica = self.replica_of(master)
+        started = time.monotonic()
+        if how == "graceful":
+            with client(replica.port) as admin:
+                admin.execute_command("CLUSTER", "FAILOVER")
+        else:
+            master.kill()
+        until(lambda: replica.role() == "master" and self.master_of(slot) is replica, f"{how} failover", 30)
+        if how == "kill":
+            master.start()  # its nodes.conf names it a master: the cluster demotes it to the new master's replica
+            until(lambda: master.role() == "slave" and _synchronised(master.port), "the old master as a replica", 30)
+        until(self.settled, "the cluster settled after the failover", 30)
+        self.failovers.append(f"{how}: {master.port} -> {replica.port} in {time.monotonic() - started:.1f} s")
+
+
+def _masters(slots: Any) -> dict[int, int]:
+    """``CLUSTER SLOTS`` as {slot: port of its master} (every slot served)."""
+    return {slot: int(entry[2][1]) for entry in slots for slot in range(int(entry[0]), int(entry[1]) + 1)}
+
+
+def _synchronised(port: int) -> bool:
+    with client(port) as node:
+        info = node.info("replication")
+    return bool(info.get("role") == "slave" and info.get("master_link_status") == "up")
+
+
+def run(cmd: Sequence[str]) -> int:
+    """Run ``cmd`` with ``JOBBOARD_TEST_REDIS_CLUSTER`` naming a fresh cluster's nodes; return its exit code."""
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    with RedisCluster() as cluster:
+        print(f"rediscluster: Redis Cluster serving on {cluster.seeds}", file=sys.stderr, flush=True)
+        try:
+            child = subprocess.Popen(list(cmd), env={**os.environ, ENV_VAR: cluster.seeds})
+        except OSError as exc:
+            print(f"cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
+            return 127
+        try:
+            return exit_code(child.wait())
+        except KeyboardInterrupt as exc:
+            if isinstance(exc, _Terminated):
+                child.terminate()
+            return _reap_child(child)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m tests.support.rediscluster``."""
+    parser = argparse.ArgumentParser(prog="python -m tests.support.rediscluster")
+    commands = parser.add_subparsers(dest="command", required=True)
+    run_parser = commands.add_parser("run", help=f"run CMD with {ENV_VAR} set")
+    run_parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    args = parser.parse_args(argv)
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    if not cmd:
+        parser.error("missing command: run -- CMD ARGS...")
+    try:
+        return run(cmd)
+    except (RuntimeError, TimeoutError, subprocess.SubprocessError) as exc:
+        print(f"rediscluster: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
