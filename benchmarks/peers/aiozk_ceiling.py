@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiozk import ZKClient, protocol
@@ -121,36 +122,28 @@ async def measure(zk: CountingZk, root: str, args: argparse.Namespace) -> dict[s
 
 async def one_run(args: argparse.Namespace) -> dict[str, Any]:
     if args.client == "fixed":
-        return await one_fixed_run(args)
-    root = unique_path("aiozk")
+        from jobboard_zookeeper.zk import ZooKeeper
+
+        zk = ZooKeeper(args.hosts, session_timeout=10, connect_timeout=10)
+        await zk.start()
+        return await measured(FixedZk(zk), unique_path("aiozk-fixed"), args, zk.close)
     client = ZKClient(args.hosts, session_timeout=10)
     await client.start()
+    return await measured(CountingZk(client), unique_path("aiozk"), args, client.close)
+
+
+async def measured(zk: CountingZk, root: str, args: argparse.Namespace,
+                   close: Callable[[], Awaitable[object]]) -> dict[str, Any]:
+    """:func:`measure` within ``--timeout``; then, whatever happened, ``root`` deleted and the session closed."""
     try:
         async with asyncio.timeout(args.timeout):
-            return await measure(CountingZk(client), root, args)
+            return await measure(zk, root, args)
     finally:
         try:
             async with asyncio.timeout(60):
-                await client.deleteall(root)
+                await zk.client.deleteall(root)
         finally:
-            await client.close()
-
-
-async def one_fixed_run(args: argparse.Namespace) -> dict[str, Any]:
-    from jobboard_zookeeper.zk import ZooKeeper
-
-    root = unique_path("aiozk-fixed")
-    zk = ZooKeeper(args.hosts, session_timeout=10, connect_timeout=10)
-    await zk.start()
-    try:
-        async with asyncio.timeout(args.timeout):
-            return await measure(FixedZk(zk), root, args)
-    finally:
-        try:
-            async with asyncio.timeout(60):
-                await zk._client.deleteall(root)
-        finally:
-            await zk.close()
+            await close()
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from kazoo.client import KazooClient
 
 from benchmarks.common import Stopwatch, child_cpu_seconds, median_of, process_cpu_seconds
 
-__all__ = ["ConsumePhase", "RequestCounter", "Stopwatch", "Tally", "count_kazoo_requests", "make_parser", "open_client",
-           "per_job", "report", "request_mix", "run_threads", "unique_path"]
+__all__ = ["ConsumePhase", "RequestCounter", "Stopwatch", "Tally", "count_kazoo_requests", "kazoo_run_figures",
+           "make_parser", "open_client", "per_job", "report", "request_mix", "run_threads", "unique_path"]
 
 
 def make_parser(description: str) -> argparse.ArgumentParser:
@@ -116,6 +116,16 @@ def count_kazoo_requests(client: Any, counter: RequestCounter) -> None:
 def request_mix(counts: Counter[str], jobs: int) -> dict[str, float]:
     """ZooKeeper requests of each kind per job."""
     return {kind: per_job(count, jobs) for kind, count in counts.most_common()}
+
+
+def kazoo_run_figures(posts_per_s: float, phase: dict[str, Any], requests: Counter[str],
+                      post_requests: Counter[str], jobs: int, left: int) -> dict[str, Any]:
+    """One run's figures for a kazoo peer: posts per second, the consume ``phase``'s figures, the requests of the
+    consume phase per consumed job (and their mix by kind), those of posting per posted job, and the jobs left."""
+    return {"post_per_s": round(posts_per_s, 1), **phase,
+            "zk_requests_per_job": per_job(sum(requests.values()), phase["cycles"]),
+            "post_requests_per_job": per_job(sum(post_requests.values()), jobs),
+            "zk_request_mix": request_mix(requests, phase["cycles"]), "left": left}
 
 
 def run_threads(workers: list[threading.Thread], timeout: float) -> int:

@@ -38,11 +38,10 @@ from benchmarks.peers.common import (
     RequestCounter,
     Stopwatch,
     Tally,
+    kazoo_run_figures,
     make_parser,
     open_client,
-    per_job,
     report,
-    request_mix,
     run_threads,
     unique_path,
 )
@@ -136,10 +135,7 @@ def one_run(args: argparse.Namespace) -> dict[str, Any]:
         phase = consume_phase(boards, args.workers, args.timeout, args.zk_pid)
         requests = counter.take()
         left = jobs_left(client, producer.path)
-    return {"post_per_s": round(posts_per_s, 1), **phase,
-            "zk_requests_per_job": per_job(sum(requests.values()), phase["cycles"]),
-            "post_requests_per_job": per_job(sum(post_requests.values()), args.jobs),
-            "zk_request_mix": request_mix(requests, phase["cycles"]), "left": left}
+    return kazoo_run_figures(posts_per_s, phase, requests, post_requests, args.jobs, left)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
