@@ -18,8 +18,9 @@ import anyio
 from jobboard.board.codec import MalformedEntry
 from jobboard.board.contract import JobBoard
 from jobboard.board.events import EventKind
+from jobboard.cli.jobs_results import Found
 from jobboard.errors import BackendUnavailable, JobBoardError, JobNotFound
-from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
+from jobboard.job import JobState, ListedJob, Priority, TrashedJob
 from jobboard.observe.live import LiveBoard
 from jobboard.observe.stats import BoardStats
 from jobboard.plans.posting import RECORD, PlanStatus, _is_manifest
@@ -70,16 +71,10 @@ class JobsPage:
 
 
 @dataclass(frozen=True, slots=True)
-class JobView:
-    """Everything the job page shows; ``job`` is ``None`` when only the end of the job is known."""
+class JobView(Found):
+    """Everything the job page shows: what the board knows of the id (as ``jobboard show`` finds it; ``job`` is
+    ``None`` when only the end of the job is known), and the page's own findings."""
 
-    job_id: str
-    state: JobState
-    job: Job | None = None
-    owner: str | None = None
-    reason: str | None = None
-    trashed_at: float | None = None
-    result: Any = None
     has_result: bool = False
     dependents: tuple[ListedJob, ...] = ()
     malformed: str | None = None
