@@ -13,7 +13,7 @@ import pytest
 
 from jobboard.board.contract import JobBoard
 from jobboard.board.registry import open_board
-from jobboard.job import Job
+from jobboard.job import Claim, Job
 
 TestFunction = TypeVar("TestFunction", bound=Callable[..., Coroutine[Any, Any, None]])
 
@@ -110,3 +110,18 @@ async def listed(board: JobBoard, *, only_unclaimed: bool = False) -> list[Job]:
 
 async def listed_ids(board: JobBoard, *, only_unclaimed: bool = False) -> list[str]:
     return [job.id for job in await listed(board, only_unclaimed=only_unclaimed)]
+
+
+async def reason_after(board: JobBoard, claim: Claim, act: Callable[[], Awaitable[object]]) -> str:
+    """Watch ``claim`` on ``board`` while ``act`` runs; the watch must end with a reason."""
+    reasons: list[str] = []
+
+    async def watch() -> None:
+        reasons.append(await board.watch_claim(claim))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        await anyio.sleep(0.1)
+        assert reasons == [], "watch_claim returned while the claim was current"
+        await act()
+    return reasons[0]

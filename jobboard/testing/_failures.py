@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from jobboard.board.contract import JobBoard
 from jobboard.errors import ClaimLost, JobNotFound
 from jobboard.job import JobState, LastError
-from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
+from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, reason_after
 
 
 def sample_error(attempt: int) -> LastError:
@@ -51,17 +50,7 @@ class FailuresConformance(ConformanceBase):
         job = await owner.post("slow")
         child = await owner.post("after", depends_on=[job])
         claim = await owner.claim(job, "w1")
-        reasons: list[str] = []
-
-        async def watch() -> None:
-            reasons.append(await owner.watch_claim(claim))
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(watch)
-            await anyio.sleep(0.1)
-            assert reasons == []
-            await operator.cancel(job, "operator said stop")
-        assert reasons == ["trashed"]
+        assert await reason_after(owner, claim, lambda: operator.cancel(job, "operator said stop")) == "trashed"
         with pytest.raises(ClaimLost):
             await owner.consume(claim, "too late")
         assert await operator.state(job) is JobState.TRASHED and await operator.state(child) is JobState.TRASHED

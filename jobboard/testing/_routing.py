@@ -2,30 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import anyio
 import pytest
 
 from jobboard.board.contract import JobBoard
 from jobboard.errors import JobNotFound
-from jobboard.job import Claim, JobState
-from jobboard.testing._base import BoardOpener, ConformanceBase, bounded
-
-
-async def reason_after(board: JobBoard, claim: Claim, act: Callable[[], Awaitable[object]]) -> str:
-    """Watch ``claim`` on ``board`` while ``act`` runs; the watch must end with a reason."""
-    reasons: list[str] = []
-
-    async def watch() -> None:
-        reasons.append(await board.watch_claim(claim))
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(watch)
-        await anyio.sleep(0.1)
-        assert reasons == [], "watch_claim returned while the claim was current"
-        await act()
-    return reasons[0]
+from jobboard.job import JobState
+from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, reason_after
 
 
 class RoutingConformance(ConformanceBase):
