@@ -120,14 +120,23 @@ class RedisCluster:
 
     def settled(self) -> bool:
         """Every running node says ``cluster_state:ok`` and names the same master for every slot, a running one
-        with a replica in sync."""
+        (with, when all six nodes run, a replica in sync)."""
         maps = []
         for node in self._alive():
             with client(node.port) as admin:
                 if b"cluster_state:ok" not in admin.execute_command("CLUSTER", "INFO"):
                     return False
                 maps.append(_masters(admin.execute_command("CLUSTER", "SLOTS")))
-        return all(found == maps[0] for found in maps) and all(self.by_port(port).running for port in maps[0].values())
+        masters = set(maps[0].values())
+        if not all(found == maps[0] for found in maps) or not all(self.by_port(port).running for port in masters):
+            return False
+        return len(self._alive()) < len(self.nodes) or all(self._replicated(port) for port in masters)
+
+    def _replicated(self, port: int) -> bool:
+        """Whether the master on ``port`` has a replica in sync."""
+        with client(port) as admin:
+            replicas = admin.execute_command("ROLE")[2]
+        return any(_synchronised(int(replica[1])) for replica in replicas)
 
     def by_port(self, port: int) -> ClusterNode:
         return next(node for node in self.nodes if node.port == port)

@@ -1,0 +1,92 @@
+"""redis:// on a Redis Cluster (``?cluster=1``): the board's slot's master failed over under load.
+
+On a fresh 3-master cluster (each master with one replica, ``appendfsync always``), one board posts keyed
+jobs throughout and four claimers on a second board claim and consume (the load of
+``tests/test_redis_failover.py``), while the master of the board's slot is failed over twice: a graceful
+``CLUSTER FAILOVER`` on its replica and a SIGKILL (the killed master restarted, as the new master's
+replica), in the seed's order (``FAILOVER_SEED`` replays one). Under ``durability=strict``: 0 acknowledged
+posts lost, 0 consumes reported twice; the claimers resume within seconds (the longest time without a
+consume is printed and bounded); both boards serve at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import uuid
+from collections import Counter
+
+import anyio
+import pytest
+
+from jobboard import open_board
+from jobboard_redis.cluster import key_slot
+from tests.support.rediscluster import RedisCluster
+from tests.test_redis_failover import CLAIMERS, History, claim_and_consume, drain, post_until, still_serving
+
+pytestmark = pytest.mark.timeout(180)
+STALL_LIMIT = 20.0
+"""Seconds the claimers may go without a consume (a SIGKILL's failover takes about 2 x cluster-node-timeout,
+4 s, then the calls' backoff, at most 0.5 s); generous for a busy 2-core machine."""
+
+
+class Stalls:
+    """The longest time without a new consume, sampled every 50 ms."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+        self.longest = 0.0
+
+    async def watch(self, stop: anyio.Event) -> None:
+        seen, since = len(self.history.consumed), time.monotonic()
+        while not stop.is_set():
+            await anyio.sleep(0.05)
+            now = time.monotonic()
+            if len(self.history.consumed) != seen:
+                seen, since = len(self.history.consumed), now
+            self.longest = max(self.longest, now - since)
+
+
+async def test_the_boards_master_failed_over_twice_under_load() -> None:
+    seed = int(os.environ.get("FAILOVER_SEED") or random.randrange(2**32))
+    rng = random.Random(seed)
+    steps = ["graceful", "kill"]
+    rng.shuffle(steps)
+    pauses = [rng.uniform(0.5, 1.5) for _ in steps]
+    print(f"FAILOVER_SEED={seed} schedule={list(zip(pauses, steps, strict=True))}")
+    history = History()
+    stalls = Stalls(history)
+    root = f"cluster-failover-{uuid.uuid4().hex}"
+    slot = key_slot(f"{{{root}}}")
+    with RedisCluster() as cluster:
+        url = cluster.url(root, durability="strict", session_timeout=5, connect_timeout=20)
+        with anyio.fail_after(150):
+            async with open_board(url) as poster, open_board(url) as claimer:
+                posting_stopped, posted_last, claiming_stopped = anyio.Event(), anyio.Event(), anyio.Event()
+                async with anyio.create_task_group() as load:
+                    load.start_soon(post_until, poster, posting_stopped, history, posted_last)
+                    for _ in range(CLAIMERS):
+                        load.start_soon(claim_and_consume, claimer, claiming_stopped, history)
+                    load.start_soon(stalls.watch, claiming_stopped)
+                    for pause, step in zip(pauses, steps, strict=True):
+                        await anyio.sleep(pause)
+                        await anyio.to_thread.run_sync(cluster.failover, slot, step)
+                        print(cluster.failovers[-1])
+                    await anyio.sleep(1.0)
+                    posting_stopped.set()
+                    await posted_last.wait()
+                    await drain(history, 30.0)
+                    claiming_stopped.set()
+                await still_serving(poster, claimer)
+        assert len(cluster.failovers) == 2, cluster.failovers
+    ran = Counter(history.consumed)
+    lost = sorted(set(history.acknowledged) - set(ran))
+    twice = sorted(index for index, count in ran.items() if count > 1)
+    print(f"cluster failovers: {len(history.acknowledged)} posts acknowledged ({history.retried_posts} post attempts "
+          f"retried), {len(ran)} consumed, {len(lost)} lost, {len(twice)} consumed twice, {history.lost_claims} claims "
+          f"lost, longest time without a consume {stalls.longest:.1f} s")
+    assert len(history.acknowledged) >= 100  # the load ran across the failovers
+    assert lost == [], f"acknowledged posts lost under durability=strict: {lost}"
+    assert twice == [], f"consumes reported twice under durability=strict: {twice}"
+    assert stalls.longest < STALL_LIMIT
