@@ -12,7 +12,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 import anyio
 import pytest
 
-from jobboard import JobBoard, NewJob, open_board
+from jobboard import Claim, JobBoard, NewJob, open_board
 from jobboard_redis import RedisBackend
 
 pytestmark = pytest.mark.timeout(60)
@@ -103,37 +103,33 @@ async def test_a_board_that_only_claims_reads_no_event(redis_url: str) -> None:
         assert not backend(first).view.reading and not backend(second).view.reading
 
 
+async def told_to_owner(owner: JobBoard, claim: Claim, act: Callable[[], Awaitable[object]]) -> list[str]:
+    """What ``owner.watch_claim(claim)`` returns when another board's ``act`` ends the claim; it must return
+    within 0.9 s of ``act``."""
+    reasons: list[str] = []
+
+    async def watch() -> None:
+        reasons.append(await owner.watch_claim(claim))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch)
+        await anyio.sleep(0.2)
+        await act()
+        await until(lambda: _true(bool(reasons)), limit=0.9)
+    return reasons
+
+
 async def test_a_cancel_by_another_board_is_told_to_the_owner(redis_url: str) -> None:
     async with boards(url_of(redis_url), 2) as (owner, other):
         claim = await owner.claim(await owner.post("long"), "w")
-        reasons: list[str] = []
-
-        async def watch() -> None:
-            reasons.append(await owner.watch_claim(claim))
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(watch)
-            await anyio.sleep(0.2)
-            await other.cancel(claim.job.id, "not needed")
-            await until(lambda: _true(bool(reasons)), limit=0.9)
-        assert reasons == ["trashed"]
+        assert await told_to_owner(owner, claim, lambda: other.cancel(claim.job.id, "not needed")) == ["trashed"]
         assert backend(owner).notices.received == 1 and not backend(owner).view.reading
 
 
 async def test_a_settle_by_another_board_is_told_to_the_owner(redis_url: str) -> None:
     async with boards(url_of(redis_url), 2) as (owner, other):
         claim = await owner.claim(await owner.post("long"), "w")
-        reasons: list[str] = []
-
-        async def watch() -> None:
-            reasons.append(await owner.watch_claim(claim))
-
-        async with anyio.create_task_group() as group:
-            group.start_soon(watch)
-            await anyio.sleep(0.2)
-            await other.consume(claim, "done elsewhere")
-            await until(lambda: _true(bool(reasons)), limit=0.9)
-        assert reasons == ["consumed"]
+        assert await told_to_owner(owner, claim, lambda: other.consume(claim, "done elsewhere")) == ["consumed"]
 
 
 async def test_a_closed_board_leaves_no_registration_nor_notices(redis_url: str) -> None:
