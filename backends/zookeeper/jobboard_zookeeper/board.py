@@ -3,7 +3,8 @@
 :class:`ZooKeeperBackend` opens the session and the layout, builds its collaborators and hands
 each call to the one that does it:
 
-* posting: :class:`~.posting.Poster` (one post), :class:`~.batching.BatchPoster` (``post_many``);
+* posting: :class:`~.batching.Grouper` (the unlinked posts of one loop turn, in one multi),
+  :class:`~.posting.Poster` (a linked post; ids), :class:`~.batching.BatchPoster` (``post_many``);
 * claiming: :class:`~.claiming.Claimer` (``claim``, ``claim_next``, the read-ahead, stealing);
 * settling: :class:`~.settle.Settler` (the claim and settle transactions);
 * waiting: :class:`~.watching.Watcher` (``wait``, ``watch_claim``, ``wait_for_completion``);
@@ -11,7 +12,8 @@ each call to the one that does it:
 * cancelling: :class:`~.cancel.Canceller`;
 * keeping: :class:`~.keep.Keeper` (progress, purge, requeue); retention and collection
   run in the background (:mod:`.retention`, :mod:`.collect`);
-* the fleet of a partitioned board: :class:`~.fleet.Fleet` (joining, pins, the other partitions);
+* the fleet of a partitioned board: :class:`~.fleet.Fleet` (joining, pins, the other partitions;
+  a flat board has none: decided at open);
 * entities: :class:`~.entities.Entities`.
 
 They share the live view (:mod:`.view`), the paths (:mod:`.layout`, :mod:`.partitions`) and the
@@ -31,7 +33,7 @@ from jobboard.backend import Backend, Prepared, Settle, SettleAction
 from jobboard.board.contract import JobBoard
 from jobboard.board.events import Event, EventKind
 from jobboard.job import Claim, Entity, Job, JobState, ListedJob, Outcome, Progress, TrashedJob
-from jobboard_zookeeper.batching import BatchPoster
+from jobboard_zookeeper.batching import BatchPoster, Grouper
 from jobboard_zookeeper.cancel import Canceller
 from jobboard_zookeeper.claiming import Claimer
 from jobboard_zookeeper.collect import collect_forever
@@ -65,8 +67,9 @@ class ZooKeeperBackend(Backend):
     _settler: Settler
     _poster: Poster
     _batches: BatchPoster
+    _grouper: Grouper
     _reader: Reader
-    _fleet: Fleet
+    _fleet: Fleet | None
     _claimer: Claimer
     _watcher: Watcher
     _keeper: Keeper
@@ -109,11 +112,11 @@ class ZooKeeperBackend(Backend):
         self._settler = settler = Settler(zk, paths, markers, max_posting_bytes=self.max_posting_bytes,
                                           max_request_bytes=options.max_request_bytes)
         settler.on_given_up = self._release_given_up
-        self.view = view = make_view(zk, paths, self.hub.publish, self.services.spawn)
+        self.view, self._fleet = view, fleet = make_view(zk, paths, self.hub.publish, self.services.spawn, session)
         self._poster = poster = Poster(zk, paths, markers, self.key_retention)
-        self._batches = BatchPoster(zk, paths, markers, poster, options.max_request_bytes)
-        self._reader = reader = Reader(session, paths, view, settler, self.report_malformed)
-        self._fleet = fleet = Fleet(session, paths, view)
+        self._batches = batches = BatchPoster(zk, paths, markers, poster, options.max_request_bytes)
+        self._grouper = batches.grouper
+        self._reader = reader = Reader(session, zk, paths, view, self.report_malformed)
         self._claimer = Claimer(session, paths, view, settler, reader, fleet)
         self._watcher = Watcher(session, view, settler, poster, reader, fleet, self.ensure_open)
         self._keeper = Keeper(session, paths)
@@ -182,7 +185,11 @@ class ZooKeeperBackend(Backend):
     # -- writes ----------------------------------------------------------------
 
     async def post(self, prepared: Prepared) -> Job:
-        return await self._poster.post(prepared.posting, prepared.raw)
+        """An unlinked post is written with the others of its loop turn (:class:`~.batching.Grouper`);
+        a linked one alone, its dependencies located first (:meth:`~.posting.Poster.post_one`)."""
+        if prepared.posting.depends_on:
+            return await self._poster.post_one(prepared.posting, prepared.raw)
+        return await self._grouper.post(prepared.posting, prepared.raw)
 
     async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
         return await self._batches.post(batch)
@@ -255,7 +262,8 @@ class ZooKeeperBackend(Backend):
         return await self._watcher.wait_for_completion(job_id)
 
     def observed(self) -> None:
-        self._fleet.observe()
+        if self._fleet is not None:  # a flat board watches everything anyway
+            self._fleet.observe()
 
     async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
         await self._entities.register(name, encoded)

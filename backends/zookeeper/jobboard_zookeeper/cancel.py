@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from jobboard.errors import BackendUnavailable, BoardConflict
 from jobboard_zookeeper.layout import Paths
-from jobboard_zookeeper.linked import LinkedOps, Stored
+from jobboard_zookeeper.linked import LinkedOps
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Delete, OutcomeUnknown
-from jobboard_zookeeper.reading import Reader
+from jobboard_zookeeper.reading import Reader, Stored
 from jobboard_zookeeper.refusals import not_found
 from jobboard_zookeeper.settle import check_request_size
 from jobboard_zookeeper.zk import ZooKeeper

@@ -22,8 +22,7 @@ from jobboard.errors import AlreadyClaimed, NotClaimable
 from jobboard.job import Claim, wanted
 from jobboard_zookeeper.fleet import Fleet
 from jobboard_zookeeper.layout import Paths
-from jobboard_zookeeper.linked import Stored
-from jobboard_zookeeper.reading import Reader, Session
+from jobboard_zookeeper.reading import Reader, Session, Stored
 from jobboard_zookeeper.refusals import claim_refused, not_found
 from jobboard_zookeeper.settle import Settler
 from jobboard_zookeeper.view import BoardView, CandidatePicker
@@ -105,7 +104,7 @@ class Claimer:
     """``claim`` and ``claim_next`` for one board (see the module docstring)."""
 
     def __init__(self, session: Session, paths: Paths, view: BoardView, settler: Settler, reader: Reader,
-                 fleet: Fleet) -> None:
+                 fleet: Fleet | None) -> None:
         self._session, self._paths, self._view = session, paths, view
         self._settler, self._reader, self._fleet = settler, reader, fleet
         self._inflight: set[str] = set()
@@ -145,8 +144,9 @@ class Claimer:
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         """The best claimable job this board sees, claimed; stolen from the other partitions when a
         fleet member's own have none; ``None`` when there is none anywhere."""
-        if self._fleet.must_join:  # a partitioned board's first claim (see .fleet)
-            await self._fleet.join()
+        fleet = self._fleet  # None: a flat board
+        if fleet is not None and fleet.must_join:  # a partitioned board's first claim (see .fleet)
+            await fleet.join()
         picker = CandidatePicker(self._view.candidates(self._inflight, names))
         picker.contended = time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
         while (job := picker.next(self._view.locks)) is not None:
@@ -159,7 +159,7 @@ class Claimer:
             if outcome is not None:
                 return outcome
             picker.contended |= self.claim_conflicts > conflicts  # only a lost race spreads out
-        return await self._steal(owner, names) if self._fleet.partitioned else None
+        return await self._steal(fleet, owner, names) if fleet is not None else None
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
         stored = await self._ahead.candidate(job)
@@ -175,9 +175,9 @@ class Claimer:
             self._last_lost_race = time.monotonic()
         return outcome if isinstance(outcome, Claim) else None
 
-    async def _steal(self, owner: str, names: Collection[str] | None) -> Claim | None:
+    async def _steal(self, fleet: Fleet, owner: str, names: Collection[str] | None) -> Claim | None:
         """Claim the best unclaimed job of the partitions this board does not watch, if any."""
-        for job in await self._fleet.unclaimed():
+        for job in await fleet.unclaimed():
             if job in self._inflight:
                 continue
             self._inflight.add(job)
@@ -188,7 +188,7 @@ class Claimer:
                 self._inflight.discard(job)
             if isinstance(outcome, Claim):
                 self.steals += 1
-                self._fleet.found()
+                fleet.found()
                 return outcome
             if outcome == "delayed" and found is not None and found.posting.not_before is not None:
                 self._view.skip_until(job, found.posting.not_before)

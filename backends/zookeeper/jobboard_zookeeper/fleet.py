@@ -1,6 +1,6 @@
 """A partitioned board's fleet: its live view (:class:`PartitionedView`, only the partitions this board
 needs are watched) and what a member does besides (:class:`Fleet`: joining, listing the other
-partitions, idle polls, pins). On a flat board :class:`Fleet` does what the flat board did.
+partitions, idle polls, pins). A flat board has no fleet.
 
 A board that claims (its first ``claim_next`` or ``wait``) becomes a *member*: it creates
 an ephemeral ``members/<name>`` node and watches ``members/`` (one event per membership
@@ -236,32 +236,19 @@ class PartitionedView(BoardView):
             self._on_trash(kind, relative[1])
 
 
-def make_view(zk: ZooKeeper, paths: Paths, publish: Callable[[Event], None], spawn: Spawn) -> BoardView:
-    """The live view of the board's layout: flat, or partitioned."""
-    if isinstance(paths, PartitionedPaths):
-        return PartitionedView(zk, paths, publish, spawn)
-    return BoardView(zk, paths, publish)
-
-
 class Fleet:
-    """What a board does as a member of a partitioned board's fleet (see the module docstring);
-    on a flat board (``view`` is ``None``) every method does what the flat board did."""
+    """What a board does as a member of a partitioned board's fleet (see the module docstring). Only a
+    partitioned board has one: a flat board's claimers and waiters hold ``None`` (decided at open)."""
 
-    def __init__(self, session: Callable[[], ZooKeeper], paths: Paths, view: BoardView) -> None:
-        self._session, self._paths = session, paths
-        self.view = view if isinstance(view, PartitionedView) else None
-        """The partitioned view, or ``None`` on a flat board."""
-        self.must_join = self.view is not None
-        """A partitioned board that has not joined the members yet (tested by every claim_next)."""
+    def __init__(self, session: Callable[[], ZooKeeper], paths: PartitionedPaths, view: PartitionedView) -> None:
+        self._session, self._paths, self.view = session, paths, view
+        self.must_join = True
+        """This board has not joined the members yet (tested by every claim_next and wait)."""
         self._foreign_now: asyncio.Task[list[str]] | None = None
         """The listing of the other partitions in flight."""
         self._foreign_next: asyncio.Task[list[str]] | None = None
         """The listing that starts when the one in flight ends (callers join it until it starts)."""
         self._idle_polls = 0
-
-    @property
-    def partitioned(self) -> bool:
-        return self.view is not None
 
     @property
     def zk(self) -> ZooKeeper:
@@ -270,20 +257,18 @@ class Fleet:
 
     async def join(self) -> None:
         """Become a member of the partitioned board's fleet (first claim_next or wait)."""
-        if self.view is not None:
-            await self.view.join()
+        await self.view.join()
         self.must_join = False
 
     def observe(self) -> None:
         """Someone subscribed to the events: watch everything from now on."""
-        if self.view is not None:
-            self.view.observe()
+        self.view.observe()
 
     async def pinned(self, job_id: str, watch: Callable[[], Awaitable[T]]) -> T:
         """``watch()``, with ``job_id``'s partition watched while it runs (as it is unless this board is a
         member that does not hold the partition)."""
         view = self.view
-        if view is None or view.sees_all():
+        if view.sees_all():
             return await watch()
         await view.pin(job_id)
         try:
@@ -303,7 +288,7 @@ class Fleet:
 
     def wake_after(self, delay: float | None) -> float | None:
         """How long an idle ``wait`` may sleep: at most until its next poll of the other partitions."""
-        if self.view is None or not self.view.foreign():
+        if not self.view.foreign():
             return delay
         poll = min(POLL_FIRST * float(2 ** min(self._idle_polls, 10)), POLL_CAP)
         return poll if delay is None else min(delay, poll)
@@ -311,9 +296,7 @@ class Fleet:
     async def unclaimed(self) -> list[str]:
         """Unclaimed jobs of the partitions this board does not watch, in board order, as listed
         after this call began (so a job posted before it is in): concurrent callers share a
-        listing that had not been sent when they asked. None on a flat board."""
-        if self.view is None:
-            return []
+        listing that had not been sent when they asked."""
         task = self._foreign_next
         if task is None:
             task = self._foreign_next = asyncio.get_running_loop().create_task(self._list_after(self._foreign_now))
@@ -328,7 +311,6 @@ class Fleet:
 
     async def _list_foreign(self) -> list[str]:
         view, paths = self.view, self._paths
-        assert view is not None and isinstance(paths, PartitionedPaths)
         if not view.foreign():
             return []
         jobs_below, locks_below = await asyncio.gather(self.zk.descendants(paths.dir("jobs")),
@@ -344,3 +326,13 @@ class Fleet:
             taken = set(locked[0]) if locked else set()
             unclaimed += [job for job in children if job not in taken and is_job_id(job)]
         return sorted(unclaimed)
+
+
+def make_view(zk: ZooKeeper, paths: Paths, publish: Callable[[Event], None], spawn: Spawn,
+              session: Callable[[], ZooKeeper]) -> tuple[BoardView, Fleet | None]:
+    """The live view of the board's layout and its fleet: a flat board's view and no fleet, or a
+    partitioned board's view and the fleet that works it."""
+    if isinstance(paths, PartitionedPaths):
+        view = PartitionedView(zk, paths, publish, spawn)
+        return view, Fleet(session, paths, view)
+    return BoardView(zk, paths, publish), None

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from jobboard.board.codec import MalformedEntry, decode_value, encode_value
-from jobboard_zookeeper.layout import Paths
-from jobboard_zookeeper.ops import Delete, Op, SetData, Stat
+from jobboard.board.codec import MalformedEntry, encode_value
+from jobboard_zookeeper.layout import Paths, decode_record
+from jobboard_zookeeper.ops import Delete, SetData, Stat
 from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
@@ -47,9 +47,7 @@ class KeyRecord:
 
     @classmethod
     def decode(cls, data: bytes) -> KeyRecord:
-        record = decode_value(data)
-        if not isinstance(record, dict) or not isinstance(record.get("job"), str):
-            raise MalformedEntry("key record is not a map with a job id")
+        record = decode_record(data, "key record", "job", str)
         settled = record.get("settled")
         return cls(record["job"], settled if isinstance(settled, bytes) else None, record.get("trashed") is True)
 
@@ -59,12 +57,11 @@ def expired(stat: Stat, record: KeyRecord, retention: float, server_now: float) 
     return record.is_settled and server_now - stat.mtime >= retention
 
 
-def settle_ops(paths: Paths, job_id: str, key: str | None, raw: bytes, *, trashed: bool) -> list[Op]:
-    """What a settle that removes a keyed job adds to its multi (nothing for unkeyed jobs)."""
-    if key is None:
-        return []
+def key_settled(paths: Paths, job_id: str, key: str, raw: bytes, *, trashed: bool) -> SetData:
+    """What a settle that removes a keyed job adds to its multi: its key node rewritten (consumed:
+    the posting ``raw``; trashed: a mark). A settle of an unkeyed job has no key to write."""
     record = KeyRecord(job_id, trashed=True) if trashed else KeyRecord(job_id, raw)
-    return [SetData(paths.key(key), record.encode(), -1)]
+    return SetData(paths.key(key), record.encode(), -1)
 
 
 async def collect_keys(zk: ZooKeeper, paths: Paths, retention: float, server_now: float) -> int:

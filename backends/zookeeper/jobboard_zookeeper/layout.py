@@ -55,6 +55,15 @@ def is_job_id(name: str) -> bool:
     return True
 
 
+def decode_record(data: bytes, what: str, field: str | None = None, kind: type = object) -> dict[str, Any]:
+    """The map a stored record (``what``: lock, trash or key record) encodes, ``field`` holding a ``kind``
+    if given. :raises MalformedEntry: ``data`` is not such a map."""
+    record = decode_value(data)
+    if not isinstance(record, dict) or field is not None and not isinstance(record.get(field), kind):
+        raise MalformedEntry(f"{what} is not a map" + (f" with a {kind.__name__} {field!r}" if field else ""))
+    return record
+
+
 class Paths:
     """Absolute paths under one board root (the flat layout; see :mod:`.partitions` for the other)."""
 
@@ -113,9 +122,7 @@ class LockRecord:
 
     @classmethod
     def decode(cls, data: bytes) -> LockRecord:
-        record = decode_value(data)
-        if not isinstance(record, dict):
-            raise MalformedEntry("lock record is not a map")
+        record = decode_record(data, "lock record")
         return cls(str(record.get("owner")), str(record.get("nonce")), float(record.get("at", 0.0)))
 
 
@@ -143,9 +150,7 @@ class TrashRecord:
 
     @classmethod
     def decode(cls, data: bytes) -> TrashRecord:
-        record = decode_value(data)
-        if not isinstance(record, dict) or not isinstance(record.get("posting"), bytes):
-            raise MalformedEntry("trash record is not a map with a posting")
+        record = decode_record(data, "trash record", "posting", bytes)
         return cls(record["posting"], str(record.get("reason", "")), float(record.get("at", 0.0)))
 
     @classmethod

@@ -12,42 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
-from jobboard.board.codec import MalformedEntry, Posting, decode_posting, encode_posting
-from jobboard_zookeeper.keys import settle_ops
+from jobboard.board.codec import MalformedEntry, encode_posting
+from jobboard_zookeeper.keys import key_settled
 from jobboard_zookeeper.layout import Paths, TrashRecord
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, SetData
+from jobboard_zookeeper.reading import Stored, read_stored
 from jobboard_zookeeper.zk import ZooKeeper
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """A job node as read: where, its bytes, its decoded posting and version."""
-
-    path: str
-    raw: bytes
-    posting: Posting
-    version: int
-    num_children: int = 0
-
-
 class LinkedOps:
-    """Reads jobs and builds the operations that reach their dependents."""
+    """Builds the operations that reach a job's dependents (reading them as it goes)."""
 
     def __init__(self, zk: ZooKeeper, paths: Paths) -> None:
         self._zk, self._paths = zk, paths
-
-    async def read(self, path: str) -> Stored | None:
-        """:raises MalformedEntry: the node holds no valid posting."""
-        found = await self._zk.get(path)
-        if found is None:
-            return None
-        raw, stat = found
-        return Stored(path, raw, decode_posting(raw), stat.version, stat.num_children)
 
     async def delivery_ops(self, job_id: str, result: Any) -> list[Op]:
         """Deliver ``result`` to every dependent; release those it was the last dependency of."""
@@ -82,8 +63,9 @@ class LinkedOps:
         trashed = set() if trashed is None else trashed
         trashed.add(job_id)
         ops: list[Op] = [Check(stored.path, stored.version),
-                         Create(self._paths.trash(job_id), TrashRecord.now(stored.raw, reason).encode()),
-                         *settle_ops(self._paths, job_id, stored.posting.key, stored.raw, trashed=True)]
+                         Create(self._paths.trash(job_id), TrashRecord.now(stored.raw, reason).encode())]
+        if stored.posting.key is not None:
+            ops.append(key_settled(self._paths, job_id, stored.posting.key, stored.raw, trashed=True))
         for dependent_id in await self._links(stored.path):
             ops.append(Delete(f"{stored.path}/{dependent_id}"))
             if dependent_id in trashed:
@@ -100,7 +82,7 @@ class LinkedOps:
 
     async def _read_quietly(self, path: str) -> Stored | None:
         try:
-            return await self.read(path)
+            return await read_stored(self._zk, path)
         except MalformedEntry:
             logger.warning("malformed waiting job at %s is left alone", path)
             return None

@@ -68,10 +68,8 @@ class TxnResult:
     versions: tuple[int | None, ...]
     """New data version for each successful ``SetData``."""
     zxid: int
-
-    @property
-    def ok(self) -> bool:
-        return all(error is None for error in self.errors)
+    ok: bool
+    """Every operation applied (``errors`` all ``None``): told once, by the session that decoded the reply."""
 
     def failure(self) -> tuple[Op, str] | None:
         """The operation that made the multi fail, with its error name."""

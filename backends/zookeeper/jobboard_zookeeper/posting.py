@@ -64,8 +64,6 @@ class Poster:
         self._server_now = 0.0
         """The server's clock at the last counter bump (key retention is judged by it)."""
         self.chain = Chain()
-        self.group: Callable[[Posting, bytes], Awaitable[Job]] | None = None
-        """Where unlinked posts go to be sent with the others of their turn (set by the batch poster)."""
 
     async def open(self) -> None:
         """Find the current counter (a new one is started before a version could overflow)."""
@@ -111,13 +109,6 @@ class Poster:
         if versions[-1] < EPOCH_SIZE:
             return [epoch * EPOCH_SIZE + version for version in versions]
         return [await self.next_sequence() for _ in range(count)]  # the epoch is full: move on
-
-    async def post(self, posting: Posting, raw: bytes) -> Job:
-        """Store an encoded posting once: with the other posts of this turn of the event loop
-        (:mod:`jobboard_zookeeper.grouping`) unless it is linked; as :meth:`post_one` otherwise."""
-        if self.group is None or posting.depends_on:
-            return await self.post_one(posting, raw)
-        return await self.group(posting, raw)
 
     async def post_one(self, posting: Posting, raw: bytes) -> Job:
         """Store an encoded posting once, alone, its sequence taken first (a linked post, or a keyed

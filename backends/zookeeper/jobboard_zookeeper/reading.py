@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from jobboard.board.codec import MalformedEntry, decode_posting, decode_value
+from jobboard.board.codec import MalformedEntry, Posting, decode_posting, decode_value
 from jobboard.job import Job, JobState, ListedJob, Outcome, TrashedJob, wanted
 from jobboard_zookeeper.layout import LockRecord, Paths, TrashRecord, is_job_id, lock_progress, sequence_of
-from jobboard_zookeeper.linked import Stored
 from jobboard_zookeeper.partitions import list_dir
 from jobboard_zookeeper.posting import last_sequence
 from jobboard_zookeeper.refusals import not_found
 from jobboard_zookeeper.retention import unpack_result
-from jobboard_zookeeper.settle import Settler
 from jobboard_zookeeper.view import BoardView
 from jobboard_zookeeper.zk import ZooKeeper
 
@@ -30,12 +28,33 @@ Session = Callable[[], ZooKeeper]
 """The board's open session (:raises BoardClosed: once the board is closed)."""
 
 
-class Reader:
-    """One board's reads of jobs and of what it holds (see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A job node as read: where, its bytes, its decoded posting and version."""
 
-    def __init__(self, session: Session, paths: Paths, view: BoardView, settler: Settler,
+    path: str
+    raw: bytes
+    posting: Posting
+    version: int
+    num_children: int = 0
+
+
+async def read_stored(zk: ZooKeeper, path: str) -> Stored | None:
+    """The job node at ``path`` (one ``get``), or ``None``. :raises MalformedEntry: it holds no valid posting."""
+    found = await zk.get(path)
+    if found is None:
+        return None
+    raw, stat = found
+    return Stored(path, raw, decode_posting(raw), stat.version, stat.num_children)
+
+
+class Reader:
+    """One board's reads of jobs and of what it holds (see the module docstring); ``zk``: the session
+    itself, for the reads of jobs the claimers and waiters make (as the settler reads them)."""
+
+    def __init__(self, session: Session, zk: ZooKeeper, paths: Paths, view: BoardView,
                  report_malformed: Callable[[str], None]) -> None:
-        self._session, self._paths, self._view, self._settler = session, paths, view, settler
+        self._session, self._zk, self._paths, self._view = session, zk, paths, view
         self._report_malformed = report_malformed
 
     async def stored(self, job: str, *, claimable_only: bool = False) -> Stored | None:
@@ -46,7 +65,7 @@ class Reader:
         paths = [self._paths.job(job)] if claimable_only else [self._paths.waiting(job), self._paths.job(job)]
         for path in paths:
             try:
-                stored = await self._settler.read(path)
+                stored = await read_stored(self._zk, path)
             except MalformedEntry:
                 self._report_malformed(job)
                 self._view.skip_until(job, float("inf"))

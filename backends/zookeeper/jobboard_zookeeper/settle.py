@@ -37,12 +37,13 @@ from jobboard.errors import (
     NotOwner,
 )
 from jobboard.job import Claim, LastError
-from jobboard_zookeeper.keys import settle_ops
+from jobboard_zookeeper.keys import key_settled
 from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
-from jobboard_zookeeper.linked import LinkedOps, Stored
+from jobboard_zookeeper.linked import LinkedOps
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
 from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, lock_is, release_lock
+from jobboard_zookeeper.reading import Stored, read_stored
 from jobboard_zookeeper.refusals import lost_claim, why_not
 from jobboard_zookeeper.retention import pack_result
 from jobboard_zookeeper.zk import ZooKeeper
@@ -138,10 +139,6 @@ class Settler:
             if self.lost.get(job_id) is held:  # a claim made meanwhile replaced it
                 del self.lost[job_id]
 
-    async def read(self, path: str) -> Stored | None:
-        """:raises MalformedEntry: the node holds no valid posting."""
-        return await self.linked.read(path)
-
     # -- claim -----------------------------------------------------------------
 
     async def claim(self, job_id: str, stored: Stored, owner: str) -> Claim | str:
@@ -204,7 +201,7 @@ class Settler:
         if held is not None and held.generation == claim.generation and held.owner == claim.owner:
             return held
         lock = await self._zk.get(self._paths.lock(job_id))
-        stored = await self.read(self._paths.job(job_id))
+        stored = await read_stored(self._zk, self._paths.job(job_id))
         if lock is None or stored is None or stored.version != claim.generation:
             raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
         record = LockRecord.decode(lock[0])
@@ -226,7 +223,8 @@ class Settler:
             ops.append(Delete(self._paths.job(job_id)))
             if claim.job.keep_result:
                 ops.append(Create(self._paths.result(job_id), pack_result(raw_result, claim.job.result_ttl)))
-            ops += settle_ops(self._paths, job_id, held.key, held.posting, trashed=False)
+            if held.key is not None:
+                ops.append(key_settled(self._paths, job_id, held.key, held.posting, trashed=False))
             return [*ops, Delete(self._paths.lock(job_id))]
 
         await self._settle(claim, "consume", build)

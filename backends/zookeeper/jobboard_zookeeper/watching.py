@@ -31,24 +31,28 @@ READ_BATCH = 256
 
 
 class Watcher:
-    """``wait``, ``watch_claim`` and ``wait_for_completion`` for one board (see the module docstring)."""
+    """``wait``, ``watch_claim`` and ``wait_for_completion`` for one board (see the module docstring);
+    ``fleet`` is a partitioned board's, ``None`` on a flat board."""
 
     def __init__(self, session: Session, view: BoardView, settler: Settler, poster: Poster, reader: Reader,
-                 fleet: Fleet, ensure_open: Callable[[], None]) -> None:
+                 fleet: Fleet | None, ensure_open: Callable[[], None]) -> None:
         self._session, self._view, self._settler, self._poster = session, view, settler, poster
         self._reader, self._fleet, self._ensure_open = reader, fleet, ensure_open
 
     async def wait(self, names: Collection[str] | None) -> list[Job]:
         """The first claimable job, once there is one. :raises BoardClosed: the board closed meanwhile."""
-        if self._fleet.must_join:
-            await self._fleet.join()
+        fleet = self._fleet
+        if fleet is not None and fleet.must_join:
+            await fleet.join()
         while True:
             self._ensure_open()  # aclose() wakes waiters: they must not wait on
             change = self._view.change(WORK)
             ready = await self._first_claimable(names)
             if ready is not None:
                 return [ready]  # the first one found: callers claim, they need not read on
-            delay = self._fleet.wake_after(self._view.next_delay_end())
+            delay = self._view.next_delay_end()
+            if fleet is not None:
+                delay = fleet.wake_after(delay)
             with anyio.move_on_after(float("inf") if delay is None else delay):
                 await change.wait()
 
@@ -63,11 +67,11 @@ class Watcher:
                 self._view.skip_until(job, not_before)
                 continue
             return stored.posting.to_job(job, sequence_of(job))
-        return await self._foreign_claimable(names) if self._fleet.partitioned else None
+        return await self._foreign_claimable(self._fleet, names) if self._fleet is not None else None
 
-    async def _foreign_claimable(self, names: Collection[str] | None) -> Job | None:
+    async def _foreign_claimable(self, fleet: Fleet, names: Collection[str] | None) -> Job | None:
         """The first claimable job of the partitions this board does not watch."""
-        for job in await self._fleet.unclaimed():
+        for job in await fleet.unclaimed():
             found = await self._reader.readable(job, names)
             if found is None:
                 continue
@@ -75,9 +79,9 @@ class Watcher:
             if not_before is not None and not_before > time.time():
                 self._view.skip_until(job, not_before)
                 continue
-            self._fleet.found()
+            fleet.found()
             return found.posting.to_job(job, sequence_of(job))
-        self._fleet.missed()
+        fleet.missed()
         return None
 
     async def watch_claim(self, claim: Claim) -> str:
@@ -86,6 +90,8 @@ class Watcher:
             self._ensure_open()
         except BoardClosed:
             return "board closed"
+        if self._fleet is None:
+            return await self._claim_watch(claim)
         return await self._fleet.pinned(claim.job.id, lambda: self._claim_watch(claim))
 
     async def _claim_watch(self, claim: Claim) -> str:
@@ -112,6 +118,8 @@ class Watcher:
 
     async def wait_for_completion(self, job_id: str) -> Outcome:
         """How the job ended, once it left the board. :raises BoardClosed: the board closed meanwhile."""
+        if self._fleet is None:
+            return await self._completion(job_id)
         return await self._fleet.pinned(job_id, lambda: self._completion(job_id))
 
     async def _completion(self, job_id: str) -> Outcome:

@@ -218,26 +218,25 @@ class ZooKeeper:
 
     # -- operations --------------------------------------------------------------
 
-    async def get(self, path: str, *, watch: bool = False) -> tuple[bytes, Stat] | None:
-        """The node's data and stat, or ``None`` if it does not exist."""
+    async def _read(self, request: Any) -> tuple[int, Any] | None:
+        """A read of one node (sent again after a lost connection): the zxid and the reply, or ``None`` if
+        the node does not exist. :raises ZkError: any other error reply."""
         try:
-            _, response = await self._call(protocol.GetDataRequest(path=path, watch=watch), retry=True)
+            return await self._call(request, retry=True)
         except ZkError as error:
             if error.code == "NoNode":
                 return None
             raise
-        return response.data or b"", stat_of(response.stat)
+
+    async def get(self, path: str, *, watch: bool = False) -> tuple[bytes, Stat] | None:
+        """The node's data and stat, or ``None`` if it does not exist."""
+        found = await self._read(protocol.GetDataRequest(path=path, watch=watch))
+        return None if found is None else (found[1].data or b"", stat_of(found[1].stat))
 
     async def children(self, path: str, *, watch: bool = False) -> tuple[list[str], int] | None:
         """The node's children and the zxid of the read, or ``None`` if it does not exist."""
-        try:
-            zxid, response = await self._call(
-                protocol.GetChildrenRequest(path=path, watch=watch), retry=True)
-        except ZkError as error:
-            if error.code == "NoNode":
-                return None
-            raise
-        return list(response.children), zxid
+        found = await self._read(protocol.GetChildrenRequest(path=path, watch=watch))
+        return None if found is None else (list(found[1].children), found[0])
 
     async def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
         """Several nodes' data and stat in one request (``multiRead``); ``None`` for a missing node."""
@@ -248,13 +247,8 @@ class ZooKeeper:
         return [None if isinstance(result, int) else result for result in response.results]
 
     async def exists(self, path: str, *, watch: bool = False) -> Stat | None:
-        try:
-            _, response = await self._call(protocol.ExistsRequest(path=path, watch=watch), retry=True)
-        except ZkError as error:
-            if error.code == "NoNode":
-                return None
-            raise
-        return stat_of(response.stat)
+        found = await self._read(protocol.ExistsRequest(path=path, watch=watch))
+        return None if found is None else stat_of(found[1].stat)
 
     async def sync(self, path: str) -> None:
         """Bring this server up to date with the leader, so that the next read sees every
@@ -298,7 +292,7 @@ class ZooKeeper:
             errors.append((item.__name__ if isinstance(item, type) else type(item).__name__) if failed else None)
             stat = None if failed else getattr(item, "stat", None)
             versions.append(int(stat.version) if stat is not None else None)
-        return TxnResult(tuple(ops), tuple(errors), tuple(versions), zxid)
+        return TxnResult(tuple(ops), tuple(errors), tuple(versions), zxid, ok=errors.count(None) == len(errors))
 
     # -- watches -----------------------------------------------------------------
 

@@ -27,46 +27,24 @@ from jobboard_zookeeper.ops import Stat
 logger = logging.getLogger(__name__)
 
 
-class AddWatchRequest(protocol.request.Request):  # type: ignore[misc]
-    """ZooKeeper 3.6+ ``addWatch`` (opcode 106), which aiozk lacks."""
-
-    opcode = 106
-    parts = (("path", UString), ("mode", Int))
+Parts = tuple[tuple[str, Any], ...]
 
 
-class AddWatchResponse(protocol.response.Response):  # type: ignore[misc]
-    opcode = 106
-    parts = ()
+def operation(name: str, opcode: int, request: Parts, response: Parts = ()) -> Any:
+    """The request class of an operation aiozk lacks; its response class is made beside it and registered
+    with aiozk by opcode (aiozk's response metaclass does that), as aiozk's own operations are."""
+    type(f"{name}Response", (protocol.response.Response,), {"opcode": opcode, "parts": response, "__module__": __name__})
+    return type(f"{name}Request", (protocol.request.Request,), {"opcode": opcode, "parts": request, "__module__": __name__})
 
 
+AddWatchRequest = operation("AddWatch", 106, (("path", UString), ("mode", Int)))
+"""ZooKeeper 3.6+ ``addWatch``."""
 PERSISTENT_RECURSIVE = 1
-
-
-class RemoveWatchesRequest(protocol.request.Request):  # type: ignore[misc]
-    """ZooKeeper 3.5+ ``removeWatches`` (opcode 18)."""
-
-    opcode = 18
-    parts = (("path", UString), ("type", Int))
-
-
-class RemoveWatchesResponse(protocol.response.Response):  # type: ignore[misc]
-    opcode = 18
-    parts = ()
-
-
+RemoveWatchesRequest = operation("RemoveWatches", 18, (("path", UString), ("type", Int)))
+"""ZooKeeper 3.5+ ``removeWatches``."""
 ANY_WATCHER = 3
-
-
-class AllChildrenNumberRequest(protocol.request.Request):  # type: ignore[misc]
-    """ZooKeeper 3.6+ ``getAllChildrenNumber`` (opcode 104): how many nodes are below a path."""
-
-    opcode = 104
-    parts = (("path", UString),)
-
-
-class AllChildrenNumberResponse(protocol.response.Response):  # type: ignore[misc]
-    opcode = 104
-    parts = (("number", Int),)
+AllChildrenNumberRequest = operation("AllChildrenNumber", 104, (("path", UString),), (("number", Int),))
+"""ZooKeeper 3.6+ ``getAllChildrenNumber``: how many nodes are below a path."""
 
 
 def digest_acl(username: str, password: str) -> list[Any]:
