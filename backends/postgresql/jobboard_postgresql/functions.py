@@ -93,34 +93,36 @@ BEGIN
   RETURN QUERY SELECT v_id, v_state, 0, p_not_before, p_posting, NULL::bytea, NULL::bytea, p_key, NULL::text;
 END $$;
 
+CREATE OR REPLACE FUNCTION jb.post_plain(
+  p_board text, p_names text[], p_ranks smallint[], p_maxes int[], p_not_befores float8[], p_tokens uuid[],
+  p_keeps boolean[], p_rttls float8[], p_tttls float8[], p_postings bytea[]) RETURNS bigint[]
+LANGUAGE plpgsql AS $$  -- a batch without keys or links: one INSERT, ids in the batch's order
+DECLARE v_ids bigint[]; v_ready int;
+BEGIN
+  WITH ins AS (
+      INSERT INTO jb.job (id, board, name, rank, state, max_attempts, not_before, token, keep_result, result_ttl,
+                          trash_ttl, posting)
+      SELECT nextval('jb.job_id'), p_board, u.name, u.rank, CASE WHEN u.nb > jb.now() THEN 3 ELSE 0 END, u.max,
+             u.nb, u.token, u.keep, u.rttl, u.tttl, u.posting
+        FROM unnest(p_names, p_ranks, p_maxes, p_not_befores, p_tokens, p_keeps, p_rttls, p_tttls, p_postings)
+             WITH ORDINALITY AS u(name, rank, max, nb, token, keep, rttl, tttl, posting, ord) ORDER BY u.ord
+      RETURNING id, name),
+    ev AS (INSERT INTO jb.event (board, kind, job, detail) SELECT p_board, 'posted', ins.id, ins.name FROM ins)
+  SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
+  v_ready := coalesce(cardinality(v_ids), 0);
+  WHILE v_ready > 0 AND jb.wake(p_board) LOOP v_ready := v_ready - 1; END LOOP;
+  RETURN v_ids;
+END $$;
+
 CREATE OR REPLACE FUNCTION jb.post_many(
   p_board text, p_names text[], p_ranks smallint[], p_maxes int[], p_not_befores float8[], p_keys text[],
   p_tokens uuid[], p_keeps boolean[], p_rttls float8[], p_tttls float8[], p_deps text[], p_postings bytea[],
   p_retention float8, p_retry boolean)
 RETURNS TABLE (r_id bigint, r_state smallint, r_attempts int, r_not_before float8, r_posting bytea,
                r_last_error bytea, r_progress bytea, r_key text, r_missing text)
-LANGUAGE plpgsql AS $$
-DECLARE i int; p record; v_ready int;
+LANGUAGE plpgsql AS $$  -- keys, links or a retry: each posting as jb.post does it
+DECLARE i int; p record;
 BEGIN
-  IF NOT p_retry AND array_position(p_keys, NULL) IS NOT NULL AND array_remove(p_keys, NULL) = '{}'
-     AND array_remove(p_deps, NULL) = '{}' THEN  -- no keys, no links: one INSERT for the batch
-    RETURN QUERY WITH batch AS (
-        SELECT u.* FROM unnest(p_names, p_ranks, p_maxes, p_not_befores, p_tokens, p_keeps, p_rttls, p_tttls,
-                               p_postings) WITH ORDINALITY
-                        AS u(name, rank, max, nb, token, keep, rttl, tttl, posting, ord) ORDER BY u.ord),
-      ins AS (
-        INSERT INTO jb.job (id, board, name, rank, state, max_attempts, not_before, token, keep_result, result_ttl,
-                            trash_ttl, posting)
-        SELECT nextval('jb.job_id'), p_board, b.name, b.rank, CASE WHEN b.nb > jb.now() THEN 3 ELSE 0 END, b.max,
-               b.nb, b.token, b.keep, b.rttl, b.tttl, b.posting FROM batch b ORDER BY b.ord
-        RETURNING id, state, not_before, posting, name),
-      ev AS (INSERT INTO jb.event (board, kind, job, detail) SELECT p_board, 'posted', ins.id, ins.name FROM ins)
-      SELECT ins.id, ins.state, 0, ins.not_before, ins.posting, NULL::bytea, NULL::bytea, NULL::text, NULL::text
-        FROM ins ORDER BY ins.id;
-    v_ready := cardinality(p_names);
-    WHILE v_ready > 0 AND jb.wake(p_board) LOOP v_ready := v_ready - 1; END LOOP;
-    RETURN;
-  END IF;
   FOR i IN 1 .. coalesce(cardinality(p_names), 0) LOOP
     SELECT * INTO p FROM jb.post(p_board, p_names[i], p_ranks[i], p_maxes[i], p_not_befores[i], p_keys[i],
       p_tokens[i], p_keeps[i], p_rttls[i], p_tttls[i], string_to_array(p_deps[i], ',')::bigint[], p_postings[i],

@@ -21,7 +21,7 @@ from __future__ import annotations
 from jobboard_postgresql.functions import FUNCTIONS
 from jobboard_postgresql.settles import SETTLES
 
-VERSION = 9
+VERSION = 10
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;

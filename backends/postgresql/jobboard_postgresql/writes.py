@@ -42,6 +42,12 @@ from jobboard_postgresql.transactional import fetch_on
 Taken = tuple[Claim | None, int | None, int]
 """A claim (or ``None``), the id of a malformed row it took instead (set aside), the session it was made under."""
 
+PLAIN_QUERY = ("SELECT jb.post_plain($1::text, $2::text[], $3::smallint[], $4::int[], $5::float8[], $6::uuid[], "
+               "$7::boolean[], $8::float8[], $9::float8[], $10::bytea[]) AS ids")
+MANY_QUERY = ("SELECT * FROM jb.post_many($1::text, $2::text[], $3::smallint[], $4::int[], $5::float8[], $6::text[], "
+              "$7::uuid[], $8::boolean[], $9::float8[], $10::float8[], $11::text[], $12::bytea[], $13::float8, "
+              "$14::boolean)")
+
 CLAIM_COLUMNS = "r_gen, r_attempts, r_posting, r_last_error, r_key, r_parents, r_results"
 
 
@@ -93,7 +99,9 @@ class Writer:
 
     async def post_many(self, batch: Sequence[Prepared]) -> list[tuple[Job, bool]]:
         """Write a batch in one call, in order, stopping at a missing dependency (``DependencyMissing``
-        with ``index`` and ``posted``): every posting is its own unit, the call one transaction."""
+        with ``index`` and ``posted``): every posting is its own unit, the call one transaction. A batch
+        without keys or links is one INSERT (``jb.post_plain``); a retried one goes posting by posting,
+        finding each first attempt's job by its token."""
         for index, prepared in enumerate(batch):
             if (missing := self._missing_dependency(prepared)) is not None:
                 before = await self.post_many(batch[:index]) if index else []
@@ -101,21 +109,46 @@ class Writer:
         if not batch:
             return []
         columns = [list(column) for column in zip(*(post_arguments(p.posting) for p in batch), strict=True)]
-        deps = [",".join(map(str, d)) if d else None for d in columns[9]]
-        query = (f"SELECT * FROM {self.s}.post_many($1::text, $2::text[], $3::smallint[], $4::int[], $5::float8[], "
-                 "$6::text[], $7::uuid[], $8::boolean[], $9::float8[], $10::float8[], $11::text[], $12::bytea[], "
-                 "$13::float8, $14::boolean)")
+        raws = [p.raw for p in batch]
+        if all(key is None for key in columns[4]) and all(deps is None for deps in columns[9]):
+            plain = (self.board, *columns[:4], *columns[5:9], raws)
+            if batch[0].connection is not None:
+                rows = await fetch_on(batch[0].connection, "post_many", self._plain_query, plain)
+                return [(p.posting.to_job(str(i), i), True) for p, i in zip(batch, rows[0]["ids"], strict=True)]
 
-        def args(retry: bool) -> tuple[Any, ...]:
-            return (self.board, *columns[:9], deps, [p.raw for p in batch], self.key_retention, retry)
+            async def plain_call(connection: asyncpg.Connection, retry: bool) -> list[Any]:
+                if retry:  # the first attempt may have committed: look for each posting's token
+                    return self._posted_rows(batch, await self._post_many_rows(connection, columns, raws, True))
+                return [(p.posting.to_job(str(i), i), True)
+                        for p, i in zip(batch, await connection.fetchval(self._plain_query, *plain), strict=True)]
 
-        async def call(connection: asyncpg.Connection, retry: bool) -> list[Any]:
-            return list(await connection.fetch(query, *args(retry)))
-
-        if batch and batch[0].connection is not None:
-            rows: list[Any] = await fetch_on(batch[0].connection, "post_many", query, args(False))
+            return await self.db.run("post_many", plain_call)
+        if batch[0].connection is not None:
+            rows = await fetch_on(batch[0].connection, "post_many", self._many_query, self._many_args(columns, raws, False))
         else:
-            rows = await self.db.run("post_many", call)
+            rows = await self.db.run("post_many", lambda connection, retry: self._post_many_rows(
+                connection, columns, raws, retry))
+        return self._posted_rows(batch, rows)
+
+    @property
+    def _plain_query(self) -> str:
+        return PLAIN_QUERY.replace("jb.", f"{self.s}.")
+
+    @property
+    def _many_query(self) -> str:
+        return MANY_QUERY.replace("jb.", f"{self.s}.")
+
+    def _many_args(self, columns: list[list[Any]], raws: list[bytes], retry: bool) -> tuple[Any, ...]:
+        deps = [",".join(map(str, d)) if d else None for d in columns[9]]
+        return (self.board, *columns[:9], deps, raws, self.key_retention, retry)
+
+    async def _post_many_rows(self, connection: asyncpg.Connection, columns: list[list[Any]], raws: list[bytes],
+                              retry: bool) -> list[Any]:
+        return list(await connection.fetch(self._many_query, *self._many_args(columns, raws, retry)))
+
+    @staticmethod
+    def _posted_rows(batch: Sequence[Prepared], rows: list[Any]) -> list[tuple[Job, bool]]:
+        """The jobs of ``jb.post_many``'s rows. :raises DependencyMissing: at the row that names one."""
         done: list[tuple[Job, bool]] = []
         for index, row in enumerate(rows):
             if row["r_missing"] is not None:
