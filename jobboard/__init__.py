@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from jobboard.worker.early_signals import catch_early_signals
     from jobboard.worker.handlers import Handler, Handlers, Hook, JobContext, Middleware
     from jobboard.worker.retry import Fail, Retry, RetryPolicy
-    from jobboard.worker.state import WorkerStats
+    from jobboard.worker.running import WorkerStats
 
 _WHERE = {
     "AlreadyClaimed": "jobboard.errors",
@@ -119,7 +119,7 @@ _WHERE = {
     "UnknownOutcome": "jobboard.errors",
     "Worker": "jobboard.worker.conductor",
     "WorkerConfig": "jobboard.worker.config",
-    "WorkerStats": "jobboard.worker.state",
+    "WorkerStats": "jobboard.worker.running",
     "WorkerView": "jobboard.observe.stats",
 }
 """Where each public name lives: imported on first use, so that ``import jobboard`` is cheap

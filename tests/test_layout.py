@@ -19,7 +19,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import functools
+import json
 import re
+import subprocess
 import sys
 import threading
 import uuid
@@ -215,6 +217,17 @@ def test_the_page_gives_every_module_one_line() -> None:
 
 
 def files_run(url: str) -> list[str]:
+    """:func:`trace_here`, in a fresh interpreter: what this one imported for other tests (OpenTelemetry,
+    which makes a post look for a trace context to carry) does not change the trace."""
+    program = "import json, sys; from tests.test_layout import trace_here; print(json.dumps(trace_here(sys.argv[1])))"
+    done = subprocess.run([sys.executable, "-c", program, url], cwd=ROOT, capture_output=True, text=True,
+                          timeout=50, check=False)
+    assert done.returncode == 0, done.stderr
+    traced: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return traced
+
+
+def trace_here(url: str) -> list[str]:
     """The files of jobboard/ and backends/ whose functions run while one job goes from ``board.post`` to its
     consume by a worker already running (idle in ``board.wait()``). A first job warms every path up, so no
     import is counted."""

@@ -19,8 +19,7 @@ from jobboard.board.events import EventStream
 from jobboard.job import Claim
 from jobboard.worker.conductor import Worker, WorkerConfig, WorkerStats
 from jobboard.worker.handlers import JobContext, RetryPolicy
-from jobboard.worker.retry import Backoff
-from jobboard.worker.settling import Action, decide
+from jobboard.worker.retry import Action, Backoff, decide
 from jobboard.wrappers.faulty import FaultyBoard
 from tests.support.boards import BACKENDS, fresh_board_url
 

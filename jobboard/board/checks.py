@@ -1,16 +1,20 @@
-"""Checks of what a caller posts: names, keys, lifetimes, details msgpack can carry, sizes.
+"""The board's input checks, one validator per kind of input: names, keys, seconds (delays, due times,
+lifetimes, ages), details msgpack can carry, sizes, owners and progress.
 
 Each raises :class:`~jobboard.errors.InvalidJob` naming the job and what is wrong; used by
-:mod:`jobboard.board.codec` when it builds a posting, and by the board for the encoded size.
+:mod:`jobboard.board.codec` when it builds a posting, and by the board (:mod:`jobboard.board.contract`)
+for everything else. No I/O.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from jobboard.errors import InvalidJob
+from jobboard.job import Progress, When
 
 TIMEOUT_KEY = "jobboard.timeout"
 """A job's details may carry this key: seconds its handler may run (wins over the handler's); checked at post."""
@@ -36,6 +40,60 @@ def check_ttl(name: str, what: str, value: object) -> float | None:
 def check_retry_after(retry_after: object) -> float | None:
     """An abandon's ``retry_after``. :raises InvalidJob: unless ``None`` or finite seconds >= 0."""
     return None if retry_after is None else seconds(retry_after, "retry_after")
+
+
+def check_age(older_than: object) -> float:
+    """:raises InvalidJob: unless ``older_than`` is a finite number of seconds >= 0."""
+    return seconds(older_than, "older_than")
+
+
+def due_time(name: str, delay: float | None, not_before: When | None, now: float) -> float | None:
+    """The wall-clock time (epoch seconds, like :attr:`~jobboard.job.Job.not_before`) before which a new
+    job is not claimable, or ``None`` (claimable at once).
+
+    ``delay`` counts seconds from ``now``; ``not_before`` is absolute: an aware
+    ``datetime`` or epoch seconds. A naive ``datetime`` is refused (its time zone
+    would be a guess). A due time already past, and ``delay=0``, mean "at once".
+
+    :raises InvalidJob: both given, a negative or non-finite delay, a naive
+        datetime, or a ``not_before`` of another type.
+    """
+    if delay is not None and not_before is not None:
+        raise InvalidJob(f"job {name!r}: give delay or not_before, not both")
+    if delay is not None:
+        delay = seconds(delay, f"job {name!r}: delay")
+        return now + delay if delay > 0 else None
+    if not_before is None:
+        return None
+    if isinstance(not_before, datetime):
+        if not_before.tzinfo is None or not_before.utcoffset() is None:
+            raise InvalidJob(f"job {name!r}: not_before must be a timezone-aware datetime "
+                             "(e.g. datetime.now(timezone.utc)), not a naive one")
+        due = not_before.timestamp()
+    elif isinstance(not_before, int | float) and not isinstance(not_before, bool) and math.isfinite(not_before):
+        due = float(not_before)
+    else:
+        raise InvalidJob(f"job {name!r}: not_before must be an aware datetime or epoch seconds, not {not_before!r}")
+    return due if due > now else None
+
+
+def check_owner(owner: object) -> str:
+    """An owner (of a claim) or an entity's name. :raises InvalidJob: unless a non-empty string."""
+    if not isinstance(owner, str) or not owner.strip():
+        raise InvalidJob(f"owner must be a non-empty string, not {owner!r}")
+    return owner
+
+
+MAX_NOTE_LENGTH = 500
+
+
+def check_progress(fraction: object, note: object, at: float) -> Progress:
+    """The :class:`Progress` to store. :raises InvalidJob: ``fraction`` not in 0..1 or ``note`` not a string."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
+        raise InvalidJob(f"progress must be a number from 0 to 1, not {fraction!r}")
+    if not isinstance(note, str):
+        raise InvalidJob(f"a progress note must be a string, not {type(note).__name__}")
+    return Progress(float(fraction), note[:MAX_NOTE_LENGTH], at)
 
 
 MAX_KEY_LENGTH = 200

@@ -13,18 +13,26 @@ open, checks and encodes its input, and makes one call to the :class:`~jobboard.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from jobboard.backend import Backend, BoardServices, Prepared, Settle, SettleAction
-from jobboard.board.checks import check_result_size, check_retry_after, check_size
+from jobboard.board.checks import (
+    check_age,
+    check_owner,
+    check_progress,
+    check_result_size,
+    check_retry_after,
+    check_size,
+    due_time,
+)
 from jobboard.board.codec import build_posting, encode_posting, encode_value
-from jobboard.board.delay import due_time
 from jobboard.board.events import DEFAULT_EVENT_BUFFER, EventHub, EventStream
-from jobboard.board.inputs import JobRef, NewJob, check_age, check_owner, check_progress, job_id_of
-from jobboard.board.propagation import with_trace_context
+from jobboard.board.inputs import JobRef, NewJob, job_id_of
+from jobboard.board.propagation import OPENTELEMETRY_TRACE, with_trace_context
 from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.job import (
     Claim,
@@ -243,7 +251,8 @@ class JobBoard:
             posting = posting.delayed(due)
         raw = encode_posting(posting)
         check_size(name, raw, backend.max_posting_bytes)
-        posting, raw = with_trace_context(posting, raw, backend.max_posting_bytes)
+        if OPENTELEMETRY_TRACE in sys.modules:  # else no span can be current: nothing to carry
+            posting, raw = with_trace_context(posting, raw, backend.max_posting_bytes)
         return Prepared(posting, raw, connection)
 
     # -- claiming and settling ---------------------------------------------

@@ -1,5 +1,5 @@
-"""What callers hand the board, and its checks: job references, :class:`NewJob`, lifetimes,
-progress, ages and owners. Shared by the contract (:mod:`jobboard.board.contract`) and the backends."""
+"""What callers hand the board: job references and :class:`NewJob`, and the default lifetimes. Shared by
+the contract (:mod:`jobboard.board.contract`) and the backends; the checks are :mod:`jobboard.board.checks`."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jobboard.board.checks import seconds
-from jobboard.errors import InvalidJob
-from jobboard.job import Job, Priority, Progress, When
+from jobboard.job import Job, Priority, When
 
 DEFAULT_RESULT_TTL = 7 * 86400.0
 """A kept result stays 7 days unless the board URL or the post says otherwise."""
@@ -40,27 +38,3 @@ class NewJob:
     not_before: When | None = None
     result_ttl: float | None = None
     trash_ttl: float | None = None
-
-
-MAX_NOTE_LENGTH = 500
-
-
-def check_progress(fraction: object, note: object, at: float) -> Progress:
-    """The :class:`Progress` to store. :raises InvalidJob: ``fraction`` not in 0..1 or ``note`` not a string."""
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 <= fraction <= 1.0:
-        raise InvalidJob(f"progress must be a number from 0 to 1, not {fraction!r}")
-    if not isinstance(note, str):
-        raise InvalidJob(f"a progress note must be a string, not {type(note).__name__}")
-    return Progress(float(fraction), note[:MAX_NOTE_LENGTH], at)
-
-
-def check_age(older_than: object) -> float:
-    """:raises InvalidJob: unless ``older_than`` is a finite number of seconds >= 0."""
-    return seconds(older_than, "older_than")
-
-
-def check_owner(owner: object) -> str:
-    """:raises InvalidJob: unless ``owner`` is a non-empty string."""
-    if not isinstance(owner, str) or not owner.strip():
-        raise InvalidJob(f"owner must be a non-empty string, not {owner!r}")
-    return owner

@@ -8,8 +8,9 @@ details, so handlers never see it; postings without it (made outside a trace,
 or by an older version) decode as before, and older versions ignore it.
 
 Nothing here imports OpenTelemetry: a program that never imported
-``opentelemetry.trace`` cannot have a current span, so posts then cost one
-dictionary look-up and postings stay as they were.
+``opentelemetry.trace`` (:data:`OPENTELEMETRY_TRACE`) cannot have a current span, so the board
+calls in here only once that module is loaded; until then a post costs one dictionary look-up
+and postings stay as they were.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import replace
 
 from jobboard.board.codec import Posting, encode_posting
 
+OPENTELEMETRY_TRACE = "opentelemetry.trace"
+"""The module whose presence in ``sys.modules`` means a span may be current."""
 MAX_TRACE_BYTES = 1024
 """A carrier larger than this (a big baggage) keeps only its W3C Trace Context keys."""
 W3C_KEYS = ("traceparent", "tracestate")
@@ -26,7 +29,7 @@ W3C_KEYS = ("traceparent", "tracestate")
 
 def current_trace_context() -> dict[str, str] | None:
     """The current span's context as the global propagator writes it, or ``None`` (no valid span)."""
-    trace = sys.modules.get("opentelemetry.trace")
+    trace = sys.modules.get(OPENTELEMETRY_TRACE)
     if trace is None:
         return None
     if not trace.get_current_span().get_span_context().is_valid:

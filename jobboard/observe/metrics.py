@@ -29,7 +29,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from jobboard.worker.handlers import JobContext
 from jobboard.worker.retry import Fail, Retry
-from jobboard.worker.state import OUTCOMES
+from jobboard.worker.running import OUTCOMES
 
 if TYPE_CHECKING:
     from jobboard.observe.live import LiveBoard

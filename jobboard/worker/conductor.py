@@ -31,9 +31,8 @@ from jobboard.worker.config import WorkerConfig, default_owner
 from jobboard.worker.handlers import Handler, Handlers, Hook, Middleware, as_async
 from jobboard.worker.idle import ClaimerPace, Idler
 from jobboard.worker.retry import Backoff
-from jobboard.worker.running import JobRunner
+from jobboard.worker.running import JobRunner, RunningJob, WorkerStats
 from jobboard.worker.signals import listen_for_signals
-from jobboard.worker.state import RunningJob, WorkerStats
 
 UNREGISTER_TIMEOUT = 2.0
 """Seconds a stopping worker tries to unregister its entity."""

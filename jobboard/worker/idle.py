@@ -11,7 +11,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.errors import BoardClosed, JobBoardError
 from jobboard.worker.config import WorkerConfig
 from jobboard.worker.retry import Backoff
-from jobboard.worker.state import WorkerStats
+from jobboard.worker.running import WorkerStats
 
 logger = logging.getLogger("jobboard.worker")
 

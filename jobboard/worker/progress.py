@@ -14,8 +14,8 @@ import time
 
 import anyio
 
+from jobboard.board.checks import check_progress
 from jobboard.board.contract import JobBoard
-from jobboard.board.inputs import check_progress
 from jobboard.errors import BackendUnavailable, ClaimLost, JobBoardError, NotOwner, Unsupported
 from jobboard.job import Claim, Progress
 

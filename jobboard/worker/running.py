@@ -1,7 +1,9 @@
-"""Running one claimed job: middleware, timeout, claim watch, lease, settle, the line in the log.
+"""Running one claimed job: middleware, timeout, claim watch, lease, settle, the line in the log and the
+count of its outcome.
 
 Used by :class:`~jobboard.worker.conductor.Worker`; one :class:`JobRunner` serves all of
-a worker's jobs. Settling is shielded from cancellation; transient backend
+a worker's jobs, each held as a :class:`RunningJob`, and counts their outcomes in the worker's
+:class:`WorkerStats`. Settling is shielded from cancellation; transient backend
 errors (``BackendUnavailable``, a timeout) are retried with capped back-off
 until the settle applies, the claim is found lost, or the worker stops and its
 grace period is over (then the board's close releases the claim).
@@ -9,13 +11,19 @@ grace period is over (then the board's close releases the claim).
 
 from __future__ import annotations
 
-import dataclasses
+import contextlib
 import logging
 import math
+import threading
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.abc import TaskGroup
 
 from jobboard.board.checks import TIMEOUT_KEY
 from jobboard.board.contract import JobBoard
@@ -24,14 +32,101 @@ from jobboard.job import Claim
 from jobboard.worker.config import WorkerConfig
 from jobboard.worker.handlers import Handler, Handlers, JobContext, Middleware
 from jobboard.worker.progress import ProgressReporter
-from jobboard.worker.retry import Backoff, RetryPolicy
-from jobboard.worker.settling import Action, Settlement, decide
-from jobboard.worker.state import RunningJob, WorkerStats
+from jobboard.worker.retry import Action, Backoff, RetryPolicy, Settlement, decide
 
 logger = logging.getLogger("jobboard.worker")
 
 SETTLE_BACKOFF = (0.1, 2.0, 5.0)
 """Initial delay, factor and cap (seconds) between retries of a settle that met a transient error."""
+
+
+class RunningJob:
+    """One claimed job while its handler runs: its cancel scope, lease and fate."""
+
+    def __init__(self, claim: Claim, lease: float | None) -> None:
+        self.claim = claim
+        self.lease = lease
+        self.scope = anyio.CancelScope()
+        self.lost: str | None = None
+        self.cancelled_because = ""
+        self.limit: int | None = None
+        """The attempts this job gets (the job's ``max_attempts``, else its retry policy's)."""
+        self.started = time.monotonic()
+        self._renewed_at = anyio.current_time()
+
+    def heartbeat(self) -> None:
+        self._renewed_at = anyio.current_time()
+
+    def lease_left(self) -> float:
+        assert self.lease is not None
+        return self._renewed_at + self.lease - anyio.current_time()
+
+    def lose(self, reason: str) -> None:
+        """The claim is gone: cancel the handler; the job is not settled here."""
+        if self.lost is None:
+            self.lost = reason
+        self.scope.cancel()
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the handler (shutdown); the job is abandoned."""
+        self.cancelled_because = reason
+        self.scope.cancel()
+
+    def duration(self) -> float:
+        return time.monotonic() - self.started
+
+
+OUTCOMES = ("consumed", "retried", "failed", "lost", "cancelled", "abandoned_on_shutdown", "unsettled")
+"""Every claimed job ends in exactly one of these (see :class:`WorkerStats`)."""
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did. Once ``run()`` returned, ``claimed`` is the sum of the outcomes."""
+
+    claimed: int = 0
+    consumed: int = 0
+    retried: int = 0
+    """Failed (or asked to :class:`~jobboard.worker.retry.Retry`) and put back for a later attempt."""
+    failed: int = 0
+    """Trashed: out of attempts, not retryable, or :class:`~jobboard.worker.retry.Fail`."""
+    lost: int = 0
+    """The claim was lost while the job ran or as it was settled (another worker may run it)."""
+    cancelled: int = 0
+    """Cancelled from outside (``board.cancel`` / ``jobboard cancel``) while it ran."""
+    abandoned_on_shutdown: int = 0
+    unsettled: int = 0
+    """Settling failed for good (the board's close releases the claim: the job comes back)."""
+    backend_errors: int = 0
+    """Transient backend failures met (and ridden out) on the way."""
+    claim_races: int = 0
+    """Claims that found nothing right after the board offered work: another claimer was faster."""
+
+    @property
+    def abandoned(self) -> int:
+        """Put back on the board: retried, plus abandoned on shutdown."""
+        return self.retried + self.abandoned_on_shutdown
+
+    @property
+    def trashed(self) -> int:
+        return self.failed
+
+    def count(self, outcome: str) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def settled(self) -> int:
+        """Jobs that reached an outcome (equals ``claimed`` once the worker stopped)."""
+        return sum(getattr(self, name) for name in OUTCOMES)
+
+    def summary(self) -> str:
+        """One readable line, e.g. ``12 jobs: 10 consumed, 1 retried, 1 failed; 3 backend errors``."""
+        parts = [f"{getattr(self, name)} {name.replace('_', ' ')}" for name in OUTCOMES
+                 if getattr(self, name) or name == "consumed"]
+        text = f"{self.claimed} job{'s' if self.claimed != 1 else ''}: {', '.join(parts)}"
+        return text + (f"; {self.backend_errors} backend errors ridden out" if self.backend_errors else "")
+
+    def as_dict(self) -> dict[str, int]:
+        return {item.name: getattr(self, item.name) for item in fields(self)}
 
 
 class JobRunner:
@@ -70,8 +165,6 @@ class JobRunner:
 
     async def _execute(self, job: RunningJob) -> tuple[Settlement, str] | None:
         """Run the handler; the settlement and its outcome, or ``None`` when the claim was lost (or revoked)."""
-        reporter = ProgressReporter(self.board, job.claim)
-        context = JobContext(job.claim, self.board, job.heartbeat, self.shared, reporter.report)
         policy, timeout = self._options(job.claim)
         job.limit = policy.limit(job.claim.job.max_attempts)
         if job.limit is not None and job.claim.attempt > job.limit:  # e.g. requeued without a reset
@@ -79,8 +172,8 @@ class JobRunner:
         settlement: Settlement | None = None
         with job.scope:
             async with anyio.create_task_group() as guards:
+                context = JobContext(job.claim, self.board, job.heartbeat, self.shared, self._progress(job, guards))
                 guards.start_soon(self._watch_claim, job)
-                guards.start_soon(reporter.run)  # cancelled with the guards: a pending value goes with the settle
                 if job.lease is not None:
                     guards.start_soon(self._keep_lease, job)
                 settlement = await self._invoke(context, policy, timeout)
@@ -94,6 +187,32 @@ class JobRunner:
         if settlement is None:  # cancelled: the worker is stopping
             return Settlement(Action.ABANDON, reason=job.cancelled_because), "abandoned_on_shutdown"
         return settlement, settlement.outcome
+
+    def _progress(self, job: RunningJob, guards: TaskGroup) -> Callable[[float, str], None]:
+        """``JobContext.progress`` of ``job``: no report, no reporter. The first report makes the job's
+        :class:`ProgressReporter` and starts its writer among the ``guards``, on the event loop (a handler's
+        thread waits for that once); the writer is cancelled with the guards, a pending value goes with the settle."""
+        token, loop_thread = anyio.lowlevel.current_token(), threading.get_ident()
+        lock = threading.Lock()
+        made: list[ProgressReporter] = []
+
+        def start(reporter: ProgressReporter) -> None:  # on the event loop
+            with contextlib.suppress(RuntimeError):  # the guards are done: the handler returned
+                guards.start_soon(reporter.run)
+
+        def report(fraction: float, note: str = "") -> None:
+            if not made:
+                with lock:  # not held while waiting for the loop (which may report too)
+                    first = not made
+                    if first:
+                        made.append(ProgressReporter(self.board, job.claim))
+                if first and threading.get_ident() == loop_thread:
+                    start(made[0])
+                elif first:
+                    anyio.from_thread.run_sync(start, made[0], token=token)
+            made[0].report(fraction, note)
+
+        return report
 
     @staticmethod
     def _spent(claim: Claim, limit: int) -> Settlement:
@@ -186,7 +305,7 @@ class JobRunner:
         return applied
 
     async def _apply_until_done(self, claim: Claim, settlement: Settlement) -> tuple[bool | None, Settlement]:
-        backoff = Backoff(*SETTLE_BACKOFF, jitter=0.2)
+        backoff: Backoff | None = None  # built at the first transient error
         while True:
             try:
                 with anyio.fail_after(self.config.settle_timeout):
@@ -199,6 +318,7 @@ class JobRunner:
                 if self._grace_over():
                     logger.error("%s: gave up settling job %s: %s", self.config.owner, claim.job.id, error)
                     return None, settlement
+                backoff = backoff or Backoff(*SETTLE_BACKOFF, jitter=0.2)
                 delay = backoff.next()
                 logger.warning("%s: settling job %s met %s; retrying in %.1fs", self.config.owner,
                                claim.job.id, str(error) or type(error).__name__, delay)
@@ -223,7 +343,7 @@ class JobRunner:
         if settlement.error is not None and settlement.action is not Action.CONSUME:
             logger.warning("%s: settling job %s with its error record failed (%s); settling without it",
                            owner, job_id, error)
-            return dataclasses.replace(settlement, error=None)
+            return replace(settlement, error=None)
         if settlement.action is Action.ABANDON:
             logger.error("%s: could not abandon job %s: %s", owner, job_id, error)
             return None

@@ -12,6 +12,7 @@ URL options: ``max_attempts`` (default for posts), ``max_posting_bytes``,
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping
 from typing import Any
@@ -39,11 +40,10 @@ from jobboard.backend import (
 )
 from jobboard.board.contract import JobBoard
 from jobboard_memory import keep
-from jobboard_memory.keep import Keeper
+from jobboard_memory.keep import SWEEP_INTERVAL, Keeper
 from jobboard_memory.store import Store, wall_clock
 
 logger = logging.getLogger(__name__)
-
 
 
 class SharedState:
@@ -84,6 +84,8 @@ class MemoryBackend(Backend):
         parsed = parse_url(url)
         self.use_options(parse_options(parsed, COMMON_OPTIONS))
         self._keeper = Keeper(self.result_ttl, self.trash_ttl)
+        self._next_sweep = 0.0
+        """When (``time.monotonic()``) a write next sweeps expired results and trash: at most once a second."""
         self._name = (parsed.host_string + parsed.path) or f"private-{uuid.uuid4().hex}"
 
     @property
@@ -114,7 +116,9 @@ class MemoryBackend(Backend):
         shared.notify()
 
     async def post(self, prepared: Prepared) -> Job:
-        self._keeper.sweep(self._store, force=False)
+        if (now := time.monotonic()) >= self._next_sweep:
+            self._next_sweep = now + SWEEP_INTERVAL
+            self._keeper.sweep(self._store)
         existing = self._store.keyed(prepared.posting.key, self.key_retention)
         return existing if existing is not None else self._store.admit(prepared.raw)
 

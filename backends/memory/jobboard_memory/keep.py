@@ -16,7 +16,7 @@ from jobboard.job import Claim, Job, Progress
 from jobboard_memory.store import KeyRecord, Store
 
 SWEEP_INTERVAL = 1.0
-"""Seconds between two sweeps triggered by writes."""
+"""Seconds between two sweeps triggered by writes (the board keeps the time of the next)."""
 
 
 def expired(stored_at: float, own_ttl: float | None, board_ttl: float, now: float) -> bool:
@@ -30,14 +30,10 @@ class Keeper:
 
     def __init__(self, result_ttl: float, trash_ttl: float) -> None:
         self.result_ttl, self.trash_ttl = result_ttl, trash_ttl
-        self._last_sweep = float("-inf")
 
-    def sweep(self, store: Store, *, force: bool = True) -> int:
+    def sweep(self, store: Store) -> int:
         """Drop expired kept results and trash entries; return how many were dropped."""
-        monotonic = time.monotonic()
-        if not force and monotonic - self._last_sweep < SWEEP_INTERVAL:
-            return 0
-        self._last_sweep, now = monotonic, time.time()
+        now = time.time()
         results = [job_id for job_id, (at, ttl) in store.kept_at.items() if expired(at, ttl, self.result_ttl, now)]
         for job_id in results:
             del store.kept_at[job_id]
@@ -47,7 +43,6 @@ class Keeper:
         for job_id in trash:
             drop_trashed(store, job_id)
         return len(results) + len(trash)
-
 
     def expire(self, store: Store, job_id: str) -> None:
         """Drop one job's kept result or trash entry if it expired (``wait_for_completion``: O(1))."""
