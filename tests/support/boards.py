@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 
 import pytest
 
+from jobboard.board.contract import JobBoard
 from jobboard.board.events import EventKind, EventStream
+from jobboard.job import Job
 
 BACKENDS = ("memory", "zookeeper", "redis")
 
@@ -27,3 +31,18 @@ async def claimed(events: EventStream, job_id: str) -> None:
     async for event in events:
         if event.kind is EventKind.CLAIMED and event.job_id == job_id:
             return
+
+
+async def released_after_kill(board: JobBoard, job: Job, owner: asyncio.subprocess.Process) -> float:
+    """SIGKILL ``owner`` (the process holding ``job``'s claim); the seconds until ``board.wait()`` offers the
+    job again. A survivor then claims it (its second attempt, its details intact) and consumes it."""
+    owner.kill()
+    await owner.wait()
+    killed_at = time.monotonic()
+    ready = await board.wait()
+    released = time.monotonic() - killed_at
+    assert [j.id for j in ready] == [job.id]
+    claim = await board.claim(job, "survivor")
+    assert claim.attempt == 2 and dict(claim.job.details) == dict(job.details)
+    await board.consume(claim)
+    return released
