@@ -10,9 +10,8 @@ import pytest
 
 from jobboard import BackendUnavailable, JobBoard, UnknownOutcome, open_board
 from jobboard_zookeeper import ZooKeeperBackend
-from tests.support.tcpproxy import TcpProxy
 from tests.test_zookeeper_faults import board_url
-from tests.test_zookeeper_truth import lose_reply_while
+from tests.test_zookeeper_truth import board_behind_proxy, lose_reply_then_pause
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,15 +60,9 @@ async def test_a_post_cancelled_before_its_group_is_sent_is_not_posted(zk_hosts:
 async def test_a_group_that_cannot_be_resolved_says_so_to_each_post(zk_hosts: str) -> None:
     """As for a post made alone: unkeyed posts raise UnknownOutcome, keyed ones BackendUnavailable
     (posting again with the key finds the job)."""
-    host, port = zk_hosts.rsplit(":", 1)
     with anyio.fail_after(40):
-        async with TcpProxy(host, int(port)) as proxy, open_board(
-                board_url(proxy.hosts, session_timeout=8, connect_timeout=1)) as board:
-
-            async def black_hole() -> None:
-                proxy.pause()
-
-            lost = lose_reply_while(board, black_hole)
+        async with board_behind_proxy(zk_hosts) as (proxy, board):
+            lost = lose_reply_then_pause(board, proxy)
             outcomes = await asyncio.gather(board.post("plain"), board.post("keyed", key="k-1"),
                                             return_exceptions=True)
             assert lost == [1]

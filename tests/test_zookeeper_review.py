@@ -30,7 +30,7 @@ from jobboard_zookeeper.markers import Marker
 from jobboard_zookeeper.ops import Create, Delete, Op, OutcomeUnknown, TxnResult
 from tests.support.tcpproxy import TcpProxy
 from tests.test_zookeeper_faults import board_url
-from tests.test_zookeeper_truth import lose_reply_while
+from tests.test_zookeeper_truth import board_behind_proxy, lose_reply_then_pause, lose_reply_while
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -103,28 +103,22 @@ async def test_a_claim_whose_read_back_failed_does_not_wedge_the_job(zk_hosts: s
     """The claim multi is applied, its reply lost, and ``_lock_is`` cannot reach the server
     (BackendUnavailable). The session survives: its ephemeral lock stays, no Claim holds it,
     and every later claim of the job is AlreadyClaimed for as long as this board is open."""
-    host, port = zk_hosts.rsplit(":", 1)
     with anyio.fail_after(40):
-        async with TcpProxy(host, int(port)) as proxy:
-            url = board_url(proxy.hosts, session_timeout=8, connect_timeout=1)
-            async with open_board(url) as board:
-                job = await board.post("x")
+        async with board_behind_proxy(zk_hosts) as (proxy, board):
+            job = await board.post("x")
 
-                async def black_hole() -> None:
-                    proxy.pause()
-
-                lose_reply_while(board, black_hole)
-                with pytest.raises(BackendUnavailable):
-                    await board.claim(job, "me")
-                proxy.resume()
-                claim = None
-                with anyio.move_on_after(6):  # the session (8 s) is alive throughout
-                    while claim is None:
-                        try:
-                            claim = await board.claim(job, "me")
-                        except (AlreadyClaimed, BackendUnavailable):
-                            await anyio.sleep(0.2)
-                assert claim is not None, f"job still locked by {await board.owner(job)!r}, by nobody's claim"
+            lose_reply_then_pause(board, proxy)
+            with pytest.raises(BackendUnavailable):
+                await board.claim(job, "me")
+            proxy.resume()
+            claim = None
+            with anyio.move_on_after(6):  # the session (8 s) is alive throughout
+                while claim is None:
+                    try:
+                        claim = await board.claim(job, "me")
+                    except (AlreadyClaimed, BackendUnavailable):
+                        await anyio.sleep(0.2)
+            assert claim is not None, f"job still locked by {await board.owner(job)!r}, by nobody's claim"
 
 
 async def test_the_key_collector_never_deletes_a_key_settled_within_the_retention(zk_hosts: str) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -148,6 +149,23 @@ def lose_reply_while(board: JobBoard, meanwhile: Callable[[], Awaitable[None]]) 
     return lost
 
 
+def lose_reply_then_pause(board: JobBoard, proxy: TcpProxy) -> list[int]:
+    """:func:`lose_reply_while` the proxy goes silent (paused: no bytes either way until the test resumes it)."""
+    async def black_hole() -> None:
+        proxy.pause()
+
+    return lose_reply_while(board, black_hole)
+
+
+@asynccontextmanager
+async def board_behind_proxy(zk_hosts: str) -> AsyncIterator[tuple[TcpProxy, JobBoard]]:
+    """A board reaching ZooKeeper through a fresh proxy (session 8 s, connect timeout 1 s); closed on exit."""
+    host, port = zk_hosts.rsplit(":", 1)
+    async with TcpProxy(host, int(port)) as proxy, open_board(
+            board_url(proxy.hosts, session_timeout=8, connect_timeout=1)) as board:
+        yield proxy, board
+
+
 @pytest.mark.parametrize("keep_result", [False, True])
 async def test_a_post_consumed_before_its_lost_reply_is_resolved_is_not_posted_again(
     zk_hosts: str, keep_result: bool,
@@ -278,49 +296,36 @@ async def test_expired_keys_are_collected_and_live_ones_kept(zk_hosts: str) -> N
 async def test_a_post_that_cannot_be_resolved_says_so(zk_hosts: str, key: str | None) -> None:
     """Unkeyed: UnknownOutcome (posting again could make a second job). Keyed: BackendUnavailable,
     and posting again with the key finds the first job."""
-    host, port = zk_hosts.rsplit(":", 1)
     with anyio.fail_after(40):
-        async with TcpProxy(host, int(port)) as proxy:
-            url = board_url(proxy.hosts, session_timeout=8, connect_timeout=1)
-            async with open_board(url) as board:
-
-                async def black_hole() -> None:
-                    proxy.pause()
-
-                lose_reply_while(board, black_hole)
-                expected = BackendUnavailable if key else UnknownOutcome
-                with pytest.raises(expected) as raised:
-                    await board.post("once", key=key)
-                assert isinstance(raised.value, UnknownOutcome) is (key is None)
-                proxy.resume()
-                if key is not None:
-                    again = await board.post("once", key=key)
-                    assert [j.id async for j in board.iterjobs()] == [again.id]
-                else:
-                    assert await board.job_count() == 1  # it was applied; nothing was written twice
+        async with board_behind_proxy(zk_hosts) as (proxy, board):
+            lose_reply_then_pause(board, proxy)
+            expected = BackendUnavailable if key else UnknownOutcome
+            with pytest.raises(expected) as raised:
+                await board.post("once", key=key)
+            assert isinstance(raised.value, UnknownOutcome) is (key is None)
+            proxy.resume()
+            if key is not None:
+                again = await board.post("once", key=key)
+                assert [j.id async for j in board.iterjobs()] == [again.id]
+            else:
+                assert await board.job_count() == 1  # it was applied; nothing was written twice
 
 
 async def test_a_cancel_repeated_after_an_unresolved_lost_reply_learns_it_was_applied(zk_hosts: str) -> None:
     """The first cancel's reply is lost and ZooKeeper stays out of reach: BackendUnavailable. Its
     repetition must find the first one applied (not JobNotFound), yet a cancel of a job trashed
     by someone else still raises JobNotFound."""
-    host, port = zk_hosts.rsplit(":", 1)
     with anyio.fail_after(40):
-        async with TcpProxy(host, int(port)) as proxy:
-            url = board_url(proxy.hosts, session_timeout=8, connect_timeout=1)
-            async with open_board(url) as board:
-                job = await board.post("doomed")
+        async with board_behind_proxy(zk_hosts) as (proxy, board):
+            job = await board.post("doomed")
 
-                async def black_hole() -> None:
-                    proxy.pause()
-
-                lose_reply_while(board, black_hole)
-                with pytest.raises(BackendUnavailable):
-                    await board.cancel(job, "not wanted")
-                proxy.resume()
-                await board.cancel(job, "not wanted")  # the first one was applied: no JobNotFound
-                assert [t.reason async for t in board.trashed()] == ["not wanted"]
-                other = await board.post("other")
-                await board.trash(await board.claim(other, "w"), "not wanted")
-                with pytest.raises(JobNotFound):
-                    await board.cancel(other, "not wanted")
+            lose_reply_then_pause(board, proxy)
+            with pytest.raises(BackendUnavailable):
+                await board.cancel(job, "not wanted")
+            proxy.resume()
+            await board.cancel(job, "not wanted")  # the first one was applied: no JobNotFound
+            assert [t.reason async for t in board.trashed()] == ["not wanted"]
+            other = await board.post("other")
+            await board.trash(await board.claim(other, "w"), "not wanted")
+            with pytest.raises(JobNotFound):
+                await board.cancel(other, "not wanted")
