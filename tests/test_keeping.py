@@ -25,6 +25,7 @@ from jobboard.worker.handlers import Handlers, JobContext
 from jobboard.worker.progress import PROGRESS_INTERVAL
 from jobboard_memory.board import MemoryBoard
 from jobboard_zookeeper import ZooKeeperBoard
+from tests.support.workers import running
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -101,12 +102,9 @@ async def test_a_hundred_reports_in_a_second_make_at_most_two_writes() -> None:
 
     async with CountingBoard(f"memory://{uuid.uuid4().hex}") as board:
         job = await board.post("chatty")
-        worker = Worker(board, handlers)
         with anyio.fail_after(30):
-            async with anyio.create_task_group() as group:
-                group.start_soon(worker.run)
+            async with running(board, handlers):
                 await board.wait_for_completion(job)
-                worker.stop()
     during = [fraction for fraction in board.writes if fraction < 1.0]
     allowed = 1 + int(burst[0] / PROGRESS_INTERVAL)  # 2 when the burst took less than 2 s
     assert 1 <= len(during) <= allowed and (burst[0] > 1.0 or len(during) <= 2), (board.writes, burst)
@@ -128,12 +126,9 @@ async def test_bad_progress_is_an_error_in_the_handler() -> None:
 
     async with open_board(f"memory://{uuid.uuid4().hex}") as board:
         job = await board.post("bad")
-        worker = Worker(board, handlers)
         with anyio.fail_after(30):
-            async with anyio.create_task_group() as group:
-                group.start_soon(worker.run)
+            async with running(board, handlers):
                 await board.wait_for_completion(job)
-                worker.stop()
     assert errors == ["InvalidJob"] * 3
 
 

@@ -5,17 +5,15 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
 
 import anyio
 import pytest
 
-from jobboard import JobBoard, JobState, open_board
+from jobboard import JobState, open_board
 from jobboard.worker.conductor import Worker, WorkerConfig
 from jobboard.worker.handlers import Handlers, JobContext, Retry, RetryPolicy
 from tests.support.boards import BACKENDS, fresh_board_url
+from tests.support.workers import running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -23,16 +21,6 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(params=BACKENDS)
 def board_url(request: pytest.FixtureRequest) -> str:
     return fresh_board_url(request, "worker")
-
-
-@asynccontextmanager
-async def running(board: JobBoard, handler: Any, **config: Any) -> AsyncIterator[Worker]:
-    """A worker running in the background for the body of the ``with``; stopped after it."""
-    worker = Worker(board, handler, WorkerConfig(**config))
-    async with anyio.create_task_group() as group:
-        group.start_soon(worker.run)
-        yield worker
-        worker.stop()
 
 
 async def test_worker_runs_registered_handlers_and_consumes_results(board_url: str) -> None:
@@ -108,11 +96,8 @@ async def test_graceful_shutdown_finishes_then_abandons(board_url: str) -> None:
         async with open_board(board_url) as board:
             quick = await board.post("quick")
             stuck = await board.post("stuck")
-            worker = Worker(board, slow, WorkerConfig(concurrency=2, grace_period=0.6))
-            async with anyio.create_task_group() as group:
-                group.start_soon(worker.run)
+            async with running(board, slow, concurrency=2, grace_period=0.6) as worker:
                 await started.wait()
-                worker.stop()
             assert await board.state(quick) is JobState.COMPLETE  # finished within the grace period
             assert await board.state(stuck) is JobState.UNCLAIMED  # cancelled, abandoned
             assert worker.stats.abandoned_on_shutdown == 1

@@ -19,6 +19,7 @@ from jobboard.worker.conductor import Worker, WorkerConfig
 from jobboard.worker.handlers import JobContext
 from tests.support.processes import spawn_ready
 from tests.support.tcpproxy import TcpProxy
+from tests.support.workers import running
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -212,16 +213,13 @@ async def test_worker_rides_out_an_outage(zk_hosts: str) -> None:
                 open_board(f"zookeeper://{proxy.hosts}{root}?session_timeout=10&connect_timeout=0.5") as board, \
                 open_board(f"zookeeper://{zk_hosts}{root}") as producer:
             jobs = [await producer.post("slow", {"i": i}) for i in range(10)]
-            worker = Worker(board, slow, WorkerConfig(concurrency=2))
-            async with anyio.create_task_group() as group:
-                group.start_soon(worker.run)
+            async with running(board, slow, concurrency=2) as worker:
                 await first_done.wait()
                 proxy.pause()  # settles and claims in flight now fail for 3 s
                 await anyio.sleep(3)
                 proxy.resume()
                 for job in jobs:
                     await producer.wait_for_completion(job)
-                worker.stop()
             assert [await producer.state(job) for job in jobs] == [JobState.COMPLETE] * 10
     print(f"outage ridden out with {worker.stats.backend_errors} transient errors, {worker.stats.lost} lost")
     assert worker.stats.backend_errors > 0
