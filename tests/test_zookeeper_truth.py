@@ -27,7 +27,9 @@ from aiozk import exc, protocol
 from jobboard import (
     BackendUnavailable,
     BoardConflict,
+    Claim,
     ClaimLost,
+    Job,
     JobBoard,
     JobNotFound,
     JobState,
@@ -67,46 +69,50 @@ def freeze_until(thread: threading.Thread, errors: list[Exception]) -> None:
     assert not errors, errors
 
 
-async def test_stale_consume_after_a_freeze_past_the_session_is_refused(zk_hosts: str) -> None:
+@asynccontextmanager
+async def frozen_past_the_session(
+    zk_hosts: str, rival: Callable[[str, Job], Awaitable[None]],
+) -> AsyncIterator[tuple[JobBoard, Job, Claim]]:
+    """An owner claims a fresh job, then its loop freezes while ``rival(url, job)`` runs on another; the body
+    gets the owner, the job and the owner's now stale claim (within 60 s in all)."""
     url = board_url(zk_hosts, session_timeout=SESSION_TIMEOUT)
     with anyio.fail_after(60):
         async with open_board(url) as owner:
             job = await owner.post("a")
             stale = await owner.claim(job, "owner")
+            freeze_until(*run_in_thread(lambda: rival(url, job)))
+            yield owner, job, stale
 
-            async def rival() -> None:
-                async with open_board(url) as board:
-                    await board.wait()  # the frozen owner's session expires, its lock goes
-                    claim = await board.claim(job, "rival")
-                    await board.consume(claim, "rival's")
 
-            freeze_until(*run_in_thread(rival))
-            with pytest.raises(ClaimLost):
-                await owner.consume(stale, "stale")
-            assert await owner.state(job) is JobState.COMPLETE
+async def test_stale_consume_after_a_freeze_past_the_session_is_refused(zk_hosts: str) -> None:
+    async def rival(url: str, job: Job) -> None:
+        async with open_board(url) as board:
+            await board.wait()  # the frozen owner's session expires, its lock goes
+            claim = await board.claim(job, "rival")
+            await board.consume(claim, "rival's")
+
+    async with frozen_past_the_session(zk_hosts, rival) as (owner, job, stale):
+        with pytest.raises(ClaimLost):
+            await owner.consume(stale, "stale")
+        assert await owner.state(job) is JobState.COMPLETE
 
 
 async def test_stale_abandon_after_a_freeze_past_the_session_is_refused(zk_hosts: str) -> None:
-    url = board_url(zk_hosts, session_timeout=SESSION_TIMEOUT)
-    with anyio.fail_after(60):
-        async with open_board(url) as owner:
-            job = await owner.post("a")
-            stale = await owner.claim(job, "owner")
+    holders: list[ZooKeeperBoard] = []
 
-            async def rival() -> None:
-                board = ZooKeeperBoard(url)
-                await board.open()  # left open: it holds the job on while the owner resumes
-                await board.wait()
-                await board.claim(job, "rival")
-                holders.append(board)
+    async def rival(url: str, job: Job) -> None:
+        board = ZooKeeperBoard(url)
+        await board.open()  # left open: it holds the job on while the owner resumes
+        await board.wait()
+        await board.claim(job, "rival")
+        holders.append(board)
 
-            holders: list[ZooKeeperBoard] = []
-            freeze_until(*run_in_thread(rival))
-            with pytest.raises(ClaimLost):
-                await owner.abandon(stale, retry_after=30)
-            fresh = await owner.get(job)
-            assert fresh.not_before is None and fresh.attempts == 2  # the rival's claim stands
-            assert await owner.owner(job) == "rival"
+    async with frozen_past_the_session(zk_hosts, rival) as (owner, job, stale):
+        with pytest.raises(ClaimLost):
+            await owner.abandon(stale, retry_after=30)
+        fresh = await owner.get(job)
+        assert fresh.not_before is None and fresh.attempts == 2  # the rival's claim stands
+        assert await owner.owner(job) == "rival"
 
 
 async def claim_soon(board: JobBoard) -> Any:
