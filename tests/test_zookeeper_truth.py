@@ -155,6 +155,16 @@ def lose_reply_while(board: JobBoard, meanwhile: Callable[[], Awaitable[None]]) 
     return lost
 
 
+def lose_reply_while_the_rival_settles(
+    poster: JobBoard, rival: JobBoard, settle: Callable[[Claim], Awaitable[object]],
+) -> list[int]:
+    """:func:`lose_reply_while` the ``rival`` claims the job (once it sees it) and ``settle``s that claim."""
+    async def claim_and_settle() -> None:
+        await settle(await claim_soon(rival))
+
+    return lose_reply_while(poster, claim_and_settle)
+
+
 def lose_reply_then_pause(board: JobBoard, proxy: TcpProxy) -> list[int]:
     """:func:`lose_reply_while` the proxy goes silent (paused: no bytes either way until the test resumes it)."""
     async def black_hole() -> None:
@@ -179,12 +189,7 @@ async def test_a_post_consumed_before_its_lost_reply_is_resolved_is_not_posted_a
     url = board_url(zk_hosts, session_timeout=6)
     with anyio.fail_after(30):
         async with open_board(url) as poster, open_board(url) as rival:
-
-            async def consume_it() -> None:
-                claim = await claim_soon(rival)
-                await rival.consume(claim, "done")
-
-            lost = lose_reply_while(poster, consume_it)
+            lost = lose_reply_while_the_rival_settles(poster, rival, lambda claim: rival.consume(claim, "done"))
             job = await poster.post("once", {"k": 1}, keep_result=keep_result)
             assert lost == [1]
             assert await poster.job_count() == 0, "the post was written twice"
@@ -197,12 +202,7 @@ async def test_a_post_trashed_before_its_lost_reply_is_resolved_is_not_posted_ag
     url = board_url(zk_hosts, session_timeout=6)
     with anyio.fail_after(30):
         async with open_board(url) as poster, open_board(url) as rival:
-
-            async def trash_it() -> None:
-                claim = await claim_soon(rival)
-                await rival.trash(claim, "bad")
-
-            lose_reply_while(poster, trash_it)
+            lose_reply_while_the_rival_settles(poster, rival, lambda claim: rival.trash(claim, "bad"))
             job = await poster.post("once")
             assert await poster.job_count() == 0, "the post was written twice"
             assert await poster.state(job) is JobState.TRASHED
