@@ -11,11 +11,13 @@ consume is printed and bounded); both boards serve at the end.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterator
 
 import anyio
 import pytest
@@ -48,45 +50,81 @@ class Stalls:
             self.longest = max(self.longest, now - since)
 
 
-async def test_the_boards_master_failed_over_twice_under_load() -> None:
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisCluster]:
+    with RedisCluster() as started:
+        yield started
+
+
+async def under_load(cluster: RedisCluster, root: str,
+                     steps: list[tuple[float, Callable[[], object]]]) -> tuple[History, Stalls]:
+    """Run the load on board ``root`` of ``cluster`` while each step runs (in a thread) after its pause; then
+    drain it, check that both boards serve, and return what the clients were told."""
+    history = History()
+    stalls = Stalls(history)
+    url = cluster.url(root, durability="strict", session_timeout=5, connect_timeout=20)
+    with anyio.fail_after(150):
+        async with open_board(url) as poster, open_board(url) as claimer:
+            posting_stopped, posted_last, claiming_stopped = anyio.Event(), anyio.Event(), anyio.Event()
+            async with anyio.create_task_group() as load:
+                load.start_soon(post_until, poster, posting_stopped, history, posted_last)
+                for _ in range(CLAIMERS):
+                    load.start_soon(claim_and_consume, claimer, claiming_stopped, history)
+                load.start_soon(stalls.watch, claiming_stopped)
+                for pause, step in steps:
+                    await anyio.sleep(pause)
+                    await anyio.to_thread.run_sync(step)
+                    print(cluster.failovers[-1])
+                await anyio.sleep(1.0)
+                posting_stopped.set()
+                await posted_last.wait()
+                await drain(history, 30.0)
+                claiming_stopped.set()
+            await still_serving(poster, claimer)
+    return history, stalls
+
+
+def exactly_once(history: History, stalls: Stalls, what: str, *, minimum: int = 100) -> None:
+    """0 acknowledged posts lost, 0 consumes reported twice, the claimers never stalled long."""
+    ran = Counter(history.consumed)
+    lost = sorted(set(history.acknowledged) - set(ran))
+    twice = sorted(index for index, count in ran.items() if count > 1)
+    print(f"{what}: {len(history.acknowledged)} posts acknowledged ({history.retried_posts} post attempts retried), "
+          f"{len(ran)} consumed, {len(lost)} lost, {len(twice)} consumed twice, {history.lost_claims} claims lost, "
+          f"longest time without a consume {stalls.longest:.1f} s")
+    assert len(history.acknowledged) >= minimum  # the load ran across the steps
+    assert lost == [], f"acknowledged posts lost under durability=strict: {lost}"
+    assert twice == [], f"consumes reported twice under durability=strict: {twice}"
+    assert stalls.longest < STALL_LIMIT
+
+
+async def test_the_boards_master_failed_over_twice_under_load(cluster: RedisCluster) -> None:
     seed = int(os.environ.get("FAILOVER_SEED") or random.randrange(2**32))
     rng = random.Random(seed)
     steps = ["graceful", "kill"]
     rng.shuffle(steps)
     pauses = [rng.uniform(0.5, 1.5) for _ in steps]
     print(f"FAILOVER_SEED={seed} schedule={list(zip(pauses, steps, strict=True))}")
-    history = History()
-    stalls = Stalls(history)
-    root = f"cluster-failover-{uuid.uuid4().hex}"
+    root = f"cluster-load-{uuid.uuid4().hex}"
     slot = key_slot(f"{{{root}}}")
-    with RedisCluster() as cluster:
-        url = cluster.url(root, durability="strict", session_timeout=5, connect_timeout=20)
-        with anyio.fail_after(150):
-            async with open_board(url) as poster, open_board(url) as claimer:
-                posting_stopped, posted_last, claiming_stopped = anyio.Event(), anyio.Event(), anyio.Event()
-                async with anyio.create_task_group() as load:
-                    load.start_soon(post_until, poster, posting_stopped, history, posted_last)
-                    for _ in range(CLAIMERS):
-                        load.start_soon(claim_and_consume, claimer, claiming_stopped, history)
-                    load.start_soon(stalls.watch, claiming_stopped)
-                    for pause, step in zip(pauses, steps, strict=True):
-                        await anyio.sleep(pause)
-                        await anyio.to_thread.run_sync(cluster.failover, slot, step)
-                        print(cluster.failovers[-1])
-                    await anyio.sleep(1.0)
-                    posting_stopped.set()
-                    await posted_last.wait()
-                    await drain(history, 30.0)
-                    claiming_stopped.set()
-                await still_serving(poster, claimer)
-        assert len(cluster.failovers) == 2, cluster.failovers
-    ran = Counter(history.consumed)
-    lost = sorted(set(history.acknowledged) - set(ran))
-    twice = sorted(index for index, count in ran.items() if count > 1)
-    print(f"cluster failovers: {len(history.acknowledged)} posts acknowledged ({history.retried_posts} post attempts "
-          f"retried), {len(ran)} consumed, {len(lost)} lost, {len(twice)} consumed twice, {history.lost_claims} claims "
-          f"lost, longest time without a consume {stalls.longest:.1f} s")
-    assert len(history.acknowledged) >= 100  # the load ran across the failovers
-    assert lost == [], f"acknowledged posts lost under durability=strict: {lost}"
-    assert twice == [], f"consumes reported twice under durability=strict: {twice}"
-    assert stalls.longest < STALL_LIMIT
+    done = len(cluster.failovers)
+    history, stalls = await under_load(cluster, root, [(pause, functools.partial(cluster.failover, slot, step))
+                                                       for pause, step in zip(pauses, steps, strict=True)])
+    assert len(cluster.failovers) == done + 2, cluster.failovers
+    exactly_once(history, stalls, "cluster failovers")
+
+
+async def test_the_boards_slot_migrated_to_another_master_and_back_under_load(cluster: RedisCluster) -> None:
+    """While the slot migrates, the board's calls are answered ``ASK`` (its prefix key is on neither node) and
+    wait; once it has moved, ``MOVED`` sends them to the new master (which lacks the board's function: loaded)."""
+    root = f"cluster-load-{uuid.uuid4().hex}"
+    slot = key_slot(f"{{{root}}}")
+    home = cluster.master_of(slot)
+    other = next(cluster.by_port(port) for port in sorted(cluster._master_ports()) if port != home.port)
+    asked, moved = cluster.error_replies("ASK"), cluster.error_replies("MOVED")
+    history, stalls = await under_load(cluster, root, [(1.5, lambda: cluster.migrate(slot, other)),
+                                                       (1.5, lambda: cluster.migrate(slot, home))])
+    assert cluster.master_of(slot) is home
+    print(f"replies during the migrations: {cluster.error_replies('ASK') - asked} ASK, "
+          f"{cluster.error_replies('MOVED') - moved} MOVED")
+    exactly_once(history, stalls, "slot migrations", minimum=50)

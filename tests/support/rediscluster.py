@@ -4,7 +4,8 @@ Six ``redis-server --cluster-enabled yes`` (each with its own data dir, client p
 ``appendfsync always`` so that ``durability=strict`` boards accept them), joined by ``redis-cli --cluster
 create ... --cluster-replicas 1``; :meth:`RedisCluster.start` returns once every node says
 ``cluster_state:ok`` and agrees on who serves every slot. :meth:`RedisCluster.failover` moves a slot's
-master to its replica, gracefully (``CLUSTER FAILOVER`` on the replica) or by SIGKILL. The calls block:
+master to its replica, gracefully (``CLUSTER FAILOVER`` on the replica) or by SIGKILL;
+:meth:`RedisCluster.migrate` moves a slot to another master. The calls block:
 run them in a thread from async tests. CLI: ``python -m tests.support.rediscluster run -- CMD ARGS...``
 runs CMD with ``JOBBOARD_TEST_REDIS_CLUSTER`` naming the seed nodes (``127.0.0.1:p1,127.0.0.1:p2,...``).
 """
@@ -174,6 +175,40 @@ class RedisCluster:
             until(lambda: master.role() == "slave" and _synchronised(master.port), "the old master as a replica", 30)
         until(self.settled, "the cluster settled after the failover", 30)
         self.failovers.append(f"{how}: {master.port} -> {replica.port} in {time.monotonic() - started:.1f} s")
+
+
+    def migrate(self, slot: int, target: ClusterNode) -> int:
+        """Move ``slot`` (its keys, then its ownership) from its master to the master ``target``, as
+        ``redis-cli --cluster reshard`` does: ``SETSLOT IMPORTING``/``MIGRATING``, ``MIGRATE`` in batches of
+        100 keys, ``SETSLOT NODE`` on every master. Returns the number of keys moved."""
+        source = self.master_of(slot)
+        started, moved = time.monotonic(), 0
+        with client(source.port) as src, client(target.port) as dst:
+            source_id, target_id = src.execute_command("CLUSTER", "MYID"), dst.execute_command("CLUSTER", "MYID")
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                src.execute_command("MIGRATE", HOST, target.port, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+            for port in [target.port, source.port, *self._master_ports() - {target.port, source.port}]:
+                with client(port) as master:
+                    master.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        until(lambda: self.master_of(slot) is target and self.settled(), "the migrated slot's new master", 30)
+        self.failovers.append(f"migrate slot {slot} ({moved} keys): {source.port} -> {target.port} in "
+                              f"{time.monotonic() - started:.1f} s")
+        return moved
+
+    def error_replies(self, code: str) -> int:
+        """How many ``code`` error replies (``ASK``, ``MOVED``...) the running nodes sent (``INFO errorstats``)."""
+        total = 0
+        for node in self._alive():
+            with client(node.port) as admin:
+                total += int(admin.info("errorstats").get(f"errorstat_{code}", {}).get("count", 0))
+        return total
+
+    def _master_ports(self) -> set[int]:
+        with client(self._alive()[0].port) as admin:
+            return set(_masters(admin.execute_command("CLUSTER", "SLOTS")).values())
 
 
 def _masters(slots: Any) -> dict[int, int]:
