@@ -11,6 +11,7 @@ import pytest
 
 import tests.test_redis_conformance as single
 from jobboard import open_board
+from jobboard.testing.stateful import run_model_test
 from jobboard_redis.cluster import key_slot
 from jobboard_redis.options import parse_redis_url
 from tests.support.rediscluster import ENV_VAR, RedisCluster
@@ -62,3 +63,10 @@ async def test_a_board_follows_its_slot_from_any_seed(cluster_seeds: str) -> Non
         assert await first.owner(job) == "w"
         await last.consume(claim, "ok")
         assert (await first.wait_for_completion(job)).result == "ok"
+
+
+@pytest.mark.timeout(240)
+def test_a_cluster_board_follows_the_model(cluster_seeds: str) -> None:
+    """The model-based test of the contract (``tests/test_model_based.py``'s redis:// run) on the cluster."""
+    run_model_test(lambda: f"redis://{cluster_seeds}/0/model-{uuid.uuid4().hex}?cluster=1&session_timeout=4",
+                   examples=30)
