@@ -1,7 +1,8 @@
 """Keeping jobs outside the claim cycle on ZooKeeper: progress, purge and requeue (:class:`Keeper`).
 
 * progress = get(lock), then check(job, generation) + set_data(lock, owner + nonce + progress,
-  version read): two round trips; the claim's own ephemeral node carries it, so it goes with the claim;
+  version read; :func:`~jobboard_zookeeper.layout.lock_with_progress`): two round trips; the claim's own
+  ephemeral node carries it, so it goes with the claim;
 * purge    = delete(trash/<id>, version) [+ delete(keys/<key>)], in batches;
 * requeue  = create(jobs/<id>, posting) + delete(trash/<id>, version) + the key back to
   "on the board": one multi. The job keeps its id, so its place in the board order.
@@ -14,19 +15,11 @@ from __future__ import annotations
 
 import time
 
-from jobboard.board.codec import (
-    MalformedEntry,
-    Posting,
-    decode_posting,
-    decode_value,
-    encode_posting,
-    encode_value,
-    progress_record,
-)
+from jobboard.board.codec import MalformedEntry, Posting, decode_posting, encode_posting
 from jobboard.errors import BackendUnavailable, BoardConflict, ClaimLost, InvalidJob, JobNotFound, NotOwner
 from jobboard.job import Claim, Job, Progress
 from jobboard_zookeeper.keys import KeyRecord
-from jobboard_zookeeper.layout import Paths, TrashRecord, is_job_id, sequence_of
+from jobboard_zookeeper.layout import Paths, TrashRecord, is_job_id, lock_with_progress, sequence_of
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData
 from jobboard_zookeeper.reading import Session
 from jobboard_zookeeper.retention import DELETE_BATCH, key_deletes
@@ -47,17 +40,17 @@ class Keeper:
     async def report_progress(self, claim: Claim, progress: Progress) -> None:
         job_id = claim.job.id
         found = await self.zk.get(self._paths.lock(job_id))
-        record = decode_value(found[0]) if found is not None else None
-        if found is None or not isinstance(record, dict):
+        updated = lock_with_progress(found[0], progress) if found is not None else None
+        if found is None or updated is None:
             raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
-        if record.get("owner") != claim.owner:  # another owner's claim, or this one's gone: which?
+        owner, data = updated
+        if owner != claim.owner:  # another owner's claim, or this one's gone: which?
             stat = await self.zk.exists(self._paths.job(job_id))
             if stat is not None and stat.version == claim.generation:
-                raise NotOwner(f"job {job_id} is owned by {record.get('owner')}, not {claim.owner}")
+                raise NotOwner(f"job {job_id} is owned by {owner}, not {claim.owner}")
             raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")
-        record["progress"] = progress_record(progress)
         ops: list[Op] = [Check(self._paths.job(job_id), claim.generation),
-                         SetData(self._paths.lock(job_id), encode_value(record, what="lock"), found[1].version)]
+                         SetData(self._paths.lock(job_id), data, found[1].version)]
         result = await self.zk.multi(ops)  # a lost reply: BackendUnavailable (the next report repeats it)
         if not result.ok:
             raise ClaimLost(f"claim of job {job_id} (generation {claim.generation}) is no longer current")

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from jobboard.board.codec import MalformedEntry, decode_value, encode_value, progress_from
+from jobboard.board.codec import MalformedEntry, decode_value, encode_value, progress_from, progress_record
 from jobboard.job import Priority, Progress
 
 DIRECTORIES = ("counters", "jobs", "waiting", "locks", "trash", "results", "entities", "marks", "keys")
@@ -83,20 +83,24 @@ class Paths:
     def counter(self, epoch: int) -> str:
         return f"{self.root}/counters/c-{epoch:04d}"
 
+    def node(self, name: str, job_id: str) -> str:
+        """A job's node in directory ``name``: the one thing a partitioned layout changes (:mod:`.partitions`)."""
+        return f"{self.root}/{name}/{job_id}"
+
     def job(self, job_id: str) -> str:
-        return f"{self.root}/jobs/{job_id}"
+        return self.node("jobs", job_id)
 
     def waiting(self, job_id: str) -> str:
-        return f"{self.root}/waiting/{job_id}"
+        return self.node("waiting", job_id)
 
     def lock(self, job_id: str) -> str:
-        return f"{self.root}/locks/{job_id}"
+        return self.node("locks", job_id)
 
     def trash(self, job_id: str) -> str:
-        return f"{self.root}/trash/{job_id}"
+        return self.node("trash", job_id)
 
     def result(self, job_id: str) -> str:
-        return f"{self.root}/results/{job_id}"
+        return self.node("results", job_id)
 
     def entity(self, name: str) -> str:
         return f"{self.root}/entities/{name}"
@@ -124,6 +128,16 @@ class LockRecord:
     def decode(cls, data: bytes) -> LockRecord:
         record = decode_record(data, "lock record")
         return cls(str(record.get("owner")), str(record.get("nonce")), float(record.get("at", 0.0)))
+
+
+def lock_with_progress(data: bytes, progress: Progress) -> tuple[object, bytes] | None:
+    """The lock node ``data`` with ``progress`` kept beside its :class:`LockRecord`, and the lock's owner as
+    stored; ``None`` if ``data`` is not a map. :raises MalformedEntry: ``data`` is not msgpack."""
+    record = decode_value(data)
+    if not isinstance(record, dict):
+        return None
+    record["progress"] = progress_record(progress)
+    return record.get("owner"), encode_value(record, what="lock")
 
 
 def lock_progress(data: bytes) -> Progress | None:

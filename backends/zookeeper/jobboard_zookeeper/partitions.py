@@ -49,14 +49,10 @@ class PartitionedPaths(Paths):
     def part_dir(self, name: str, partition: int) -> str:
         return f"{self.root}/{name}/p{partition}"
 
-    def job(self, job_id: str) -> str:
-        return f"{self.part_dir('jobs', self.partition_of(job_id))}/{job_id}"
-
-    def waiting(self, job_id: str) -> str:
-        return f"{self.part_dir('waiting', self.partition_of(job_id))}/{job_id}"
-
-    def lock(self, job_id: str) -> str:
-        return f"{self.part_dir('locks', self.partition_of(job_id))}/{job_id}"
+    def node(self, name: str, job_id: str) -> str:
+        if name not in PARTITIONED:
+            return f"{self.root}/{name}/{job_id}"
+        return f"{self.part_dir(name, self.partition_of(job_id))}/{job_id}"
 
     def listed_dirs(self, name: str) -> list[str]:
         if name not in PARTITIONED:
