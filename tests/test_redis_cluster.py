@@ -4,6 +4,7 @@ unchanged, on a board whose keys live in one hash slot, and the client's routing
 from __future__ import annotations
 
 import os
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -11,10 +12,11 @@ import pytest
 
 import tests.test_redis_conformance as single
 from jobboard import open_board
+from jobboard.errors import BackendUnavailable
 from jobboard.testing.stateful import run_model_test
 from jobboard_redis.cluster import key_slot
 from jobboard_redis.options import parse_redis_url
-from tests.support.rediscluster import ENV_VAR, RedisCluster
+from tests.support.rediscluster import ENV_VAR, RedisCluster, free_ports
 
 
 @pytest.fixture(scope="session")
@@ -70,3 +72,18 @@ def test_a_cluster_board_follows_the_model(cluster_seeds: str) -> None:
     """The model-based test of the contract (``tests/test_model_based.py``'s redis:// run) on the cluster."""
     run_model_test(lambda: f"redis://{cluster_seeds}/0/model-{uuid.uuid4().hex}?cluster=1&session_timeout=4",
                    examples=30)
+
+
+@pytest.mark.timeout(30)
+async def test_a_dead_seed_is_skipped_and_all_dead_is_nothing_listening(cluster_seeds: str) -> None:
+    """A seed that refuses connections is passed over for the next; when every seed refuses, ``open`` raises
+    ``BackendUnavailable`` within about a second, naming the cluster ("nothing listening")."""
+    dead = [f"127.0.0.1:{port}" for port in free_ports(2)]
+    async with open_board(f"redis://{dead[0]},{cluster_seeds}/0/dead-{uuid.uuid4().hex}?cluster=1") as board:
+        await board.post("j")
+        assert await board.job_count() == 1
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable, match="Redis Cluster"):
+        async with open_board(f"redis://{','.join(dead)}/0/dead?cluster=1"):
+            pass
+    assert time.monotonic() - started < 5.0
