@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 
 from jobboard import open_board
+from tests.support.localserver import free_port
 from tests.test_cli import Capture, assert_one_line_error, post, run, table
 
 
@@ -166,16 +168,23 @@ def test_bad_details_file_is_one_line_and_posts_nothing(
         ["id", "name", "priority", "state", "owner", "attempts", "last_error"]]
 
 
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def jobboard(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "jobboard", *argv], capture_output=True, text=True,
                           timeout=60, check=False)
+
+
+@contextmanager
+def started(*argv: str) -> Iterator[subprocess.Popen[str]]:
+    """``python -m jobboard ARGV`` running in the background (its output piped, as text); killed if it is
+    still running when the ``with`` ends."""
+    child = subprocess.Popen([sys.executable, "-m", "jobboard", *argv],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        yield child
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
 
 
 def test_check_exit_statuses_are_distinct_and_in_the_help() -> None:

@@ -22,7 +22,7 @@ from jobboard.cli.app import build_parser
 from tests.support.boards import fresh_board_url
 from tests.support.zkserver import ZooKeeperServer
 from tests.test_cli import Capture, run
-from tests.test_cli_edges import free_port, strict_json
+from tests.test_cli_edges import free_port, started, strict_json
 from tests.test_cli_results import cli
 
 pytestmark = pytest.mark.timeout(90)
@@ -269,19 +269,12 @@ def test_a_command_started_while_zookeeper_is_down_succeeds_when_it_comes_back()
     """Rough edge: a command started during an outage failed even if the server returned within its
     connect timeout. It names the cause at once, keeps retrying, and succeeds."""
     port = free_port()
-    child = subprocess.Popen([sys.executable, "-m", "jobboard", "stats", "--json", "--board",
-                              f"zookeeper://127.0.0.1:{port}/cli-ops?connect_timeout=60"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with started("stats", "--json", "--board", f"zookeeper://127.0.0.1:{port}/cli-ops?connect_timeout=60") as child:
         assert child.stderr is not None
         warning = child.stderr.readline()  # said at once, while it keeps trying
         assert warning.startswith(f"jobboard: WARNING: cannot connect to ZooKeeper at 127.0.0.1:{port}: "
                                   "connection refused"), warning
         with ZooKeeperServer(port=port):
             out, err = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert child.returncode == 0, err
     assert strict_json(out)["total"] == 0  # type: ignore[index]

@@ -20,7 +20,7 @@ from jobboard_redis.client_wire import refused
 from jobboard_zookeeper.zk_protocol import REFUSED, connect_failure
 from tests.support.redisserver import RedisSentinel, RedisServer
 from tests.support.tcpproxy import TcpProxy
-from tests.test_cli_edges import free_port
+from tests.test_cli_edges import free_port, started
 
 REFUSED_WITHIN = 1.5
 """Seconds a refused open may add to the command's start-up (0.5 s of refusals, then one line; it was 10 s)."""
@@ -113,18 +113,11 @@ def test_redis_with_a_connect_timeout_waits_for_a_server_that_starts() -> None:
     """An explicit ?connect_timeout= waits for a server that refuses until it listens (as zookeeper:// does,
     tests/test_cli_ops.py)."""
     port = free_port()
-    child = subprocess.Popen([sys.executable, "-m", "jobboard", "list", "--board",
-                              f"redis://127.0.0.1:{port}/0/starting?connect_timeout=30"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
+    with started("list", "--board", f"redis://127.0.0.1:{port}/0/starting?connect_timeout=30") as child:
         time.sleep(2.0)  # four times the refusals that end an open without connect_timeout
         assert child.poll() is None, child.communicate()
         with RedisServer(port=port):
             _, err = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
     assert child.returncode == 0, err
     assert err == "", err
 
