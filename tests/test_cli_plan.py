@@ -7,15 +7,17 @@ import re
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
 
-from jobboard import open_board
+from jobboard import JobBoard, open_board
 from jobboard.plans.dag import Plan
-from jobboard.plans.posting import post_plan
-from jobboard.worker.conductor import Worker
+from jobboard.plans.posting import PlanHandle, post_plan
 from jobboard.worker.handlers import Handlers
+from tests.support.workers import running
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -39,20 +41,24 @@ def small_plan() -> tuple[Plan, Handlers]:
     return plan, handlers
 
 
-async def test_plan_wait_status_and_show(zk_hosts: str) -> None:
+@asynccontextmanager
+async def small_plan_posted(zk_hosts: str) -> AsyncIterator[tuple[str, JobBoard, PlanHandle, Handlers]]:
+    """:func:`small_plan` posted on a fresh zookeeper:// board, open for the body (60 s at most): the board's
+    URL, the board, the plan's handle and the plan's handlers."""
     url = f"zookeeper://{zk_hosts}/cli-plan/{uuid.uuid4().hex}"
     plan, handlers = small_plan()
     with anyio.fail_after(60):
         async with open_board(url) as board:
-            handle = await post_plan(board, plan)
-            waiter = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "jobboard", "plan", "wait", handle.plan_id, "--board", url,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-            worker = Worker(board, handlers)
-            async with anyio.create_task_group() as group:
-                group.start_soon(worker.run)
-                out, err = await waiter.communicate()
-                worker.stop()
+            yield url, board, await post_plan(board, plan), handlers
+
+
+async def test_plan_wait_status_and_show(zk_hosts: str) -> None:
+    async with small_plan_posted(zk_hosts) as (url, board, handle, handlers):
+        waiter = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "jobboard", "plan", "wait", handle.plan_id, "--board", url,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        async with running(board, handlers):
+            out, err = await waiter.communicate()
     assert waiter.returncode == 0, err
     assert out.decode().strip() == f"plan sums ({handle.plan_id}): complete"
     assert "5/5 done, 0 running, 0 failed" in err.decode()
@@ -67,16 +73,12 @@ async def test_plan_wait_status_and_show(zk_hosts: str) -> None:
 
 
 async def test_plan_cancel_and_unknown_plan(zk_hosts: str) -> None:
-    url = f"zookeeper://{zk_hosts}/cli-plan/{uuid.uuid4().hex}"
-    plan, _ = small_plan()
-    with anyio.fail_after(60):
-        async with open_board(url) as board:
-            handle = await post_plan(board, plan)
-            cancel = await anyio.to_thread.run_sync(jobboard, "plan", "cancel", handle.plan_id, "--board", url)
-            assert cancel.returncode == 0 and "cancelled" in cancel.stdout
-            status = await anyio.to_thread.run_sync(jobboard, "plan", "status", handle.plan_id, "--board", url)
-            assert status.returncode == 1 and ": cancelled, 0/5 complete" in status.stdout
-            assert await board.claim_next("w") is None
+    async with small_plan_posted(zk_hosts) as (url, board, handle, _):
+        cancel = await anyio.to_thread.run_sync(jobboard, "plan", "cancel", handle.plan_id, "--board", url)
+        assert cancel.returncode == 0 and "cancelled" in cancel.stdout
+        status = await anyio.to_thread.run_sync(jobboard, "plan", "status", handle.plan_id, "--board", url)
+        assert status.returncode == 1 and ": cancelled, 0/5 complete" in status.stdout
+        assert await board.claim_next("w") is None
     unknown = await anyio.to_thread.run_sync(jobboard, "plan", "status", "0-0000000999999", "--board", url)
     assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1 and "no plan" in unknown.stderr
     cleanup = await anyio.to_thread.run_sync(jobboard, "plan", "cleanup", "--board", url)
