@@ -44,6 +44,14 @@ def final(states: dict[str, str], *, left: Events | None = None, trashed: dict[s
     return {"states": states, "left": left or [], "trashed": trashed or {}, "results": results or {}}
 
 
+def claimed_by_w1() -> Log:
+    """A log in which job a (tag-a) was posted, then claimed by w1 (its first attempt)."""
+    log = Log()
+    log.post("tag-a", "a")
+    log.claim("w1", "a", 1)
+    return log
+
+
 def clean_log() -> tuple[Log, dict[str, Any]]:
     """Three jobs: a consumed, b abandoned then consumed, c (depends on a) consumed, d trashed."""
     log = Log()
@@ -130,9 +138,7 @@ def test_a_job_posted_twice_under_one_id_is_found() -> None:
 
 
 def test_a_stale_consume_after_a_later_claim_is_found() -> None:
-    log = Log()
-    log.post("tag-a", "a")
-    log.claim("w1", "a", 1)
+    log = claimed_by_w1()
     log.claim("w2", "a", 2)  # w1's session expired
     log.settle("w2", "consume", "a", 2, result=2)
     log.settle("w1", "consume", "a", 1, result=1)
@@ -141,9 +147,7 @@ def test_a_stale_consume_after_a_later_claim_is_found() -> None:
 
 
 def test_a_stale_trash_is_found() -> None:
-    log = Log()
-    log.post("tag-a", "a")
-    log.claim("w1", "a", 1)
+    log = claimed_by_w1()
     log.settle("w1", "trash", "a", 1, reason="gave up")
     log.claim("w2", "a", 2)
     log.settle("w2", "consume", "a", 2, result=2)
@@ -152,9 +156,7 @@ def test_a_stale_trash_is_found() -> None:
 
 
 def test_a_stale_abandon_is_found_by_its_delay() -> None:
-    log = Log()
-    log.post("tag-a", "a")
-    log.claim("w1", "a", 1)
+    log = claimed_by_w1()
     log.settle("w1", "abandon", "a", 1, retry_after=30)  # w1 frozen: its lock already expired
     log.claim("w2", "a", 2)  # 1 s later, though the delay was 30 s
     log.settle("w2", "consume", "a", 2, result=2)
@@ -162,9 +164,7 @@ def test_a_stale_abandon_is_found_by_its_delay() -> None:
 
 
 def test_a_stale_abandon_without_delay_is_found_when_the_claim_came_first() -> None:
-    log = Log()
-    log.post("tag-a", "a")
-    log.claim("w1", "a", 1)
+    log = claimed_by_w1()
     log.claim("w2", "a", 2)
     log.settle("w1", "abandon", "a", 1)
     log.settle("w2", "consume", "a", 2, result=2)
@@ -190,9 +190,7 @@ def test_a_dependent_without_its_dependency_result_is_found(problem: str) -> Non
 
 
 def test_a_job_consumed_by_nobody_who_may_have_is_found() -> None:
-    log = Log()
-    log.post("tag-a", "a")
-    log.claim("w1", "a", 1)
+    log = claimed_by_w1()
     log.settle("w1", "consume", "a", 1, outcome="ClaimLost", result=1)
     assert kinds(log, final({"a": "complete"})) == {"unexplained-complete": 1}
 
