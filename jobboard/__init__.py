@@ -12,9 +12,16 @@ TYPE_CHECKING = False  # typing itself costs 20 ms to import; mypy takes this na
 if TYPE_CHECKING:
     from typing import Any
 
-    from jobboard.board.contract import JobBoard, JobRef, NewJob
-    from jobboard.board.events import Event, EventKind, EventStream
-    from jobboard.board.registry import installed_schemes, open_board
+    from jobboard.board import (
+        Event,
+        EventKind,
+        EventStream,
+        JobBoard,
+        JobRef,
+        NewJob,
+        installed_schemes,
+        open_board,
+    )
     from jobboard.errors import (
         AlreadyClaimed,
         BackendNotFound,
@@ -42,88 +49,64 @@ if TYPE_CHECKING:
         Priority,
         TrashedJob,
     )
-    from jobboard.observe.live import LiveBoard
-    from jobboard.observe.stats import BoardStats, WorkerView, read_stats
-    from jobboard.plans.dag import InvalidPlan, Plan, Task, TaskRef, to_dot, to_mermaid
-    from jobboard.plans.posting import (
+    from jobboard.observe import BoardStats, LiveBoard, WorkerView, read_stats
+    from jobboard.plans import (
+        InvalidPlan,
+        Plan,
         PlanHandle,
         PlanOutcome,
         PlanProgress,
         PlanStatus,
+        Task,
+        TaskRef,
         cleanup_interrupted_plans,
         post_plan,
+        to_dot,
+        to_mermaid,
     )
-    from jobboard.worker.conductor import Worker
-    from jobboard.worker.config import WorkerConfig, default_owner
-    from jobboard.worker.early_signals import catch_early_signals
-    from jobboard.worker.handlers import Handler, Handlers, Hook, JobContext, Middleware
-    from jobboard.worker.retry import Fail, Retry, RetryPolicy
-    from jobboard.worker.running import WorkerStats
+    from jobboard.worker import (
+        Fail,
+        Handler,
+        Handlers,
+        Hook,
+        JobContext,
+        Middleware,
+        Retry,
+        RetryPolicy,
+        Worker,
+        WorkerConfig,
+        WorkerStats,
+        catch_early_signals,
+        default_owner,
+    )
 
 _WHERE = {
-    "AlreadyClaimed": "jobboard.errors",
-    "BackendNotFound": "jobboard.errors",
-    "BackendUnavailable": "jobboard.errors",
-    "BoardClosed": "jobboard.errors",
-    "BoardConflict": "jobboard.errors",
-    "BoardStats": "jobboard.observe.stats",
-    "catch_early_signals": "jobboard.worker.early_signals",
-    "Claim": "jobboard.job",
-    "ClaimLost": "jobboard.errors",
-    "cleanup_interrupted_plans": "jobboard.plans.posting",
-    "default_owner": "jobboard.worker.config",
-    "Entity": "jobboard.job",
-    "Event": "jobboard.board.events",
-    "EventKind": "jobboard.board.events",
-    "EventStream": "jobboard.board.events",
-    "Fail": "jobboard.worker.retry",
-    "Handler": "jobboard.worker.handlers",
-    "Handlers": "jobboard.worker.handlers",
-    "Hook": "jobboard.worker.handlers",
-    "installed_schemes": "jobboard.board.registry",
-    "DependencyMissing": "jobboard.errors",
-    "InvalidJob": "jobboard.errors",
-    "InvalidPlan": "jobboard.plans.dag",
-    "InvalidURL": "jobboard.errors",
-    "Job": "jobboard.job",
-    "JobBoard": "jobboard.board.contract",
-    "JobBoardError": "jobboard.errors",
-    "JobContext": "jobboard.worker.handlers",
-    "JobNotFound": "jobboard.errors",
-    "JobRef": "jobboard.board.contract",
-    "JobState": "jobboard.job",
-    "LastError": "jobboard.job",
-    "ListedJob": "jobboard.job",
-    "LiveBoard": "jobboard.observe.live",
-    "Middleware": "jobboard.worker.handlers",
-    "NewJob": "jobboard.board.contract",
-    "NotClaimable": "jobboard.errors",
-    "NotOwner": "jobboard.errors",
-    "open_board": "jobboard.board.registry",
-    "Outcome": "jobboard.job",
-    "Plan": "jobboard.plans.dag",
-    "PlanHandle": "jobboard.plans.posting",
-    "PlanOutcome": "jobboard.plans.posting",
-    "PlanProgress": "jobboard.plans.posting",
-    "PlanStatus": "jobboard.plans.posting",
-    "post_plan": "jobboard.plans.posting",
-    "Priority": "jobboard.job",
-    "read_stats": "jobboard.observe.stats",
-    "Retry": "jobboard.worker.retry",
-    "RetryPolicy": "jobboard.worker.retry",
-    "Task": "jobboard.plans.dag",
-    "TaskRef": "jobboard.plans.dag",
-    "to_dot": "jobboard.plans.dag",
-    "to_mermaid": "jobboard.plans.dag",
-    "TrashedJob": "jobboard.job",
-    "UnknownOutcome": "jobboard.errors",
-    "Worker": "jobboard.worker.conductor",
-    "WorkerConfig": "jobboard.worker.config",
-    "WorkerStats": "jobboard.worker.running",
-    "WorkerView": "jobboard.observe.stats",
+    **dict.fromkeys((
+        "Event", "EventKind", "EventStream", "JobBoard", "JobRef", "NewJob", "installed_schemes", "open_board",
+    ), "jobboard.board"),
+    **dict.fromkeys((
+        "AlreadyClaimed", "BackendNotFound", "BackendUnavailable", "BoardClosed", "BoardConflict", "ClaimLost",
+        "DependencyMissing", "InvalidJob", "InvalidURL", "JobBoardError", "JobNotFound", "NotClaimable",
+        "NotOwner", "UnknownOutcome",
+    ), "jobboard.errors"),
+    **dict.fromkeys((
+        "Claim", "Entity", "Job", "JobState", "LastError", "ListedJob", "Outcome", "Priority", "TrashedJob",
+    ), "jobboard.job"),
+    **dict.fromkeys((
+        "BoardStats", "LiveBoard", "WorkerView", "read_stats",
+    ), "jobboard.observe"),
+    **dict.fromkeys((
+        "InvalidPlan", "Plan", "PlanHandle", "PlanOutcome", "PlanProgress", "PlanStatus", "Task", "TaskRef",
+        "cleanup_interrupted_plans", "post_plan", "to_dot", "to_mermaid",
+    ), "jobboard.plans"),
+    **dict.fromkeys((
+        "Fail", "Handler", "Handlers", "Hook", "JobContext", "Middleware", "Retry", "RetryPolicy", "Worker",
+        "WorkerConfig", "WorkerStats", "catch_early_signals", "default_owner",
+    ), "jobboard.worker"),
 }
-"""Where each public name lives: imported on first use, so that ``import jobboard`` is cheap
-(a worker process installs its signal handlers before the heavy imports)."""
+"""Where each public name comes from: the module that defines it, or the subpackage that exports it (each
+subpackage says which of its modules). Imported on first use, so that ``import jobboard`` is cheap (a worker
+process installs its signal handlers before the heavy imports)."""
 
 
 def __getattr__(name: str) -> Any:

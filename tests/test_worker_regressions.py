@@ -15,11 +15,12 @@ import anyio
 import pytest
 
 from jobboard import EventKind, JobBoard, JobState, open_board
+from jobboard.backend import SettleAction as Action
 from jobboard.board.events import EventStream
 from jobboard.job import Claim
 from jobboard.worker.conductor import Worker, WorkerConfig, WorkerStats
 from jobboard.worker.handlers import JobContext, RetryPolicy
-from jobboard.worker.retry import Action, Backoff, decide
+from jobboard.worker.retry import Backoff, decide
 from jobboard.wrappers.faulty import FaultyBoard
 from tests.support.boards import BACKENDS, fresh_board_url
 

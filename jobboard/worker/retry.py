@@ -3,12 +3,12 @@ retry policy, the exceptions a handler raises to steer it, and :func:`decide` (a
 
 from __future__ import annotations
 
-import enum
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobboard.backend import SettleAction
 from jobboard.job import Claim, LastError
 
 DEFAULT_MAX_ATTEMPTS = 5
@@ -111,17 +111,12 @@ class RetryPolicy:
 DEFAULT_POLICY = RetryPolicy()
 
 
-class Action(enum.Enum):
-    CONSUME = "consume"
-    ABANDON = "abandon"
-    TRASH = "trash"
-
-
 @dataclass(frozen=True, slots=True)
 class Settlement:
-    """What to do with a claim once its handler is done."""
+    """What to do with a claim once its handler is done (the board's :class:`~jobboard.backend.Settle`, before
+    the board checks and encodes it)."""
 
-    action: Action
+    action: SettleAction
     result: Any = None
     retry_after: float | None = None
     reason: str = ""
@@ -131,7 +126,7 @@ class Settlement:
     @property
     def outcome(self) -> str:
         """The word logged for this settlement: ``consumed``, ``retried`` or ``failed``."""
-        return {Action.CONSUME: "consumed", Action.ABANDON: "retried", Action.TRASH: "failed"}[self.action]
+        return {SettleAction.CONSUME: "consumed", SettleAction.ABANDON: "retried", SettleAction.TRASH: "failed"}[self.action]
 
 
 def decide(
@@ -149,18 +144,18 @@ def decide(
       in the settlement's ``error`` (the job's ``last_error``).
     """
     if error is None:
-        return Settlement(Action.CONSUME, result=result)
+        return Settlement(SettleAction.CONSUME, result=result)
     last = LastError.from_exception(error, claim.attempt, now if now is not None else time.time())
     if isinstance(error, Retry):
-        return Settlement(Action.ABANDON, retry_after=error.delay, reason=str(error), error=last)
+        return Settlement(SettleAction.ABANDON, retry_after=error.delay, reason=str(error), error=last)
     if isinstance(error, Fail):
-        return Settlement(Action.TRASH, reason=f"failed: {error.reason}", error=last)
+        return Settlement(SettleAction.TRASH, reason=f"failed: {error.reason}", error=last)
     reason = last.summary_line()
     if not policy.retries(error):
-        return Settlement(Action.TRASH, reason=f"failed on attempt {claim.attempt}, not retried: {reason}",
+        return Settlement(SettleAction.TRASH, reason=f"failed on attempt {claim.attempt}, not retried: {reason}",
                           error=last)
     limit = policy.limit(claim.job.max_attempts)
     if limit is not None and claim.attempt >= limit:
-        return Settlement(Action.TRASH, reason=f"failed on attempt {claim.attempt} of {limit}: {reason}",
+        return Settlement(SettleAction.TRASH, reason=f"failed on attempt {claim.attempt} of {limit}: {reason}",
                           error=last)
-    return Settlement(Action.ABANDON, retry_after=policy.delay(claim.attempt) or None, reason=reason, error=last)
+    return Settlement(SettleAction.ABANDON, retry_after=policy.delay(claim.attempt) or None, reason=reason, error=last)

@@ -25,6 +25,7 @@ import anyio.from_thread
 import anyio.lowlevel
 from anyio.abc import TaskGroup
 
+from jobboard.backend import SettleAction
 from jobboard.board.checks import TIMEOUT_KEY
 from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, ClaimLost, InvalidJob, JobBoardError, NotOwner
@@ -32,7 +33,7 @@ from jobboard.job import Claim
 from jobboard.worker.config import WorkerConfig
 from jobboard.worker.handlers import Handler, Handlers, JobContext, Middleware
 from jobboard.worker.progress import ProgressReporter
-from jobboard.worker.retry import Action, Backoff, RetryPolicy, Settlement, decide
+from jobboard.worker.retry import Backoff, RetryPolicy, Settlement, decide
 
 logger = logging.getLogger("jobboard.worker")
 
@@ -156,7 +157,7 @@ class JobRunner:
         try:
             decided = await self._execute(job)
         except anyio.get_cancelled_exc_class():  # the worker itself was cancelled from outside
-            await self.settle(job, Settlement(Action.ABANDON, reason="worker cancelled"), "abandoned_on_shutdown")
+            await self.settle(job, Settlement(SettleAction.ABANDON, reason="worker cancelled"), "abandoned_on_shutdown")
             raise
         if decided is not None:
             await self.settle(job, *decided)
@@ -185,7 +186,7 @@ class JobRunner:
                      reason=job.lost if not cancelled else "cancelled from outside (board.cancel)")
             return None
         if settlement is None:  # cancelled: the worker is stopping
-            return Settlement(Action.ABANDON, reason=job.cancelled_because), "abandoned_on_shutdown"
+            return Settlement(SettleAction.ABANDON, reason=job.cancelled_because), "abandoned_on_shutdown"
         return settlement, settlement.outcome
 
     def _progress(self, job: RunningJob, guards: TaskGroup) -> Callable[[float, str], None]:
@@ -217,7 +218,7 @@ class JobRunner:
     @staticmethod
     def _spent(claim: Claim, limit: int) -> Settlement:
         """A claim past the attempts its policy allows: trashed unrun, keeping its last error."""
-        return Settlement(Action.TRASH, error=claim.job.last_error,
+        return Settlement(SettleAction.TRASH, error=claim.job.last_error,
                           reason=f"attempt {claim.attempt} of {limit} not run: its attempts were spent "
                                  "(requeue it with reset_attempts to run it again)")
 
@@ -277,7 +278,7 @@ class JobRunner:
             if self.config.lease_renewal == "auto" and job.lease_left() > 0:
                 job.heartbeat()  # on time: the event loop is alive
         job.lose(f"lease of {job.lease}s ran out")
-        await self._apply_with_retries(job.claim, Settlement(Action.ABANDON, reason="lease ran out"))
+        await self._apply_with_retries(job.claim, Settlement(SettleAction.ABANDON, reason="lease ran out"))
 
     # -- settling ----------------------------------------------------------------
 
@@ -340,25 +341,25 @@ class JobRunner:
         into an abandon that waits the longest back-off (an untrashable job is not spun).
         """
         owner, job_id = self.config.owner, claim.job.id
-        if settlement.error is not None and settlement.action is not Action.CONSUME:
+        if settlement.error is not None and settlement.action is not SettleAction.CONSUME:
             logger.warning("%s: settling job %s with its error record failed (%s); settling without it",
                            owner, job_id, error)
             return replace(settlement, error=None)
-        if settlement.action is Action.ABANDON:
+        if settlement.action is SettleAction.ABANDON:
             logger.error("%s: could not abandon job %s: %s", owner, job_id, error)
             return None
-        if settlement.action is Action.CONSUME:  # at most one re-decision
+        if settlement.action is SettleAction.CONSUME:  # at most one re-decision
             return decide(claim, error=error, policy=self.config.retry)
-        return Settlement(Action.ABANDON, reason=str(error), retry_after=self.config.retry.max_delay)
+        return Settlement(SettleAction.ABANDON, reason=str(error), retry_after=self.config.retry.max_delay)
 
     def _grace_over(self) -> bool:
         since = self._stopping_since()
         return since is not None and anyio.current_time() - since > self.config.grace_period
 
     async def _apply(self, claim: Claim, settlement: Settlement) -> None:
-        if settlement.action is Action.CONSUME:
+        if settlement.action is SettleAction.CONSUME:
             await self.board.consume(claim, settlement.result)
-        elif settlement.action is Action.ABANDON:
+        elif settlement.action is SettleAction.ABANDON:
             await self.board.abandon(claim, retry_after=settlement.retry_after, error=settlement.error)
         else:
             await self.board.trash(claim, settlement.reason, error=settlement.error)
@@ -378,7 +379,7 @@ class JobRunner:
         if settlement is not None and settlement.error is not None:
             extra["error"] = settlement.error.summary_line()
             detail = f"{settlement.error.type}: {' '.join(settlement.error.message.split())[:200]}"
-        if settlement is not None and settlement.action is Action.ABANDON and settlement.retry_after:
+        if settlement is not None and settlement.action is SettleAction.ABANDON and settlement.retry_after:
             extra["retry_in"] = round(settlement.retry_after, 3)
             detail += f"; next attempt in {settlement.retry_after:.1f}s"
         if reason:
