@@ -4,7 +4,6 @@ connections, lost replies, a restarted server. Real processes on 127.0.0.1 only.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -25,7 +24,7 @@ from jobboard import (
     open_board,
 )
 from jobboard_zookeeper import ZooKeeperBackend, ZooKeeperBoard
-from tests.support.boards import released_after_kill
+from tests.support.boards import killed_owner_released
 from tests.support.tcpproxy import TcpProxy
 from tests.support.zkserver import ZooKeeperServer
 
@@ -105,17 +104,7 @@ asyncio.run(main())
 
 async def test_killed_owner_releases_its_claim_within_the_session_timeout(zk_hosts: str) -> None:
     session_timeout = 2.0
-    url = board_url(zk_hosts, session_timeout=session_timeout)
-    with anyio.fail_after(60):
-        async with open_board(url) as board:
-            job = await board.post("a", {"payload": 1})
-            child = await asyncio.create_subprocess_exec(
-                sys.executable, "-c", KILLED_OWNER, url, stdout=asyncio.subprocess.PIPE)
-            assert child.stdout is not None
-            line = await child.stdout.readline()
-            assert line.decode().split() == ["claimed", job.id]
-            assert await board.owner(job) == "doomed"
-            released = await released_after_kill(board, job, child)
+    released = await killed_owner_released(board_url(zk_hosts, session_timeout=session_timeout), KILLED_OWNER)
     print(f"claim of a SIGKILLed owner released after {released:.2f}s")
     assert released <= session_timeout + 2.0
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 
+import anyio
 import pytest
 
 from jobboard.board.contract import JobBoard
 from jobboard.board.events import EventKind, EventStream
+from jobboard.board.registry import open_board
 from jobboard.job import Job
 
 BACKENDS = ("memory", "zookeeper", "redis")
@@ -46,3 +49,18 @@ async def released_after_kill(board: JobBoard, job: Job, owner: asyncio.subproce
     assert claim.attempt == 2 and dict(claim.job.details) == dict(job.details)
     await board.consume(claim)
     return released
+
+
+async def killed_owner_released(url: str, owner_script: str) -> float:
+    """Post a job on ``url``; ``python -c owner_script url`` claims it as ``doomed`` and prints
+    ``claimed <id>``; then :func:`released_after_kill`'s seconds (60 s at most in all)."""
+    with anyio.fail_after(60):
+        async with open_board(url) as board:
+            job = await board.post("a", {"payload": 1})
+            pipe = asyncio.subprocess.PIPE
+            child = await asyncio.create_subprocess_exec(sys.executable, "-c", owner_script, url,
+                                                         stdin=pipe, stdout=pipe)
+            assert child.stdout is not None
+            assert (await child.stdout.readline()).decode().split() == ["claimed", job.id]
+            assert await board.owner(job) == "doomed"
+            return await released_after_kill(board, job, child)
