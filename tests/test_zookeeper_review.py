@@ -30,7 +30,7 @@ from jobboard_zookeeper.markers import Marker
 from jobboard_zookeeper.ops import Create, Delete, Op, OutcomeUnknown, TxnResult
 from tests.support.tcpproxy import TcpProxy
 from tests.test_zookeeper_faults import board_url
-from tests.test_zookeeper_truth import board_behind_proxy, lose_reply_then_pause, lose_reply_while
+from tests.test_zookeeper_truth import board_behind_proxy, lose_reply_while, unavailable_after_a_lost_reply
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -107,10 +107,7 @@ async def test_a_claim_whose_read_back_failed_does_not_wedge_the_job(zk_hosts: s
         async with board_behind_proxy(zk_hosts) as (proxy, board):
             job = await board.post("x")
 
-            lose_reply_then_pause(board, proxy)
-            with pytest.raises(BackendUnavailable):
-                await board.claim(job, "me")
-            proxy.resume()
+            await unavailable_after_a_lost_reply(board, proxy, lambda: board.claim(job, "me"))
             claim = None
             with anyio.move_on_after(6):  # the session (8 s) is alive throughout
                 while claim is None:

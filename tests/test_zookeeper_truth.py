@@ -166,11 +166,23 @@ def lose_reply_while_the_rival_settles(
 
 
 def lose_reply_then_pause(board: JobBoard, proxy: TcpProxy) -> list[int]:
-    """:func:`lose_reply_while` the proxy goes silent (paused: no bytes either way until the test resumes it)."""
+    """:func:`lose_reply_while` the proxy goes silent (paused: no bytes either way until the test resumes
+    it)."""
     async def black_hole() -> None:
         proxy.pause()
 
     return lose_reply_while(board, black_hole)
+
+
+async def unavailable_after_a_lost_reply(
+    board: JobBoard, proxy: TcpProxy, call: Callable[[], Awaitable[object]],
+) -> None:
+    """``call``'s multi is applied but its reply lost and the proxy paused: it raises BackendUnavailable;
+    then the proxy resumes."""
+    lose_reply_then_pause(board, proxy)
+    with pytest.raises(BackendUnavailable):
+        await call()
+    proxy.resume()
 
 
 @asynccontextmanager
@@ -189,7 +201,8 @@ async def test_a_post_consumed_before_its_lost_reply_is_resolved_is_not_posted_a
     url = board_url(zk_hosts, session_timeout=6)
     with anyio.fail_after(30):
         async with open_board(url) as poster, open_board(url) as rival:
-            lost = lose_reply_while_the_rival_settles(poster, rival, lambda claim: rival.consume(claim, "done"))
+            lost = lose_reply_while_the_rival_settles(
+                poster, rival, lambda claim: rival.consume(claim, "done"))
             job = await poster.post("once", {"k": 1}, keep_result=keep_result)
             assert lost == [1]
             assert await poster.job_count() == 0, "the post was written twice"
@@ -325,10 +338,7 @@ async def test_a_cancel_repeated_after_an_unresolved_lost_reply_learns_it_was_ap
         async with board_behind_proxy(zk_hosts) as (proxy, board):
             job = await board.post("doomed")
 
-            lose_reply_then_pause(board, proxy)
-            with pytest.raises(BackendUnavailable):
-                await board.cancel(job, "not wanted")
-            proxy.resume()
+            await unavailable_after_a_lost_reply(board, proxy, lambda: board.cancel(job, "not wanted"))
             await board.cancel(job, "not wanted")  # the first one was applied: no JobNotFound
             assert [t.reason async for t in board.trashed()] == ["not wanted"]
             other = await board.post("other")
