@@ -8,6 +8,8 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -153,9 +155,21 @@ async def test_500_jobs_four_processes_one_killed_five_times(zk_hosts: str, tmp_
     assert last.kills == KILLS and min(last.reruns) >= 1, (last.kills, last.reruns)  # each kill cut a job, run again
 
 
-async def test_session_expiry_cancels_the_handler_and_another_worker_finishes(zk_hosts: str) -> None:
+@asynccontextmanager
+async def proxied_and_direct(
+    zk_hosts: str, name: str, proxied: str, direct: str,
+) -> AsyncIterator[tuple[TcpProxy, JobBoard, JobBoard]]:
+    """A fresh proxy and two boards on a fresh root ``/<name>/<hex>``: one through the proxy (URL query
+    ``proxied``), one straight to ZooKeeper (``direct``); all closed on exit."""
     host, port = zk_hosts.rsplit(":", 1)
-    root = f"/expiry/{uuid.uuid4().hex}"
+    root = f"/{name}/{uuid.uuid4().hex}"
+    async with TcpProxy(host, int(port)) as proxy, \
+            open_board(f"zookeeper://{proxy.hosts}{root}{proxied}") as behind, \
+            open_board(f"zookeeper://{zk_hosts}{root}{direct}") as straight:
+        yield proxy, behind, straight
+
+
+async def test_session_expiry_cancels_the_handler_and_another_worker_finishes(zk_hosts: str) -> None:
     cancelled_at: list[float] = []
     running = anyio.Event()
 
@@ -170,9 +184,8 @@ async def test_session_expiry_cancels_the_handler_and_another_worker_finishes(zk
         return "never"
 
     with anyio.fail_after(60):
-        async with TcpProxy(host, int(port)) as proxy, \
-                open_board(f"zookeeper://{proxy.hosts}{root}?session_timeout=2") as doomed, \
-                open_board(f"zookeeper://{zk_hosts}{root}?session_timeout=2") as survivor:
+        async with proxied_and_direct(zk_hosts, "expiry", "?session_timeout=2", "?session_timeout=2") as (
+                proxy, doomed, survivor):
             events = doomed.events()
             job = await survivor.post("long", keep_result=True)
             first = Worker(doomed, long_job, WorkerConfig(owner="doomed"))
@@ -198,8 +211,6 @@ async def test_session_expiry_cancels_the_handler_and_another_worker_finishes(zk
 
 
 async def test_worker_rides_out_an_outage(zk_hosts: str) -> None:
-    host, port = zk_hosts.rsplit(":", 1)
-    root = f"/outage/{uuid.uuid4().hex}"
     done: list[str] = []
     first_done = anyio.Event()
 
@@ -209,9 +220,8 @@ async def test_worker_rides_out_an_outage(zk_hosts: str) -> None:
         first_done.set()
 
     with anyio.fail_after(60):
-        async with TcpProxy(host, int(port)) as proxy, \
-                open_board(f"zookeeper://{proxy.hosts}{root}?session_timeout=10&connect_timeout=0.5") as board, \
-                open_board(f"zookeeper://{zk_hosts}{root}") as producer:
+        async with proxied_and_direct(zk_hosts, "outage", "?session_timeout=10&connect_timeout=0.5", "") as (
+                proxy, board, producer):
             jobs = [await producer.post("slow", {"i": i}) for i in range(10)]
             async with running(board, slow, concurrency=2) as worker:
                 await first_done.wait()
