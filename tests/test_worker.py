@@ -13,7 +13,7 @@ from jobboard import JobState, open_board
 from jobboard.worker.conductor import Worker, WorkerConfig
 from jobboard.worker.handlers import Handlers, JobContext, Retry, RetryPolicy
 from tests.support.boards import BACKENDS, fresh_board_url
-from tests.support.workers import running
+from tests.support.workers import blocking_handler, running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -106,12 +106,7 @@ async def test_graceful_shutdown_finishes_then_abandons(board_url: str) -> None:
 
 
 async def test_stop_now_cancels_at_once(board_url: str) -> None:
-    started = anyio.Event()
-
-    async def forever(ctx: JobContext) -> None:
-        started.set()
-        await anyio.sleep(60)
-
+    started, forever = blocking_handler()
     with anyio.fail_after(20):
         async with open_board(board_url) as board:
             job = await board.post("forever")

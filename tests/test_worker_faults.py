@@ -21,7 +21,7 @@ from jobboard.worker.conductor import Worker, WorkerConfig
 from jobboard.worker.handlers import JobContext
 from tests.support.processes import spawn_ready
 from tests.support.tcpproxy import TcpProxy
-from tests.support.workers import running
+from tests.support.workers import blocking_handler, running
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -255,12 +255,7 @@ async def test_an_unsettleable_trash_does_not_wedge_the_worker(zk_hosts: str) ->
 
 async def test_cancelling_the_worker_abandons_its_running_jobs(zk_hosts: str) -> None:
     url = f"zookeeper://{zk_hosts}/cancelled/{uuid.uuid4().hex}"
-    started = anyio.Event()
-
-    async def slow(ctx: JobContext) -> None:
-        started.set()
-        await anyio.sleep(60)
-
+    started, slow = blocking_handler()
     with anyio.fail_after(30):
         async with open_board(url) as board:
             job = await board.post("slow")

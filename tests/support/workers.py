@@ -1,8 +1,8 @@
-"""A worker running in the background of a test."""
+"""A worker running in the background of a test, and a handler that blocks."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -10,6 +10,7 @@ import anyio
 
 from jobboard.board.contract import JobBoard
 from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import JobContext
 
 
 @asynccontextmanager
@@ -21,3 +22,14 @@ async def running(board: JobBoard, handler: Any, **config: Any) -> AsyncIterator
         group.start_soon(worker.run)
         yield worker
         worker.stop()
+
+
+def blocking_handler() -> tuple[anyio.Event, Callable[[JobContext], Awaitable[None]]]:
+    """A handler that does not end by itself (it sleeps 60 s), and the event it sets once it runs."""
+    started = anyio.Event()
+
+    async def block(ctx: JobContext) -> None:
+        started.set()
+        await anyio.sleep(60)
+
+    return started, block
