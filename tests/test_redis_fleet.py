@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from jobboard import Claim, JobBoard, NewJob, open_board
+from jobboard.testing._base import watching
 from jobboard_redis import RedisBackend
 
 pytestmark = pytest.mark.timeout(60)
@@ -106,13 +107,7 @@ async def test_a_board_that_only_claims_reads_no_event(redis_url: str) -> None:
 async def told_to_owner(owner: JobBoard, claim: Claim, act: Callable[[], Awaitable[object]]) -> list[str]:
     """What ``owner.watch_claim(claim)`` returns when another board's ``act`` ends the claim; it must return
     within 0.9 s of ``act``."""
-    reasons: list[str] = []
-
-    async def watch() -> None:
-        reasons.append(await owner.watch_claim(claim))
-
-    async with anyio.create_task_group() as group:
-        group.start_soon(watch)
+    async with watching(owner, claim) as reasons:
         await anyio.sleep(0.2)
         await act()
         await until(lambda: _true(bool(reasons)), limit=0.9)

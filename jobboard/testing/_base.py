@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, Protocol, TypeVar, cast
 
 import anyio
@@ -112,8 +112,10 @@ async def listed_ids(board: JobBoard, *, only_unclaimed: bool = False) -> list[s
     return [job.id for job in await listed(board, only_unclaimed=only_unclaimed)]
 
 
-async def reason_after(board: JobBoard, claim: Claim, act: Callable[[], Awaitable[object]]) -> str:
-    """Watch ``claim`` on ``board`` while ``act`` runs; the watch must end with a reason."""
+@asynccontextmanager
+async def watching(board: JobBoard, claim: Claim) -> AsyncIterator[list[str]]:
+    """``board.watch_claim(claim)`` runs in the background during the body; the list the body gets receives
+    its reason when it returns. Leaving the ``with`` waits for it."""
     reasons: list[str] = []
 
     async def watch() -> None:
@@ -121,6 +123,12 @@ async def reason_after(board: JobBoard, claim: Claim, act: Callable[[], Awaitabl
 
     async with anyio.create_task_group() as group:
         group.start_soon(watch)
+        yield reasons
+
+
+async def reason_after(board: JobBoard, claim: Claim, act: Callable[[], Awaitable[object]]) -> str:
+    """Watch ``claim`` on ``board`` while ``act`` runs; the watch must end with a reason."""
+    async with watching(board, claim) as reasons:
         await anyio.sleep(0.1)
         assert reasons == [], "watch_claim returned while the claim was current"
         await act()
