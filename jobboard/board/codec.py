@@ -164,9 +164,21 @@ _UUID4_CLEAR = ~((0xC000 << 48) | (0xF000 << 64))
 _UUID4_SET = (0x8000 << 48) | (0x4000 << 64)
 
 
+_RANDOM: list[int] = []
+"""128-bit random numbers read from ``os.urandom`` 256 at a time (one system call, not one per post);
+emptied in a forked child, which must not hand out its parent's."""
+os.register_at_fork(after_in_child=_RANDOM.clear)
+
+
 def new_token() -> str:
-    """A random version-4 UUID as 32 hex digits: ``uuid.uuid4().hex``, at half its cost."""
-    return f"{int.from_bytes(os.urandom(16)) & _UUID4_CLEAR | _UUID4_SET:032x}"
+    """A random version-4 UUID as 32 hex digits: ``uuid.uuid4().hex``, at a third of its cost."""
+    try:
+        value = _RANDOM.pop()  # atomic under the GIL: no two threads get the same number
+    except IndexError:
+        raw = os.urandom(16 * 256)
+        _RANDOM.extend(int.from_bytes(raw[at:at + 16]) for at in range(0, len(raw), 16))
+        value = _RANDOM.pop()
+    return f"{value & _UUID4_CLEAR | _UUID4_SET:032x}"
 
 
 def encode_value(value: Any, *, what: str) -> bytes:

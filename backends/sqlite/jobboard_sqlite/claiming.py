@@ -4,8 +4,6 @@ after its caller was cancelled given back (the contract: no job left claimed by 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import functools
 import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -31,18 +29,17 @@ class Claims:
         A caller cancelled while the claim runs has the claim released in the background."""
 
         for _ in range(3):
-            future = await self.backend.db.call(lambda: self.backend.runtime.write_sync(body))
+            future = self.backend.db.enqueue(lambda: self.backend.runtime.write_sync(body), self._give_back)
             try:
                 if future.done():
                     await asyncio.sleep(0)
-                    result, fx = future.result()
-                else:
-                    result, fx = await asyncio.wrap_future(future)
+                result, fx = await future
             except SessionGone:
                 await self.backend.runtime.renew()
                 continue
             except asyncio.CancelledError:
-                future.add_done_callback(functools.partial(self._release_cancelled, asyncio.get_running_loop()))
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    self._give_back(future.result())
                 raise
             self.backend._apply(fx)
             if isinstance(result, JobBoardError):
@@ -50,23 +47,19 @@ class Claims:
             return result  # type: ignore[return-value]
         raise BackendUnavailable(f"session of {self.backend.url} keeps ending")
 
-    def _release_cancelled(self, loop: asyncio.AbstractEventLoop,
-                           future: concurrent.futures.Future[tuple[object, Effects]]) -> None:
-        """(Any thread.) The claim a cancelled caller never saw goes back, its attempt not counted."""
-        if future.cancelled() or future.exception() is not None:
-            return
-        claim = future.result()[0]
+    def _give_back(self, outcome: tuple[object, Effects]) -> None:
+        """(Loop.) The claim a cancelled caller never saw goes back, its attempt not counted."""
+        claim = outcome[0]
         if not isinstance(claim, Claim):
             return
-
-        def release() -> None:
-            try:
-                _, fx = self.backend.runtime.write_sync(lambda conn, fx: writes.unclaim(conn, self.backend.scope, claim, fx))
-            except JobBoardError:
-                return
-            loop.call_soon_threadsafe(self.backend._apply, fx)
-
+        backend = self.backend
         try:
-            self.backend.db.submit(release)
+            released = backend.db.enqueue(
+                lambda: backend.runtime.write_sync(lambda conn, fx: writes.unclaim(conn, backend.scope, claim, fx)))
         except RuntimeError:
-            pass  # the board closed: its close released the claim
+            return  # no loop: the board's close releases it
+        released.add_done_callback(self._released)
+
+    def _released(self, future: asyncio.Future[tuple[object, Effects]]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            self.backend._apply(future.result()[1])

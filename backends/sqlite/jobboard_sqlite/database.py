@@ -9,23 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import fcntl
 import logging
 import random
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from jobboard.errors import BackendUnavailable, BoardConflict, JobBoardError
 from jobboard_sqlite import files
+from jobboard_sqlite.calls import Busy, Calls
 from jobboard_sqlite.schema import connect
 
 logger = logging.getLogger("jobboard_sqlite")
 T = TypeVar("T")
-
 
 
 def failure(error: sqlite3.Error, path: Path) -> JobBoardError:
@@ -61,13 +59,9 @@ TRUNCATE_OVER = 4096
 """Frames (pages) in the WAL past which a fully checkpointed WAL is truncated (16 MB of 4 KB pages)."""
 
 
-class _Busy(Exception):
-    """An inline attempt found the write lock taken: the call goes to the connection's thread."""
-
-
 class Database:
-    """One connection, used by one caller at a time: on the event loop itself when it is free and the
-    write lock is not taken (no thread hop), else on its own thread, which waits for the lock.
+    """One connection and its transactions; :class:`~jobboard_sqlite.calls.Calls` decides where they run
+    (inline on the event loop, or on the connection's thread) and holds the file's write turn.
 
     SQLite's own busy handler is off (``timeout=0``): a busy transaction is rolled back and run again
     after a short random sleep, on the thread, for up to ``retry_for`` seconds.
@@ -75,109 +69,60 @@ class Database:
 
     def __init__(self, path: Path, retry_for: float, synchronous: str) -> None:
         self.path, self.retry_for, self.synchronous = path, retry_for, synchronous
-        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jobboard-sqlite")
-        self._mutex = threading.Lock()
-        self._inline = threading.local()
+        self.calls = Calls()
         self.conn: sqlite3.Connection | None = None
         self.busy_retries = 0
-        self.thread_calls = 0
         self._retries = 0
-        self._turn = -1
-        self._tail: concurrent.futures.Future[Any] | None = None
-        """The last call submitted to the thread (a caller on the loop waits for it, then goes inline)."""
 
     async def open(self) -> None:
         """:raises BackendUnavailable: the file cannot be opened as a board (one line saying why)."""
-        await asyncio.wrap_future(self.submit(self._connect))
+        await asyncio.wrap_future(self.calls.submit(self._connect))
 
     def _connect(self) -> None:
         try:
             self.conn = connect(str(self.path), self.synchronous)
         except sqlite3.Error as error:
             raise failure(error, self.path) from error
-        self._turn = files.open_turn(self.path)
+        self.calls.turn_fd = files.open_turn(self.path)
 
     async def close(self) -> None:
         if self.conn is not None:
-            await asyncio.wrap_future(self.submit(self._close))
-        self._executor.shutdown(wait=False)
+            await asyncio.wrap_future(self.calls.submit(self._close))
+        self.calls.closed()
+        self.calls.executor.shutdown(wait=False)
 
     def _close(self) -> None:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-        files.close_turn(self._turn)
-        self._turn = -1
+        fd, self.calls.turn_fd = self.calls.turn_fd, -1
+        files.close_turn(fd)
 
     def submit(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run ``work`` on the connection's thread (thread-safe, does not wait)."""
-        future = self._executor.submit(self._locked, work)
-        self._tail = future
-        return future
+        return self.calls.submit(work)
 
-    def _locked(self, work: Callable[[], T]) -> T:
-        with self._mutex:
-            self.thread_calls += 1
-            return work()
-
-    def start(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
-        """``work`` done inline (a finished future) when the connection and the write lock are free,
-        else submitted to the connection's thread."""
-        if not self._mutex.acquire(blocking=False):
-            return self.submit(work)
-        done: concurrent.futures.Future[T] = concurrent.futures.Future()
-        self._inline.on = True
-        try:
-            done.set_result(work())
-        except _Busy:
-            return self.submit(work)
-        except BaseException as error:  # noqa: BLE001 (handed to the caller through the future)
-            done.set_exception(error)
-        finally:
-            self._inline.on = False
-            self._mutex.release()
-        return done
-
-    async def call(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
-        """:meth:`start` ``work`` once the thread has done what it was given: a call behind a thread that
-        waits for the write lock waits with it, and afterwards the calls go inline again (queued behind
-        the thread, every call would find it busy and the board would stay on the thread)."""
-        while self._tail is not None and not self._tail.done():
-            await asyncio.wait([asyncio.wrap_future(self._tail)])
-        return self.start(work)
+    def enqueue(self, work: Callable[[], T], orphan: Callable[[T], None] | None = None) -> asyncio.Future[T]:
+        """(Loop.) See :meth:`Calls.enqueue`: ``work`` may write once, as its first step."""
+        return self.calls.enqueue(work, orphan)
 
     async def run(self, work: Callable[[], T]) -> T:
-        """Run ``work`` (see :meth:`call`) and wait; a cancelled caller does not stop it."""
-        future = await self.call(work)
-        if future.done():
-            await asyncio.sleep(0)  # let the other tasks run between two inline calls
-            return future.result()
-        return await asyncio.wrap_future(future)
+        """Run ``work`` inline or queued (see :mod:`~jobboard_sqlite.calls`) and wait."""
+        return await self.calls.run(work)
 
     def write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction, retried while busy (see the class), holding
-        the file's write turn (an ``flock`` the boards of every process take first: a writer waits in the
-        kernel and is woken when the turn is free, instead of sleeping and retrying).
+        the file's write turn (an ``flock`` the boards of every process take first: see
+        :mod:`~jobboard_sqlite.calls`).
 
         ``body`` must be safe to run again from the start (a rolled-back attempt changed nothing).
         :raises BackendUnavailable: still busy after ``retry_for`` seconds, or an I/O error (disk full...).
         """
-        self._take_turn()
+        mine = self.calls.take_turn()
         try:
             return self._write(body)
         finally:
-            fcntl.flock(self._turn, fcntl.LOCK_UN)
-
-    def _take_turn(self) -> None:
-        """The write turn: at once, else (inline) :class:`_Busy`, else (on the thread) waiting for it."""
-        try:
-            fcntl.flock(self._turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if getattr(self._inline, "on", False):
-                self.busy_retries += 1
-                raise _Busy from None
-        fcntl.flock(self._turn, fcntl.LOCK_EX)
+            self.calls.end_write(mine)
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn()
@@ -242,7 +187,7 @@ class Database:
             except sqlite3.Error as error:
                 if not conn.in_transaction:  # rolled back by SQLite itself: nothing applied
                     raise failure(error, self.path) from error
-                if getattr(self._inline, "on", False) and is_busy(error):
+                if self.calls.inline and is_busy(error):
                     time.sleep(0.0005)  # a commit is never re-run: it waits here, even inline (rare)
                 self._retry_or_raise(error, deadline, rollback=conn, inline_ok=False)
 
@@ -250,8 +195,8 @@ class Database:
                         rollback: sqlite3.Connection | None = None, inline_ok: bool = True) -> None:
         if is_busy(error) and time.monotonic() < deadline:
             self.busy_retries += 1
-            if inline_ok and getattr(self._inline, "on", False):
-                raise _Busy from error
+            if inline_ok and self.calls.inline:
+                raise Busy from error
             self._retries += 1
             time.sleep(min(0.002, 0.0001 * 2 ** self._retries) * random.uniform(0.5, 1.5))
             return

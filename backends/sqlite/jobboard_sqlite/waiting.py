@@ -82,9 +82,10 @@ class Waiting:
     def _unmark(self, mark: float) -> None:
         backend = self.backend
         try:
-            backend.db.submit(lambda: backend.db.write(lambda conn: sessions.clear_waiting(conn, backend.scope, mark)))
+            cleared = backend.db.enqueue(lambda: backend.db.write(lambda conn: sessions.clear_waiting(conn, backend.scope, mark)))
         except RuntimeError:
-            pass  # closing
+            return  # no running loop: closing
+        cleared.add_done_callback(lambda done: None if done.cancelled() else done.exception())
 
     async def wait_for_completion(self, job_id: str) -> Outcome:
         backend, signals = self.backend, self.backend.signals

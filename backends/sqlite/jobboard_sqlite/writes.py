@@ -13,6 +13,7 @@ from typing import Any
 
 from jobboard.backend import (
     Claim,
+    Event,
     EventKind,
     Job,
     MalformedEntry,
@@ -72,6 +73,17 @@ class Sequences:
             self.conn.execute("UPDATE jb_board SET last_seq=? WHERE id=?", (self.last, self.scope.board))
 
 
+INSERT_JOB = ("INSERT INTO jb_job(board, seq, rank, name, state, not_before, attempts, waiting, posting, max_attempts,"
+              " keep, result_ttl, key, deps) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+
+
+def _job_row(scope: Scope, seq: int, prepared: Prepared, deps: int) -> tuple[Any, ...]:
+    posting = prepared.posting
+    return (scope.board, seq, posting.priority.rank, posting.name, WAITING if deps else UNCLAIMED,
+            posting.not_before, posting.attempts, deps, prepared.raw, posting.max_attempts,
+            int(posting.keep_result), posting.result_ttl, posting.key, deps)
+
+
 def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float, fx: Effects,
          sequences: Sequences | None = None) -> Job:
     """Write one posting, or return the job its key still finds.
@@ -93,12 +105,7 @@ def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float,
             raise DependencyMissing.of(posting.name, dep)
         deps.append(seq)
     seq = (sequences or Sequences(conn, scope)).take()
-    conn.execute(
-        "INSERT INTO jb_job(board, seq, rank, name, state, not_before, attempts, waiting, posting, max_attempts,"
-        " keep, result_ttl, key, deps) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        (scope.board, seq, posting.priority.rank, posting.name, WAITING if deps else UNCLAIMED,
-         posting.not_before, posting.attempts, len(deps), prepared.raw, posting.max_attempts,
-         int(posting.keep_result), posting.result_ttl, posting.key, len(deps)))
+    conn.execute(INSERT_JOB, _job_row(scope, seq, prepared, len(deps)))
     if deps:
         conn.executemany("INSERT INTO jb_dep(board, job, dep) VALUES (?,?,?)", [(scope.board, seq, d) for d in deps])
         conn.executemany("UPDATE jb_job SET dependents=dependents+1 WHERE board=? AND seq=?",
@@ -114,18 +121,38 @@ def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float,
 def post_batch(conn: sqlite3.Connection, scope: Scope, batch: Sequence[Prepared], now: float,
                fx: Effects) -> list[Job] | DependencyMissing:
     """Write a batch in order; a dependency missing stops it there: the error is *returned* (with its
-    index and the jobs posted before it, which are committed)."""
+    index and the jobs posted before it, which are committed). Postings without a key or dependencies
+    are inserted together (one ``executemany``), before any posting that has one (which may name them)."""
     posted: list[Job] = []
+    plain: list[tuple[Any, ...]] = []
     sequences = Sequences(conn, scope, batch=True)
+    ready, events, posted_kind = fx.ready, fx.events, EventKind.POSTED
     try:
         for index, prepared in enumerate(batch):
+            posting = prepared.posting
+            if posting.key is None and not posting.depends_on:
+                seq = sequences.take()
+                plain.append(_job_row(scope, seq, prepared, 0))
+                name, job = posting.name, posting.to_job(job_id(seq), seq)
+                ready.append(name)
+                events.append(Event(posted_kind, job.id, name))
+                posted.append(job)
+                continue
+            _insert(conn, plain)
             try:
                 posted.append(post(conn, scope, prepared, now, fx, sequences))
             except DependencyMissing as error:
                 return error.in_batch(index, posted)
+        _insert(conn, plain)
     finally:
         sequences.close()
     return posted
+
+
+def _insert(conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    if rows:
+        conn.executemany(INSERT_JOB, rows)
+        rows.clear()
 
 
 def claim(conn: sqlite3.Connection, scope: Scope, seq: int | None, owner: str, now: float,

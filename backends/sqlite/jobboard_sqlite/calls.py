@@ -1,0 +1,296 @@
+"""Where a board's SQL runs, and the file's write turn (group commit per process).
+
+A call (a closure that reads or writes through the connection) runs **inline**, on the event loop, when
+the connection is free and, for a write, this board holds the write turn or can take it at once. The turn
+is an ``flock`` on ``<db>-jobboard/write.turn`` that the boards of every process take before
+``BEGIN IMMEDIATE``. Once taken inline it is **kept** while the board goes on writing: it is given back
+at the first turn of the event loop in which no write ran, or after :data:`HOLD_FOR` seconds. So the
+claimers of one process that are ready together write one after the other in one turn, without a
+hand-over between processes for each transaction.
+
+A write that finds the turn taken by another process is **queued**; the connection's thread waits for
+the turn in the kernel (one thread for all the queued calls) and hands it to the event loop, which runs
+every queued call inline, in order, in that one turn. Calls that come while calls are queued queue
+behind them. A queued call whose caller is cancelled before it ran never runs. The thread also runs what
+must not block the loop (opening, closing, checkpoints) and a write that SQLite itself finds busy (a
+checkpoint, a writer that is not a board), which it retries with a short sleep; queued calls wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import fcntl
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from jobboard.errors import BackendUnavailable
+
+T = TypeVar("T")
+
+HOLD_FOR = 0.002
+"""Seconds a board keeps the write turn at most while it goes on writing (then it gives it back)."""
+TURN_PATIENCE = 0.5
+"""Seconds a board waits for the write turn before it writes without it (the turn only spares busy retries:
+SQLite's lock is what serializes the writers; a holder stopped between two writes must not stop the file)."""
+
+
+class TurnTaken(Exception):
+    """An inline write found the write turn held by another process: the call is queued."""
+
+
+class Busy(Exception):
+    """An inline transaction found SQLite's lock busy: the call goes to the connection's thread."""
+
+
+@dataclass(slots=True)
+class Queued(Generic[T]):
+    work: Callable[[], T]
+    future: asyncio.Future[T]
+    orphan: Callable[[T], None] | None
+
+
+class Calls:
+    """The calls of one connection (see the module docstring). Not thread-safe: used from its event loop,
+    except :meth:`take_turn` and :meth:`end_write`, which the transaction code calls where it runs."""
+
+    def __init__(self, hold_for: float = HOLD_FOR, patience: float = TURN_PATIENCE) -> None:
+        self.hold_for, self.patience = hold_for, patience
+        self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jobboard-sqlite")
+        self.mutex = threading.Lock()
+        self._inline = threading.local()
+        self._queue: deque[Queued[Any]] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.turn_fd = -1
+        self._held = False
+        self._waiting = False
+        self._held_since = 0.0
+        self._release_at: asyncio.Handle | None = None
+        self._patience: asyncio.TimerHandle | None = None
+        self._turnless = False
+        self._writes_seen = 0
+        self.writes = self.thread_calls = self.turns = self.turn_waits = self.queued = 0
+        self.turn_wait_s = 0.0
+
+    # -- running a call -------------------------------------------------------
+
+    def enqueue(self, work: Callable[[], T], orphan: Callable[[T], None] | None = None) -> asyncio.Future[T]:
+        """(Loop.) ``work`` run inline now if it can, else queued; its future. ``orphan`` gets the result of
+        a call that completed after its caller was cancelled (a claim to give back)."""
+        self._loop = loop = asyncio.get_running_loop()
+        call = Queued(work, loop.create_future(), orphan)
+        if self._queue or not self._attempt(call):
+            self._queue.append(call)
+            self.queued += 1
+        return call.future
+
+    async def run(self, work: Callable[[], T]) -> T:
+        """Run ``work`` (see :meth:`enqueue`) and wait; a caller cancelled while it is queued withdraws it."""
+        future = self.enqueue(work)
+        if future.done():
+            await asyncio.sleep(0)  # let the other tasks run between two inline calls
+            return future.result()
+        return await future
+
+    def submit(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
+        """Run ``work`` on the connection's thread (thread-safe, does not wait); queued calls wait for it."""
+        return self.executor.submit(self._locked, work)
+
+    def _locked(self, work: Callable[[], T]) -> T:
+        try:
+            with self.mutex:
+                self.thread_calls += 1
+                return work()
+        finally:
+            if self._queue:
+                self._call_soon(self.drain)
+
+    def _attempt(self, call: Queued[Any]) -> bool:
+        """Run ``call`` inline if the connection is free; whether it is done (else it must wait)."""
+        if not self.mutex.acquire(blocking=False):
+            return False
+        self._inline.on = True
+        try:
+            result = call.work()
+        except TurnTaken:
+            self._wait_for_turn()
+            return False
+        except Busy:
+            self._to_thread(call)
+            return True
+        except BaseException as error:  # noqa: BLE001 (handed to the caller through the future)
+            call.future.set_exception(error)
+        else:
+            call.future.set_result(result)
+        finally:
+            self._inline.on = False
+            self.mutex.release()
+        return True
+
+    def drain(self) -> None:
+        """(Loop.) Run the queued calls that can run now, in order."""
+        while self._queue:
+            call = self._queue[0]
+            if call.future.cancelled():
+                self._queue.popleft()
+                continue
+            if not self._attempt(call):
+                return
+            self._queue.popleft()
+
+    def _to_thread(self, call: Queued[Any]) -> None:
+        """A call SQLite found busy: the thread retries it (the turn given back first: the thread takes it)."""
+        self._give_back()
+        loop = asyncio.get_running_loop()
+        done = self.submit(call.work)
+        done.add_done_callback(lambda _: self._call_soon(self._settle, call, done, loop=loop))
+
+    @staticmethod
+    def _settle(call: Queued[Any], done: concurrent.futures.Future[Any]) -> None:
+        if call.future.cancelled():
+            if call.orphan is not None and done.exception() is None:
+                call.orphan(done.result())
+            return
+        error = done.exception()
+        if error is not None:
+            call.future.set_exception(error)
+        else:
+            call.future.set_result(done.result())
+
+    def _call_soon(self, callback: Callable[..., None], *args: Any,
+                   loop: asyncio.AbstractEventLoop | None = None) -> None:
+        try:
+            (loop or self._loop).call_soon_threadsafe(callback, *args)  # type: ignore[union-attr]
+        except (AttributeError, RuntimeError):
+            pass  # no loop yet, or it closed: nobody waits
+
+    # -- the write turn ---------------------------------------------------------
+
+    @property
+    def inline(self) -> bool:
+        return bool(getattr(self._inline, "on", False))
+
+    def take_turn(self) -> bool:
+        """Before ``BEGIN IMMEDIATE``: inline, the turn this board holds, or at once, else :class:`TurnTaken`;
+        on the thread, waiting for it in the kernel. Whether the caller must give it back (:meth:`end_write`).
+        A board that waited :data:`TURN_PATIENCE` for the turn writes without it (see :meth:`_lose_patience`)."""
+        if self.turn_fd < 0:
+            raise BackendUnavailable("the board is not open")
+        mine = False
+        if self._turnless:
+            pass
+        elif not self.inline:
+            self._flock_waiting(self.turn_fd)
+            mine = True
+        elif not self._held:
+            if self._waiting:
+                raise TurnTaken
+            try:
+                fcntl.flock(self.turn_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise TurnTaken from None
+            self._hold()
+        self.writes += 1
+        return mine
+
+    def end_write(self, mine: bool) -> None:
+        """After a write's transaction: the thread gives the turn back; inline, the board keeps it."""
+        if mine:
+            fcntl.flock(self.turn_fd, fcntl.LOCK_UN)
+
+    def _flock_waiting(self, fd: int) -> None:
+        started = time.perf_counter()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self.turn_waits += 1
+        self.turn_wait_s += time.perf_counter() - started
+
+    def _wait_for_turn(self) -> None:
+        """(Loop.) A thread waits for the turn (on a duplicate of the descriptor: the same lock), then hands it
+        to the loop, which runs the queue."""
+        if self._waiting:
+            return
+        self._waiting = True
+        loop = asyncio.get_running_loop()
+        fd = os.dup(self.turn_fd)
+        self._patience = loop.call_later(self.patience, self._lose_patience)
+
+        def wait() -> None:
+            try:
+                self._flock_waiting(fd)
+            except OSError:
+                os.close(fd)
+                fd_granted = -1
+            else:
+                fd_granted = fd
+            try:
+                loop.call_soon_threadsafe(self._granted, fd_granted)
+            except RuntimeError:  # the loop is gone
+                if fd_granted >= 0:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    os.close(fd)
+
+        threading.Thread(target=wait, name="jobboard-sqlite-turn", daemon=True).start()
+
+    def _granted(self, fd: int) -> None:
+        self._waiting = self._turnless = False
+        if self._patience is not None:
+            self._patience.cancel()
+            self._patience = None
+        if fd >= 0:
+            if self.turn_fd >= 0:
+                self._hold()
+            else:
+                fcntl.flock(fd, fcntl.LOCK_UN)  # closed meanwhile
+            os.close(fd)  # the lock stays with the board's own descriptor (the same open file)
+        self.drain()
+
+    def _lose_patience(self) -> None:
+        """(Loop.) The turn did not come in ``patience`` seconds (its holder may be stopped, SIGSTOP,
+        between two writes): write without it, SQLite's own lock alone serializing, until it comes."""
+        self._patience = None
+        if self._waiting:
+            self._turnless = True
+            self.drain()
+
+    def _hold(self) -> None:
+        self._held, self._held_since = True, time.monotonic()
+        self.turns += 1
+        self._writes_seen = self.writes + 1  # the write taking the turn: only the writes after it keep it
+        if self._release_at is None:
+            self._release_at = asyncio.get_running_loop().call_soon(self._release)
+
+    def _release(self) -> None:
+        """(Loop, once per loop turn while held.) Give the turn back unless the board wrote since the last
+        look and has held it less than ``hold_for``."""
+        self._release_at = None
+        if not self._held:
+            return
+        if self.writes != self._writes_seen and time.monotonic() - self._held_since < self.hold_for:
+            self._writes_seen = self.writes
+            self._release_at = asyncio.get_running_loop().call_soon(self._release)
+            return
+        self._give_back()
+
+    def _give_back(self) -> None:
+        if self._held:
+            self._held = False
+            if self.turn_fd >= 0:
+                fcntl.flock(self.turn_fd, fcntl.LOCK_UN)
+
+    # -- closing ----------------------------------------------------------------
+
+    def closed(self) -> None:
+        """(Loop, after the connection closed.) Queued calls fail; the turn is no longer held."""
+        self._held = False
+        if self._patience is not None:
+            self._patience.cancel()
+            self._patience = None
+        while self._queue:
+            call = self._queue.popleft()
+            if not call.future.done():
+                call.future.set_exception(BackendUnavailable("the board closed"))
