@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 from jobboard import open_board
+from jobboard.cli.options import default_board_url, for_command
 from jobboard.errors import BackendUnavailable, BoardConflict
 from jobboard.job import JobState
 from jobboard_sqlite.files import filesystem_of, is_network_filesystem
@@ -168,3 +169,42 @@ async def test_boards_of_one_file_keep_their_own_jobs(tmp_path: Path) -> None:
         assert await b.claim_next("w") is None and await a.job_count() == 1
         await b.consume(claim)
         assert await a.state(first_a) is JobState.UNCLAIMED and [j.name async for j in default.iterjobs()] == ["d1"]
+
+
+async def test_create_0_refuses_a_board_that_does_not_exist_in_one_line_and_makes_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "jobs.db"
+    with pytest.raises(BackendUnavailable) as caught:
+        async with open_board(f"sqlite://{missing}?create=0"):
+            pass
+    assert "\n" not in str(caught.value) and f"no sqlite:// board at {missing}" in str(caught.value)
+    assert not (tmp_path / "no").exists()
+    async with open_board(f"sqlite://{tmp_path}/jobs.db?board=a") as made:
+        job = await made.post("j")
+    with pytest.raises(BackendUnavailable, match="no board 'b' in"):
+        async with open_board(f"sqlite://{tmp_path}/jobs.db?board=b&create=0"):
+            pass
+    async with open_board(f"sqlite://{tmp_path}/jobs.db?board=a&create=0") as existing:
+        assert [found.id async for found in existing.iterjobs()] == [job.id]
+    async with open_board(f"sqlite://{tmp_path}/jobs.db?board=a") as made:
+        assert [found.id async for found in made.iterjobs()] == [job.id]  # board b was not made
+        assert made.backend.db.conn.execute("SELECT name FROM jb_board").fetchall() == [("a",)]  # type: ignore[attr-defined]
+
+
+def test_the_cli_opens_boards_with_create_0_except_for_the_commands_that_post() -> None:
+    assert for_command("list", "sqlite:///x/jobs.db") == "sqlite:///x/jobs.db?create=0"
+    assert for_command("show", "sqlite:///x/jobs.db?board=b") == "sqlite:///x/jobs.db?board=b&create=0"
+    assert for_command("list", "sqlite:///x/jobs.db?create=1") == "sqlite:///x/jobs.db?create=1"
+    assert [for_command(name, "sqlite:///x/jobs.db") for name in ("post", "worker", "schedule")] == \
+        ["sqlite:///x/jobs.db"] * 3
+    assert for_command("list", "memory://x") == "memory://x"
+
+
+def test_the_default_board_url_makes_nothing_and_refuses_a_file_in_the_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert default_board_url() == f"sqlite://{tmp_path}/data/jobboard/jobs.db"
+    assert not (tmp_path / "data").exists()
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "file"))
+    with pytest.raises(OSError, match="not a writable directory"):
+        default_board_url()

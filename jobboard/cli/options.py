@@ -33,7 +33,25 @@ def default_board_file() -> Path:
 
 
 def default_board_url() -> str:
-    """The URL of the default board (a ``sqlite://`` file board; its directory is made if missing)."""
+    """The URL of the default board (a ``sqlite://`` file board, made by the first command that may create a
+    board: see :func:`for_command`). Nothing is made here.
+
+    :raises OSError: its directory could not be made (a file stands in the way, or it is not writable).
+    """
     path = default_board_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    parent = next(folder for folder in path.parents if folder.exists() or folder == folder.parent)
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise OSError(f"{parent} is not a writable directory")
     return f"sqlite://{path}"
+
+
+CREATING_COMMANDS = frozenset({"post", "worker", "schedule"})
+"""The commands that may create the board they are given; the others (they read, or change jobs already
+posted) open a ``sqlite://`` board with ``create=0``: a board that does not exist is said so, nothing made."""
+
+
+def for_command(command: str, url: str) -> str:
+    """``url`` as ``command`` opens it (see :data:`CREATING_COMMANDS`); an explicit ``create=`` is kept."""
+    if command in CREATING_COMMANDS or not url.startswith("sqlite:") or "create=" in url.partition("?")[2]:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}create=0"

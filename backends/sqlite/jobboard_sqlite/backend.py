@@ -30,7 +30,7 @@ from jobboard.backend import (
     Settle,
     TrashedJob,
 )
-from jobboard.errors import JobBoardError, JobNotFound, Unsupported
+from jobboard.errors import BackendUnavailable, JobBoardError, JobNotFound, Unsupported
 from jobboard_sqlite import files, reads, schema, sessions, trash, writes
 from jobboard_sqlite.claiming import Claims
 from jobboard_sqlite.database import Database
@@ -72,10 +72,18 @@ class SqliteBackend(Backend):
     async def open(self) -> None:
         if self._open:
             return
-        files.check_directory(self.options.path, self.options.network_fs)
+        options = self.options
+        if not options.create and not options.path.is_file():
+            raise BackendUnavailable(f"no sqlite:// board at {options.path}: the file does not exist (?create=0; "
+                                     "a post or a worker makes it)")
+        files.check_directory(options.path, options.network_fs)
         await self.db.open()
         try:
-            self.scope.board = await self.db.run(lambda: self.db.write(lambda c: sessions.board_id(c, self.options.board)))
+            board = await self.db.run(lambda: self.db.write(lambda c: sessions.board_id(c, options.board, options.create)))
+            if board is None:
+                raise BackendUnavailable(f"no board {options.board!r} in {options.path} (?create=0; a post or a "
+                                         "worker makes it)")
+            self.scope.board = board
             self._watch = sqlite3.connect(str(self.options.path), timeout=0.2, isolation_level=None)
             await self.runtime.start()
         except BaseException:

@@ -43,7 +43,7 @@ OPTIONS = {
     "board": _board_name, "max_attempts": positive_int, "max_posting_bytes": positive_int,
     "key_retention": non_negative_float, "result_ttl": non_negative_float, "trash_ttl": non_negative_float,
     "session_timeout": positive_float, "poll_interval": positive_float, "reap_interval": positive_float,
-    "busy_timeout": positive_float, "synchronous": _synchronous, "network_fs": _flag,
+    "busy_timeout": positive_float, "synchronous": _synchronous, "network_fs": _flag, "create": _flag,
 }
 
 
@@ -64,6 +64,8 @@ class SqliteOptions:
     synchronous: str = "NORMAL"
     network_fs: bool = False
     """Open a file on a network filesystem anyway (refused otherwise)."""
+    create: bool = True
+    """Make the file (and its directory) and the board when missing; ``False``: refuse a board that does not exist."""
 
 
 def parse_sqlite_url(url: str) -> tuple[SqliteOptions, dict[str, Any]]:

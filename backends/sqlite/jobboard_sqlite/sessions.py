@@ -27,9 +27,12 @@ EVENTS_KEPT = 20000
 """Rows of the event log kept per file (older ones are deleted by the sweep)."""
 
 
-def board_id(conn: sqlite3.Connection, name: str) -> int:
-    conn.execute("INSERT OR IGNORE INTO jb_board(name) VALUES (?)", (name,))
-    return int(conn.execute("SELECT id FROM jb_board WHERE name=?", (name,)).fetchone()[0])
+def board_id(conn: sqlite3.Connection, name: str, create: bool = True) -> int | None:
+    """The board's id (the board made if missing and ``create``; else ``None`` when there is none)."""
+    if create:
+        conn.execute("INSERT OR IGNORE INTO jb_board(name) VALUES (?)", (name,))
+    row = conn.execute("SELECT id FROM jb_board WHERE name=?", (name,)).fetchone()
+    return None if row is None else int(row[0])
 
 
 def start(conn: sqlite3.Connection, scope: Scope, lock_path: str, addr: bytes) -> None:
