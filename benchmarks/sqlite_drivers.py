@@ -69,28 +69,24 @@ async def thread_driver(path: str, make: Callable[[str], Any], tx: Callable[...,
     return run, close
 
 
-async def inline_driver(path: str) -> tuple[Any, Any]:
-    conn = _sqlite3_connection(path)
+def _called_inline(conn: Any, tx: Callable[[Any, str, tuple[Any, ...]], Any]) -> tuple[Any, Any]:
+    """A driver that runs each transaction on the event loop itself (no thread hop)."""
 
     async def run(sql: str, params: tuple[Any, ...]) -> Any:
-        return _sqlite3_tx(conn, sql, params)
+        return tx(conn, sql, params)
 
     async def close() -> None:
         conn.close()
 
     return run, close
+
+
+async def inline_driver(path: str) -> tuple[Any, Any]:
+    return _called_inline(_sqlite3_connection(path), _sqlite3_tx)
 
 
 async def apsw_inline_driver(path: str) -> tuple[Any, Any]:
-    conn = _apsw_connection(path)
-
-    async def run(sql: str, params: tuple[Any, ...]) -> Any:
-        return _apsw_tx(conn, sql, params)
-
-    async def close() -> None:
-        conn.close()
-
-    return run, close
+    return _called_inline(_apsw_connection(path), _apsw_tx)
 
 
 async def aiosqlite_driver(path: str) -> tuple[Any, Any]:

@@ -9,10 +9,11 @@ clears the mark (a write queued without waiting, so a cancelled caller clears it
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sqlite3
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING
 
 import anyio
@@ -39,25 +40,44 @@ class Waiting:
     def _closed(self) -> BoardClosed:
         return BoardClosed(f"board {self.backend.url} closed while waiting")
 
-    async def wait(self, names: Collection[str] | None) -> list[Job]:
-        backend, signals = self.backend, self.backend.signals
-        marked: list[float] = []
-        signals.waiting += 1
+    @contextlib.contextmanager
+    def _polled(self, fast: bool) -> Iterator[None]:
+        """While a caller waits: the fallback poll runs (every 50 ms with ``fast``)."""
+        signals = self.backend.signals
+        if fast:
+            signals.fast += 1
+        else:
+            signals.waiting += 1
         signals.kick()
         try:
-            while True:
-                change = signals.change()
-                if not backend.is_open:
-                    raise self._closed()
-                jobs, due = await self._look(names, marked)
-                if jobs:
-                    return jobs
-                timeout = float("inf") if due is None else max(0.0, due - time.time()) + 0.001
-                with anyio.move_on_after(timeout):
-                    await change.wait()
+            yield
         finally:
-            signals.waiting -= 1
-            if marked and backend.is_open:
+            if fast:
+                signals.fast -= 1
+            else:
+                signals.waiting -= 1
+
+    def _change(self) -> anyio.Event:
+        """The next change (taken before the caller looks). :raises BoardClosed: the board closed."""
+        change = self.backend.signals.change()
+        if not self.backend.is_open:
+            raise self._closed()
+        return change
+
+    async def wait(self, names: Collection[str] | None) -> list[Job]:
+        marked: list[float] = []
+        try:
+            with self._polled(fast=False):
+                while True:
+                    change = self._change()
+                    jobs, due = await self._look(names, marked)
+                    if jobs:
+                        return jobs
+                    timeout = float("inf") if due is None else max(0.0, due - time.time()) + 0.001
+                    with anyio.move_on_after(timeout):
+                        await change.wait()
+        finally:
+            if marked and self.backend.is_open:
                 self._unmark(marked[-1])
 
     async def _look(self, names: Collection[str] | None, marked: list[float]) -> tuple[list[Job], float | None]:
@@ -88,20 +108,14 @@ class Waiting:
         cleared.add_done_callback(lambda done: None if done.cancelled() else done.exception())
 
     async def wait_for_completion(self, job_id: str) -> Outcome:
-        backend, signals = self.backend, self.backend.signals
-        signals.fast += 1
-        signals.kick()
-        try:
+        backend = self.backend
+        with self._polled(fast=True):
             while True:
-                change = signals.change()
-                if not backend.is_open:
-                    raise self._closed()
+                change = self._change()
                 outcome = await backend._read(lambda conn: reads.outcome(conn, backend.scope, job_id, time.time()))
                 if outcome is not None:
                     return outcome
                 await change.wait()
-        finally:
-            signals.fast -= 1
 
     async def watch_claim(self, claim: Claim) -> str:
         backend, signals = self.backend, self.backend.signals
