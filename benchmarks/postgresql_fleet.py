@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -39,10 +40,8 @@ async def worker(url: str) -> dict[str, int]:
             if claim is None:
                 counts["empty_claims"] += 1
                 counts["waits"] += 1
-                try:
+                with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(board.wait(), 0.5)
-                except TimeoutError:
-                    pass
                 continue
             await board.consume(claim)
             counts["ran"] += 1

@@ -24,6 +24,16 @@ pytestmark = pytest.mark.timeout(60)
 
 
 @pytest.fixture
+async def connection(postgresql_url: str) -> AsyncIterator[asyncpg.Connection]:  # noqa: F811
+    """The application's own asyncpg connection (closed after the test)."""
+    connection = await asyncpg.connect(postgresql_url)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+@pytest.fixture
 async def boards(postgresql_url: str) -> AsyncIterator[tuple[JobBoard, JobBoard]]:  # noqa: F811
     url = f"{postgresql_url}?board=transactions-{uuid.uuid4().hex}"
     async with open_board(url) as poster, open_board(url) as worker:
@@ -31,62 +41,54 @@ async def boards(postgresql_url: str) -> AsyncIterator[tuple[JobBoard, JobBoard]
 
 
 async def test_an_asyncpg_transaction_decides_whether_the_job_exists(
-    boards: tuple[JobBoard, JobBoard], postgresql_url: str,  # noqa: F811
+    boards: tuple[JobBoard, JobBoard], connection: asyncpg.Connection,
 ) -> None:
     poster, worker = boards
-    connection = await asyncpg.connect(postgresql_url)
-    try:
-        async with connection.transaction():
-            await connection.execute("CREATE TEMP TABLE orders (n int)")
-        transaction = connection.transaction()
-        await transaction.start()
-        await connection.execute("INSERT INTO orders VALUES (1)")
-        job = await poster.post("ship", {"order": 1}, connection=connection)
-        assert await worker.job_count() == 0  # not committed: nobody sees it
-        await transaction.rollback()
-        assert await worker.job_count() == 0 and await worker.state(job) is JobState.COMPLETE
-        async with connection.transaction():
-            await connection.execute("INSERT INTO orders VALUES (2)")
-            jobs = await poster.post_many([NewJob("ship", {"order": 2}), NewJob("bill")], connection=connection)
-        assert [j.id for j in await _listed(worker)] == [j.id for j in jobs]
-    finally:
-        await connection.close()
+    async with connection.transaction():
+        await connection.execute("CREATE TEMP TABLE orders (n int)")
+    transaction = connection.transaction()
+    await transaction.start()
+    await connection.execute("INSERT INTO orders VALUES (1)")
+    job = await poster.post("ship", {"order": 1}, connection=connection)
+    assert await worker.job_count() == 0  # not committed: nobody sees it
+    await transaction.rollback()
+    assert await worker.job_count() == 0 and await worker.state(job) is JobState.COMPLETE
+    async with connection.transaction():
+        await connection.execute("INSERT INTO orders VALUES (2)")
+        jobs = await poster.post_many([NewJob("ship", {"order": 2}), NewJob("bill")], connection=connection)
+    assert [j.id for j in await _listed(worker)] == [j.id for j in jobs]
 
 
 async def test_a_waiting_worker_wakes_at_the_commit(
-    boards: tuple[JobBoard, JobBoard], postgresql_url: str,  # noqa: F811
+    boards: tuple[JobBoard, JobBoard], connection: asyncpg.Connection,
 ) -> None:
     poster, worker = boards
-    connection = await asyncpg.connect(postgresql_url)
     woken: list[float] = []
 
     async def wait() -> None:
         await worker.wait()
         woken.append(time.monotonic())
 
-    try:
-        latencies = []
-        for _ in range(5):
-            woken.clear()
-            async with anyio.create_task_group() as group:
-                group.start_soon(wait)
-                await anyio.sleep(0.2)  # the worker is idle, marked so
-                transaction = connection.transaction()
-                await transaction.start()
-                await poster.post("ship", connection=connection)
-                await anyio.sleep(0.2)
-                assert woken == [], "the worker woke before the commit"
-                committed = time.monotonic()
-                await transaction.commit()
-            latencies.append(woken[0] - committed)
-            claim = await worker.claim_next("w")
-            assert claim is not None
-            await worker.consume(claim)
-        latencies.sort()
-        print(f"commit -> wait() returns, median of 5: {latencies[2] * 1000:.1f} ms (max {latencies[-1] * 1000:.1f})")
-        assert latencies[2] < 0.25  # milliseconds here; a poll would be idle_poll (1 s)
-    finally:
-        await connection.close()
+    latencies = []
+    for _ in range(5):
+        woken.clear()
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            await anyio.sleep(0.2)  # the worker is idle, marked so
+            transaction = connection.transaction()
+            await transaction.start()
+            await poster.post("ship", connection=connection)
+            await anyio.sleep(0.2)
+            assert woken == [], "the worker woke before the commit"
+            committed = time.monotonic()
+            await transaction.commit()
+        latencies.append(woken[0] - committed)
+        claim = await worker.claim_next("w")
+        assert claim is not None
+        await worker.consume(claim)
+    latencies.sort()
+    print(f"commit -> wait() returns, median of 5: {latencies[2] * 1000:.1f} ms (max {latencies[-1] * 1000:.1f})")
+    assert latencies[2] < 0.25  # milliseconds here; a poll would be idle_poll (1 s)
 
 
 async def test_a_psycopg_transaction_decides_whether_the_job_exists(
@@ -101,6 +103,23 @@ async def test_a_psycopg_transaction_decides_whether_the_job_exists(
         job = await poster.post("ship", connection=connection)
         await connection.commit()
         assert [j.id for j in await _listed(worker)] == [job.id]
+
+
+async def test_a_consume_in_the_callers_transaction_is_undone_by_its_rollback(
+    boards: tuple[JobBoard, JobBoard], connection: asyncpg.Connection,
+) -> None:
+    poster, worker = boards
+    job = await poster.post("ship", keep_result=True)
+    claim = await worker.claim(job, "w")
+    transaction = connection.transaction()
+    await transaction.start()
+    await worker.consume(claim, "shipped", connection=connection)
+    await transaction.rollback()
+    assert await poster.owner(job) == "w"  # still claimed: the consume never happened
+    async with connection.transaction():
+        await worker.consume(claim, "shipped", connection=connection)
+    outcome = await poster.wait_for_completion(job)
+    assert (outcome.state, outcome.result) == (JobState.COMPLETE, "shipped")
 
 
 @pytest.mark.parametrize("driver", ["asyncpg", "psycopg"])
@@ -124,27 +143,6 @@ async def test_a_sqlalchemy_transaction_decides_whether_the_job_exists(
         assert [j.id for j in await _listed(worker)] == [job.id]
     finally:
         await engine.dispose()
-
-
-async def test_a_consume_in_the_callers_transaction_is_undone_by_its_rollback(
-    boards: tuple[JobBoard, JobBoard], postgresql_url: str,  # noqa: F811
-) -> None:
-    poster, worker = boards
-    job = await poster.post("ship", keep_result=True)
-    claim = await worker.claim(job, "w")
-    connection = await asyncpg.connect(postgresql_url)
-    try:
-        transaction = connection.transaction()
-        await transaction.start()
-        await worker.consume(claim, "shipped", connection=connection)
-        await transaction.rollback()
-        assert await poster.owner(job) == "w"  # still claimed: the consume never happened
-        async with connection.transaction():
-            await worker.consume(claim, "shipped", connection=connection)
-        outcome = await poster.wait_for_completion(job)
-        assert (outcome.state, outcome.result) == (JobState.COMPLETE, "shipped")
-    finally:
-        await connection.close()
 
 
 async def test_a_connection_of_another_kind_is_refused(boards: tuple[JobBoard, JobBoard]) -> None:

@@ -95,6 +95,8 @@ class Feed:
             return
         async with self._lock:
             cursor = self._cursor
+            if cursor is None:  # the reader stopped while this call waited for the lock
+                return
 
             async def call(connection: asyncpg.Connection, retry: bool) -> list[asyncpg.Record]:
                 return list(await connection.fetch(f"SELECT * FROM {self.s}.events($1, $2)", self.board, cursor))
@@ -107,7 +109,7 @@ class Feed:
                     event = Event(kind, None if row["r_job"] is None else str(row["r_job"]), row["r_detail"] or "")
                     self.publish(event)
                     self._seen(event)
-            if rows:
+            if rows and self._cursor is not None:  # (not if the reader stopped during the read)
                 upto = max(cursor, rows[-1]["r_upto"])
                 self._cursor = upto
                 self._published = {key: xid for key, xid in self._published.items() if xid >= upto}

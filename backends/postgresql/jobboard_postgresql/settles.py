@@ -23,6 +23,17 @@ BEGIN
   END IF;
 END $$;
 
+CREATE OR REPLACE FUNCTION jb.settling(p_board text, p_ns int, p_id bigint, p_gen bigint, p_owner text,
+  p_retry boolean, p_action "char", OUT o_status smallint, OUT o_job jb.job, OUT o_done boolean)
+LANGUAGE plpgsql AS $$  -- a settle's fence; o_done: a retried settle whose first attempt committed (status 0)
+DECLARE h record;
+BEGIN
+  o_done := p_retry AND EXISTS (SELECT 1 FROM jb.done WHERE id = p_id AND gen = p_gen AND action = p_action);
+  IF o_done THEN o_status := 0; RETURN; END IF;
+  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
+  o_status := h.o_status; o_job := h.o_job;
+END $$;
+
 CREATE OR REPLACE FUNCTION jb.settle_key(p_board text, p_key text, p_id bigint, p_posting bytea, p_attempts int,
   p_nb float8, p_error bytea) RETURNS void LANGUAGE sql AS $$
   UPDATE jb.key SET settled_at = jb.now(), posting = p_posting, attempts = p_attempts, not_before = p_nb,
@@ -74,12 +85,9 @@ CREATE OR REPLACE FUNCTION jb.consume(p_board text, p_ns int, p_session bigint, 
 LANGUAGE plpgsql AS $$
 DECLARE h record; j jb.job%ROWTYPE; c record;
 BEGIN
-  IF p_retry AND EXISTS (SELECT 1 FROM jb.done WHERE id = p_id AND gen = p_gen AND action = 'c') THEN
-    r_status := 0; RETURN;
-  END IF;
-  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
+  SELECT * INTO h FROM jb.settling(p_board, p_ns, p_id, p_gen, p_owner, p_retry, 'c');
   r_status := h.o_status; j := h.o_job; r_detail := j.owner;
-  IF r_status <> 0 THEN RETURN; END IF;
+  IF r_status <> 0 OR h.o_done THEN RETURN; END IF;
   DELETE FROM jb.job WHERE id = p_id;
   INSERT INTO jb.done (id, gen, action) VALUES (p_id, p_gen, 'c');
   IF j.key IS NOT NULL THEN
@@ -121,12 +129,9 @@ CREATE OR REPLACE FUNCTION jb.release(p_board text, p_ns int, p_session bigint, 
 LANGUAGE plpgsql AS $$
 DECLARE h record; v_nb float8;
 BEGIN
-  IF p_retry AND EXISTS (SELECT 1 FROM jb.done WHERE id = p_id AND gen = p_gen AND action = 'a') THEN
-    r_status := 0; RETURN;
-  END IF;
-  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
+  SELECT * INTO h FROM jb.settling(p_board, p_ns, p_id, p_gen, p_owner, p_retry, 'a');
   r_status := h.o_status; r_detail := (h.o_job).owner;
-  IF r_status <> 0 THEN RETURN; END IF;
+  IF r_status <> 0 OR h.o_done THEN RETURN; END IF;
   v_nb := CASE WHEN p_retry_after IS NULL THEN NULL ELSE jb.now() + p_retry_after END;
   UPDATE jb.job SET state = CASE WHEN v_nb IS NULL THEN 0 ELSE 3 END, not_before = v_nb, session = NULL,
          owner = NULL, nonce = NULL, progress = NULL, last_error = coalesce(p_error, last_error)
@@ -153,12 +158,9 @@ CREATE OR REPLACE FUNCTION jb.trash(p_board text, p_ns int, p_session bigint, p_
 LANGUAGE plpgsql AS $$
 DECLARE h record;
 BEGIN
-  IF p_retry AND EXISTS (SELECT 1 FROM jb.done WHERE id = p_id AND gen = p_gen AND action = 't') THEN
-    r_status := 0; RETURN;
-  END IF;
-  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
+  SELECT * INTO h FROM jb.settling(p_board, p_ns, p_id, p_gen, p_owner, p_retry, 't');
   r_status := h.o_status; r_detail := (h.o_job).owner;
-  IF r_status <> 0 THEN RETURN; END IF;
+  IF r_status <> 0 OR h.o_done THEN RETURN; END IF;
   IF p_error IS NOT NULL THEN UPDATE jb.job SET last_error = p_error WHERE id = p_id; END IF;
   INSERT INTO jb.done (id, gen, action) VALUES (p_id, p_gen, 't');
   PERFORM jb.trash_job(p_board, p_id, p_reason, p_session);
