@@ -71,7 +71,7 @@ async def test_a_board_follows_its_slot_from_any_seed(cluster_seeds: str) -> Non
 def test_a_cluster_board_follows_the_model(cluster_seeds: str) -> None:
     """The model-based test of the contract (``tests/test_model_based.py``'s redis:// run) on the cluster."""
     run_model_test(lambda: f"redis://{cluster_seeds}/0/model-{uuid.uuid4().hex}?cluster=1&session_timeout=4",
-                   examples=30)
+                   examples=12)
 
 
 @pytest.mark.timeout(30)
