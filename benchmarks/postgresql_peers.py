@@ -1,14 +1,21 @@
-"""postgresql:// beside a PostgreSQL queue peer, same server, same run: pgqueuer (asyncpg), through its API.
+"""postgresql:// beside the Python PostgreSQL queues, same server, same run: pgqueuer, procrastinate, SAQ.
 
-    pip install pgqueuer==1.6.0
-    python -m benchmarks.postgresql_peers --url postgresql://postgres@127.0.0.1:5432/postgres --jobs 3000 --runs 3
+    pip install pgqueuer==1.6.0 procrastinate==3.10.0 'saq[postgres]==0.26.4'
+    python -m benchmarks.postgresql_peers --url postgresql://postgres@127.0.0.1:5432/postgres --jobs 2000 --runs 3
 
-Each round, alternating which goes first: jobboard posts N jobs with ``post_many`` (batches of 1,000) and
-16 claimers run ``claim_next`` -> ``consume_and_claim_next`` until the board is empty; pgqueuer enqueues N
-jobs with one batched ``Queries.enqueue`` and a ``QueueManager`` with a no-op entrypoint runs with
-``max_concurrent_tasks=16`` and ``batch_size=8`` (it wants at least twice the batch in flight) in ``drain`` mode until the queue
-is empty. Prints one JSON object: per system, the batched-post rate and the full-cycle rate (median and
-runs). procrastinate, oban-py and SAQ's postgres mode are not in it.
+Each round runs every system once per measure, the systems' order rotating from round to round:
+
+- full cycle at each ``--workers`` W (1, 16, 64): the system's bulk post of N jobs (batches of 1,000:
+  jobboard ``post_many``, pgqueuer ``Queries.enqueue`` with lists, procrastinate ``batch_defer_async``;
+  SAQ has none), then its worker with W concurrent jobs runs them all (jobboard: W claimers
+  ``claim_next`` -> ``consume_and_claim_next``; pgqueuer ``QueueManager`` in drain mode, batch W/2;
+  procrastinate ``run_worker_async(concurrency=W, wait=False)``; SAQ ``Worker(concurrency=W, burst=True)``);
+- posts: 16 tasks posting one job at a time;
+- wake: ms from a post to the job running in an idle worker (jobboard: a claimer in ``wait()`` holding
+  its claim), median of 20.
+
+Prints one JSON object: per system and measure, the median and every round's figure. oban-py is not in
+it: every release on PyPI needs Python >= 3.12 (this machine has 3.11).
 """
 
 from __future__ import annotations
@@ -16,63 +23,79 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import statistics
-import time
 from typing import Any
 
-import asyncpg
-
-from benchmarks.postgresql_cycle import board_cycle
-
-
-async def pgqueuer_cycle(url: str, jobs: int, workers: int) -> dict[str, float]:
-    from pgqueuer import AsyncpgDriver, Job, Queries, QueueManager
-    from pgqueuer.types import QueueExecutionMode
-
-    connection = await asyncpg.connect(url)
-    try:
-        queries = Queries(AsyncpgDriver(connection))
-        if not await connection.fetchval("SELECT to_regclass('pgqueuer') IS NOT NULL"):
-            await queries.install()
-        await connection.execute("TRUNCATE pgqueuer")
-        started = time.perf_counter()
-        for start in range(0, jobs, 1000):
-            count = min(jobs, start + 1000) - start
-            await queries.enqueue(["cycle"] * count, [None] * count, [0] * count)
-        posts = jobs / (time.perf_counter() - started)
-        manager = QueueManager(queries)
-
-        @manager.entrypoint("cycle")
-        async def cycle(job: Job) -> None:
-            return None
-
-        started = time.perf_counter()
-        await manager.run(mode=QueueExecutionMode.drain, batch_size=max(1, workers // 2), max_concurrent_tasks=workers)
-        return {"post_many_per_s": posts, "cycles_per_s": jobs / (time.perf_counter() - started)}
-    finally:
-        await connection.close()
+from benchmarks.postgresql_cycle import board_cycle, fresh, posts
+from benchmarks.postgresql_peer_queues import PEERS, Result, wake_latency
+from jobboard import open_board
 
 
-def summary(runs: list[dict[str, float]]) -> dict[str, Any]:
-    return {key: {"median": round(statistics.median(r[key] for r in runs), 1), "runs": [round(r[key], 1) for r in runs]}
-            for key in runs[0]}
+async def jobboard_cycle(url: str, jobs: int, workers: int) -> Result:
+    return dict(await board_cycle(url, jobs, workers))
 
 
-async def main(url: str, jobs: int, workers: int, rounds: int) -> dict[str, Any]:
-    results: dict[str, list[dict[str, float]]] = {"jobboard": [], "pgqueuer": []}
+async def jobboard_wake(url: str, samples: int) -> float:
+    """Post on one board -> a claimer of another board, idle in ``wait()``, holds the claim."""
+    board_url = fresh(url)
+    ran = asyncio.Event()
+    async with open_board(board_url) as poster, open_board(board_url) as worker:
+
+        async def claimer() -> None:
+            while True:
+                claim = await worker.claim_next("w")
+                if claim is None:
+                    await worker.wait()
+                    continue
+                ran.set()
+                await worker.consume(claim)
+
+        task = asyncio.ensure_future(claimer())
+        try:
+            return await wake_latency(lambda: poster.post("w"), ran, samples)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+SYSTEMS = {"jobboard": (jobboard_cycle, posts, jobboard_wake), **PEERS}
+
+
+def summary(values: list[float | None]) -> dict[str, Any] | None:
+    if any(value is None for value in values):
+        return None
+    numbers = [float(value) for value in values if value is not None]
+    return {"median": round(statistics.median(numbers), 1), "runs": [round(value, 1) for value in numbers]}
+
+
+async def main(url: str, jobs: int, workers: list[int], rounds: int, only: list[str]) -> dict[str, Any]:
+    names = [name for name in SYSTEMS if not only or name in only]
+    figures: dict[str, dict[str, list[float | None]]] = {name: {} for name in names}
     for number in range(rounds):
-        order = ["jobboard", "pgqueuer"] if number % 2 == 0 else ["pgqueuer", "jobboard"]
+        order = names[number % len(names):] + names[:number % len(names)]
         for name in order:
-            run = board_cycle if name == "jobboard" else pgqueuer_cycle
-            results[name].append(await run(url, jobs, workers))
-    return {"jobs": jobs, "workers": workers, **{name: summary(runs) for name, runs in results.items()}}
+            cycle, post, wake = SYSTEMS[name]
+            for w in workers:
+                result = await cycle(url, jobs, w)
+                figures[name].setdefault(f"cycles_per_s_w{w}", []).append(result["cycles_per_s"])
+                figures[name].setdefault(f"post_many_per_s_w{w}", []).append(result["post_many_per_s"])
+            figures[name].setdefault("posts_per_s", []).append(await post(url, jobs, 16))
+            figures[name].setdefault("wake_ms", []).append(await wake(url, 20))
+            print(json.dumps({"round": number, "system": name,
+                              **{k: v[-1] for k, v in figures[name].items()}}), flush=True)
+    return {"jobs": jobs, "workers": workers, "rounds": rounds,
+            **{name: {key: summary(values) for key, values in measures.items()} for name, measures in figures.items()}}
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m benchmarks.postgresql_peers")
     parser.add_argument("--url", required=True)
-    parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--workers", default="1,16,64", help="comma-separated concurrencies of the full cycle")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", default="", help="comma-separated systems (default: all)")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.url, args.jobs, args.workers, args.runs))))
+    logging.basicConfig(level=logging.WARNING)
+    print(json.dumps(asyncio.run(main(args.url, args.jobs, [int(w) for w in args.workers.split(",")], args.runs,
+                                      [name for name in args.only.split(",") if name]))))

@@ -50,8 +50,30 @@ def postgresql_bloat_part(run: Run) -> list[str]:
 
 
 def postgresql_peers_part(run: Run) -> list[str]:
-    """jobboard beside each peer of the run: batched posts and the full cycle, and jobboard ÷ the peer."""
+    """jobboard beside each peer of the run: batched posts and the full cycle (one table per W where the run
+    measured several), posts one at a time and the wake-up."""
     output = run["output"]
+    if not isinstance(output["workers"], list):  # the first runs: one W, pgqueuer only
+        return _peers_at_one_w(output)
+    systems = {name: figures for name, figures in output.items() if isinstance(figures, dict)}
+    ours = systems["jobboard"]
+    lines = [f"| system ({output['jobs']:,} jobs) | "
+             + " | ".join(f"full cycle W={w}, jobs/s" for w in output["workers"])
+             + " | bulk post, jobs/s | posts/s, 16 in flight | post → running, ms |",
+             "|---" * (len(output["workers"]) + 4) + "|"]
+    for name, figures in systems.items():
+        cycles = [_with_ratio(figures[f"cycles_per_s_w{w}"], ours[f"cycles_per_s_w{w}"], name) for w in output["workers"]]
+        bulk = figures.get(f"post_many_per_s_w{output['workers'][-1]}")
+        lines.append(f"| {name} | " + " | ".join(cycles) + f" | {span(bulk) if bulk else 'no bulk API'} | "
+                     f"{span(figures['posts_per_s'])} | {span(figures['wake_ms'], 1)} |")
+    return [*lines, "", "Each cycle figure of a peer is followed by jobboard ÷ it (medians)."]
+
+
+def _with_ratio(figure: dict[str, Any], ours: dict[str, Any], name: str) -> str:
+    return span(figure) if name == "jobboard" else f"{span(figure)} ({ours['median'] / figure['median']:.1f}×)"
+
+
+def _peers_at_one_w(output: dict[str, Any]) -> list[str]:
     ours = output["jobboard"]
     lines = [(f"| system ({output['jobs']:,} jobs, {output['workers']} in flight) | batched posts, jobs/s | "
              "full cycle, jobs/s | jobboard ÷ it (cycle) |"), "|---|---|---|---|"]
