@@ -301,6 +301,12 @@ class JobBoard:
         settle = Settle(SettleAction.CONSUME, result=result, encoded_result=self._encoded_result(claim, result))
         return await self.backend.consume_and_claim_next(claim, settle, names)
 
+    @property
+    def fuses_consume_and_claim(self) -> bool:
+        """Whether :meth:`consume_and_claim_next` is one backend call (the backend implements it), not a
+        consume and then a claim: a worker whose next job would take a round trip of its own uses it then."""
+        return type(self.backend).consume_and_claim_next is not Backend.consume_and_claim_next
+
     async def watch_claim(self, claim: Claim) -> str:
         """Wait until ``claim`` stops being current and return why.
 

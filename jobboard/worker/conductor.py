@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
-import socket
 import time
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass, fields
 from typing import Any
 
 import anyio
@@ -28,14 +27,13 @@ from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError
 from jobboard.job import Claim
 from jobboard.schedules.scheduler import run_scheduler
 from jobboard.worker.config import WorkerConfig, default_owner
+from jobboard.worker.entity import WorkerEntity
 from jobboard.worker.handlers import Handler, Handlers, Hook, Middleware, as_async
 from jobboard.worker.idle import ClaimerPace, Idler
 from jobboard.worker.retry import Backoff
-from jobboard.worker.running import JobRunner, RunningJob, WorkerStats
+from jobboard.worker.running import JobRunner, RunningJob
 from jobboard.worker.signals import listen_for_signals
 
-UNREGISTER_TIMEOUT = 2.0
-"""Seconds a stopping worker tries to unregister its entity."""
 STOP_CLAIM_WAIT = 2.0
 """Seconds a stopping worker still waits for the reply to a claim it sent."""
 
@@ -45,6 +43,59 @@ logger = logging.getLogger("jobboard.worker")
 
 BURST_RETRY_SLACK = 1.0
 """Seconds a burst worker waits past a retry's due time for the board to offer the job."""
+
+
+OUTCOMES = ("consumed", "retried", "failed", "lost", "cancelled", "abandoned_on_shutdown", "unsettled")
+"""Every claimed job ends in exactly one of these (see :class:`WorkerStats`)."""
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did. Once ``run()`` returned, ``claimed`` is the sum of the outcomes."""
+
+    claimed: int = 0
+    consumed: int = 0
+    retried: int = 0
+    """Failed (or asked to :class:`~jobboard.worker.retry.Retry`) and put back for a later attempt."""
+    failed: int = 0
+    """Trashed: out of attempts, not retryable, or :class:`~jobboard.worker.retry.Fail`."""
+    lost: int = 0
+    """The claim was lost while the job ran or as it was settled (another worker may run it)."""
+    cancelled: int = 0
+    """Cancelled from outside (``board.cancel`` / ``jobboard cancel``) while it ran."""
+    abandoned_on_shutdown: int = 0
+    unsettled: int = 0
+    """Settling failed for good (the board's close releases the claim: the job comes back)."""
+    backend_errors: int = 0
+    """Transient backend failures met (and ridden out) on the way."""
+    claim_races: int = 0
+    """Claims that found nothing right after the board offered work: another claimer was faster."""
+
+    @property
+    def abandoned(self) -> int:
+        """Put back on the board: retried, plus abandoned on shutdown."""
+        return self.retried + self.abandoned_on_shutdown
+
+    @property
+    def trashed(self) -> int:
+        return self.failed
+
+    def count(self, outcome: str) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def settled(self) -> int:
+        """Jobs that reached an outcome (equals ``claimed`` once the worker stopped)."""
+        return sum(getattr(self, name) for name in OUTCOMES)
+
+    def summary(self) -> str:
+        """One readable line, e.g. ``12 jobs: 10 consumed, 1 retried, 1 failed; 3 backend errors``."""
+        parts = [f"{getattr(self, name)} {name.replace('_', ' ')}" for name in OUTCOMES
+                 if getattr(self, name) or name == "consumed"]
+        text = f"{self.claimed} job{'s' if self.claimed != 1 else ''}: {', '.join(parts)}"
+        return text + (f"; {self.backend_errors} backend errors ridden out" if self.backend_errors else "")
+
+    def as_dict(self) -> dict[str, int]:
+        return {item.name: getattr(self, item.name) for item in fields(self)}
 
 
 class Worker:
@@ -76,7 +127,6 @@ class Worker:
         self._stopping_since: float | None = None
         self._claiming = anyio.CancelScope()
         self._claim_scopes: set[anyio.CancelScope] = set()
-        self._registering = anyio.CancelScope()
         self._all_done = anyio.Event()
         self._job_done = anyio.Event()
         self._claims_in_flight = 0
@@ -84,9 +134,14 @@ class Worker:
         self.started = anyio.Event()
         """Set once the worker is registered, its start-up hooks ran, and it is about to claim."""
         self._idler = Idler(board, self.names, self.config, self.stats)
+        self._entity = WorkerEntity(board, self.config, self.names, self.stats, lambda: self._stopping)
         self._runner = JobRunner(board, self.handler, self.config, self.stats,
                                  [*(registry.middleware if registry else ()), *middleware], self.shared,
-                                 lambda: self._stopping_since)
+                                 lambda: self._stopping_since, names=self.names, take_next=self._take_next)
+        self._fused = board.fuses_consume_and_claim
+        self._cancel_new: str | None = None
+        """Set once running jobs are cancelled (``stop(now=True)``, the drain's end): a job claimed by a
+        consume after that is cancelled at once (and abandoned)."""
 
     @property
     def owner(self) -> str:
@@ -101,10 +156,11 @@ class Worker:
         if self._stopping_since is None:
             self._stopping_since = anyio.current_time()
         self._claiming.cancel()
-        self._registering.cancel()
+        self._entity.registering.cancel()
         for scope in self._claim_scopes:
             self._hurry(scope)
         if now:
+            self._cancel_new = "worker stopping now"
             for job in list(self.running.values()):
                 job.cancel("worker stopping now")
 
@@ -141,7 +197,7 @@ class Worker:
 
     async def _work(self) -> None:
         await self._run_hooks(self.on_startup, "on_startup")
-        await self._register()
+        await self._entity.register()
         try:
             self.started.set()
             logger.info("%s claiming %s on %s (concurrency %d)", self.owner,
@@ -151,7 +207,7 @@ class Worker:
                 await self._claim_loop(jobs)
                 await self._drain()
         finally:
-            await self._unregister()
+            await self._entity.unregister()
 
     async def _run_hooks(self, hooks: Sequence[Hook], what: str) -> None:
         for hook in hooks:
@@ -179,11 +235,22 @@ class Worker:
                 self._slots.release()
                 continue
             pace.reset()
-            self._runner.claimed(claim.job.id)
-            self.stats.claimed += 1
-            job = RunningJob(claim, self.config.lease)
-            self.running[(claim.job.id, claim.generation)] = job
-            jobs.start_soon(self._run_job, job)
+            self._start(claim, jobs)
+
+    def _start(self, claim: Claim, jobs: TaskGroup) -> None:
+        """Run a claimed job in its own task (its slot taken)."""
+        self._runner.claimed(claim.job.id)
+        self.stats.claimed += 1
+        job = RunningJob(claim, self.config.lease)
+        self.running[(claim.job.id, claim.generation)] = job
+        jobs.start_soon(self._run_job, job, jobs)
+        if self._cancel_new is not None:
+            job.cancel(self._cancel_new)
+
+    def _take_next(self) -> bool:
+        """A job consumed now claims the next for its slot in the same backend call: the board fuses the two,
+        a claimer waits for a slot (the worker is busy), and the worker goes on."""
+        return self._fused and not self._stopping and self._slots.statistics().tasks_waiting > 0
 
     async def _claim(self, pace: ClaimerPace) -> Claim | None:
         try:
@@ -250,12 +317,15 @@ class Worker:
 
     # -- running a job -------------------------------------------------------------
 
-    async def _run_job(self, job: RunningJob) -> None:
+    async def _run_job(self, job: RunningJob, jobs: TaskGroup) -> None:
         try:
             await self._runner.run(job)
         finally:
             del self.running[(job.claim.job.id, job.claim.generation)]
-            self._slots.release()
+            if job.next_claim is not None:  # its consume claimed the next job: the slot goes on to it
+                self._start(job.next_claim, jobs)
+            else:
+                self._slots.release()
             self._wake_burst()
             if not self.running:
                 self._all_done.set()
@@ -270,8 +340,9 @@ class Worker:
             self._all_done = anyio.Event()
             with anyio.move_on_after(self.config.grace_period):
                 await self._all_done.wait()
+        self._cancel_new = f"worker stopped; grace period of {self.config.grace_period}s over"
         for job in list(self.running.values()):
-            job.cancel(f"worker stopped; grace period of {self.config.grace_period}s over")
+            job.cancel(self._cancel_new)
 
     def _on_signal(self, number: int) -> None:
         name = signal.Signals(number).name
@@ -281,36 +352,3 @@ class Worker:
         else:
             logger.info("%s: %s received: stopping (no new claims)", self.owner, name)
         self.stop(now=self._stopping)
-
-    def _metadata(self) -> dict[str, Any]:
-        return {"host": socket.gethostname(), "pid": os.getpid(), "concurrency": self.config.concurrency,
-                "names": sorted(self.names) if self.names is not None else None,
-                "started_at": time.time(), **self.config.metadata}
-
-    async def _register(self) -> None:
-        """Register the worker's entity, riding out transient errors (``stop()`` ends the attempts)."""
-        backoff = Backoff(self.config.idle_backoff, 2.0, self.config.idle_backoff_max, jitter=0.2)
-        with self._registering:
-            while not self._stopping:
-                try:
-                    with anyio.fail_after(self.config.settle_timeout):
-                        await self.board.register_entity(self.owner, self._metadata())
-                    return
-                except (BackendUnavailable, TimeoutError) as error:
-                    self.stats.backend_errors += 1
-                    delay = backoff.next()
-                    logger.warning("%s: could not register (%s); retrying in %.1fs", self.owner,
-                                   str(error) or type(error).__name__, delay)
-                    await anyio.sleep(delay)
-
-    async def _unregister(self) -> None:
-        """Best effort, briefly: the entity goes with the board's session anyway (ZooKeeper's
-        ephemeral node, Redis' reaped session), so a stopping worker never waits out an outage."""
-        with anyio.CancelScope(shield=True):
-            try:
-                if self.board.is_open:
-                    with anyio.fail_after(min(self.config.settle_timeout, UNREGISTER_TIMEOUT)):
-                        await self.board.unregister_entity(self.owner)
-            except (JobBoardError, TimeoutError) as error:
-                logger.warning("%s: could not unregister: %s", self.owner, str(error) or "the board did not answer "
-                               "in time (the entity goes with the board's session)")

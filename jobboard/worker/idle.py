@@ -11,7 +11,10 @@ from jobboard.board.contract import JobBoard
 from jobboard.errors import BoardClosed, JobBoardError
 from jobboard.worker.config import WorkerConfig
 from jobboard.worker.retry import Backoff
-from jobboard.worker.running import WorkerStats
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from jobboard.worker.conductor import WorkerStats
 
 logger = logging.getLogger("jobboard.worker")
 

@@ -3,7 +3,7 @@ count of its outcome.
 
 Used by :class:`~jobboard.worker.conductor.Worker`; one :class:`JobRunner` serves all of
 a worker's jobs, each held as a :class:`RunningJob`, and counts their outcomes in the worker's
-:class:`WorkerStats`. Settling is shielded from cancellation; transient backend
+:class:`~jobboard.worker.conductor.WorkerStats`. Settling is shielded from cancellation; transient backend
 errors (``BackendUnavailable``, a timeout) are retried with capped back-off
 until the settle applies, the claim is found lost, or the worker stops and its
 grace period is over (then the board's close releases the claim).
@@ -16,8 +16,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -34,6 +34,10 @@ from jobboard.worker.config import WorkerConfig
 from jobboard.worker.handlers import Handler, Handlers, JobContext, Middleware
 from jobboard.worker.progress import ProgressReporter
 from jobboard.worker.retry import Backoff, RetryPolicy, Settlement, decide
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from jobboard.worker.conductor import WorkerStats
 
 logger = logging.getLogger("jobboard.worker")
 
@@ -54,6 +58,8 @@ class RunningJob:
         """The attempts this job gets (the job's ``max_attempts``, else its retry policy's)."""
         self.started = time.monotonic()
         self._renewed_at = anyio.current_time()
+        self.next_claim: Claim | None = None
+        """The job its consume claimed for the same slot (``board.consume_and_claim_next``), to run next."""
 
     def heartbeat(self) -> None:
         self._renewed_at = anyio.current_time()
@@ -77,70 +83,20 @@ class RunningJob:
         return time.monotonic() - self.started
 
 
-OUTCOMES = ("consumed", "retried", "failed", "lost", "cancelled", "abandoned_on_shutdown", "unsettled")
-"""Every claimed job ends in exactly one of these (see :class:`WorkerStats`)."""
-
-
-@dataclass
-class WorkerStats:
-    """What a worker did. Once ``run()`` returned, ``claimed`` is the sum of the outcomes."""
-
-    claimed: int = 0
-    consumed: int = 0
-    retried: int = 0
-    """Failed (or asked to :class:`~jobboard.worker.retry.Retry`) and put back for a later attempt."""
-    failed: int = 0
-    """Trashed: out of attempts, not retryable, or :class:`~jobboard.worker.retry.Fail`."""
-    lost: int = 0
-    """The claim was lost while the job ran or as it was settled (another worker may run it)."""
-    cancelled: int = 0
-    """Cancelled from outside (``board.cancel`` / ``jobboard cancel``) while it ran."""
-    abandoned_on_shutdown: int = 0
-    unsettled: int = 0
-    """Settling failed for good (the board's close releases the claim: the job comes back)."""
-    backend_errors: int = 0
-    """Transient backend failures met (and ridden out) on the way."""
-    claim_races: int = 0
-    """Claims that found nothing right after the board offered work: another claimer was faster."""
-
-    @property
-    def abandoned(self) -> int:
-        """Put back on the board: retried, plus abandoned on shutdown."""
-        return self.retried + self.abandoned_on_shutdown
-
-    @property
-    def trashed(self) -> int:
-        return self.failed
-
-    def count(self, outcome: str) -> None:
-        setattr(self, outcome, getattr(self, outcome) + 1)
-
-    def settled(self) -> int:
-        """Jobs that reached an outcome (equals ``claimed`` once the worker stopped)."""
-        return sum(getattr(self, name) for name in OUTCOMES)
-
-    def summary(self) -> str:
-        """One readable line, e.g. ``12 jobs: 10 consumed, 1 retried, 1 failed; 3 backend errors``."""
-        parts = [f"{getattr(self, name)} {name.replace('_', ' ')}" for name in OUTCOMES
-                 if getattr(self, name) or name == "consumed"]
-        text = f"{self.claimed} job{'s' if self.claimed != 1 else ''}: {', '.join(parts)}"
-        return text + (f"; {self.backend_errors} backend errors ridden out" if self.backend_errors else "")
-
-    def as_dict(self) -> dict[str, int]:
-        return {item.name: getattr(self, item.name) for item in fields(self)}
-
-
 class JobRunner:
     """Runs jobs for one worker and settles them; see the module docstring."""
 
     def __init__(
         self, board: JobBoard, handler: Handler, config: WorkerConfig, stats: WorkerStats,
-        middleware: Sequence[Middleware], shared: dict[str, Any], stopping: Callable[[], float | None],
+        middleware: Sequence[Middleware], shared: dict[str, Any], stopping: Callable[[], float | None], *,
+        names: Collection[str] | None = None, take_next: Callable[[], bool] = lambda: False,
     ) -> None:
         self.board, self.handler, self.config, self.stats = board, handler, config, stats
-        self.middleware, self.shared = list(middleware), shared
+        self.middleware, self.shared, self.names = list(middleware), shared, names
         self._stopping_since = stopping
         """When the worker began stopping (``anyio.current_time()``), or ``None`` while it runs."""
+        self._take_next = take_next
+        """Whether a job consumed now should claim the next one for its slot (in the same backend call)."""
         self._retries_due: dict[str, float] = {}
         """When jobs this worker put back for a retry become claimable (``anyio.current_time()``)."""
 
@@ -173,7 +129,7 @@ class JobRunner:
         settlement: Settlement | None = None
         with job.scope:
             async with anyio.create_task_group() as guards:
-                context = JobContext(job.claim, self.board, job.heartbeat, self.shared, self._progress(job, guards))
+                context = JobContext(job.claim, self.board, job.heartbeat, self.shared, progress_of(self.board, job, guards))
                 guards.start_soon(self._watch_claim, job)
                 if job.lease is not None:
                     guards.start_soon(self._keep_lease, job)
@@ -182,38 +138,12 @@ class JobRunner:
         if job.lost is not None:
             cancelled = job.lost == "trashed"  # only the owner trashes a claimed job, or a cancel
             self.stats.count("cancelled" if cancelled else "lost")
-            self.log(job, "cancelled" if cancelled else "lost", level=logging.INFO if cancelled else logging.WARNING,
-                     reason=job.lost if not cancelled else "cancelled from outside (board.cancel)")
+            log_outcome(job, "cancelled" if cancelled else "lost", level=logging.INFO if cancelled else logging.WARNING,
+                        reason=job.lost if not cancelled else "cancelled from outside (board.cancel)")
             return None
         if settlement is None:  # cancelled: the worker is stopping
             return Settlement(SettleAction.ABANDON, reason=job.cancelled_because), "abandoned_on_shutdown"
         return settlement, settlement.outcome
-
-    def _progress(self, job: RunningJob, guards: TaskGroup) -> Callable[[float, str], None]:
-        """``JobContext.progress`` of ``job``: no report, no reporter. The first report makes the job's
-        :class:`ProgressReporter` and starts its writer among the ``guards``, on the event loop (a handler's
-        thread waits for that once); the writer is cancelled with the guards, a pending value goes with the settle."""
-        token, loop_thread = anyio.lowlevel.current_token(), threading.get_ident()
-        lock = threading.Lock()
-        made: list[ProgressReporter] = []
-
-        def start(reporter: ProgressReporter) -> None:  # on the event loop
-            with contextlib.suppress(RuntimeError):  # the guards are done: the handler returned
-                guards.start_soon(reporter.run)
-
-        def report(fraction: float, note: str = "") -> None:
-            if not made:
-                with lock:  # not held while waiting for the loop (which may report too)
-                    first = not made
-                    if first:
-                        made.append(ProgressReporter(self.board, job.claim))
-                if first and threading.get_ident() == loop_thread:
-                    start(made[0])
-                elif first:
-                    anyio.from_thread.run_sync(start, made[0], token=token)
-            made[0].report(fraction, note)
-
-        return report
 
     @staticmethod
     def _spent(claim: Claim, limit: int) -> Settlement:
@@ -284,33 +214,47 @@ class JobRunner:
 
     async def settle(self, job: RunningJob, settlement: Settlement, outcome: str) -> None:
         """Apply a settlement (shielded, transient errors retried), count it and log its line."""
-        applied, settlement = await self._apply_with_retries(job.claim, settlement)
+        applied, settlement = await self._apply_with_retries(job.claim, settlement, job)
         if applied is None:
             self.stats.count("unsettled")
-            self.log(job, "unsettled", level=logging.ERROR, reason=settlement.reason)
+            log_outcome(job, "unsettled", level=logging.ERROR, reason=settlement.reason)
         elif not applied:
             self.stats.count("lost")
-            self.log(job, "lost", level=logging.WARNING, reason="the claim was no longer current at settle")
+            log_outcome(job, "lost", level=logging.WARNING, reason="the claim was no longer current at settle")
         else:
             if outcome != "abandoned_on_shutdown":
                 outcome = settlement.outcome  # a settle refused as InvalidJob may be re-decided
             self.stats.count(outcome)
-            self.log(job, outcome, settlement=settlement)
+            log_outcome(job, outcome, settlement=settlement)
             if outcome == "retried":
                 self._retries_due[job.claim.job.id] = anyio.current_time() + (settlement.retry_after or 0.0)
 
-    async def _apply_with_retries(self, claim: Claim, settlement: Settlement) -> tuple[bool | None, Settlement]:
-        """``True`` once applied, ``False`` if the claim was lost, ``None`` if given up; shielded."""
+    async def _apply_with_retries(
+        self, claim: Claim, settlement: Settlement, job: RunningJob | None = None,
+    ) -> tuple[bool | None, Settlement]:
+        """``True`` once applied, ``False`` if the claim was lost, ``None`` if given up; shielded.
+
+        A consume of ``job`` when the worker takes a next job (``take_next``) claims it in the same
+        call (``board.consume_and_claim_next``, into ``job.next_claim``); a retry consumes alone.
+        """
         with anyio.CancelScope(shield=True):
-            applied = await self._apply_until_done(claim, settlement)
+            applied = await self._apply_until_done(claim, settlement, job)
         return applied
 
-    async def _apply_until_done(self, claim: Claim, settlement: Settlement) -> tuple[bool | None, Settlement]:
+    async def _apply_until_done(
+        self, claim: Claim, settlement: Settlement, job: RunningJob | None,
+    ) -> tuple[bool | None, Settlement]:
         backoff: Backoff | None = None  # built at the first transient error
+        fuse = job is not None and settlement.action is SettleAction.CONSUME and self._take_next()
         while True:
             try:
                 with anyio.fail_after(self.config.settle_timeout):
-                    await self._apply(claim, settlement)
+                    if fuse and job is not None:
+                        fuse = False
+                        job.next_claim = await self.board.consume_and_claim_next(claim, settlement.result,
+                                                                                 names=self.names)
+                    else:
+                        await self._apply(claim, settlement)
                 return True, settlement
             except (ClaimLost, NotOwner):
                 return False, settlement
@@ -364,26 +308,51 @@ class JobRunner:
         else:
             await self.board.trash(claim, settlement.reason, error=settlement.error)
 
-    # -- the line per job ----------------------------------------------------------
 
-    def log(self, job: RunningJob, outcome: str, *, level: int = logging.INFO,
-            settlement: Settlement | None = None, reason: str | None = None) -> None:
-        """One line: ``<outcome> <name> <id> attempt a/m by <owner> in 0.012s[: detail]``."""
-        claim = job.claim
-        limit = job.limit
-        attempt = f"{claim.attempt}/{limit}" if limit is not None else str(claim.attempt)
-        extra: dict[str, Any] = {"outcome": outcome, "job_id": claim.job.id, "job_name": claim.job.name,
-                                 "attempt": claim.attempt, "max_attempts": limit, "owner": claim.owner,
-                                 "duration": round(job.duration(), 6)}
-        detail = reason or ""
-        if settlement is not None and settlement.error is not None:
-            extra["error"] = settlement.error.summary_line()
-            detail = f"{settlement.error.type}: {' '.join(settlement.error.message.split())[:200]}"
-        if settlement is not None and settlement.action is SettleAction.ABANDON and settlement.retry_after:
-            extra["retry_in"] = round(settlement.retry_after, 3)
-            detail += f"; next attempt in {settlement.retry_after:.1f}s"
-        if reason:
-            extra["reason"] = reason
-        logger.log(level, "%s %s %s attempt %s by %s in %.3fs%s", outcome, claim.job.name, claim.job.id, attempt,
-                   claim.owner, job.duration(), f": {detail.lstrip('; ')}" if detail else "", extra=extra)
+def progress_of(board: JobBoard, job: RunningJob, guards: TaskGroup) -> Callable[[float, str], None]:
+    """``JobContext.progress`` of ``job``: no report, no reporter. The first report makes the job's
+    :class:`ProgressReporter` and starts its writer among the ``guards``, on the event loop (a handler's
+    thread waits for that once); the writer is cancelled with the guards, a pending value goes with the settle."""
+    token, loop_thread = anyio.lowlevel.current_token(), threading.get_ident()
+    lock = threading.Lock()
+    made: list[ProgressReporter] = []
 
+    def start(reporter: ProgressReporter) -> None:  # on the event loop
+        with contextlib.suppress(RuntimeError):  # the guards are done: the handler returned
+            guards.start_soon(reporter.run)
+
+    def report(fraction: float, note: str = "") -> None:
+        if not made:
+            with lock:  # not held while waiting for the loop (which may report too)
+                first = not made
+                if first:
+                    made.append(ProgressReporter(board, job.claim))
+            if first and threading.get_ident() == loop_thread:
+                start(made[0])
+            elif first:
+                anyio.from_thread.run_sync(start, made[0], token=token)
+        made[0].report(fraction, note)
+
+    return report
+
+
+def log_outcome(job: RunningJob, outcome: str, *, level: int = logging.INFO,
+                settlement: Settlement | None = None, reason: str | None = None) -> None:
+    """One line: ``<outcome> <name> <id> attempt a/m by <owner> in 0.012s[: detail]``."""
+    claim = job.claim
+    limit = job.limit
+    attempt = f"{claim.attempt}/{limit}" if limit is not None else str(claim.attempt)
+    extra: dict[str, Any] = {"outcome": outcome, "job_id": claim.job.id, "job_name": claim.job.name,
+                             "attempt": claim.attempt, "max_attempts": limit, "owner": claim.owner,
+                             "duration": round(job.duration(), 6)}
+    detail = reason or ""
+    if settlement is not None and settlement.error is not None:
+        extra["error"] = settlement.error.summary_line()
+        detail = f"{settlement.error.type}: {' '.join(settlement.error.message.split())[:200]}"
+    if settlement is not None and settlement.action is SettleAction.ABANDON and settlement.retry_after:
+        extra["retry_in"] = round(settlement.retry_after, 3)
+        detail += f"; next attempt in {settlement.retry_after:.1f}s"
+    if reason:
+        extra["reason"] = reason
+    logger.log(level, "%s %s %s attempt %s by %s in %.3fs%s", outcome, claim.job.name, claim.job.id, attempt,
+               claim.owner, job.duration(), f": {detail.lstrip('; ')}" if detail else "", extra=extra)
