@@ -22,6 +22,7 @@ import asyncio
 import concurrent.futures
 import fcntl
 import os
+import queue
 import threading
 import time
 from collections import deque
@@ -72,6 +73,8 @@ class Calls:
         self._held_since = 0.0
         self._release_at: asyncio.Handle | None = None
         self._patience: asyncio.TimerHandle | None = None
+        self._waiter: threading.Thread | None = None
+        self._turn_requests: queue.SimpleQueue[tuple[int, asyncio.AbstractEventLoop] | None] = queue.SimpleQueue()
         self._turnless = False
         self._writes_seen = 0
         self.writes = self.thread_calls = self.turns = self.turn_waits = self.queued = 0
@@ -210,31 +213,33 @@ class Calls:
         self.turn_wait_s += time.perf_counter() - started
 
     def _wait_for_turn(self) -> None:
-        """(Loop.) A thread waits for the turn (on a duplicate of the descriptor: the same lock), then hands it
-        to the loop, which runs the queue."""
+        """(Loop.) The waiter thread waits for the turn (on a duplicate of the descriptor: the same lock), then
+        hands it to the loop, which runs the queue."""
         if self._waiting:
             return
         self._waiting = True
         loop = asyncio.get_running_loop()
-        fd = os.dup(self.turn_fd)
         self._patience = loop.call_later(self.patience, self._lose_patience)
+        if self._waiter is None:
+            self._waiter = threading.Thread(target=self._wait_turns, name="jobboard-sqlite-turn", daemon=True)
+            self._waiter.start()
+        self._turn_requests.put((os.dup(self.turn_fd), loop))
 
-        def wait() -> None:
+    def _wait_turns(self) -> None:
+        """(The waiter thread, a daemon: it may stay blocked on a turn that never comes.) One turn a request."""
+        while (request := self._turn_requests.get()) is not None:
+            fd, loop = request
             try:
                 self._flock_waiting(fd)
             except OSError:
                 os.close(fd)
-                fd_granted = -1
-            else:
-                fd_granted = fd
+                fd = -1
             try:
-                loop.call_soon_threadsafe(self._granted, fd_granted)
+                loop.call_soon_threadsafe(self._granted, fd)
             except RuntimeError:  # the loop is gone
-                if fd_granted >= 0:
+                if fd >= 0:
                     fcntl.flock(fd, fcntl.LOCK_UN)
                     os.close(fd)
-
-        threading.Thread(target=wait, name="jobboard-sqlite-turn", daemon=True).start()
 
     def _granted(self, fd: int) -> None:
         self._waiting = self._turnless = False
@@ -287,6 +292,7 @@ class Calls:
     def closed(self) -> None:
         """(Loop, after the connection closed.) Queued calls fail; the turn is no longer held."""
         self._held = False
+        self._turn_requests.put(None)  # the waiter thread ends (once any turn it waits for came)
         if self._patience is not None:
             self._patience.cancel()
             self._patience = None
