@@ -51,11 +51,13 @@ class Options:
     session_timeout: float = 5.0
     """Seconds a silent owner (stopped, partitioned) keeps its claims: the server ends its session then."""
     pool_size: int = 10
+    """Connections in the board's pool (its session's dedicated connection is one more)."""
     idle_poll: float = 1.0
     """Seconds between two looks of an idle ``wait()`` at the board when nobody wakes it."""
     reap_interval: float = 0.5
     """Seconds between two passes looking for sessions whose connection is gone."""
     connect_timeout: float = 10.0
+    """Seconds an open keeps trying while the server refuses connections or is starting."""
     retry_window: float | None = None
     """Seconds a call retries transient failures (connection lost, server restarting) before
     ``BackendUnavailable``; default: twice the session timeout."""
