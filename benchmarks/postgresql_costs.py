@@ -12,15 +12,14 @@ medians (and runs) of cycles/s, client and server CPU µs per cycle and round tr
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import print_json_of
 from benchmarks.postgresql_cycle import claimer, fresh
 from jobboard import NewJob, open_board
 from jobboard_postgresql import PostgresBackend
@@ -75,12 +74,12 @@ async def one(url: str, jobs: int, workers: int) -> dict[str, float]:
             "server_us_per_cycle": server / jobs * 1e6, "round_trips_per_cycle": calls[0] / jobs}
 
 
-async def main(url: str, jobs: int, workers: list[int], runs: int) -> dict[str, Any]:
+async def main(url: str, jobs: int, workers: str, runs: int) -> dict[str, Any]:
     results: dict[str, Any] = {"jobs": jobs}
-    figures: dict[int, list[dict[str, float]]] = {w: [] for w in workers}
+    figures: dict[int, list[dict[str, float]]] = {int(w): [] for w in workers.split(",")}
     for _ in range(runs):
-        for w in workers:
-            figures[w].append(await one(url, jobs, w))
+        for w, items in figures.items():
+            items.append(await one(url, jobs, w))
     for w, items in figures.items():
         results[f"w{w}"] = {key: {"median": round(statistics.median(i[key] for i in items), 2),
                                   "runs": [round(i[key], 2) for i in items]} for key in items[0]}
@@ -88,10 +87,4 @@ async def main(url: str, jobs: int, workers: list[int], runs: int) -> dict[str, 
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.postgresql_costs")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--workers", default="1,16,64")
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.url, args.jobs, [int(w) for w in args.workers.split(",")], args.runs))))
+    print_json_of("postgresql_costs", main, jobs=3000, workers="1,16,64", runs=3)

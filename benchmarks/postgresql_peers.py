@@ -20,13 +20,13 @@ it: every release on PyPI needs Python >= 3.12 (this machine has 3.11).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
 import statistics
 from typing import Any
 
+from benchmarks.common import print_json_of
 from benchmarks.postgresql_cycle import board_cycle, fresh, posts
 from benchmarks.postgresql_peer_queues import PEERS, Result, wake_latency
 from jobboard import open_board
@@ -69,14 +69,18 @@ def summary(values: list[float | None]) -> dict[str, Any] | None:
     return {"median": round(statistics.median(numbers), 1), "runs": [round(value, 1) for value in numbers]}
 
 
-async def main(url: str, jobs: int, workers: list[int], rounds: int, only: list[str]) -> dict[str, Any]:
-    names = [name for name in SYSTEMS if not only or name in only]
+async def main(url: str, jobs: int, workers: str, runs: int, only: str) -> dict[str, Any]:
+    """``runs`` rounds of every system (``only``: comma-separated names, or all) at each W of ``workers``."""
+    logging.basicConfig(level=logging.WARNING)
+    chosen = [name for name in only.split(",") if name]
+    names = [name for name in SYSTEMS if not chosen or name in chosen]
+    concurrencies = [int(w) for w in workers.split(",")]
     figures: dict[str, dict[str, list[float | None]]] = {name: {} for name in names}
-    for number in range(rounds):
+    for number in range(runs):
         order = names[number % len(names):] + names[:number % len(names)]
         for name in order:
             cycle, post, wake = SYSTEMS[name]
-            for w in workers:
+            for w in concurrencies:
                 result = await cycle(url, jobs, w)
                 figures[name].setdefault(f"cycles_per_s_w{w}", []).append(result["cycles_per_s"])
                 figures[name].setdefault(f"post_many_per_s_w{w}", []).append(result["post_many_per_s"])
@@ -84,18 +88,9 @@ async def main(url: str, jobs: int, workers: list[int], rounds: int, only: list[
             figures[name].setdefault("wake_ms", []).append(await wake(url, 20))
             print(json.dumps({"round": number, "system": name,
                               **{k: v[-1] for k, v in figures[name].items()}}), flush=True)
-    return {"jobs": jobs, "workers": workers, "rounds": rounds,
+    return {"jobs": jobs, "workers": concurrencies, "rounds": runs,
             **{name: {key: summary(values) for key, values in measures.items()} for name, measures in figures.items()}}
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.postgresql_peers")
-    parser.add_argument("--url", required=True)
-    parser.add_argument("--jobs", type=int, default=2000)
-    parser.add_argument("--workers", default="1,16,64", help="comma-separated concurrencies of the full cycle")
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--only", default="", help="comma-separated systems (default: all)")
-    args = parser.parse_args()
-    logging.basicConfig(level=logging.WARNING)
-    print(json.dumps(asyncio.run(main(args.url, args.jobs, [int(w) for w in args.workers.split(",")], args.runs,
-                                      [name for name in args.only.split(",") if name]))))
+    print_json_of("postgresql_peers", main, jobs=2000, workers="1,16,64", runs=3, only="")
