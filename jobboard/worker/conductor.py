@@ -230,7 +230,9 @@ class Worker:
                                    self.config.idle_backoff_max, jitter=0.2))
         while not self._stopping:
             await self._slots.acquire()
-            claim = await self._claim(pace)
+            claim = None
+            while claim is None and not self._stopping:  # the slot is kept while idle: see Idler.hand_over
+                claim = await self._claim(pace)
             if claim is None:
                 self._slots.release()
                 continue
@@ -268,6 +270,7 @@ class Worker:
             raise
         except (JobBoardError, TimeoutError) as error:  # BackendUnavailable, or worse: never die of it
             self._claim_done()
+            self._idler.hand_over(pace)  # it sleeps: another claimer waits on the board meanwhile
             if self._stopping:
                 return None
             self.stats.backend_errors += 1
@@ -277,7 +280,9 @@ class Worker:
             await anyio.sleep(delay)
             return None
         self._claim_done()
-        if claim is None:
+        if claim is not None:
+            self._idler.hand_over(pace)
+        else:
             if self._stopping:
                 return None
             if self.config.burst:

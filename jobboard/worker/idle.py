@@ -1,8 +1,9 @@
-"""How an idle worker waits: in ``board.wait()``, one claimer at a time, waking at least every ``idle_backoff_max``."""
+"""How an idle worker waits: one claimer in ``board.wait()``, the others behind it, each woken alone."""
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Collection
 
 import anyio
@@ -42,14 +43,17 @@ class ClaimerPace:
 
 
 class Idler:
-    """The idle wait of one worker's claimers (one waits on the board, the others wait for it)."""
+    """The idle wait of one worker's claimers: one *holds the board* (waits in ``board.wait()``, then claims),
+    the others follow. A claim that gets a job hands the board to one follower, so a post wakes one claimer of
+    the process, not every idle one (no herd: one claim attempt per job, not ``concurrency``)."""
 
     def __init__(self, board: JobBoard, names: Collection[str] | None, config: WorkerConfig,
                  stats: WorkerStats) -> None:
         self.board, self.names, self.config, self.stats = board, names, config, stats
-        self._waiting_on_board = False
-        self._work_maybe = anyio.Event()
-        """Set when the claimer waiting on the board wakes up: the others try to claim too."""
+        self._holder: ClaimerPace | None = None
+        """The claimer that waits on the board, from its wait until its claim gets a job (or fails)."""
+        self._followers: deque[anyio.Event] = deque()
+        """The other idle claimers, in the order they came: :meth:`hand_over` wakes the first."""
 
     async def idle(self, pace: ClaimerPace) -> None:
         """Sleep in ``board.wait()`` until there is work, waking at least every ``idle_backoff_max``.
@@ -63,12 +67,10 @@ class Idler:
             pace.offered = False
         if pace.misses >= SPIN_MISSES:
             await anyio.sleep(pace.backoff.next())
+        while self._holder not in (None, pace):
+            await self._follow()
+        self._holder = pace
         started = anyio.current_time()
-        if self._waiting_on_board:  # one claimer waits on the board; the others wait for it
-            with anyio.move_on_after(self.config.idle_backoff_max):
-                await self._work_maybe.wait()
-            return
-        self._waiting_on_board = True
         found = False  # stays False when the wait times out: an idle board is no error
         try:
             with anyio.move_on_after(self.config.idle_backoff_max):
@@ -82,12 +84,29 @@ class Idler:
                            str(error) or type(error).__name__, delay)
             await anyio.sleep(delay)
             return
-        finally:
-            self._waiting_on_board = False
-            woken, self._work_maybe = self._work_maybe, anyio.Event()
-            woken.set()
         if found and anyio.current_time() - started < BLOCKED:
             pace.misses += 1
         else:  # it really waited: new work came (or none), this is no spin
             pace.reset()
         pace.offered = found
+
+    def hand_over(self, pace: ClaimerPace) -> None:
+        """``pace``'s claim got a job (or failed): if it held the board, one follower takes the board over
+        (and finds at once any further work). Atomic: no await between the check and the wake. The
+        holder keeps its slot from its wait to its claim (``Worker._claimer``), so that it cannot be
+        held up between the two while the others follow."""
+        if self._holder is pace:
+            self._holder = None
+            if self._followers:
+                self._followers.popleft().set()
+
+    async def _follow(self) -> None:
+        """Wait to be handed the board (or ``idle_backoff_max``, then look again)."""
+        woken = anyio.Event()
+        self._followers.append(woken)
+        try:
+            with anyio.move_on_after(self.config.idle_backoff_max):
+                await woken.wait()
+        finally:
+            if not woken.is_set():
+                self._followers.remove(woken)
