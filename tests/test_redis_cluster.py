@@ -16,7 +16,8 @@ from jobboard.errors import BackendUnavailable
 from jobboard.testing.stateful import run_model_test
 from jobboard_redis.cluster import key_slot
 from jobboard_redis.options import parse_redis_url
-from tests.support.rediscluster import ENV_VAR, RedisCluster, free_ports
+from tests.support.localserver import free_ports
+from tests.support.rediscluster import ENV_VAR, RedisCluster
 
 
 @pytest.fixture(scope="session")

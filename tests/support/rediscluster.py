@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,25 +24,13 @@ from typing import Any, Self
 
 import redis
 
-from tests.support.localserver import HOST, _raise_terminated, _reap_child, _Terminated, exit_code
+from tests.support.localserver import HOST, _raise_terminated, _reap_child, _Terminated, exit_code, free_ports
 from tests.support.redisserver import RedisServer, ensure_redis_installed
 
 ENV_VAR = "JOBBOARD_TEST_REDIS_CLUSTER"
 NODE_TIMEOUT_MS = 2000
 """``cluster-node-timeout``: a master unreachable this long is failed over to its replica (about twice this)."""
 START_WITHIN = 45.0
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct currently-free loopback ports (a node's cluster bus needs its own: ``cluster-port``)."""
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind((HOST, 0))
-        return [int(sock.getsockname()[1]) for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def client(port: int) -> redis.Redis:
