@@ -20,7 +20,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from subprocess import DEVNULL, STDOUT
 from typing import Any, Self, TypeVar
@@ -243,13 +243,15 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def run_with(server: LocalServer, env: dict[str, str], cmd: Sequence[str], banner: str) -> int:
-    """Run ``cmd`` with ``env`` added while ``server`` runs; return its exit code."""
+def run_with(server: contextlib.AbstractContextManager[object], env: Mapping[str, str] | Callable[[], Mapping[str, str]],
+             cmd: Sequence[str], banner: str | Callable[[], str]) -> int:
+    """Run ``cmd`` with ``env`` added while ``server`` runs (``env`` and ``banner`` may be asked for once it
+    runs); return its exit code."""
     signal.signal(signal.SIGTERM, _raise_terminated)
     with server:
-        print(banner, file=sys.stderr, flush=True)
+        print(banner() if callable(banner) else banner, file=sys.stderr, flush=True)
         try:
-            child = subprocess.Popen(list(cmd), env={**os.environ, **env})
+            child = subprocess.Popen(list(cmd), env={**os.environ, **(env() if callable(env) else env)})
         except OSError as exc:
             print(f"cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
             return 127

@@ -12,9 +12,6 @@ runs CMD with ``JOBBOARD_TEST_REDIS_CLUSTER`` naming the seed nodes (``127.0.0.1
 
 from __future__ import annotations
 
-import argparse
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,7 +21,7 @@ from typing import Any, Self
 
 import redis
 
-from tests.support.localserver import HOST, _raise_terminated, _reap_child, _Terminated, exit_code, free_ports
+from tests.support.localserver import HOST, free_ports, main, run_with
 from tests.support.redisserver import RedisServer, ensure_redis_installed
 
 ENV_VAR = "JOBBOARD_TEST_REDIS_CLUSTER"
@@ -211,38 +208,13 @@ def _synchronised(port: int) -> bool:
 
 def run(cmd: Sequence[str]) -> int:
     """Run ``cmd`` with ``JOBBOARD_TEST_REDIS_CLUSTER`` naming a fresh cluster's nodes; return its exit code."""
-    signal.signal(signal.SIGTERM, _raise_terminated)
-    with RedisCluster() as cluster:
-        print(f"rediscluster: Redis Cluster serving on {cluster.seeds}", file=sys.stderr, flush=True)
-        try:
-            child = subprocess.Popen(list(cmd), env={**os.environ, ENV_VAR: cluster.seeds})
-        except OSError as exc:
-            print(f"cannot run {cmd[0]!r}: {exc}", file=sys.stderr)
-            return 127
-        try:
-            return exit_code(child.wait())
-        except KeyboardInterrupt as exc:
-            if isinstance(exc, _Terminated):
-                child.terminate()
-            return _reap_child(child)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m tests.support.rediscluster``."""
-    parser = argparse.ArgumentParser(prog="python -m tests.support.rediscluster")
-    commands = parser.add_subparsers(dest="command", required=True)
-    run_parser = commands.add_parser("run", help=f"run CMD with {ENV_VAR} set")
-    run_parser.add_argument("cmd", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
-    args = parser.parse_args(argv)
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    if not cmd:
-        parser.error("missing command: run -- CMD ARGS...")
+    cluster = RedisCluster()
     try:
-        return run(cmd)
-    except (RuntimeError, TimeoutError, subprocess.SubprocessError) as exc:
-        print(f"rediscluster: {exc}", file=sys.stderr)
-        return 1
+        return run_with(cluster, lambda: {ENV_VAR: cluster.seeds}, cmd,
+                        lambda: f"rediscluster: Redis Cluster serving on {cluster.seeds}")
+    except subprocess.SubprocessError as exc:  # redis-cli --cluster create failed: said in one line
+        raise RuntimeError(str(exc)) from exc
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main("rediscluster", ENV_VAR, lambda cmd, args: run(cmd)))
