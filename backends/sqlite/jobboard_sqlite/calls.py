@@ -110,8 +110,8 @@ class Calls:
                 self.thread_calls += 1
                 return work()
         finally:
-            if self._queue:
-                self._call_soon(self.drain)
+            # Always: a call the loop found the connection busy for may be queued just after this line.
+            self._call_soon(self.drain)
 
     def _attempt(self, call: Queued[Any]) -> bool:
         """Run ``call`` inline if the connection is free; whether it is done (else it must wait)."""
