@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing
 import os
 import resource
@@ -42,7 +43,7 @@ async def _claim(url: str, workers: int, queue: Any, go: Any, tally: Tally) -> d
         db = board.backend.db  # type: ignore[attr-defined]
 
         def read(key: str) -> float:
-            return float(getattr(getattr(db, "calls", db), key, getattr(db, key, 0)))
+            return float(getattr(getattr(db, "calls", db), key, getattr(db, key, "nan")))  # nan: not counted
 
         queue.put("ready")
         await anyio.to_thread.run_sync(go.wait)
@@ -84,8 +85,9 @@ async def one_run(directory: str, run: int, jobs: int, workers: int, processes: 
     summed = {key: sum(part[key] for part in parts) for key in parts[0]}
     per_cycle = {f"{key}_per_cycle": round(value / cycles, 3) for key, value in summed.items()
                  if key not in ("turn_wait_s", "cpu_s")}
-    return {"cycles_per_s": round(cycles / (shared[1].value - started), 1), **per_cycle,
-            "turn_wait_ms_per_cycle": round(1000 * summed["turn_wait_s"] / cycles, 3),
+    per_cycle["turn_wait_ms_per_cycle"] = round(1000 * summed["turn_wait_s"] / cycles, 3)
+    counted = {key: value for key, value in per_cycle.items() if not math.isnan(value)}  # what the tree counts
+    return {"cycles_per_s": round(cycles / (shared[1].value - started), 1), **counted,
             "cpu_ms_per_cycle": round(1000 * summed["cpu_s"] / cycles, 3)}
 
 

@@ -71,9 +71,30 @@ def churn_lines(output: dict[str, Any]) -> list[str]:
     ]
 
 
+FLEET_FIGURES = (("cycles_per_s", "cycles/s"), ("cpu_ms_per_cycle", "CPU ms"), ("writes_per_cycle", "transactions"),
+                 ("turns_per_cycle", "turns taken"), ("turn_waits_per_cycle", "waits for the turn"),
+                 ("turn_wait_ms_per_cycle", "ms waiting for it"), ("thread_calls_per_cycle", "calls on the thread"),
+                 ("voluntary_per_cycle", "voluntary switches"), ("involuntary_per_cycle", "involuntary switches"))
+
+
+def fleet_lines(output: dict[str, Any]) -> list[str]:
+    """Per process count, the median (range) of each figure; the per-cycle figures are summed over the processes."""
+    results = output["results"]
+    rows = ["| per cycle | " + " | ".join(f"{count} process{'es' if count != '1' else ''}" for count in results) + " |",
+            "|---|" + "---|" * len(results)]
+    for key, label in FLEET_FIGURES:
+        if any(key in figures for figures in results.values()):
+            rows.append(f"| {label} | " + " | ".join(_span(figures[key]) if key in figures else ""
+                                                     for figures in results.values()) + " |")
+    ratios = "; ".join(f"{count} processes ÷ 1: {', '.join(f'{r:.2f}' for r in ratio['per_round'])} "
+                       f"(median {ratio['median']:.2f})" for count, ratio in output["ratios"].items())
+    return [*rows, "", (f"{output['rounds']} rounds, {output['jobs']:,} jobs, W = {output['workers']}; per round "
+            f"{ratios}; load {', '.join(str(load) for load in output['load'])}. A blank cell: the tree did not count it.")]
+
+
 RENDERERS: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "sqlite_drivers": drivers_lines, "sqlite_compare": compare_lines, "sqlite_wake": wake_lines,
-    "sqlite_churn": churn_lines,
+    "sqlite_churn": churn_lines, "sqlite_fleet": fleet_lines,
 }
 
 
