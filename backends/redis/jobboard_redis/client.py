@@ -83,7 +83,8 @@ class RedisClient:
         self.locator = Locator(options, self._tls)
         """Where the primary is: asked at each (re)connection (:mod:`.locate`)."""
         self.replication = Replication(self._server, strict=options.durability == "strict",
-                                       reply_timeout=self._timeout, retry_window=options.retry_window)
+                                       reply_timeout=self._timeout, retry_window=options.retry_window,
+                                       alone=self.locator.alone_check())
         """``durability=strict``: the replicas each write waits for, learned from the current primary."""
         self._warned: set[str] = set()
         self._nonce_prefix = f"{uuid.uuid4().hex}."
@@ -215,10 +216,7 @@ class RedisClient:
 
     async def _replicated(self, wire: Wire) -> None:
         """``durability=strict``: a replica has the write, or the primary has none (:mod:`.replication`)."""
-        if self.replication.replicas:
-            await self.replication.after_write(wire)
-        else:
-            self.replication.look_again(wire)
+        await self.replication.after_write(wire)
 
     def _failed(self, error: ServerError) -> None:
         """Drop the connection to a server that is no longer the primary."""
@@ -385,6 +383,7 @@ class RedisClient:
 
     async def close(self) -> None:
         self._closed = True
+        self.replication.close()
         for wire in (*self._blocked.values(), self._main):
             if wire is not None:
                 wire.close()

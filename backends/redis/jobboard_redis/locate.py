@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ssl
 
+from jobboard_redis.alone import AloneCheck
 from jobboard_redis.client_wire import Arg, ask_sentinels
 from jobboard_redis.cluster import SlotMap, key_slot
 from jobboard_redis.options import RedisOptions
@@ -18,8 +19,10 @@ class Locator:
 
     def __init__(self, options: RedisOptions, tls: ssl.SSLContext | None) -> None:
         self.options = options
+        self.tls = tls
         auth: list[list[Arg]] = ([["AUTH", *([options.username] if options.username else []), options.password]]
                                  if options.password is not None else [])
+        self.auth = auth
         slot = key_slot(options.prefix)
         self.slots = SlotMap(options.seeds, slot, tls=tls, hello=auth) if options.cluster else None
         if options.cluster:
@@ -28,6 +31,12 @@ class Locator:
             self.name = f"Redis (Sentinel service {options.sentinel})"
         else:
             self.name = f"Redis {options.host}:{options.port}"
+
+    def alone_check(self) -> AloneCheck | None:
+        """Through Sentinels, the check of a write answered by a primary alone (:mod:`.alone`)."""
+        if not self.options.sentinel:
+            return None
+        return AloneCheck(self.options.sentinels, self.options.sentinel, tls=self.tls, auth=self.auth)
 
     @property
     def named(self) -> bool:

@@ -12,7 +12,9 @@ warning line (its writes are fsynced on it, which is all there is) - except the 
 replica just left while a write waited for it: the replica may have been promoted by a failover that
 the Sentinels do not name yet, and what the old primary acknowledges then is lost when it is
 demoted. That primary is not written to alone for :attr:`Replication.grace` seconds (the board's
-reply timeout); the write is retried meanwhile, on the new primary as soon as it is named.
+reply timeout); the write is retried meanwhile, on the new primary as soon as it is named. Through
+Sentinels, a write answered by a primary alone is acknowledged only once that primary is known to be
+the primary still (:mod:`jobboard_redis.alone`).
 
 Writes answered together share one ``WAIT`` (it covers every write sent before it on the connection).
 """
@@ -24,6 +26,7 @@ import logging
 import time
 from typing import Any
 
+from jobboard_redis.alone import AloneCheck
 from jobboard_redis.client_wire import ConnectionLost, ServerError, Wire
 from jobboard_redis.learned import replicas_of
 
@@ -36,8 +39,11 @@ RECHECK_EVERY = 1.0
 class Replication:
     """The ``WAIT`` after each write of a strict board; see the module docstring."""
 
-    def __init__(self, server: str, *, strict: bool, reply_timeout: float, retry_window: float) -> None:
+    def __init__(self, server: str, *, strict: bool, reply_timeout: float, retry_window: float,
+                 alone: AloneCheck | None = None) -> None:
         self.server = server
+        self.alone = alone
+        """Through Sentinels: the check of a write answered by a primary alone."""
         self.strict = strict
         """Whether writes are followed by ``WAIT`` at all (``durability=strict``)."""
         self.replicas = 0
@@ -74,24 +80,48 @@ class Replication:
             logger.warning("%s (%s) has no replica: durability=strict writes are fsynced on the primary alone, and "
                            "survive its restart but not the loss of its disk", self.server, address)
 
+    async def unreplicated(self, wire: Wire) -> None:
+        """After a write answered by a primary with no replica (as last seen): look again (:meth:`look_again`)
+        and, through Sentinels, wait until it is known to be the primary still.
+
+        :raises ConnectionLost: it may not be (the wire is closed: the write is to be sent again with its nonce).
+        """
+        self.look_again(wire)
+        if self.alone is None:
+            return
+        try:
+            await self.alone.confirm(self.address)
+        except ConnectionLost:
+            wire.close()
+            raise
+
+    def close(self) -> None:
+        if self.alone is not None:
+            self.alone.close()
+
     def look_again(self, wire: Wire) -> None:
         """While the primary has no replica: ask its ``ROLE`` (at most once a second, not waited for)."""
         if self.replicas or time.monotonic() < self._next_look:
             return
         self._next_look = time.monotonic() + RECHECK_EVERY
-        wire.send(("ROLE",)).add_done_callback(self._role_answered)
+        address = self.address
+        wire.send(("ROLE",)).add_done_callback(lambda reply: self._role_answered(reply, address))
 
-    def _role_answered(self, reply: asyncio.Future[Any]) -> None:
+    def _role_answered(self, reply: asyncio.Future[Any], address: str) -> None:
+        """``ROLE``'s answer, taken only if the board talks to the server it asked still."""
         answered = not reply.cancelled() and reply.exception() is None
-        if answered and (replicas := replicas_of(reply.result())):
-            self.learned(replicas, self.address)
+        if answered and address == self.address and (replicas := replicas_of(reply.result())):
+            self.learned(replicas, address)
 
     async def after_write(self, wire: Wire) -> None:
-        """Wait until a replica has the writes answered so far on ``wire`` (one round shared).
+        """Wait until a replica has the writes answered so far on ``wire`` (one round shared), or, if the
+        primary has none, :meth:`unreplicated`.
 
         :raises ConnectionLost: no replica acknowledged them: the wire is closed, and the write is to
             be sent again with its nonce (see the module docstring).
         """
+        if not self.replicas:
+            return await self.unreplicated(wire)
         if self._round is None or self._round.done():
             self._round = asyncio.ensure_future(self._wait(wire, wire.send(("WAIT", 1, self.wait_ms))))
         await asyncio.shield(self._round)
