@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from jobboard.errors import BackendUnavailable
+from jobboard_sqlite import files
 
 T = TypeVar("T")
 
@@ -290,8 +291,12 @@ class Calls:
     # -- closing ----------------------------------------------------------------
 
     def closed(self) -> None:
-        """(Loop, after the connection closed.) Queued calls fail; the turn is no longer held."""
-        self._held = False
+        """(Loop, after the connection closed.) The turn given back and its descriptor closed here, on the loop
+        (closed on the thread, a release running on the loop could unlock a reused descriptor number); queued
+        calls fail."""
+        self._give_back()
+        fd, self.turn_fd = self.turn_fd, -1
+        files.close_turn(fd)
         self._turn_requests.put(None)  # the waiter thread ends (once any turn it waits for came)
         if self._patience is not None:
             self._patience.cancel()

@@ -95,8 +95,6 @@ class Database:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
-        fd, self.calls.turn_fd = self.calls.turn_fd, -1
-        files.close_turn(fd)
 
     def submit(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
         """Run ``work`` on the connection's thread (thread-safe, does not wait)."""
