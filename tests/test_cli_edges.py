@@ -224,3 +224,20 @@ def test_out_of_range_zookeeper_port_is_a_bad_url() -> None:
     assert result.returncode == 2  # a usage error: 1 would say "no live worker"
     assert result.stderr.startswith("jobboard: error: bad port in host '127.0.0.1:99999'")
     assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", [["list"], ["stats"], ["show", "job-0000000001"], ["trashed"]])
+def test_a_read_command_on_a_sqlite_board_that_does_not_exist_says_so_and_creates_nothing(
+        capsys: Capture, tmp_path: Path, command: list[str]) -> None:
+    missing = tmp_path / "nowhere" / "jobs.db"
+    status, _, err = run(capsys, "--board", f"sqlite://{missing}?board=shop", *command)
+    assert status == 3 and "does not exist" in err
+    assert_one_line_error(err)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_post_creates_the_sqlite_board_a_read_command_then_finds(capsys: Capture, tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'new' / 'jobs.db'}?board=shop"
+    job_id = post(capsys, url, "resize")
+    status, out, _ = run(capsys, "--board", url, "list")
+    assert status == 0 and job_id in out

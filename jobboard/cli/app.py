@@ -35,7 +35,7 @@ from jobboard.cli.command import (
 )
 from jobboard.cli.dashboard import dashboard_arguments, serve
 from jobboard.cli.metrics import metrics_arguments, serve_board_metrics
-from jobboard.cli.options import URL_ENV, add_global_options, default_board_url, shared_options
+from jobboard.cli.options import URL_ENV, add_global_options, default_board_url, for_command, shared_options
 from jobboard.cli.plan import plan_arguments, plan_command
 from jobboard.cli.schedule import schedule_arguments, schedule_command
 from jobboard.cli.worker import check, check_arguments, run_worker, worker_arguments
@@ -171,7 +171,7 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if command.local is not None:
         return command.local(args)
     assert command.on_board is not None, f"command {command.name} has no action"
-    return anyio.run(run_on_board, board_url(parser, args), command.on_board, args)
+    return anyio.run(run_on_board, for_command(command.name, board_url(parser, args)), command.on_board, args)
 
 
 def one_line(error: BaseException) -> str:
