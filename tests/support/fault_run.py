@@ -82,19 +82,27 @@ class Actor:
 
     async def stop(self) -> None:
         """SIGCONT + SIGTERM, SIGKILL if it does not end within STOP_TIMEOUT; note an unexpected exit."""
-        if self.proc is None:
-            return
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.proc.wait(), STOP_TIMEOUT)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
-            self.exits.append((self.name, -9))
-            return
-        if self.proc.pid not in self.killed and self.proc.returncode:
-            self.exits.append((self.name, self.proc.returncode))
+        if self.proc is not None:
+            await stop_actor(self.proc, self.name, self.killed, self.exits)
+
+
+async def stop_actor(proc: asyncio.subprocess.Process, name: str, killed: set[int],
+                     exits: list[tuple[str, int]]) -> None:
+    """SIGCONT + SIGTERM to an actor ``proc``, SIGKILL if it does not end within STOP_TIMEOUT; an exit that is
+    not 0 (or -9 for the SIGKILL here) goes to ``exits``, unless the schedule killed ``proc`` (``killed``)."""
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, sig)
+    try:
+        await asyncio.wait_for(proc.wait(), STOP_TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        exits.append((name, -9))
+        return
+    if proc.pid not in killed and proc.returncode:
+        exits.append((name, proc.returncode))
 
 
 class Run:

@@ -22,11 +22,10 @@ from pathlib import Path
 import anyio
 
 from tests.support import history
-from tests.support.fault_run import final_state, read_events, spawn_actor, summarise
+from tests.support.fault_run import final_state, read_events, spawn_actor, stop_actor, summarise
 from tests.support.fault_schedule import PRODUCER, Config, Fault, Report, schedule
 
 PROCESS_KINDS = frozenset({"sigkill", "sigstop_short", "sigstop_long"})
-STOP_TIMEOUT = 15.0
 
 
 class Slot:
@@ -62,19 +61,8 @@ class Slot:
         self.signal(signal.SIGCONT)
 
     async def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.signal(signal.SIGCONT)
-        self.signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.proc.wait(), STOP_TIMEOUT)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
-            self.exits.append((f"{self.slot}.{self.incarnation}", -9))
-            return
-        if self.proc.pid not in self.killed and self.proc.returncode:
-            self.exits.append((f"{self.slot}.{self.incarnation}", self.proc.returncode))
+        if self.proc is not None:
+            await stop_actor(self.proc, f"{self.slot}.{self.incarnation}", self.killed, self.exits)
 
 
 async def inject(slots: dict[str, Slot], faults: list[Fault], duration: float, injected: Counter[str]) -> None:
