@@ -62,14 +62,16 @@ def rss_mib() -> float:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def print_json_of(prog: str, measure: Callable[..., Any], **defaults: float | str) -> None:
+def print_json_of(prog: str, measure: Callable[..., Any], *, url: bool = True, **defaults: float | str) -> None:
     """The command ``python -m benchmarks.<prog> --url URL [--NAME VALUE ...]``: print ``measure(url, **options)``
-    (awaited when it is a coroutine function) as one JSON line.
+    (awaited when it is a coroutine function) as one JSON line; with ``url=False``, no ``--url`` (the benchmark
+    makes its own storage).
 
     ``defaults`` names the options (``--NAME``) and their defaults; each value is parsed as its default's type.
     """
     parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{prog}")
-    parser.add_argument("--url", required=True)
+    if url:
+        parser.add_argument("--url", required=True)
     for name, default in defaults.items():
         parser.add_argument(f"--{name}", type=type(default), default=default)
     options = vars(parser.parse_args())

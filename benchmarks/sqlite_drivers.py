@@ -17,10 +17,8 @@ Drivers not installed (aiosqlite, apsw) are reported as missing.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
-import json
 import os
 import sqlite3
 import statistics
@@ -28,6 +26,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+from benchmarks.common import print_json_of
 
 SCHEMA = (("CREATE TABLE IF NOT EXISTS job(seq INTEGER PRIMARY KEY, rank INTEGER, state INTEGER, gen INTEGER,"
           " owner TEXT, posting BLOB)"), "CREATE INDEX IF NOT EXISTS job_ready ON job(rank, seq) WHERE state=0")
@@ -166,29 +166,24 @@ def installed(driver: str) -> bool:
     return True
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+def measure(jobs: int, workers: int, rounds: int) -> dict[str, Any]:
     drivers = [d for d in DRIVERS if installed(d)]
     rates: dict[str, list[float]] = {d: [] for d in drivers}
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for driver in drivers:
-            rates[driver].append(asyncio.run(one_round(driver, args.jobs, args.workers)))
+            rates[driver].append(asyncio.run(one_round(driver, jobs, workers)))
     medians = {d: statistics.median(r) for d, r in rates.items()}
     best = max(v for d, v in medians.items() if not d.endswith("-inline"))
     best_inline = max((v for d, v in medians.items() if d.endswith("-inline")), default=1.0)
-    print(json.dumps({
-        "benchmark": "sqlite_drivers", "jobs": args.jobs, "workers": args.workers, "rounds": args.rounds,
+    return {
+        "benchmark": "sqlite_drivers", "jobs": jobs, "workers": workers, "rounds": rounds,
         "sqlite": sqlite3.sqlite_version, "load": os.getloadavg()[0],
         "missing": [d for d in DRIVERS if d not in drivers],
         "drivers": {d: {"cycles_per_s": [round(r) for r in rates[d]], "median": round(medians[d]),
                         "vs_best": round(medians[d] / (best_inline if d.endswith("-inline") else best), 3)}
                     for d in drivers},
-    }))
+    }
 
 
 if __name__ == "__main__":
-    main()
+    print_json_of("sqlite_drivers", measure, url=False, jobs=3000, workers=16, rounds=5)

@@ -10,13 +10,14 @@ Prints one JSON line (medians of --repeat runs, each on a fresh file). Needs ``p
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import statistics
 import tempfile
 import threading
 import time
+from typing import Any
+
+from benchmarks.common import print_json_of
 
 
 def one_run(jobs: int, workers: int) -> dict[str, float]:
@@ -51,17 +52,11 @@ def one_run(jobs: int, workers: int) -> dict[str, float]:
     return {"posts_per_s": jobs / posted, "cycles_per_s": jobs / cycled}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=4000)
-    parser.add_argument("--workers", type=int, default=16)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    runs = [one_run(args.jobs, args.workers) for _ in range(args.repeat)]
-    print(json.dumps({"bench": "huey_sqlite", "jobs": args.jobs, "workers": args.workers,
-                      "median": {k: round(statistics.median(r[k] for r in runs)) for k in runs[0]},
-                      "runs": runs}))
+def measure(jobs: int, workers: int, repeat: int) -> dict[str, Any]:
+    runs = [one_run(jobs, workers) for _ in range(repeat)]
+    return {"bench": "huey_sqlite", "jobs": jobs, "workers": workers,
+            "median": {k: round(statistics.median(r[k] for r in runs)) for k in runs[0]}, "runs": runs}
 
 
 if __name__ == "__main__":
-    main()
+    print_json_of("sqlite_huey", measure, url=False, jobs=4000, workers=16, repeat=3)
