@@ -13,6 +13,8 @@ promoted replica answers at once as a primary whose ``master_replid2`` (the hist
 the server's ``master_replid``, about a second before the Sentinels name it. (The old primary of a
 failover, listed as a replica of the new one, answers as a primary for about 10 s too, until the
 Sentinels demote it; it does not continue the new primary's history, and is not counted.) A replica
+in sync with the server, come since the board last looked, makes the write be sent again too: the
+(re)connection learns it, and the write waits for it (``WAIT``). A replica
 that cannot be asked in :data:`ASK_WITHIN` is not counted (a partitioned promoted replica is not
 seen; the Sentinels name it a second or so later). Writes answered together share one check (a check
 covers the writes answered before it started), on connections kept from one check to the next.
@@ -45,13 +47,14 @@ class AloneCheck:
         self._tls, self._auth = tls, auth
         self._answered = 0
         """Writes whose reply came, so far (a check started after the n-th covers it)."""
-        self._round: tuple[int, asyncio.Future[None]] | None = None
-        """The last check: (writes it covers, its outcome)."""
+        self._round: tuple[int, str, asyncio.Future[None]] | None = None
+        """The last check: (writes it covers, of which server, its outcome)."""
         self._wires: dict[tuple[str, int], Wire] = {}
         """This check's connections, kept from one check to the next."""
 
     async def confirm(self, address: str) -> None:
-        """After a write's reply from ``address`` (``host:port``): return once it is known to be the primary.
+        """After a write's reply from ``address`` (its connection's ``host:port``): return once that server is
+        known to be the primary.
 
         :raises ConnectionLost: the Sentinels name another server, or a replica says it is a primary
             (the write is to be sent again with its nonce, to the primary the Sentinels name).
@@ -60,18 +63,20 @@ class AloneCheck:
         mine = self._answered
         while True:
             last = self._round
-            if last is not None and last[0] >= mine:
-                return await asyncio.shield(last[1])
-            if last is not None and not last[1].done():  # started before this reply: the next one
-                await asyncio.wait([last[1]])
+            if last is not None and last[0] >= mine and last[1] == address:
+                return await asyncio.shield(last[2])
+            if last is not None and not last[2].done():  # started before this reply: the next one
+                await asyncio.wait([last[2]])
                 continue
-            self._round = (self._answered, asyncio.ensure_future(self._check(address)))
+            self._round = (self._answered, address, asyncio.ensure_future(self._check(address)))
 
     async def _check(self, address: str) -> None:
         named, replicas = await self._sentinel_view()
         if named != address:
             raise ConnectionLost(f"the Sentinels name {named} as the primary now, not {address}")
         answers = await asyncio.gather(*(self._replication(replica) for replica in replicas))
+        if any(_follows(answer, address) for answer in answers):  # come since the board last looked
+            raise ConnectionLost(f"{address} has a replica in sync: the write waits for it")
         successors = [answer.get("master_replid2") for answer in answers if answer.get("role") == "master"]
         if not successors:
             return
@@ -131,6 +136,12 @@ class AloneCheck:
         for wire in self._wires.values():
             wire.close()
         self._wires.clear()
+
+
+def _follows(info: dict[str, str], address: str) -> bool:
+    """Whether ``INFO replication`` is that of a replica of ``address`` in sync with it."""
+    return (info.get("role") == "slave" and info.get("master_link_status") == "up"
+            and f"{info.get('master_host')}:{info.get('master_port')}" == address)
 
 
 def _up(replicas: Any) -> list[tuple[str, int]]:

@@ -85,6 +85,8 @@ class Wire(asyncio.Protocol):
         self.timeout = timeout
         self.transport: asyncio.Transport | None = None
         self.failed: ConnectionLost | None = None
+        self.address = ""
+        """The server's ``host:port``, as asked for."""
         self._parser = hiredis.Reader(replyError=ServerError)
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._out: list[bytes] = []
@@ -201,6 +203,7 @@ async def connect(host: str, port: int, *, reply_timeout: float | None, connect_
         async with asyncio.timeout(connect_timeout):
             _, wire = await loop.create_connection(lambda: Wire(reply_timeout), host, port, ssl=tls,
                                                    server_hostname=host if tls else None)
+            wire.address = f"{host}:{port}"
             replies = list(await asyncio.gather(*[wire.send(command) for command in hello]))
     except TimeoutError:
         if wire is not None:

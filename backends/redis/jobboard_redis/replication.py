@@ -90,7 +90,7 @@ class Replication:
         if self.alone is None:
             return
         try:
-            await self.alone.confirm(self.address)
+            await self.alone.confirm(wire.address)
         except ConnectionLost:
             wire.close()
             raise
