@@ -16,16 +16,15 @@ import os
 import random
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator
 
 import anyio
 import pytest
 
-from jobboard import open_board
 from jobboard_redis.cluster import key_slot
 from tests.support.rediscluster import RedisCluster
-from tests.test_redis_failover import CLAIMERS, History, claim_and_consume, drain, post_until, still_serving
+from tests.test_redis_failover import History
+from tests.test_redis_failover import under_load as load_while
 
 pytestmark = pytest.mark.timeout(180)
 STALL_LIMIT = 20.0
@@ -56,6 +55,14 @@ def cluster() -> Iterator[RedisCluster]:
         yield started
 
 
+def saying(cluster: RedisCluster, step: Callable[[], object]) -> Callable[[], str]:
+    """``step``, then the line the cluster keeps of what it did."""
+    def run() -> str:
+        step()
+        return cluster.failovers[-1]
+    return run
+
+
 async def under_load(cluster: RedisCluster, root: str,
                      steps: list[tuple[float, Callable[[], object]]]) -> tuple[History, Stalls]:
     """Run the load on board ``root`` of ``cluster`` while each step runs (in a thread) after its pause; then
@@ -64,34 +71,13 @@ async def under_load(cluster: RedisCluster, root: str,
     stalls = Stalls(history)
     url = cluster.url(root, durability="strict", session_timeout=5, connect_timeout=20)
     with anyio.fail_after(150):
-        async with open_board(url) as poster, open_board(url) as claimer:
-            posting_stopped, posted_last, claiming_stopped = anyio.Event(), anyio.Event(), anyio.Event()
-            async with anyio.create_task_group() as load:
-                load.start_soon(post_until, poster, posting_stopped, history, posted_last)
-                for _ in range(CLAIMERS):
-                    load.start_soon(claim_and_consume, claimer, claiming_stopped, history)
-                load.start_soon(stalls.watch, claiming_stopped)
-                for pause, step in steps:
-                    await anyio.sleep(pause)
-                    await anyio.to_thread.run_sync(step)
-                    print(cluster.failovers[-1])
-                await anyio.sleep(1.0)
-                posting_stopped.set()
-                await posted_last.wait()
-                await drain(history, 30.0)
-                claiming_stopped.set()
-            await still_serving(poster, claimer)
+        await load_while(url, history, [(pause, saying(cluster, step)) for pause, step in steps], stalls.watch)
     return history, stalls
 
 
 def exactly_once(history: History, stalls: Stalls, what: str, *, minimum: int = 100) -> None:
     """0 acknowledged posts lost, 0 consumes reported twice, the claimers never stalled long."""
-    ran = Counter(history.consumed)
-    lost = sorted(set(history.acknowledged) - set(ran))
-    twice = sorted(index for index, count in ran.items() if count > 1)
-    print(f"{what}: {len(history.acknowledged)} posts acknowledged ({history.retried_posts} post attempts retried), "
-          f"{len(ran)} consumed, {len(lost)} lost, {len(twice)} consumed twice, {history.lost_claims} claims lost, "
-          f"longest time without a consume {stalls.longest:.1f} s")
+    lost, twice = history.tally(what, f", longest time without a consume {stalls.longest:.1f} s")
     assert len(history.acknowledged) >= minimum  # the load ran across the steps
     assert lost == [], f"acknowledged posts lost under durability=strict: {lost}"
     assert twice == [], f"consumes reported twice under durability=strict: {twice}"

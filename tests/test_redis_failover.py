@@ -24,7 +24,9 @@ import random
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import pytest
@@ -56,6 +58,16 @@ class History:
 
     def stories(self, indexes: list[int]) -> str:
         return "; ".join(f"{index}: {self.told.get(index, [])}" for index in indexes[:5])
+
+    def tally(self, what: str, extra: str = "") -> tuple[list[int], list[int]]:
+        """The acknowledged posts never consumed and those consumed more than once, printed with ``what``."""
+        ran = Counter(self.consumed)
+        lost = sorted(set(self.acknowledged) - set(ran))
+        twice = sorted(index for index, count in ran.items() if count > 1)
+        print(f"{what}: {len(self.acknowledged)} posts acknowledged ({self.retried_posts} post attempts retried), "
+              f"{len(ran)} consumed, {len(lost)} lost, {len(twice)} consumed twice, {self.lost_claims} claims lost"
+              f"{extra}")
+        return lost, twice
 
 
 def schedule(seed: int) -> list[tuple[float, str]]:
@@ -142,6 +154,39 @@ async def still_serving(poster: JobBoard, claimer: JobBoard) -> None:
         await poster.consume(claim)
 
 
+async def under_load(url: str, history: History, steps: list[tuple[float, Callable[[], str]]],
+                     watcher: Callable[[anyio.Event], Coroutine[Any, Any, None]] | None = None) -> None:
+    """One board posting and CLAIMERS claimers on another, on ``url``, while each step runs (in a thread) after
+    its pause and prints what it did; then the drain, and both boards still serve. ``watcher`` runs beside the
+    claimers until they stop."""
+    async with open_board(url) as poster, open_board(url) as claimer:
+        posting_stopped, posted_last, claiming_stopped = anyio.Event(), anyio.Event(), anyio.Event()
+        async with anyio.create_task_group() as load:
+            load.start_soon(post_until, poster, posting_stopped, history, posted_last)
+            for _ in range(CLAIMERS):
+                load.start_soon(claim_and_consume, claimer, claiming_stopped, history)
+            if watcher is not None:
+                load.start_soon(watcher, claiming_stopped)
+            for pause, step in steps:
+                await anyio.sleep(pause)
+                print(await anyio.to_thread.run_sync(step))
+            await anyio.sleep(1.0)
+            posting_stopped.set()
+            await posted_last.wait()
+            await drain(history, 30.0)
+            claiming_stopped.set()
+        await still_serving(poster, claimer)
+
+
+def timed(group: SentinelGroup, step: str) -> Callable[[], str]:
+    """``step`` performed on ``group``, saying how long it took."""
+    def perform_and_say() -> str:
+        started = time.monotonic()
+        perform(group, step)
+        return f"{step}: {time.monotonic() - started:.1f} s ({group.failovers[-1]})"
+    return perform_and_say
+
+
 @pytest.mark.parametrize("durability", ["strict", "default"])
 async def test_three_failovers_in_a_row_under_load(durability: str) -> None:
     seed = int(os.environ.get("FAILOVER_SEED") or random.randrange(2**32))
@@ -152,31 +197,10 @@ async def test_three_failovers_in_a_row_under_load(durability: str) -> None:
         url = group.url(f"failover-{uuid.uuid4().hex}", durability=durability, session_timeout=3,
                         connect_timeout=20)
         with anyio.fail_after(200):
-            async with open_board(url) as poster, open_board(url) as claimer:
-                posting_stopped, posted_last, claiming_stopped = anyio.Event(), anyio.Event(), anyio.Event()
-                async with anyio.create_task_group() as load:
-                    load.start_soon(post_until, poster, posting_stopped, history, posted_last)
-                    for _ in range(CLAIMERS):
-                        load.start_soon(claim_and_consume, claimer, claiming_stopped, history)
-                    for pause, step in steps:
-                        await anyio.sleep(pause)
-                        started = time.monotonic()
-                        await anyio.to_thread.run_sync(perform, group, step)
-                        print(f"{step}: {time.monotonic() - started:.1f} s ({group.failovers[-1]})")
-                    await anyio.sleep(1.0)
-                    posting_stopped.set()
-                    await posted_last.wait()
-                    await drain(history, 30.0)
-                    claiming_stopped.set()
-                await still_serving(poster, claimer)
+            await under_load(url, history, [(pause, timed(group, step)) for pause, step in steps])
         assert len(group.failovers) == 3, group.failovers
         assert group.primary().port == int(group.failovers[-1].rsplit(" ", 1)[1])
-    ran = Counter(history.consumed)
-    lost = sorted(set(history.acknowledged) - set(ran))
-    twice = sorted(index for index, count in ran.items() if count > 1)
-    print(f"failovers ({durability}): {len(history.acknowledged)} posts acknowledged "
-          f"({history.retried_posts} post attempts retried), {len(ran)} consumed, {len(lost)} lost, "
-          f"{len(twice)} consumed twice, {history.lost_claims} claims lost")
+    lost, twice = history.tally(f"failovers ({durability})")
     assert len(history.acknowledged) >= 100  # the load ran across the failovers
     if durability == "strict":
         assert lost == [], f"acknowledged posts lost under durability=strict: {lost} ({history.stories(lost)})"

@@ -42,9 +42,10 @@ def _client(port: int) -> redis.Redis:
     return redis.Redis(host=HOST, port=port, socket_timeout=2.0, socket_connect_timeout=2.0)
 
 
-def _until(done: object, what: str, timeout: float, logs: Callable[[], str] = lambda: "") -> None:
-    """Poll ``done()`` until true. :raises AssertionError: not within ``timeout`` seconds (with ``logs()``)."""
-    assert callable(done)
+def until(done: Callable[[], object], what: str, timeout: float, logs: Callable[[], str] = lambda: "") -> None:
+    """Poll ``done()`` until true (a Redis or socket error counts as false); the Cluster harness's too.
+
+    :raises TimeoutError: not within ``timeout`` seconds (with ``logs()``)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -53,7 +54,7 @@ def _until(done: object, what: str, timeout: float, logs: Callable[[], str] = la
         except (redis.RedisError, OSError):
             pass
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{what}: not within {timeout} s\n{logs()}")
+            raise TimeoutError(f"{what}: not within {timeout} s\n{logs()}")
         time.sleep(0.05)
 
 
@@ -72,7 +73,7 @@ def _role(port: int) -> str:
         return str(client.info("replication")["role"])
 
 
-def _synchronised(port: int) -> bool:
+def synchronised(port: int) -> bool:
     with _client(port) as client:
         info = client.info("replication")
     return bool(info.get("role") == "slave" and info.get("master_link_status") == "up")
@@ -94,11 +95,11 @@ class SentinelGroup:
             second = stack.enter_context(RedisServer(appendfsync="always", extra=[
                 *SERVER_OPTIONS, "--replicaof", HOST, str(first.port)]).start())
             self.servers = [first, second]
-            _until(lambda: _synchronised(second.port), "the replica's first synchronisation", 20)
+            until(lambda: synchronised(second.port), "the replica's first synchronisation", 20)
             self.sentinels = [stack.enter_context(RedisSentinel(first.port, SERVICE, quorum=2,
                                                                 down_after_ms=DOWN_AFTER_MS).start())
                               for _ in range(3)]
-            _until(self._sentinels_agree, "the Sentinels' view of the group", 20)
+            until(self._sentinels_agree, "the Sentinels' view of the group", 20)
             self._stack = stack.pop_all()
         return self
 
@@ -145,7 +146,7 @@ class SentinelGroup:
     def replica_ready(self) -> bool:
         """The primary's replica is synchronised and every Sentinel sees it up."""
         replica = self.other(self.primary())
-        if not replica.running or not _synchronised(replica.port):
+        if not replica.running or not synchronised(replica.port):
             return False
         for sentinel in self.sentinels:
             with _client(sentinel.port) as client:
@@ -198,7 +199,7 @@ class SentinelGroup:
         self.failovers.append(f"{how}: {old.port} -> {new.port}")
 
     def _until(self, done: Callable[[], bool], what: str, timeout: float) -> None:
-        _until(done, what, timeout, self.log_tails)
+        until(done, what, timeout, self.log_tails)
 
     def log_tails(self, lines: int = 15) -> str:
         """The last ``lines`` of every server's and Sentinel's log (why a step did not happen in time)."""

@@ -15,12 +15,13 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any, Self
 
 import redis
 
+from tests.support.failover import synchronised, until
 from tests.support.localserver import HOST, free_ports, main, run_with
 from tests.support.redisserver import RedisServer, ensure_redis_installed
 
@@ -33,20 +34,6 @@ START_WITHIN = 45.0
 def client(port: int) -> redis.Redis:
     """An admin connection to one node (no redirections followed)."""
     return redis.Redis(host=HOST, port=port, socket_timeout=3.0, socket_connect_timeout=2.0)
-
-
-def until(done: Callable[[], object], what: str, timeout: float) -> None:
-    """Poll ``done()`` until true (errors count as false). :raises TimeoutError: not within ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if done():
-                return
-        except (redis.RedisError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout} s")
-        time.sleep(0.05)
 
 
 class ClusterNode(RedisServer):
@@ -121,7 +108,7 @@ class RedisCluster:
         """Whether the master on ``port`` has a replica in sync."""
         with client(port) as admin:
             replicas = admin.execute_command("ROLE")[2]
-        return any(_synchronised(int(replica[1])) for replica in replicas)
+        return any(synchronised(int(replica[1])) for replica in replicas)
 
     def by_port(self, port: int) -> ClusterNode:
         return next(node for node in self.nodes if node.port == port)
@@ -156,7 +143,7 @@ class RedisCluster:
         until(lambda: replica.role() == "master" and self.master_of(slot) is replica, f"{how} failover", 30)
         if how == "kill":
             master.start()  # its nodes.conf names it a master: the cluster demotes it to the new master's replica
-            until(lambda: master.role() == "slave" and _synchronised(master.port), "the old master as a replica", 30)
+            until(lambda: master.role() == "slave" and synchronised(master.port), "the old master as a replica", 30)
         until(self.settled, "the cluster settled after the failover", 30)
         self.failovers.append(f"{how}: {master.port} -> {replica.port} in {time.monotonic() - started:.1f} s")
 
@@ -198,12 +185,6 @@ class RedisCluster:
 def _masters(slots: Any) -> dict[int, int]:
     """``CLUSTER SLOTS`` as {slot: port of its master} (every slot served)."""
     return {slot: int(entry[2][1]) for entry in slots for slot in range(int(entry[0]), int(entry[1]) + 1)}
-
-
-def _synchronised(port: int) -> bool:
-    with client(port) as node:
-        info = node.info("replication")
-    return bool(info.get("role") == "slave" and info.get("master_link_status") == "up")
 
 
 def run(cmd: Sequence[str]) -> int:
