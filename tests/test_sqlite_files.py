@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -208,3 +209,26 @@ def test_the_default_board_url_makes_nothing_and_refuses_a_file_in_the_way(
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "file"))
     with pytest.raises(OSError, match="not a writable directory"):
         default_board_url()
+
+
+async def test_a_post_waits_out_a_write_lock_held_for_seconds_and_then_succeeds(tmp_path: Path) -> None:
+    """Another connection holds the file's write lock for 2.5 s (as a process stopped inside a write
+    transaction does): the post retries until the lock is free and succeeds. Found by the fault schedule
+    (seed 383228737): past ~1,000 busy retries the back-off computed ``0.0001 * 2 ** retries`` and raised
+    ``OverflowError`` out of ``post``."""
+    url = f"sqlite://{tmp_path / 'jobs.db'}?board=held"
+    async with open_board(url) as board:
+        await board.post("first")
+        holder = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        released = threading.Timer(2.5, holder.execute, ["ROLLBACK"])
+        released.start()
+        try:
+            with anyio.fail_after(30):
+                started = time.monotonic()
+                job = await board.post("second")
+            assert time.monotonic() - started >= 2.0  # it really waited for the lock
+            assert job.name == "second" and await board.job_count() == 2
+        finally:
+            released.join()
+            holder.close()

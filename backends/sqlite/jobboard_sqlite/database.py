@@ -23,6 +23,8 @@ from jobboard_sqlite.calls import Busy, Calls
 from jobboard_sqlite.schema import connect
 
 logger = logging.getLogger("jobboard_sqlite")
+BACKOFF_DOUBLINGS = 5
+"""A busy write's sleep doubles this many times from 0.1 ms, then stays at its 2 ms cap."""
 T = TypeVar("T")
 
 
@@ -196,7 +198,9 @@ class Database:
             if inline_ok and self.calls.inline:
                 raise Busy from error
             self._retries += 1
-            time.sleep(min(0.002, 0.0001 * 2 ** self._retries) * random.uniform(0.5, 1.5))
+            # 0.2, 0.4, 0.8, 1.6 ms, then 2 ms: the exponent is capped (2 ** 1024 is no float: a lock held
+            # for seconds made ~1,000 retries and raised OverflowError out of the write)
+            time.sleep(min(0.002, 0.0001 * 2 ** min(self._retries, BACKOFF_DOUBLINGS)) * random.uniform(0.5, 1.5))
             return
         if rollback is not None:
             self._rollback(rollback)
