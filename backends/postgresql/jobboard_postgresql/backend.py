@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
+import anyio
 import asyncpg
 
 from jobboard.backend import (
@@ -220,9 +221,10 @@ class PostgresBackend(Backend):
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             settling = asyncio.ensure_future(self._give_back(task))
-            while not settling.done():  # repeated cancels (level-triggered cancel scopes) wait on
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(settling)
+            with anyio.CancelScope(shield=True):  # an anyio scope re-cancels every loop turn: not in here
+                while not settling.done():  # a plain asyncio cancel comes once more at most: wait on
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await asyncio.shield(settling)
             raise
 
     async def _give_back(self, task: asyncio.Future[Claim | None]) -> None:
