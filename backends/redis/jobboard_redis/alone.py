@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobboard_redis.client_wire import Arg, ConnectionLost, ServerError, Wire, connect
+from jobboard_redis.records import text
 
 __all__ = ["ASK_WITHIN", "AloneCheck"]
 
@@ -92,7 +93,7 @@ class AloneCheck:
             (info,) = await self._ask(server, [["INFO", "replication"]], tls=self._tls, hello=self._auth)
         except (ConnectionLost, ServerError, TimeoutError):
             return {}
-        lines = _text(info).splitlines()
+        lines = text(info).splitlines()
         return dict(line.split(":", 1) for line in lines if ":" in line)
 
     async def _sentinel_view(self) -> tuple[str, list[tuple[str, int]]]:
@@ -107,7 +108,7 @@ class AloneCheck:
             except (ConnectionLost, ServerError, TimeoutError):
                 continue
             if address:
-                return f"{_text(address[0])}:{_text(address[1])}", _up(replicas)
+                return f"{text(address[0])}:{text(address[1])}", _up(replicas)
         raise ConnectionLost(f"no Sentinel named a primary for {self.service!r}")
 
     async def _ask(self, server: tuple[str, int], commands: list[list[Arg]], *, tls: ssl.SSLContext | None,
@@ -148,11 +149,8 @@ def _up(replicas: Any) -> list[tuple[str, int]]:
     """The (ip, port) of each replica in ``SENTINEL replicas``' reply not flagged down."""
     found = []
     for entry in replicas if isinstance(replicas, list) else []:
-        fields = dict(zip(map(_text, entry[::2]), map(_text, entry[1::2]), strict=True))
+        fields = dict(zip(map(text, entry[::2]), map(text, entry[1::2]), strict=True))
         if not any(flag in fields.get("flags", "") for flag in DOWN_FLAGS):
             found.append((fields["ip"], int(fields["port"])))
     return found
 
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
