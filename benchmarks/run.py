@@ -9,7 +9,7 @@ benchmarks.<name> ...``), keeps every JSON line in docs/benchmarks.json and
 renders the medians, ranges and same-run ratios into docs/benchmarks.md, with the recorded
 runs of other benchmarks (docs/benchmarks/*.json, ``benchmarks.recorded``) and an analysis
 computed from the figures (``benchmarks.analysis``). ``--render-from docs/benchmarks.json``
-renders the report again from the committed files (tests/test_benchmark_report.py checks it).
+renders the report again from the committed files (tests/docs/test_benchmark_report.py checks it).
 Systems are interleaved: each round runs every system once (one repetition),
 and the rounds repeat, so that a slow minute on a shared machine hits all of
 them; the medians are over the rounds. Backlog scaling and plans run once at

@@ -35,7 +35,7 @@ from tests.mutation.mutating import Mutant, apply, problems
 from tests.mutation.provenance import ENVIRONMENT
 
 REPO = Path(__file__).resolve().parents[2]
-SUITE = ["tests/test_memory_conformance.py"]
+SUITE = ["tests/backends/memory/test_conformance.py"]
 PACKAGE_DIRS = [".", "backends/memory", "backends/zookeeper", "backends/redis"]
 PLUGIN = "jobboard_mutation_provenance"
 """The name ``provenance.py`` is copied under, beside the copies (a copy of a commit may not have it)."""

@@ -1,5 +1,5 @@
 """Connection resets that meet a drain: claimers consume jobs through a :class:`TcpProxy` that is reset
-as they go, and each reset that cuts board calls in flight is counted (tests/test_redis_faults.py)."""
+as they go, and each reset that cuts board calls in flight is counted (tests/backends/redis/test_faults.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A child process on a sqlite:// board, for the process-death tests (tests/test_sqlite_processes.py).
+"""A child process on a sqlite:// board, for the process-death tests (tests/backends/sqlite/test_processes.py).
 
 ``python -m tests.support.sqlite_proc URL hold N``: claim N jobs, print ``ready`` and their ids, then obey
 stdin lines: ``consume`` settles every claim and prints ``consumed``/``ClaimLost`` per claim, ``events``
