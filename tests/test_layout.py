@@ -5,6 +5,8 @@
   (``jobboard.backend``, ``jobboard.job``, ``jobboard.errors``, ``jobboard.board.*``), whose modules import
   nothing above them;
 - no module under ``jobboard/`` carries a folder's name as a prefix (``worker_job.py``: a folder never made);
+- the tests are mirrored by area: every test module but this one lives in its area's folder, and none
+  repeats its folder's name (``tests/test_redis_failover.py`` is ``tests/backends/redis/test_failover.py``);
 - no function of a backend repeats the public ``post`` signature;
 - docs/architecture.md gives every module one line;
 - the trace of one job from ``post`` through a worker to ``consume`` on memory:// is the list the page gives.
@@ -183,6 +185,16 @@ def test_no_module_name_carries_a_folders_name_as_a_prefix() -> None:
     prefixed = [str(path.relative_to(ROOT)) for path in PACKAGE.rglob("*.py")
                 if any(path.stem.lstrip("_").startswith(f"{folder}_") for folder in folders)]
     assert prefixed == []
+
+
+TESTS = ROOT / "tests"
+
+
+def test_the_tests_are_mirrored_by_area() -> None:
+    loose = sorted(path.name for path in TESTS.glob("test_*.py") if path.name != "test_layout.py")
+    repeating = sorted(str(path.relative_to(TESTS)) for path in TESTS.rglob("test_*.py")
+                       if path.stem.startswith(f"test_{path.parent.name}_"))
+    assert (loose, repeating) == ([], [])
 
 
 POST_KEYWORDS = {"details", "priority", "depends_on", "max_attempts", "keep_result", "key", "delay", "not_before",
