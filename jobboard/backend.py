@@ -39,6 +39,7 @@ from jobboard.board.codec import (
 )
 from jobboard.board.events import Event, EventHub, EventKind
 from jobboard.board.inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
+from jobboard.board.limits import GroupLimit, LimitSpec, Paused, Rate, limit_from, limit_record
 from jobboard.board.url import (
     COMMON_OPTIONS,
     BoardURL,
@@ -55,6 +56,7 @@ from jobboard.errors import (
     BoardConflict,
     ClaimLost,
     DependencyMissing,
+    HeldBack,
     InvalidJob,
     JobBoardError,
     JobNotFound,
@@ -78,53 +80,14 @@ from jobboard.job import (
 )
 
 __all__ = [
-    "COMMON_OPTIONS",
-    "INTERNAL_PREFIX",
-    "AlreadyClaimed",
-    "Backend",
-    "BackendUnavailable",
-    "BoardConflict",
-    "BoardServices",
-    "BoardURL",
-    "Claim",
-    "ClaimLost",
-    "DependencyMissing",
-    "Entity",
-    "Event",
-    "EventKind",
-    "InvalidJob",
-    "Job",
-    "JobBoardError",
-    "JobNotFound",
-    "JobState",
-    "LastError",
-    "ListedJob",
-    "MalformedEntry",
-    "NotClaimable",
-    "NotOwner",
-    "Outcome",
-    "Posting",
-    "Prepared",
-    "Progress",
-    "Settle",
-    "SettleAction",
-    "TrashedJob",
-    "UnknownOutcome",
-    "Unsupported",
-    "decode_posting",
-    "decode_value",
-    "encode_posting",
-    "encode_value",
-    "last_error_from",
-    "last_error_record",
-    "non_negative_float",
-    "parse_options",
-    "parse_url",
-    "positive_float",
-    "positive_int",
-    "progress_from",
-    "progress_record",
-    "wanted",
+    "COMMON_OPTIONS", "INTERNAL_PREFIX", "AlreadyClaimed", "Backend", "BackendUnavailable", "BoardConflict",
+    "BoardServices", "BoardURL", "Claim", "ClaimLost", "DependencyMissing", "Entity", "Event", "EventKind",
+    "GroupLimit", "HeldBack", "InvalidJob", "Job", "JobBoardError", "JobNotFound", "JobState", "LastError",
+    "LimitSpec", "ListedJob", "MalformedEntry", "NotClaimable", "NotOwner", "Outcome", "Paused", "Posting",
+    "Prepared", "Progress", "Rate", "Settle", "SettleAction", "TrashedJob", "UnknownOutcome", "Unsupported",
+    "decode_posting", "decode_value", "encode_posting", "encode_value", "last_error_from", "last_error_record",
+    "limit_from", "limit_record", "non_negative_float", "parse_options", "parse_url", "positive_float",
+    "positive_int", "progress_from", "progress_record", "wanted",
 ]
 
 logger = logging.getLogger("jobboard.board")
@@ -141,6 +104,11 @@ class Prepared:
     connection: Any = None
     """The caller's own open database connection to write in (``post(..., connection=)``), or ``None``.
     A backend that cannot write in a caller's transaction raises ``Unsupported`` when it is given."""
+
+    @property
+    def group(self) -> str | None:
+        """The job's flow-control group (checked), stored in ``raw`` with the rest of the posting."""
+        return self.posting.group
 
 
 class SettleAction(enum.Enum):
@@ -311,10 +279,12 @@ class Backend(abc.ABC):
         return posted
 
     @abc.abstractmethod
-    async def claim(self, job_id: str, owner: str) -> Claim: ...
+    async def claim(self, job_id: str, owner: str) -> Claim:
+        """With flow control: :class:`HeldBack` for a held-back job, checked in the claim's atomic step."""
 
     @abc.abstractmethod
-    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None: ...
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        """With flow control: the best job not held back, checked and claimed in one atomic step."""
 
     @abc.abstractmethod
     async def settle(self, claim: Claim, settle: Settle) -> None:
@@ -397,3 +367,32 @@ class Backend(abc.ABC):
 
     async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
         raise Unsupported(f"{type(self).__name__} cannot requeue from its trash")
+
+    # -- optional: flow control (the guarantees: jobboard.board.limits; all six, and every claim path) --
+
+    @property
+    def flow_control(self) -> bool:
+        """Whether this backend implements flow control: it overrides :meth:`set_limit` (a wrapper says its inner's)."""
+        return type(self).set_limit is not Backend.set_limit
+
+    async def set_limit(self, limit: LimitSpec) -> None:
+        """Store ``limit`` (replacing its group's) where every claim of every board reads it, atomically."""
+        raise Unsupported(f"{type(self).__name__} does not implement flow control (limits and pauses)")
+
+    async def clear_limit(self, group: str) -> bool:
+        """Remove ``group``'s limit; whether there was one."""
+        raise Unsupported(f"{type(self).__name__} does not implement flow control (limits and pauses)")
+
+    async def limits(self) -> list[GroupLimit]:
+        """Every limit, by group, each with its group's claimed (``running``) and unclaimed (``waiting``) jobs."""
+        raise Unsupported(f"{type(self).__name__} does not implement flow control (limits and pauses)")
+
+    async def pause(self, name: str | None) -> None:
+        """Pause ``name`` (``None``: the board), fleet-wide."""
+        raise Unsupported(f"{type(self).__name__} does not implement flow control (limits and pauses)")
+
+    async def resume(self, name: str | None) -> None:
+        raise Unsupported(f"{type(self).__name__} does not implement flow control (limits and pauses)")
+
+    async def paused(self) -> Paused:
+        raise Unsupported(f"{type(self).__name__} does not implement flow control (limits and pauses)")

@@ -31,6 +31,19 @@ class AlreadyClaimed(NotClaimable):
     """Another claimer owns the job."""
 
 
+class HeldBack(NotClaimable):
+    """Flow control holds the job back: its name (or the board) is paused, or its group is at its limit.
+
+    ``why`` is ``"paused"``, ``"concurrency"``, ``"sequence"`` or ``"rate"``; for a rate, ``retry_after``
+    is the seconds until the group's next permit is due (by the backend's clock), else ``None``.
+    """
+
+    def __init__(self, message: str, *, why: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.why = why
+        self.retry_after = retry_after
+
+
 class NotOwner(JobBoardError):
     """The claim presented names an owner that does not hold the job."""
 

@@ -164,6 +164,8 @@ class Job:
     """What the current claim's handler last reported (``None`` when not claimed or nothing reported)."""
     trace_context: Mapping[str, str] | None = field(default=None, repr=False)
     """The producer's trace context (W3C ``traceparent``), when it posted inside a span (see docs/metrics.md)."""
+    group: str | None = None
+    """The flow-control group it was posted in (``post(..., group=)``), whose limit bounds its claims."""
 
     def sort_key(self) -> tuple[int, int]:
         """The board order: higher priority first, then posting order."""

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
     from jobboard.board.contract import JobBoard
     from jobboard.board.events import Event, EventKind, EventStream
     from jobboard.board.inputs import JobRef, NewJob, job_id_of
+    from jobboard.board.limits import GroupLimit, Paused, Rate
     from jobboard.board.registry import installed_schemes, open_board
 
-__all__ = ["Event", "EventKind", "EventStream", "JobBoard", "JobRef", "NewJob", "check_owner", "installed_schemes", "job_id_of", "open_board"]
+__all__ = ["Event", "EventKind", "EventStream", "GroupLimit", "JobBoard", "JobRef", "NewJob", "Paused", "Rate", "check_owner", "installed_schemes", "job_id_of", "open_board"]
 
-__getattr__ = lazy_exports(__name__, {"Event": "events", "EventKind": "events", "EventStream": "events", "JobBoard": "contract", "JobRef": "inputs", "NewJob": "inputs", "check_owner": "checks", "installed_schemes": "registry", "job_id_of": "inputs", "open_board": "registry"})
+__getattr__ = lazy_exports(__name__, {"Event": "events", "EventKind": "events", "EventStream": "events", "GroupLimit": "limits", "JobBoard": "contract", "JobRef": "inputs", "NewJob": "inputs", "Paused": "limits", "Rate": "limits", "check_owner": "checks", "installed_schemes": "registry", "job_id_of": "inputs", "open_board": "registry"})

@@ -1,4 +1,4 @@
-"""The board's input checks, one validator per kind of input: names, keys, seconds (delays, due times,
+"""The board's input checks, one validator per kind of input: names, keys, groups, seconds (delays, due times,
 lifetimes, ages), details msgpack can carry, sizes, owners and progress.
 
 Each raises :class:`~jobboard.errors.InvalidJob` naming the job and what is wrong; used by
@@ -97,6 +97,17 @@ def check_progress(fraction: object, note: object, at: float) -> Progress:
 
 
 MAX_KEY_LENGTH = 200
+MAX_GROUP_LENGTH = 200
+
+
+def check_group(group: object) -> str:
+    """A job's group (flow control). :raises InvalidJob: unless a non-empty printable string of at most 200
+    characters."""
+    if not isinstance(group, str) or not group.strip() or not group.isprintable():
+        raise InvalidJob(f"group must be a non-empty printable string, not {group!r}")
+    if len(group) > MAX_GROUP_LENGTH:
+        raise InvalidJob(f"group {group[:40]!r}... is {len(group)} characters, over the limit of {MAX_GROUP_LENGTH}")
+    return group
 
 
 def check_key(name: str, key: object) -> None:

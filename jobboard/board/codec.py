@@ -18,6 +18,7 @@ import msgpack
 
 from jobboard.board.checks import (
     check_details,
+    check_group,
     check_key,
     check_name,
     check_ttl,
@@ -57,6 +58,8 @@ class Posting:
     trash_ttl: float | None = None
     trace: Mapping[str, str] | None = None
     """The producer's trace context (W3C ``traceparent``...), see :mod:`jobboard.board.propagation`."""
+    group: str | None = None
+    """The flow-control group (:mod:`jobboard.board.limits`); stored only when given."""
 
     @property
     def waiting_on(self) -> tuple[str, ...]:
@@ -78,7 +81,7 @@ class Posting:
             max_attempts=self.max_attempts, attempts=self.attempts,
             not_before=self.not_before, keep_result=self.keep_result, key=self.key,
             last_error=self.last_error, result_ttl=self.result_ttl, trash_ttl=self.trash_ttl,
-            trace_context=self.trace,
+            trace_context=self.trace, group=self.group,
         )
 
     def claimed(self) -> Posting:
@@ -92,9 +95,9 @@ class Posting:
     def counted(self, attempts: int, not_before: float | None) -> Posting:
         """The posting with these ``attempts`` and ``not_before``: ``replace`` at half its cost (hot path)."""
         (name, details, priority, created_at, depends_on, max_attempts, keep_result, token, _, _, results, key,
-         last_error, result_ttl, trash_ttl, trace) = _FIELDS_OF(self)
+         last_error, result_ttl, trash_ttl, trace, group) = _FIELDS_OF(self)
         return Posting(name, details, priority, created_at, depends_on, max_attempts, keep_result, token,
-                       attempts, not_before, results, key, last_error, result_ttl, trash_ttl, trace)
+                       attempts, not_before, results, key, last_error, result_ttl, trash_ttl, trace, group)
 
     def reset_attempts(self) -> Posting:
         """The posting with its attempts counted from 0 again (``requeue``)."""
@@ -124,10 +127,11 @@ def build_posting(
     key: str | None = None,
     result_ttl: float | None = None,
     trash_ttl: float | None = None,
+    group: str | None = None,
 ) -> Posting:
     """Validate a post's arguments and make its posting.
 
-    :raises InvalidJob: bad name, priority, max_attempts, dependency or details.
+    :raises InvalidJob: bad name, priority, max_attempts, dependency, details or group.
     """
     check_name(name)
     if type(priority) is Priority:
@@ -148,7 +152,15 @@ def build_posting(
         token=new_token(), key=key,
         result_ttl=None if result_ttl is None else check_ttl(name, "result_ttl", result_ttl),
         trash_ttl=None if trash_ttl is None else check_ttl(name, "trash_ttl", trash_ttl),
+        group=None if group is None else _checked_group(name, group),
     )
+
+
+def _checked_group(name: str, group: object) -> str:
+    try:
+        return check_group(group)
+    except InvalidJob as error:
+        raise InvalidJob(f"job {name!r}: {error}") from None
 
 
 def _dependency_ids(name: str, depends_on: Sequence[str | Job]) -> tuple[str, ...]:
@@ -230,6 +242,8 @@ def encode_posting(posting: Posting) -> bytes:
         record["result_ttl"] = posting.result_ttl
     if posting.trash_ttl is not None:
         record["trash_ttl"] = posting.trash_ttl
+    if posting.group is not None:
+        record["group"] = posting.group  # optional: absent in postings without a group (and older ones)
     if posting.trace:
         record["trace"] = dict(posting.trace)  # optional: older readers ignore the key
     if posting.last_error is not None:
@@ -279,7 +293,7 @@ def _posting_from_record(record: dict[str, Any], live: tuple[int, float | None] 
     if live is not None:
         attempts, not_before = live
     get = record.get
-    results, key, last_error, trace = get("results"), get("key"), get("last_error"), get("trace")
+    results, key, last_error, trace, group = get("results"), get("key"), get("last_error"), get("trace"), get("group")
     return Posting(
         name=name, details=details, priority=_PRIORITIES[priority] if priority in _PRIORITIES else Priority(priority),
         created_at=float(record["created_at"]),
@@ -292,6 +306,7 @@ def _posting_from_record(record: dict[str, Any], live: tuple[int, float | None] 
         last_error=None if last_error is None else last_error_from(last_error),
         trace=None if trace is None else _trace(trace),
         result_ttl=_optional_float(get("result_ttl")), trash_ttl=_optional_float(get("trash_ttl")),
+        group=None if group is None else str(group),
     )
 
 

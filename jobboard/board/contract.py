@@ -22,6 +22,8 @@ from typing import Any, Self
 from jobboard.backend import Backend, BoardServices, Prepared, Settle, SettleAction
 from jobboard.board.checks import (
     check_age,
+    check_group,
+    check_name,
     check_owner,
     check_progress,
     check_result_size,
@@ -32,6 +34,7 @@ from jobboard.board.checks import (
 from jobboard.board.codec import build_posting, encode_posting, encode_value
 from jobboard.board.events import DEFAULT_EVENT_BUFFER, EventHub, EventStream
 from jobboard.board.inputs import JobRef, NewJob, job_id_of
+from jobboard.board.limits import GroupLimit, Paused, Rate, limit_spec
 from jobboard.board.propagation import OPENTELEMETRY_TRACE, with_trace_context
 from jobboard.errors import BoardClosed, InvalidJob
 from jobboard.job import (
@@ -154,6 +157,7 @@ class JobBoard:
         result_ttl: float | None = None,
         trash_ttl: float | None = None,
         connection: Any = None,
+        group: str | None = None,
     ) -> Job:
         """Put a new job on the board, atomically: it is fully there or not at all.
 
@@ -187,7 +191,10 @@ class JobBoard:
         :param connection: the application's own open database connection: the job is written in
             its transaction (it exists if and only if that transaction commits). Only backends on
             that database take it (postgresql://); others raise ``Unsupported``.
-        :raises InvalidJob: bad name, priority, key or options (both ``delay``
+        :param group: the flow-control group (a non-empty string of at most 200 characters): its limit
+            (:meth:`set_limit`) bounds the job's claims. Stored with the job (``Job.group``) on every
+            backend, whether or not it implements limits.
+        :raises InvalidJob: bad name, priority, key, group or options (both ``delay``
             and ``not_before``, a negative delay); details msgpack
             cannot encode (naming the key); a posting over
             :attr:`max_posting_bytes`; a dependency not on the board. Nothing
@@ -201,7 +208,7 @@ class JobBoard:
         self._ensure_open()
         return await self.backend.post(self._prepare(
             name, details, priority, depends_on, max_attempts, keep_result, key, delay, not_before,
-            result_ttl, trash_ttl, connection))
+            result_ttl, trash_ttl, connection, group))
 
     async def post_many(self, jobs: Sequence[NewJob], *, connection: Any = None) -> list[Job]:
         """Post several jobs; returns them in the order given.
@@ -224,7 +231,7 @@ class JobBoard:
             try:
                 batch.append(self._prepare(
                     job.name, job.details, job.priority, job.depends_on, job.max_attempts, job.keep_result,
-                    job.key, job.delay, job.not_before, job.result_ttl, job.trash_ttl, connection))
+                    job.key, job.delay, job.not_before, job.result_ttl, job.trash_ttl, connection, job.group))
             except InvalidJob as error:
                 raise InvalidJob(f"jobs[{index}]: {error}") from None
         return await self.backend.post_many(batch)
@@ -233,7 +240,7 @@ class JobBoard:
         self, name: str, details: Mapping[str, Any] | None, priority: Priority | int | str,
         depends_on: Sequence[JobRef], max_attempts: int | None, keep_result: bool, key: str | None,
         delay: float | None, not_before: When | None, result_ttl: float | None, trash_ttl: float | None,
-        connection: Any,
+        connection: Any, group: str | None,
     ) -> Prepared:
         """Validate a posting, apply the board's defaults, encode, check the size.
 
@@ -246,6 +253,7 @@ class JobBoard:
             name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
             max_attempts=backend.default_max_attempts if max_attempts is None else max_attempts,
             keep_result=keep_result, created_at=now, key=key, result_ttl=result_ttl, trash_ttl=trash_ttl,
+            group=group,
         )
         if due is not None:
             posting = posting.delayed(due)
@@ -269,6 +277,9 @@ class JobBoard:
         background (so it does ``claim_next`` and ``consume_and_claim_next``).
 
         :raises AlreadyClaimed: another owner holds the job.
+        :raises HeldBack: flow control holds it back (:meth:`set_limit`, :meth:`pause`): its name or
+            the board is paused, or its group is at its concurrency limit, earlier jobs of its
+            sequence are on the board, or its rate is used up (``retry_after``: when the next permit is due).
         :raises NotClaimable: the job is waiting for dependencies or delayed.
         :raises JobNotFound: the job is not on the board (or was just trashed
             for exceeding its attempts).
@@ -279,7 +290,9 @@ class JobBoard:
     async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
         """Claim the best claimable job (priority, then age), or return ``None`` if none.
 
-        Never raises for contention: a job lost to another claimer is skipped.
+        Never raises for contention: a job lost to another claimer is skipped. A job flow control holds
+        back is skipped too (a paused name, a group at its limit): the best job of another group is taken,
+        so one busy group never blocks the others; with the whole board paused it returns ``None``.
 
         :param names: only jobs with one of these names (a worker's handlers).
             Without it, every job except the library's internal ones
@@ -503,7 +516,8 @@ class JobBoard:
         """Return the claimable jobs once at least one exists (board order).
 
         Event-driven, no timeout: bound it with ``anyio.fail_after``. Backends
-        may return only the first jobs of a long board.
+        may return only the first jobs of a long board. Jobs flow control holds back are not claimable:
+        when only a rate holds them, ``wait`` returns when its next permit is due (no polling needed).
 
         :param names: only jobs with one of these names.
         """
@@ -545,3 +559,61 @@ class JobBoard:
         """The live participants registered on this board's storage, by name."""
         self._ensure_open()
         return await self.backend.entities()
+
+    # -- flow control (see jobboard.board.limits for what each backend guarantees) ----------------
+
+    async def set_limit(self, group: str, *, concurrency: int | None = None, sequence: bool = False,
+                        rate: Rate | tuple[int, float] | str | None = None) -> None:
+        """Store ``group``'s limit on the board, replacing any it had: every board on this storage honours
+        it from its next claim. Atomic; changeable at any time (a lower concurrency ends no running job:
+        new claims wait until the group is under it).
+
+        :param concurrency: at most this many jobs of the group claimed at once (0 holds the group).
+        :param sequence: one job of the group at a time, in posting order; a trashed job does not stop
+            the sequence (see :mod:`jobboard.board.limits`).
+        :param rate: at most ``count`` claims in any ``period`` seconds: ``(20, 1.0)``, ``Rate`` or ``"20/s"``.
+        :raises InvalidJob: a bad group or limit, or none given (one line naming it).
+        :raises Unsupported: the backend does not implement flow control.
+        """
+        self._ensure_open()
+        await self.backend.set_limit(limit_spec(group, concurrency, sequence, rate))
+
+    async def clear_limit(self, group: str) -> bool:
+        """Remove ``group``'s limit; return whether it had one. Its held-back jobs become claimable.
+
+        :raises Unsupported: the backend does not implement flow control.
+        """
+        self._ensure_open()
+        return await self.backend.clear_limit(check_group(group))
+
+    async def limits(self) -> list[GroupLimit]:
+        """Every group's limit, by group, with its live figures (jobs running, jobs waiting), each group's
+        read together. :raises Unsupported: the backend does not implement flow control."""
+        self._ensure_open()
+        return await self.backend.limits()
+
+    async def pause(self, name: str | None = None) -> None:
+        """Stop new claims of jobs called ``name`` (``None``: of every job) on every board of this storage,
+        within a second; running jobs finish and settle as usual. Idempotent.
+
+        :raises Unsupported: the backend does not implement flow control.
+        """
+        self._ensure_open()
+        await self.backend.pause(self._pausable(name))
+
+    async def resume(self, name: str | None = None) -> None:
+        """Lift :meth:`pause` of ``name`` (``None``: the whole board's pause; names paused one by one stay
+        paused). Idempotent. :raises Unsupported: the backend does not implement flow control."""
+        self._ensure_open()
+        await self.backend.resume(self._pausable(name))
+
+    async def paused(self) -> Paused:
+        """What is paused now. :raises Unsupported: the backend does not implement flow control."""
+        self._ensure_open()
+        return await self.backend.paused()
+
+    @staticmethod
+    def _pausable(name: str | None) -> str | None:
+        if name is not None:
+            check_name(name)
+        return name

@@ -38,3 +38,4 @@ class NewJob:
     not_before: When | None = None
     result_ttl: float | None = None
     trash_ttl: float | None = None
+    group: str | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
-from jobboard.backend import Backend, BoardServices, Prepared, Settle
+from jobboard.backend import Backend, BoardServices, GroupLimit, LimitSpec, Paused, Prepared, Settle
 from jobboard.job import Claim, Entity, Job, JobState, ListedJob, Outcome, Progress, TrashedJob
 
 
@@ -125,3 +125,25 @@ class WrappedBackend(Backend):
 
     async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
         return await self.inner.requeue(job_id, reset_attempts)
+
+    @property
+    def flow_control(self) -> bool:
+        return self.inner.flow_control
+
+    async def set_limit(self, limit: LimitSpec) -> None:
+        await self.inner.set_limit(limit)
+
+    async def clear_limit(self, group: str) -> bool:
+        return await self.inner.clear_limit(group)
+
+    async def limits(self) -> list[GroupLimit]:
+        return await self.inner.limits()
+
+    async def pause(self, name: str | None) -> None:
+        await self.inner.pause(name)
+
+    async def resume(self, name: str | None) -> None:
+        await self.inner.resume(name)
+
+    async def paused(self) -> Paused:
+        return await self.inner.paused()
