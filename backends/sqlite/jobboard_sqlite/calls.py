@@ -8,12 +8,18 @@ at the first turn of the event loop in which no write ran, or after :data:`HOLD_
 claimers of one process that are ready together write one after the other in one turn, without a
 hand-over between processes for each transaction.
 
-A write that finds the turn taken by another process is **queued**; the connection's thread waits for
-the turn in the kernel (one thread for all the queued calls) and hands it to the event loop, which runs
-every queued call inline, in order, in that one turn. Calls that come while calls are queued queue
-behind them. A queued call whose caller is cancelled before it ran never runs. The thread also runs what
-must not block the loop (opening, closing, checkpoints) and a write that SQLite itself finds busy (a
-checkpoint, a writer that is not a board), which it retries with a short sleep; queued calls wait for it.
+A write that finds the turn taken by another process is **queued**; a waiter thread waits for the turn in
+the kernel (on a duplicate of the board's descriptor: the same lock) and hands it to the event loop, which
+runs every queued call inline, in order, in that one turn. A queued call whose caller is cancelled before
+it ran never runs. The connection's thread runs what must not block the loop (opening, closing,
+checkpoints) and a call that SQLite itself finds busy (a checkpoint, a writer that is not a board), which
+it retries with a short sleep.
+
+**Order.** The calls of one connection apply in the order they were made, whichever way each runs: while
+any call is queued or on the connection's thread, the calls made after it queue behind it (a count of the
+calls on the thread, kept on the loop). **The turn.** Only the loop takes the turn (at once, or from the
+waiter) and gives it back; a write sent to the thread writes under the turn the loop took for it, which
+the loop keeps (does not give back) until the thread is done: the thread never locks nor unlocks it.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ class Queued(Generic[T]):
 
 class Calls:
     """The calls of one connection (see the module docstring). Not thread-safe: used from its event loop,
-    except :meth:`take_turn` and :meth:`end_write`, which the transaction code calls where it runs."""
+    except :meth:`take_turn`, which the transaction code calls where it runs."""
 
     def __init__(self, hold_for: float = HOLD_FOR, patience: float = TURN_PATIENCE) -> None:
         self.hold_for, self.patience = hold_for, patience
@@ -78,6 +84,7 @@ class Calls:
         self._turn_requests: queue.SimpleQueue[tuple[int, asyncio.AbstractEventLoop] | None] = queue.SimpleQueue()
         self._turnless = False
         self._writes_seen = 0
+        self._on_thread = 0
         self.writes = self.thread_calls = self.turns = self.turn_waits = self.queued = 0
         self.turn_wait_s = 0.0
 
@@ -88,7 +95,7 @@ class Calls:
         a call that completed after its caller was cancelled (a claim to give back)."""
         self._loop = loop = asyncio.get_running_loop()
         call = Queued(work, loop.create_future(), orphan)
-        if self._queue or not self._attempt(call):
+        if self._queue or self._on_thread or not self._attempt(call):
             self._queue.append(call)
             self.queued += 1
         return call.future
@@ -102,17 +109,28 @@ class Calls:
         return await future
 
     def submit(self, work: Callable[[], T]) -> concurrent.futures.Future[T]:
-        """Run ``work`` on the connection's thread (thread-safe, does not wait); queued calls wait for it."""
-        return self.executor.submit(self._locked, work)
+        """(Loop.) Run ``work`` on the connection's thread (does not wait); the calls made after it queue
+        behind it until it is done."""
+        self._loop = loop = asyncio.get_running_loop()
+        self._on_thread += 1
+        done = self.executor.submit(self._locked, work)
+        done.add_done_callback(lambda _: self._call_soon(self._thread_done, loop=loop))
+        return done
 
     def _locked(self, work: Callable[[], T]) -> T:
-        try:
-            with self.mutex:
-                self.thread_calls += 1
-                return work()
-        finally:
-            # Always: a call the loop found the connection busy for may be queued just after this line.
-            self._call_soon(self.drain)
+        with self.mutex:
+            self.thread_calls += 1
+            return work()
+
+    def _thread_done(self) -> None:
+        """(Loop, once per call on the thread, after its done callbacks were scheduled.) The calls queued
+        behind it run; the turn kept for it is looked at again."""
+        self._on_thread -= 1
+        if self._on_thread:
+            return
+        self.drain()
+        if self._held and self._release_at is None and self._loop is not None:
+            self._release_at = self._loop.call_soon(self._release)
 
     def _attempt(self, call: Queued[Any]) -> bool:
         """Run ``call`` inline if the connection is free; whether it is done (else it must wait)."""
@@ -137,8 +155,8 @@ class Calls:
         return True
 
     def drain(self) -> None:
-        """(Loop.) Run the queued calls that can run now, in order."""
-        while self._queue:
+        """(Loop.) Run the queued calls that can run now, in order (none while a call is on the thread)."""
+        while self._queue and not self._on_thread:
             call = self._queue[0]
             if call.future.cancelled():
                 self._queue.popleft()
@@ -148,8 +166,7 @@ class Calls:
             self._queue.popleft()
 
     def _to_thread(self, call: Queued[Any]) -> None:
-        """A call SQLite found busy: the thread retries it (the turn given back first: the thread takes it)."""
-        self._give_back()
+        """A call SQLite found busy: the thread retries it, under the turn the loop keeps for it."""
         loop = asyncio.get_running_loop()
         done = self.submit(call.work)
         done.add_done_callback(lambda _: self._call_soon(self._settle, call, done, loop=loop))
@@ -179,19 +196,16 @@ class Calls:
     def inline(self) -> bool:
         return bool(getattr(self._inline, "on", False))
 
-    def take_turn(self) -> bool:
-        """Before ``BEGIN IMMEDIATE``: inline, the turn this board holds, or at once, else :class:`TurnTaken`;
-        on the thread, waiting for it in the kernel. Whether the caller must give it back (:meth:`end_write`).
-        A board that waited :data:`TURN_PATIENCE` for the turn writes without it (see :meth:`_lose_patience`)."""
+    def take_turn(self) -> None:
+        """Before ``BEGIN IMMEDIATE``: inline, the turn this board holds, or at once, else :class:`TurnTaken`.
+        On the thread, nothing: a write gets there only from an inline attempt that had the turn (kept for
+        it) or wrote without it. A board that waited :data:`TURN_PATIENCE` for the turn writes without it (see
+        :meth:`_lose_patience`).
+
+        :raises BackendUnavailable: the board closed."""
         if self.turn_fd < 0:
             raise BackendUnavailable("the board is not open")
-        mine = False
-        if self._turnless:
-            pass
-        elif not self.inline:
-            self._flock_waiting(self.turn_fd)
-            mine = True
-        elif not self._held:
+        if self.inline and not self._held and not self._turnless:
             if self._waiting:
                 raise TurnTaken
             try:
@@ -200,12 +214,6 @@ class Calls:
                 raise TurnTaken from None
             self._hold()
         self.writes += 1
-        return mine
-
-    def end_write(self, mine: bool) -> None:
-        """After a write's transaction: the thread gives the turn back; inline, the board keeps it."""
-        if mine:
-            fcntl.flock(self.turn_fd, fcntl.LOCK_UN)
 
     def _flock_waiting(self, fd: int) -> None:
         started = time.perf_counter()
@@ -272,9 +280,9 @@ class Calls:
 
     def _release(self) -> None:
         """(Loop, once per loop turn while held.) Give the turn back unless the board wrote since the last
-        look and has held it less than ``hold_for``."""
+        look and has held it less than ``hold_for``, or a call is on the thread (looked at again after it)."""
         self._release_at = None
-        if not self._held:
+        if not self._held or self._on_thread:
             return
         if self.writes != self._writes_seen and time.monotonic() - self._held_since < self.hold_for:
             self._writes_seen = self.writes

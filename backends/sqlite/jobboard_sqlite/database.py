@@ -118,11 +118,8 @@ class Database:
         ``body`` must be safe to run again from the start (a rolled-back attempt changed nothing).
         :raises BackendUnavailable: still busy after ``retry_for`` seconds, or an I/O error (disk full...).
         """
-        mine = self.calls.take_turn()
-        try:
-            return self._write(body)
-        finally:
-            self.calls.end_write(mine)
+        self.calls.take_turn()
+        return self._write(body)
 
     def _write(self, body: Callable[[sqlite3.Connection], T]) -> T:
         conn = self._conn()
