@@ -38,6 +38,8 @@ from jobboard.backend import (
 )
 from jobboard.errors import JobBoardError
 from jobboard_postgresql import schema
+from jobboard_postgresql.claiming import Claiming
+from jobboard_postgresql.cycles import Cycles
 from jobboard_postgresql.database import Database
 from jobboard_postgresql.feed import Feed
 from jobboard_postgresql.keeper import Keeper
@@ -70,6 +72,8 @@ class PostgresBackend(Backend):
                              lambda: (self.result_ttl, self.trash_ttl, self.key_retention))
         self.db.on_session_gone = self.keeper.session_gone
         self.writer.session_of = lambda: self.keeper.session_id
+        self.claiming = Claiming(Cycles(self.db, options.board, options.schema, options.ns, self.writer.session_of),
+                                 self.waiting, self.writer, self._unclaim, self.report_malformed)
         self.feed: Feed | None = None
 
     # -- lifecycle ----------------------------------------------------------------
@@ -112,6 +116,7 @@ class PostgresBackend(Backend):
             return
         self._open = False
         self.waiting.wake_all()
+        await self.claiming.close()
         await self.keeper.stop()
         if self.feed is not None:
             await self.feed.stop()
@@ -171,42 +176,18 @@ class PostgresBackend(Backend):
         return claim
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
-        return await self._delivered(self._claim_next(owner, names))
-
-    async def _claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        """Coalesced with this process's concurrent claims and consumes (:mod:`jobboard_postgresql.claiming`)."""
         async with self._writing():
-            while True:
-                claim, malformed, session = await self.writer.claim_next(owner, names)
-                if malformed is None:
-                    break
-                self.report_malformed(str(malformed), "not a valid posting")
-        if claim is not None:
-            self.waiting.claimed(claim, session)
-        return claim
+            return await self.claiming.claim_next(owner, names)
 
     async def consume_and_claim_next(self, claim: Claim, settle: Settle,
                                      names: Collection[str] | None) -> Claim | None:
-        """One call: the consume, then the next claim in the same transaction (one round trip)."""
+        """The consume, then the next claim in the same transaction, coalesced as :meth:`claim_next`."""
         if settle.connection is not None:
             await self.settle(claim, settle)
             return await self.claim_next(claim.owner, names)
-        return await self._delivered(self._consume_and_claim_next(claim, settle, names))
-
-    async def _consume_and_claim_next(self, claim: Claim, settle: Settle,
-                                      names: Collection[str] | None) -> Claim | None:
         async with self._writing():
-            try:
-                taken, malformed, session = await self.writer.consume_and_claim_next(claim, settle, names)
-            finally:
-                self.waiting.settled(claim.job.id)
-        self.waiting.work()
-        self.waiting.outcome_signal.fire()
-        if malformed is not None:
-            self.report_malformed(str(malformed), "not a valid posting")
-            return await self._claim_next(claim.owner, names)
-        if taken is not None:
-            self.waiting.claimed(taken, session)
-        return taken
+            return await self.claiming.consume_and_claim_next(claim, settle, names)
 
     async def _delivered(self, claiming: Coroutine[Any, Any, Claim | None]) -> Claim | None:
         """Run a claim so that a caller cancelled while it is in flight leaves no job claimed by no one.
@@ -235,21 +216,30 @@ class PostgresBackend(Backend):
             claim = await task
         except Exception:  # noqa: BLE001 - failed: it claimed nothing
             return
-        if claim is None or not self._open:
+        if claim is not None:
+            self.waiting.settled(claim.job.id)
+            await self._unclaim(int(claim.job.id), claim.generation, claim.owner)
+
+    async def _unclaim(self, job_id: int, generation: int, owner: str) -> None:
+        """Give back a claim whose caller was cancelled (``jb.unclaim``); errors are logged."""
+        if not self._open:
             return
-        self.waiting.settled(claim.job.id)
         try:
             await self.keeper.call("give a claim back", f'SELECT "{self.options.schema}".unclaim($1, $2, $3, $4)',
-                                   self.options.board, int(claim.job.id), claim.generation, claim.owner)
+                                   self.options.board, job_id, generation, owner)
         except JobBoardError as error:
-            logger.warning("postgresql: a cancelled claim of job %s could not be given back: %s", claim.job.id, error)
+            logger.warning("postgresql: a cancelled claim of job %s could not be given back: %s", job_id, error)
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
+        """A consume (not in the caller's transaction) is coalesced; an abandon or a trash is one call."""
         async with self._writing():
-            try:
-                await self.writer.settle(claim, settle)
-            finally:
-                self.waiting.settled(claim.job.id)
+            if settle.action is SettleAction.CONSUME and settle.connection is None:
+                await self.claiming.consume(claim, settle)
+            else:
+                try:
+                    await self.writer.settle(claim, settle)
+                finally:
+                    self.waiting.settled(claim.job.id)
         if settle.action is SettleAction.ABANDON or settle.action is SettleAction.CONSUME:
             self.waiting.work()
         self.waiting.outcome_signal.fire()

@@ -196,6 +196,64 @@ BEGIN
   END LOOP;
 END $$;
 
+CREATE OR REPLACE FUNCTION jb.cycle(p_board text, p_ns int, p_session bigint, p_retry boolean, p_names text[],
+  p_ids bigint[], p_gens bigint[], p_owners text[], p_results bytea[], p_claims boolean[], p_nonces uuid[])
+RETURNS TABLE (r_ord int, r_status smallint, r_detail text, r_id bigint, r_gen bigint, r_attempts int,
+               r_posting bytea, r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[])
+LANGUAGE plpgsql SET enable_seqscan = off SET enable_sort = off AS $$
+-- the coalesced calls of one process: item i consumes p_ids[i] (fenced, as jb.consume) unless it is NULL,
+-- then claims the next job for p_owners[i] if p_claims[i] (and its consume was applied, as jb.consume_next)
+DECLARE i int; k int; c record; v_want int[] := '{}'; v_plain boolean := false; v_at int := 1; v_k int;
+        v_ids bigint[]; v_atts int[]; v_maxes int[];
+BEGIN
+  FOR i IN 1 .. coalesce(cardinality(p_owners), 0) LOOP
+    IF p_ids[i] IS NOT NULL THEN
+      SELECT * INTO c FROM jb.consume(p_board, p_ns, p_session, p_ids[i], p_gens[i], p_owners[i], p_results[i],
+                                      p_retry);
+      RETURN QUERY SELECT i, c.r_status, c.r_detail, NULL::bigint, NULL::bigint, NULL::int, NULL::bytea, NULL::bytea,
+                          NULL::text, NULL::bigint[], NULL::bytea[];
+      IF c.r_status = 0 AND p_claims[i] THEN v_want := v_want || i; END IF;
+    ELSIF p_claims[i] THEN
+      v_want := v_want || i; v_plain := true;
+    END IF;
+  END LOOP;
+  IF cardinality(v_want) = 0 THEN RETURN; END IF;
+  IF NOT jb.alive(p_ns, p_session) THEN
+    IF v_plain THEN RAISE EXCEPTION 'jobboard session % is gone', p_session USING ERRCODE = 'JB001'; END IF;
+    RETURN;
+  END IF;
+  IF p_retry THEN  -- the claims a first attempt made are this call's (found by their nonces)
+    FOR c IN SELECT w.i AS ord, t.* FROM unnest(v_want) AS w(i), jb.retaken(p_session, p_nonces[w.i]) t
+              WHERE t.r_id IS NOT NULL LOOP
+      RETURN QUERY SELECT c.ord, 0::smallint, NULL::text, c.r_id, c.r_gen, c.r_attempts, c.r_posting, c.r_last_error,
+                          c.r_key, c.r_parents, c.r_results;
+      v_want := array_remove(v_want, c.ord);
+    END LOOP;
+  END IF;
+  UPDATE jb.job SET state = 0 WHERE id IN (SELECT d.id FROM jb.job d WHERE d.board = p_board AND d.state = 3
+                                           AND d.not_before <= jb.now() FOR UPDATE SKIP LOCKED);
+  WHILE v_at <= cardinality(v_want) LOOP  -- at most one job per item still wanting one: nothing hoarded
+    v_k := cardinality(v_want) - v_at + 1;
+    SELECT array_agg(q.id ORDER BY q.rank, q.id), array_agg(q.attempts ORDER BY q.rank, q.id),
+           array_agg(q.max_attempts ORDER BY q.rank, q.id) INTO v_ids, v_atts, v_maxes
+      FROM (SELECT j.id, j.rank, j.attempts, j.max_attempts FROM jb.job j
+             WHERE j.board = p_board AND j.state = 0
+               AND CASE WHEN p_names IS NULL THEN left(j.name, 9) <> 'jobboard.' ELSE j.name = ANY(p_names) END
+             ORDER BY j.rank, j.id LIMIT v_k FOR UPDATE SKIP LOCKED) q;
+    EXIT WHEN v_ids IS NULL;
+    FOR k IN 1 .. cardinality(v_ids) LOOP  -- the best job to the first item: priority, then age
+      IF v_maxes[k] IS NOT NULL AND v_atts[k] >= v_maxes[k] THEN
+        PERFORM jb.trash_job(p_board, v_ids[k], 'max attempts exceeded (' || v_maxes[k] || ')', p_session);
+        CONTINUE;
+      END IF;
+      i := v_want[v_at]; v_at := v_at + 1;
+      RETURN QUERY SELECT i, 0::smallint, NULL::text, v_ids[k], t.* FROM jb.take(v_ids[k], p_session, p_owners[i],
+                                                                                 p_nonces[i]) t;
+    END LOOP;
+    EXIT WHEN cardinality(v_ids) < v_k;  -- the board has no more
+  END LOOP;
+END $$;
+
 CREATE OR REPLACE FUNCTION jb.claim(p_board text, p_ns int, p_session bigint, p_owner text, p_id bigint,
   p_nonce uuid, p_retry boolean)
 RETURNS TABLE (r_status smallint, r_detail text, r_gen bigint, r_attempts int, r_posting bytea,

@@ -11,7 +11,7 @@ window (:class:`~jobboard_postgresql.database.Database`).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import asyncpg
@@ -20,7 +20,6 @@ from jobboard.backend import (
     Claim,
     DependencyMissing,
     Job,
-    MalformedEntry,
     Prepared,
     Progress,
     Settle,
@@ -38,9 +37,6 @@ from jobboard.errors import (
 from jobboard_postgresql.database import Database
 from jobboard_postgresql.rows import claim_of, encode_error, encode_progress, job_of, post_arguments
 from jobboard_postgresql.transactional import fetch_on
-
-Taken = tuple[Claim | None, int | None, int]
-"""A claim (or ``None``), the id of a malformed row it took instead (set aside), the session it was made under."""
 
 PLAIN_QUERY = ("SELECT jb.post_plain($1::text, $2::text[], $3::smallint[], $4::int[], $5::float8[], $6::uuid[], "
                "$7::boolean[], $8::float8[], $9::float8[], $10::bytea[]) AS ids")
@@ -184,29 +180,6 @@ class Writer:
             raise JobNotFound(f"job {job_id} used its {detail} attempts and was moved to the trash")
         return claim_of(int(job_id), owner, row), used[0]
 
-    async def claim_next(self, owner: str, names: Collection[str] | None) -> Taken:
-        """The claim of the best ready job (or ``None``), the id of a malformed row it took (set aside, or
-        ``None``), and the session the claim was made under."""
-        nonce, used = str(uuid.uuid4()), [0]
-        wanted = None if names is None else list(names)
-
-        async def call(connection: asyncpg.Connection, retry: bool) -> Any:
-            used[0] = self.session_id
-            return await connection.fetchrow(
-                f"SELECT * FROM {self.s}.claim_next($1, $2, $3, $4, $5, $6::uuid, $7)",
-                self.board, self.ns, used[0], owner, wanted, nonce, retry)
-
-        return await self._taken(await self.db.run("claim_next", call), owner, used[0])
-
-    async def _taken(self, row: Any, owner: str, session: int) -> Taken:
-        if row is None or row["r_id"] is None:
-            return None, None, session
-        try:
-            return claim_of(row["r_id"], owner, row), None, session
-        except MalformedEntry:
-            await self.set_aside(row["r_id"])
-            return None, row["r_id"], session
-
     async def set_aside(self, job_id: int) -> None:
         """Take a malformed row out of every claim path (state 9); it stays until cancelled or purged by hand."""
         async def call(connection: asyncpg.Connection, retry: bool) -> None:
@@ -243,23 +216,6 @@ class Writer:
             return await connection.fetchrow(f"SELECT * FROM {self.s}.{query}", *head, *args, retry)
 
         fenced(claim, await self.db.run(settle.action.value, call))
-
-    async def consume_and_claim_next(self, claim: Claim, settle: Settle, names: Collection[str] | None) -> Taken:
-        """The consume, then (only if it was applied and the session lives) ``claim_next``, in one call
-        and one transaction. :raises ClaimLost: / :raises NotOwner: nothing changed, nothing claimed."""
-        job_id = int(claim.job.id) if is_job_id(claim.job.id) else 0
-        nonce, wanted, used = str(uuid.uuid4()), None if names is None else list(names), [0]
-
-        async def call(connection: asyncpg.Connection, retry: bool) -> Any:
-            used[0] = self.session_id
-            return await connection.fetchrow(
-                f"SELECT * FROM {self.s}.consume_next($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::uuid)", self.board,
-                self.ns, used[0], job_id, claim.generation, claim.owner, settle.encoded_result, retry,
-                wanted, nonce)
-
-        row = await self.db.run("consume_and_claim_next", call)
-        fenced(claim, row)
-        return await self._taken(row, claim.owner, used[0])
 
     async def report_progress(self, claim: Claim, progress: Progress) -> None:
         job_id = int(claim.job.id) if is_job_id(claim.job.id) else 0

@@ -55,6 +55,7 @@ async def reclaim(board: JobBoard, limit: float) -> tuple[float, int]:
                 break
             await anyio.sleep(0.01)
     elapsed = time.monotonic() - started
+    assert claim is not None
     await board.consume(claim)
     return elapsed, claim.generation
 
