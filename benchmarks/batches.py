@@ -13,6 +13,7 @@ import asyncio
 import time
 from typing import Any
 
+from benchmarks.callgrind import counting
 from benchmarks.common import print_json_of, process_cpu_seconds
 from benchmarks.cycle import run_url
 from jobboard import JobBoard, NewJob, open_board
@@ -64,7 +65,8 @@ async def one_run(url: str, jobs: int, workers: int, batch: int) -> dict[str, fl
                   ("fused_cycles", lambda: cycles(board, workers, fused=True))]
         for name, phase in phases:
             cpu = process_cpu_seconds()
-            found[f"{name}_per_s"] = await phase()
+            with counting(name):  # a phase's instructions, under benchmarks.instructions (else nothing)
+                found[f"{name}_per_s"] = await phase()
             found[f"{name}_cpu_us"] = 1e6 * (process_cpu_seconds() - cpu) / jobs
     return {key: round(value, 1 if key.endswith("_cpu_us") else None) for key, value in found.items()}
 

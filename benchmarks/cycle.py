@@ -35,6 +35,7 @@ from typing import Any
 
 import anyio
 
+from benchmarks.callgrind import counting
 from benchmarks.common import Stopwatch, child_cpu_seconds, median_of, percentile, process_cpu_seconds
 from jobboard import JobBoard, open_board
 
@@ -171,14 +172,15 @@ async def consume_phase(url: str, workers: int, ready: Any = None, go: Any = Non
         requests_before, conflicts_before = requests_sent(board), getattr(getattr(board, "backend", board), "claim_conflicts", 0)
         events_before, steals_before = events_received(board), getattr(getattr(board, "backend", board), "steals", 0)
         watch, cpu, started = Stopwatch(), process_cpu_seconds(), time.time()
-        async with anyio.create_task_group() as group:
-            results: list[int] = []
+        with counting("cycles"):  # its instructions, under benchmarks.instructions (else nothing)
+            async with anyio.create_task_group() as group:
+                results: list[int] = []
 
-            async def claimer(index: int) -> None:
-                results.append(await drain(board, f"c{index}", latencies, tally=tally))
+                async def claimer(index: int) -> None:
+                    results.append(await drain(board, f"c{index}", latencies, tally=tally))
 
-            for index in range(workers):
-                group.start_soon(claimer, index)
+                for index in range(workers):
+                    group.start_soon(claimer, index)
         elapsed = watch.elapsed() if tally.total is None or not tally.last else tally.last - started
         return {"cycles": sum(results), "seconds": elapsed, "cpu_s": process_cpu_seconds() - cpu,
                 "requests": requests_sent(board) - requests_before,
@@ -227,7 +229,8 @@ async def one_run(args: argparse.Namespace) -> dict[str, Any]:
             zk_cpu, server = child_cpu_seconds(args.zk_pid), server_counts(args.hosts)
             phase, posts_per_s = await interleaved(url, producer, args)
         else:
-            posts_per_s = await post_jobs(producer, args.jobs)
+            with counting("posts"):  # its instructions, under benchmarks.instructions (else nothing)
+                posts_per_s = await post_jobs(producer, args.jobs)
             await stack.aclose()  # only the claimers' boards watch during the consume phase
             zk_cpu, server = child_cpu_seconds(args.zk_pid), server_counts(args.hosts)
             if args.processes > 1:
