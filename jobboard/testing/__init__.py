@@ -32,8 +32,10 @@ from jobboard.testing._failures import FailuresConformance
 from jobboard.testing._ids import IdsConformance
 from jobboard.testing._keeping import KeepingConformance
 from jobboard.testing._keys import KeysConformance
+from jobboard.testing._limits import LimitsConformance
 from jobboard.testing._linked import LinkedConformance
 from jobboard.testing._listing import ListingConformance
+from jobboard.testing._pacing import PacingConformance
 from jobboard.testing._routing import RoutingConformance
 from jobboard.testing._watching import WatchingConformance
 
@@ -41,7 +43,7 @@ from jobboard.testing._watching import WatchingConformance
 class JobBoardConformance(
     BasicsConformance, BatchesConformance, ClaimsConformance, DelayedConformance, FailuresConformance,
     IdsConformance, KeepingConformance,
-    KeysConformance, LinkedConformance, ListingConformance, RoutingConformance,
+    KeysConformance, LimitsConformance, LinkedConformance, ListingConformance, PacingConformance, RoutingConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

@@ -20,10 +20,12 @@ TestFunction = TypeVar("TestFunction", bound=Callable[..., Coroutine[Any, Any, N
 BoardMaker = Callable[[str], JobBoard]
 """Makes an unopened board for a URL."""
 
-OPTIONAL = frozenset({"report_progress", "purge", "requeue", "result_ttl", "trash_ttl", "never_posted"})
+OPTIONAL = frozenset({"report_progress", "purge", "requeue", "result_ttl", "trash_ttl", "never_posted",
+                      "flow_control"})
 """What a backend may declare in :attr:`ConformanceBase.unsupported`: the operations whose contract
-default raises ``Unsupported``, the ``result_ttl`` and ``trash_ttl`` options, and ``never_posted``
-telling a well-formed id past the board's last one (the contract lets a backend say ``False``)."""
+default raises ``Unsupported``, the ``result_ttl`` and ``trash_ttl`` options, ``never_posted``
+telling a well-formed id past the board's last one (the contract lets a backend say ``False``), and
+``flow_control`` (limits and pauses; the cases also skip when the backend does not override ``set_limit``)."""
 
 
 class BoardOpener(Protocol):

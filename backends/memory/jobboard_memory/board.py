@@ -4,6 +4,8 @@ Boards opened on the same name in one process share one :class:`Store`; a
 board's claims and entities behave like a remote session's: closing the board
 releases them. ``memory://`` without a name is a private board.
 
+Flow control (limits per group, pauses) is implemented: see :mod:`jobboard_memory.flow`.
+
 URL options: ``max_attempts`` (default for posts), ``max_posting_bytes``,
 ``key_retention`` (seconds a settled job's idempotency key keeps finding it),
 ``result_ttl`` and ``trash_ttl`` (seconds kept results and trashed jobs stay; 0: forever).
@@ -25,11 +27,14 @@ from jobboard.backend import (
     Claim,
     Entity,
     Event,
+    GroupLimit,
     Job,
     JobState,
+    LimitSpec,
     ListedJob,
     MalformedEntry,
     Outcome,
+    Paused,
     Prepared,
     Progress,
     Settle,
@@ -238,6 +243,31 @@ class MemoryBackend(Backend):
 
     async def entities(self) -> list[Entity]:
         return [entity for _, (entity, _) in sorted(self._shared.entities.items())]
+
+    # -- flow control: stored in the shared store, honoured by its claim paths (see jobboard_memory.flow) --
+
+    async def set_limit(self, limit: LimitSpec) -> None:
+        self._store.flow.set_limit(limit)
+        self._shared.notify()
+
+    async def clear_limit(self, group: str) -> bool:
+        found = self._store.flow.clear_limit(group)
+        self._shared.notify()
+        return found
+
+    async def limits(self) -> list[GroupLimit]:
+        return self._store.flow.listed()
+
+    async def pause(self, name: str | None) -> None:
+        self._store.flow.pause(name)
+        self._shared.notify()
+
+    async def resume(self, name: str | None) -> None:
+        self._store.flow.resume(name)
+        self._shared.notify()
+
+    async def paused(self) -> Paused:
+        return self._store.flow.paused()
 
     def inject_malformed(self, raw: bytes) -> None:
         """Test hook: store raw bytes as if another tool had written an entry."""

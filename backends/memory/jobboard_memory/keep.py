@@ -104,6 +104,8 @@ def requeue(store: Store, job_id: str, reset_attempts: bool) -> Job:
     entry.posting, entry.owner, entry.holder = posting, None, None
     entry.dependents, entry.progress = [], None
     store.jobs[job_id] = entry
+    if posting.group is not None:
+        store.flow.joined(entry)
     store._make_ready(entry)
     store._publish(Event(EventKind.POSTED, job_id, posting.name))
     return entry.job()

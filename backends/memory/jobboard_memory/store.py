@@ -24,6 +24,7 @@ from jobboard.errors import (
     NotOwner,
 )
 from jobboard.job import Claim, Job, JobState, Outcome, Progress, TrashedJob, wanted
+from jobboard_memory.flow import Flow
 
 MAX_ATTEMPTS_REASON = "max attempts exceeded"
 
@@ -81,6 +82,8 @@ class Store:
         self.trashed_entries: dict[str, Entry] = {}
         """The entries behind ``trash`` (for ``requeue``)."""
         self._ready: list[tuple[int, int, str]] = []
+        self.flow = Flow(self._ready)
+        """Limits, pauses and permits (consulted by the claim paths only while one exists)."""
         self.last_sequence = 0
         """The sequence of the last id given (ids past it were never posted)."""
         self._publish = publish
@@ -125,6 +128,8 @@ class Store:
             raise DependencyMissing.of(posting.name, ", ".join(missing))
         entry = Entry(job_id, sequence, posting, waiting_on=set(posting.depends_on))
         self.jobs[job_id] = entry
+        if posting.group is not None:
+            self.flow.joined(entry)
         for dep in posting.depends_on:
             self.jobs[dep].dependents.append(job_id)
         self._make_ready(entry)
@@ -173,13 +178,17 @@ class Store:
         return Outcome(job_id, JobState.COMPLETE, result=None if raw is None else decode_value(raw))
 
     def claimable(self, now: float, names: Collection[str] | None) -> list[Job]:
+        flow = self.flow
         return [e.job() for e in self.ordered() if e.state() is JobState.UNCLAIMED
-                and not _delayed(e, now) and wanted(e.posting.name, names)]
+                and not _delayed(e, now) and wanted(e.posting.name, names)
+                and not (flow.active and flow.refusal(e) is not None)]
 
     def next_wakeup(self, now: float) -> float | None:
-        """Seconds until the earliest delayed job becomes claimable, if any."""
+        """Seconds until the earliest delayed job becomes claimable, or the next rate permit is due, if any."""
         delays = [e.posting.not_before - now for e in self.jobs.values()
                   if e.posting.not_before is not None and e.state() is JobState.UNCLAIMED]
+        if self.flow.active and (permit := self.flow.next_permit()) is not None:
+            delays.append(permit)
         return max(0.0, min(delays)) if delays else None
 
     # -- claiming ------------------------------------------------------------
@@ -193,6 +202,8 @@ class Store:
             raise AlreadyClaimed(f"job {job_id} is claimed by {entry.owner}")
         if entry.posting.not_before is not None and entry.posting.not_before > now:
             raise NotClaimable(f"job {job_id} is delayed for {entry.posting.not_before - now:.1f}s")
+        if self.flow.active and (held := self.flow.refusal(entry)) is not None:
+            raise held
         limit = entry.posting.max_attempts
         if limit is not None and entry.posting.attempts >= limit:
             self.move_to_trash(entry, f"{MAX_ATTEMPTS_REASON} ({limit})", now)
@@ -200,6 +211,8 @@ class Store:
         entry.posting = entry.posting.claimed()
         entry.owner, entry.holder = owner, holder
         entry.generation += 1
+        if entry.posting.group is not None:
+            self.flow.claimed(entry)
         self._publish(Event(EventKind.CLAIMED, job_id, owner))
         results = tuple(decode_value(entry.results[dep]) for dep in entry.posting.depends_on)
         return Claim(entry.job(), owner, entry.generation, results)
@@ -207,7 +220,12 @@ class Store:
     def claim_next(
         self, owner: str, holder: object, now: float, names: Collection[str] | None,
     ) -> Claim | None:
-        """Claim the best claimable job, skipping stale heap items."""
+        """Claim the best claimable job, skipping stale heap items (and parking held-back ones)."""
+        flow = self.flow
+        if flow.active:
+            if flow.paused_board:
+                return None
+            flow.unpark_due()
         delayed: list[tuple[int, int, str]] = []
         try:
             while self._ready:
@@ -217,6 +235,8 @@ class Store:
                     continue
                 if _delayed(entry, now) or not wanted(entry.posting.name, names):
                     delayed.append(item)
+                    continue
+                if flow.active and flow.park(entry, item):
                     continue
                 try:
                     return self.claim(entry.job_id, owner, holder, now)
@@ -255,6 +275,8 @@ class Store:
         """Remove the claimed job; ``raw`` (the encoded result) goes to its dependents and is kept if asked."""
         entry = self.current(claim)
         del self.jobs[entry.job_id]
+        if entry.posting.group is not None:
+            self.flow.left(entry)
         self._settled(entry)
         if entry.posting.keep_result:
             self.kept_results[entry.job_id] = raw
@@ -276,6 +298,8 @@ class Store:
         """Put a claimed entry back on the board."""
         entry.posting = entry.posting.delayed(not_before)
         entry.owner, entry.holder = None, None
+        if entry.posting.group is not None:
+            self.flow.released(entry)
         self._make_ready(entry)
         self._publish(Event(EventKind.RELEASED, entry.job_id, why))
 
@@ -286,6 +310,8 @@ class Store:
     def move_to_trash(self, entry: Entry, reason: str, now: float) -> None:
         """Trash an entry and, recursively, every job that depends on it."""
         del self.jobs[entry.job_id]
+        if entry.posting.group is not None:
+            self.flow.left(entry)
         self._settled(entry)
         entry.progress = None  # it went with the claim
         self.trash[entry.job_id] = TrashedJob(entry.job(), reason, now)
