@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import anyio
 
 from jobboard.board.registry import installed_schemes, open_board
-from jobboard.cli import examples, jobs, jobs_results, stats, top, trash
+from jobboard.cli import examples, jobs, jobs_results, limits, stats, top, trash
 from jobboard.cli.command import (
     EXIT_NOT_MET,
     EXIT_STATUSES,
@@ -84,6 +84,12 @@ COMMANDS: tuple[Command, ...] = (
     Command("requeue", "put trashed jobs back on the board", trash.requeue_arguments, on_board=trash.requeue),
     Command("stats", "the board's figures: jobs by state, name, priority; trash; live workers",
             stats.stats_arguments, on_board=stats.stats, example=examples.STATS),
+    Command("limit", "list the limits per group; set (--concurrency, --sequence, --rate) or --clear one",
+            limits.limit_arguments, on_board=limits.limit, example=examples.LIMIT),
+    Command("pause", "stop new claims of a job name (or of every job) on every board", limits.pause_arguments,
+            on_board=limits.pause, example=examples.PAUSE),
+    Command("resume", "lift a pause of a job name (or the whole board's)", limits.pause_arguments,
+            on_board=limits.resume, example=examples.RESUME),
     Command("top", "a live view of the board in the terminal, refreshed from its events", top.top_arguments,
             on_board=top.top, example=examples.TOP),
     Command("demo", "run a plan on three worker processes sharing a sqlite:// file board", demo_arguments, local=demo,

@@ -11,6 +11,7 @@ POST = """
 jobboard --board memory://demo post resize --details '{"image": "a.png"}' --priority high
 jobboard post report --details @details.json --after job-0000000001 --max-attempts 3
 echo '{"order": 42}' | jobboard post charge --details - --key order-42
+jobboard post export --details '{"tenant": 42}' --group tenant-42
 """
 LIST = """
 jobboard --board zookeeper://127.0.0.1:2181/jobs list
@@ -43,6 +44,21 @@ jobboard trashed --json
 STATS = """
 jobboard stats
 jobboard stats --json
+"""
+LIMIT = """
+jobboard limit
+jobboard limit tenant-42 --concurrency 2
+jobboard limit payments --rate 20/s
+jobboard limit account-7 --sequence
+jobboard limit tenant-42 --clear
+"""
+PAUSE = """
+jobboard pause export
+jobboard pause
+"""
+RESUME = """
+jobboard resume export
+jobboard resume
 """
 TOP = """
 jobboard top

@@ -59,6 +59,8 @@ def post_arguments(parser: argparse.ArgumentParser) -> None:
                              "within the board's key_retention), print that job's id and post nothing")
     parser.add_argument("--delay", type=seconds, default=None, metavar="SECONDS",
                         help="not claimable until SECONDS from now (listed meanwhile)")
+    parser.add_argument("--group", default=None, metavar="GROUP",
+                        help="the flow-control group whose limit bounds the job (see `jobboard limit`)")
 
 
 def _priority(text: str) -> Priority:
@@ -99,7 +101,7 @@ async def post(board: JobBoard, args: argparse.Namespace) -> int:
     job = await board.post(
         args.name, parse_details(args.details), priority=args.priority,
         depends_on=args.after, max_attempts=args.max_attempts, key=args.key, delay=args.delay,
-        keep_result=args.keep_result,
+        keep_result=args.keep_result, group=args.group,
     )
     print(job.id)
     return 0

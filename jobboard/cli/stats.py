@@ -9,7 +9,10 @@ import argparse
 from collections.abc import Mapping
 
 from jobboard.board.contract import JobBoard
+from jobboard.board.limits import GroupLimit, Paused
+from jobboard.cli.limits import limit_record, limits_table, paused_text
 from jobboard.cli.output import format_table, print_json
+from jobboard.errors import Unsupported
 from jobboard.job import JobState, Priority
 from jobboard.observe.stats import BoardStats, read_stats
 
@@ -76,10 +79,22 @@ def stats_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 async def stats(board: JobBoard, args: argparse.Namespace) -> int:
-    """Print the board's figures: one listing, one pass over the trash, the entities (no read per job)."""
+    """Print the board's figures: one listing, one pass over the trash, the entities (no read per job), and
+    the flow control (limits with their running and waiting jobs, pauses) where the backend has it."""
     figures = await read_stats(board)
+    try:
+        flow: tuple[list[GroupLimit], Paused] | None = (await board.limits(), await board.paused())
+    except Unsupported:
+        flow = None
     if args.json:
-        print_json(figures.to_json())
+        record = figures.to_json()
+        if flow is not None:
+            record["limits"] = [limit_record(each) for each in flow[0]]
+            record["paused"] = {"board": flow[1].board, "names": sorted(flow[1].names)}
+        print_json(record)
     else:
-        print("\n".join(stats_lines(figures)))
+        lines = stats_lines(figures)
+        if flow is not None:
+            lines += ["", f"paused: {paused_text(flow[1])}", *limits_table(flow[0]).splitlines()]
+        print("\n".join(lines))
     return 0
