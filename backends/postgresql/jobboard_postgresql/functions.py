@@ -201,18 +201,17 @@ CREATE OR REPLACE FUNCTION jb.cycle(p_board text, p_ns int, p_session bigint, p_
 RETURNS TABLE (r_ord int, r_status smallint, r_detail text, r_id bigint, r_gen bigint, r_attempts int,
                r_posting bytea, r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[])
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_sort = off AS $$
--- the coalesced calls of one process: item i consumes p_ids[i] (fenced, as jb.consume) unless it is NULL,
+-- the coalesced calls of one process: item i consumes p_ids[i] (fenced, jb.consume_many) unless it is NULL,
 -- then claims the next job for p_owners[i] if p_claims[i] (and its consume was applied, as jb.consume_next)
 DECLARE i int; k int; c record; v_want int[] := '{}'; v_plain boolean := false; v_at int := 1; v_k int;
-        v_ids bigint[]; v_atts int[]; v_maxes int[];
+        v_ids bigint[]; v_atts int[]; v_maxes int[]; v_take bigint[]; v_ords int[];
 BEGIN
+  SELECT * INTO c FROM jb.consume_many(p_board, p_ns, p_session, p_retry, p_ids, p_gens, p_owners, p_results);
   FOR i IN 1 .. coalesce(cardinality(p_owners), 0) LOOP
     IF p_ids[i] IS NOT NULL THEN
-      SELECT * INTO c FROM jb.consume(p_board, p_ns, p_session, p_ids[i], p_gens[i], p_owners[i], p_results[i],
-                                      p_retry);
-      RETURN QUERY SELECT i, c.r_status, c.r_detail, NULL::bigint, NULL::bigint, NULL::int, NULL::bytea, NULL::bytea,
-                          NULL::text, NULL::bigint[], NULL::bytea[];
-      IF c.r_status = 0 AND p_claims[i] THEN v_want := v_want || i; END IF;
+      RETURN QUERY SELECT i, c.o_status[i], c.o_detail[i], NULL::bigint, NULL::bigint, NULL::int, NULL::bytea,
+                          NULL::bytea, NULL::text, NULL::bigint[], NULL::bytea[];
+      IF c.o_status[i] = 0 AND p_claims[i] THEN v_want := v_want || i; END IF;
     ELSIF p_claims[i] THEN
       v_want := v_want || i; v_plain := true;
     END IF;
@@ -241,15 +240,26 @@ BEGIN
                AND CASE WHEN p_names IS NULL THEN left(j.name, 9) <> 'jobboard.' ELSE j.name = ANY(p_names) END
              ORDER BY j.rank, j.id LIMIT v_k FOR UPDATE SKIP LOCKED) q;
     EXIT WHEN v_ids IS NULL;
+    v_take := '{}'; v_ords := '{}';
     FOR k IN 1 .. cardinality(v_ids) LOOP  -- the best job to the first item: priority, then age
       IF v_maxes[k] IS NOT NULL AND v_atts[k] >= v_maxes[k] THEN
         PERFORM jb.trash_job(p_board, v_ids[k], 'max attempts exceeded (' || v_maxes[k] || ')', p_session);
         CONTINUE;
       END IF;
-      i := v_want[v_at]; v_at := v_at + 1;
-      RETURN QUERY SELECT i, 0::smallint, NULL::text, v_ids[k], t.* FROM jb.take(v_ids[k], p_session, p_owners[i],
-                                                                                 p_nonces[i]) t;
+      v_take := v_take || v_ids[k]; v_ords := v_ords || v_want[v_at]; v_at := v_at + 1;
     END LOOP;
+    RETURN QUERY
+      WITH u AS (SELECT * FROM unnest(v_take, v_ords) AS u(id, ord)),
+           t AS (UPDATE jb.job j SET state = 1, gen = j.gen + 1, attempts = j.attempts + 1, session = p_session,
+                        owner = p_owners[u.ord], nonce = p_nonces[u.ord], not_before = NULL, progress = NULL
+                   FROM u WHERE j.id = u.id
+                 RETURNING u.ord, j.id, j.gen, j.attempts, j.posting, j.last_error, j.key, j.parents, j.owner),
+           e AS (INSERT INTO jb.event (board, kind, job, detail) SELECT p_board, 'claimed', t.id, t.owner FROM t)
+      SELECT t.ord, 0::smallint, NULL::text, t.id, t.gen, t.attempts, t.posting, t.last_error, t.key, l.parents,
+             l.bodies
+        FROM t LEFT JOIN LATERAL (SELECT array_agg(x.parent ORDER BY x.parent) AS parents,
+                                         array_agg(x.body ORDER BY x.parent) AS bodies
+                                    FROM jb.result x WHERE t.parents AND x.child = t.id) l ON true;
     EXIT WHEN cardinality(v_ids) < v_k;  -- the board has no more
   END LOOP;
 END $$;

@@ -108,6 +108,53 @@ BEGIN
   END IF;
 END $$;
 
+CREATE OR REPLACE FUNCTION jb.consume_many(p_board text, p_ns int, p_session bigint, p_retry boolean,
+  p_ids bigint[], p_gens bigint[], p_owners text[], p_results bytea[], OUT o_status smallint[], OUT o_detail text[])
+LANGUAGE plpgsql AS $$
+-- item i consumes p_ids[i] (NULL: nothing), fenced as jb.consume: o_status[i] 0 applied, 1 lost, 2 not owner.
+-- Rows are locked in id order; the plain ones (no key, kept result or links) are deleted by one statement each
+-- for the batch, the others go through jb.consume; a job named twice is consumed once (the later ones: lost)
+DECLARE n int := coalesce(cardinality(p_ids), 0); i int; j record; c record; v_alive bigint[] := '{}';
+        v_plain bigint[] := '{}'; v_gens bigint[] := '{}'; v_names text[] := '{}'; v_rest int[] := '{}';
+BEGIN
+  o_status := array_fill(NULL::smallint, ARRAY[n]); o_detail := array_fill(NULL::text, ARRAY[n]);
+  PERFORM 1 FROM jb.job x WHERE x.id = ANY(p_ids) AND x.board = p_board ORDER BY x.id FOR UPDATE;
+  FOR i IN 1 .. n LOOP
+    CONTINUE WHEN p_ids[i] IS NULL;
+    IF p_retry AND EXISTS (SELECT 1 FROM jb.done d WHERE d.id = p_ids[i] AND d.gen = p_gens[i] AND d.action = 'c') THEN
+      o_status[i] := 0; CONTINUE;  -- a first attempt that committed left its evidence
+    END IF;
+    SELECT x.state, x.gen, x.owner, x.session, x.name,
+           x.key IS NULL AND NOT x.keep_result AND NOT x.parents AND NOT x.children AS plain
+      INTO j FROM jb.job x WHERE x.id = p_ids[i] AND x.board = p_board;
+    o_detail[i] := j.owner;
+    IF NOT FOUND OR j.state <> 1 OR j.gen <> p_gens[i] OR p_ids[i] = ANY(v_plain) THEN o_status[i] := 1;
+    ELSIF j.owner <> p_owners[i] THEN o_status[i] := 2;
+    ELSIF NOT j.session = ANY(v_alive) AND pg_try_advisory_xact_lock(p_ns, j.session::int) THEN
+      o_status[i] := 1;  -- its holder's session is gone
+    ELSE
+      IF NOT j.session = ANY(v_alive) THEN v_alive := v_alive || j.session; END IF;
+      IF j.plain THEN
+        o_status[i] := 0;
+        v_plain := v_plain || p_ids[i]; v_gens := v_gens || p_gens[i]; v_names := v_names || j.name;
+        IF j.session <> p_session THEN PERFORM jb.tell(j.session, p_session, p_ids[i]); END IF;
+      ELSE
+        v_rest := v_rest || i;
+      END IF;
+    END IF;
+  END LOOP;
+  IF cardinality(v_plain) > 0 THEN
+    DELETE FROM jb.job WHERE id = ANY(v_plain);
+    INSERT INTO jb.done (id, gen, action) SELECT u.id, u.gen, 'c' FROM unnest(v_plain, v_gens) AS u(id, gen);
+    INSERT INTO jb.event (board, kind, job, detail)
+    SELECT p_board, 'consumed', u.id, u.name FROM unnest(v_plain, v_names) AS u(id, name);
+  END IF;
+  FOREACH i IN ARRAY v_rest LOOP
+    SELECT * INTO c FROM jb.consume(p_board, p_ns, p_session, p_ids[i], p_gens[i], p_owners[i], p_results[i], false);
+    o_status[i] := c.r_status; o_detail[i] := c.r_detail;
+  END LOOP;
+END $$;
+
 CREATE OR REPLACE FUNCTION jb.consume_next(p_board text, p_ns int, p_session bigint, p_id bigint, p_gen bigint,
   p_owner text, p_result bytea, p_retry boolean, p_names text[], p_nonce uuid)
 RETURNS TABLE (r_status smallint, r_detail text, r_id bigint, r_gen bigint, r_attempts int, r_posting bytea,
