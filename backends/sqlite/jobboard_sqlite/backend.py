@@ -30,8 +30,9 @@ from jobboard.backend import (
     Settle,
     TrashedJob,
 )
+from jobboard.board.limits import GroupLimit, LimitSpec, Paused
 from jobboard.errors import BackendUnavailable, JobBoardError, JobNotFound, Unsupported
-from jobboard_sqlite import files, reads, schema, sessions, trash, writes
+from jobboard_sqlite import files, flow, reads, schema, sessions, trash, writes
 from jobboard_sqlite.claiming import Claims
 from jobboard_sqlite.database import Database
 from jobboard_sqlite.options import parse_sqlite_url
@@ -282,6 +283,33 @@ class SqliteBackend(Backend):
 
     async def entities(self) -> list[Entity]:
         return await self._read(lambda conn: reads.entities(conn, self.scope))
+
+    # -- flow control (jobboard_sqlite.flow) -----------------------------------
+
+    async def set_limit(self, limit: LimitSpec) -> None:
+        await self._flow_write(lambda conn, fx: flow.set_limit(conn, self.scope, limit, fx))
+
+    async def clear_limit(self, group: str) -> bool:
+        return bool(await self._flow_write(lambda conn, fx: flow.clear_limit(conn, self.scope, group, fx)))
+
+    async def limits(self) -> list[GroupLimit]:
+        return await self._read(lambda conn: flow.limits(conn, self.scope))
+
+    async def pause(self, name: str | None) -> None:
+        await self._flow_write(lambda conn, fx: flow.pause(conn, self.scope, name, True, fx))
+
+    async def resume(self, name: str | None) -> None:
+        await self._flow_write(lambda conn, fx: flow.pause(conn, self.scope, name, False, fx))
+
+    async def paused(self) -> Paused:
+        return await self._read(lambda conn: flow.paused(conn, self.scope))
+
+    async def _flow_write(self, body: Callable[[sqlite3.Connection, Effects], object]) -> object:
+        """A write of a limit or pause; the waiters of this process's boards look again."""
+        result = await self._write(body)
+        for board in self.local_boards():
+            board.signals.changed()
+        return result
 
     # -- waiting --------------------------------------------------------------
 

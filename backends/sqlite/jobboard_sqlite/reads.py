@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from jobboard.backend import (
@@ -18,6 +20,7 @@ from jobboard.backend import (
     decode_value,
 )
 from jobboard.errors import JobNotFound
+from jobboard_sqlite import flow
 from jobboard_sqlite.rows import JOB_COLUMNS, Scope, job_id, name_filter, seq_of, to_job
 from jobboard_sqlite.schema import CLAIMED, TRASHED, UNCLAIMED, WAITING
 from jobboard_sqlite.trash import LIVE_RESULT, LIVE_TRASH
@@ -117,24 +120,43 @@ def outcome(conn: sqlite3.Connection, scope: Scope, job: str, now: float) -> Out
     return Outcome(job, JobState.COMPLETE, result=None if kept is None else decode_value(kept[0]))
 
 
+@dataclass(slots=True)
+class Claimable:
+    """What ``wait`` looks at: the first claimable jobs in board order; when there are none, when the next
+    delayed job (or rate permit) is due, and whether flow control holds back jobs that are ready."""
+
+    jobs: list[Job]
+    due: float | None = None
+    held: bool = False
+
+
 def claimable(conn: sqlite3.Connection, scope: Scope, names: Collection[str] | None, now: float,
-              malformed: list[str], limit: int = 100) -> tuple[list[Job], float | None]:
-    """The first claimable jobs in board order, and (when there are none) when the next delayed one is due."""
+              malformed: list[str], limit: int = 100) -> Claimable:
+    """The jobs a claim could take now (none that flow control holds back): see :class:`Claimable`."""
     condition, params = name_filter(names)
+    gate = flow.Gate.read(conn, scope) if flow.active(conn, scope) else None
+    held, held_params = ("1", []) if gate is None else gate.condition()
     rows = conn.execute(
         f"SELECT {JOB_COLUMNS} FROM jb_job WHERE board=? AND state=0 AND (not_before IS NULL OR not_before<=?)"
-        f" AND {condition} ORDER BY rank, seq LIMIT {limit}", (scope.board, now, *params)).fetchall()
+        f" AND {condition} AND {held} ORDER BY rank, seq LIMIT {limit}", (scope.board, now, *params, *held_params))
     jobs = []
-    for row in rows:
+    for row in rows.fetchall():
         try:
             jobs.append(to_job(row))
         except MalformedEntry:
             malformed.append(job_id(row[0]))
     if jobs:
-        return jobs, None
+        return Claimable(jobs)
     due = conn.execute(f"SELECT min(not_before) FROM jb_job WHERE board=? AND state=0 AND not_before>? AND {condition}",
                        (scope.board, now, *params)).fetchone()[0]
-    return [], due
+    if gate is None:
+        return Claimable([], due)
+    permit = gate.next_permit()
+    if permit is not None:
+        due = min(due if due is not None else math.inf, now + permit)
+    ready = conn.execute(f"SELECT 1 FROM jb_job WHERE board=? AND state=0 AND (not_before IS NULL OR not_before<=?)"
+                         f" AND {condition} LIMIT 1", (scope.board, now, *params)).fetchone()
+    return Claimable([], due, ready is not None)
 
 
 def lost_because(conn: sqlite3.Connection, scope: Scope, claim: Claim) -> str | None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+from jobboard_sqlite import flow
+
+SCHEMA_VERSION = 2
+"""1: the first; 2: flow control (:mod:`~jobboard_sqlite.flow`), a version 1 file upgraded in place."""
 PAGE_SIZE = 1024
 """Bytes per page of a new file: every commit appends the pages it touched to the WAL, so small pages
 keep the WAL's write volume (and its growth while a reader starves the checkpoints) small."""
@@ -18,7 +21,7 @@ UNCLAIMED, CLAIMED, WAITING, TRASHED, MALFORMED = 0, 1, 2, 3, 9
 DDL = """
 CREATE TABLE IF NOT EXISTS jb_board(
     id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, last_seq INTEGER NOT NULL DEFAULT 0,
-    observed_until REAL NOT NULL DEFAULT 0);
+    observed_until REAL NOT NULL DEFAULT 0, flow INTEGER NOT NULL DEFAULT 0, paused INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS jb_session(
     id TEXT PRIMARY KEY, board INTEGER NOT NULL, pid INTEGER NOT NULL, started REAL NOT NULL,
     lock_path TEXT NOT NULL, addr BLOB, waiting REAL, names TEXT);
@@ -29,7 +32,7 @@ CREATE TABLE IF NOT EXISTS jb_job(
     gen INTEGER NOT NULL DEFAULT 0, owner TEXT, session TEXT, waiting INTEGER NOT NULL DEFAULT 0,
     posting BLOB NOT NULL, progress BLOB, reason TEXT, trashed_at REAL, trash_ttl REAL,
     max_attempts INTEGER, keep INTEGER NOT NULL DEFAULT 0, result_ttl REAL, key TEXT,
-    deps INTEGER NOT NULL DEFAULT 0, dependents INTEGER NOT NULL DEFAULT 0,
+    deps INTEGER NOT NULL DEFAULT 0, dependents INTEGER NOT NULL DEFAULT 0, grp TEXT,
     PRIMARY KEY(board, seq));
 CREATE INDEX IF NOT EXISTS jb_job_ready ON jb_job(board, rank, seq) WHERE state = 0;
 CREATE INDEX IF NOT EXISTS jb_job_session ON jb_job(session) WHERE state = 1;
@@ -72,11 +75,7 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             conn.execute("BEGIN IMMEDIATE")
-            if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
-                for statement in DDL.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            _make_or_upgrade(conn, conn.execute("PRAGMA user_version").fetchone()[0])
             conn.execute("COMMIT")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
@@ -86,6 +85,17 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _make_or_upgrade(conn: sqlite3.Connection, version: int) -> None:
+    """(In the opening's write transaction.) The tables of a new file, or a version 1 file's upgrade."""
+    if version not in (0, 1):
+        return  # a newer file (or not ours): refused by the caller
+    statements = (DDL + flow.DDL).split(";") if version == 0 else [*flow.UPGRADE_1_TO_2, *flow.DDL.split(";")]
+    for statement in statements:
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 
 def inject(path: Path, board: int, raw: bytes) -> None:

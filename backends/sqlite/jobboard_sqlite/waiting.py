@@ -65,32 +65,43 @@ class Waiting:
         return change
 
     async def wait(self, names: Collection[str] | None) -> list[Job]:
+        """Jobs not held back by flow control. While flow control holds back the only ready jobs, the
+        fallback poll runs every 50 ms (a permit back, a limit changed or a pause lifted in another
+        process rings no doorbell), and a rate's next permit is a due time like a delayed job's."""
         marked: list[float] = []
         try:
             with self._polled(fast=False):
                 while True:
                     change = self._change()
-                    jobs, due = await self._look(names, marked)
-                    if jobs:
-                        return jobs
-                    timeout = float("inf") if due is None else max(0.0, due - time.time()) + 0.001
-                    with anyio.move_on_after(timeout):
+                    found = await self._look(names, marked)
+                    if found.jobs:
+                        return found.jobs
+                    timeout = float("inf") if found.due is None else max(0.0, found.due - time.time()) + 0.001
+                    with anyio.move_on_after(timeout), self._held(found.held):
                         await change.wait()
         finally:
             if marked and self.backend.is_open:
                 self._unmark(marked[-1])
 
-    async def _look(self, names: Collection[str] | None, marked: list[float]) -> tuple[list[Job], float | None]:
+    @contextlib.contextmanager
+    def _held(self, held: bool) -> Iterator[None]:
+        if not held:
+            yield
+            return
+        with self._polled(fast=True):
+            yield
+
+    async def _look(self, names: Collection[str] | None, marked: list[float]) -> reads.Claimable:
         """The claimable jobs (and when the next delayed one is due): a read, then (when it found none) the
         same look in a write transaction that marks this session waiting (the mark appended to ``marked``)."""
         backend = self.backend
         malformed: list[str] = []
         found = await backend._read(lambda conn: reads.claimable(conn, backend.scope, names, time.time(), malformed))
-        if not found[0]:
+        if not found.jobs:
 
-            def look_and_mark(conn: sqlite3.Connection, fx: Effects) -> tuple[list[Job], float | None]:
+            def look_and_mark(conn: sqlite3.Connection, fx: Effects) -> reads.Claimable:
                 result = reads.claimable(conn, backend.scope, names, time.time(), malformed)
-                if not result[0]:
+                if not result.jobs:
                     marked.append(sessions.set_waiting(conn, backend.scope, names))
                 return result
 

@@ -34,7 +34,7 @@ from jobboard.errors import (
     NotClaimable,
     NotOwner,
 )
-from jobboard_sqlite import trash
+from jobboard_sqlite import flow, trash
 from jobboard_sqlite.rows import (
     JOB_COLUMNS,
     Effects,
@@ -74,14 +74,14 @@ class Sequences:
 
 
 INSERT_JOB = ("INSERT INTO jb_job(board, seq, rank, name, state, not_before, attempts, waiting, posting, max_attempts,"
-              " keep, result_ttl, key, deps) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+              " keep, result_ttl, key, deps, grp) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 
 
 def _job_row(scope: Scope, seq: int, prepared: Prepared, deps: int) -> tuple[Any, ...]:
     posting = prepared.posting
     return (scope.board, seq, posting.priority.rank, posting.name, WAITING if deps else UNCLAIMED,
             posting.not_before, posting.attempts, deps, prepared.raw, posting.max_attempts,
-            int(posting.keep_result), posting.result_ttl, posting.key, deps)
+            int(posting.keep_result), posting.result_ttl, posting.key, deps, posting.group)
 
 
 def post(conn: sqlite3.Connection, scope: Scope, prepared: Prepared, now: float, fx: Effects,
@@ -173,19 +173,27 @@ def claim(conn: sqlite3.Connection, scope: Scope, seq: int | None, owner: str, n
         raise AlreadyClaimed(f"job {job_id(seq)} is claimed by {row[7]}")
     if row[3] is not None and row[3] > now:
         raise NotClaimable(f"job {job_id(seq)} is delayed for {row[3] - now:.1f}s")
-    return _take(conn, scope, row, owner, now, fx)
+    gate = flow.Gate.read(conn, scope) if flow.active(conn, scope) else None
+    if gate is not None:
+        name, group = conn.execute("SELECT name, grp FROM jb_job WHERE board=? AND seq=?", (scope.board, seq)).fetchone()
+        refusal = gate.refusal(seq, name, group)
+        if refusal is not None:
+            raise refusal
+    return _take(conn, scope, row, owner, now, fx, gate)
 
 
-CLAIMED_COLUMNS = "seq, 1, attempts, NULL, posting, NULL, gen, max_attempts, deps"
+CLAIMED_COLUMNS = "seq, 1, attempts, NULL, posting, NULL, gen, max_attempts, deps, grp"
 CLAIM_SET = "state=1, gen=gen+1, attempts=attempts+1, not_before=NULL, owner=?, session=?, progress=NULL"
 
 
 def _take(conn: sqlite3.Connection, scope: Scope, row: Any, owner: str, now: float,
-          fx: Effects) -> Claim | JobNotFound:
+          fx: Effects, gate: flow.Gate | None) -> Claim | JobNotFound:
     """The claim of ``row`` (a checked, claimable job by id); past its attempts, the error."""
     seq, attempts = row[0], row[2]
     taken = conn.execute(f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=? RETURNING {CLAIMED_COLUMNS}",
                          (owner, scope.session, scope.board, seq)).fetchone()
+    if gate is not None:
+        gate.granted(conn, scope, taken[9])
     return _claimed(conn, scope, taken, owner, now, fx) or JobNotFound(
         f"job {job_id(seq)} used its {attempts} attempts and was moved to the trash, or is not a valid posting")
 
@@ -217,7 +225,9 @@ def claim_next(conn: sqlite3.Connection, scope: Scope, owner: str, names: Collec
                now: float, fx: Effects) -> Claim | None:
     """Claim the best claimable job (priority, then age) among ``names``; ``None`` if there is none.
 
-    One ``UPDATE ... RETURNING`` of the first row of the ready index, in the session-alive check.
+    One ``UPDATE ... RETURNING`` of the first row of the ready index, in the session-alive check, when the
+    board has no limit nor pause; else the same with the conditions of a :class:`~jobboard_sqlite.flow.Gate`
+    read in the transaction (and the grant counted in its group's rate).
     :raises SessionGone: this board's session was ended (a new one is started and the claim tried again).
     """
     condition, params = name_filter(names)
@@ -225,15 +235,35 @@ def claim_next(conn: sqlite3.Connection, scope: Scope, owner: str, names: Collec
         row = conn.execute(
             f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=(SELECT seq FROM jb_job WHERE board=? AND state=0"
             f" AND (not_before IS NULL OR not_before<=?) AND {condition} ORDER BY rank, seq LIMIT 1)"
-            f" AND EXISTS (SELECT 1 FROM jb_session WHERE id=?) RETURNING {CLAIMED_COLUMNS}",
-            (owner, scope.session, scope.board, scope.board, now, *params, scope.session)).fetchone()
+            f" AND EXISTS (SELECT 1 FROM jb_session WHERE id=?) AND (SELECT flow FROM jb_board WHERE id=?)=0"
+            f" RETURNING {CLAIMED_COLUMNS}",
+            (owner, scope.session, scope.board, scope.board, now, *params, scope.session, scope.board)).fetchone()
         if row is None:
             if not alive(conn, scope):
                 raise SessionGone("session ended")
-            return None
+            if not flow.active(conn, scope):
+                return None
+            row = _claim_gated(conn, scope, owner, now, condition, params)
+            if row is None:
+                return None
         claimed = _claimed(conn, scope, row, owner, now, fx)
         if claimed is not None:
             return claimed
+
+
+def _claim_gated(conn: sqlite3.Connection, scope: Scope, owner: str, now: float, condition: str,
+                 params: list[Any]) -> Any:
+    """The claim of the best job that flow control does not hold back (its row), or ``None``."""
+    gate = flow.Gate.read(conn, scope)
+    held, held_params = gate.condition()
+    row = conn.execute(
+        f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=(SELECT seq FROM jb_job WHERE board=? AND state=0"
+        f" AND (not_before IS NULL OR not_before<=?) AND {condition} AND {held} ORDER BY rank, seq LIMIT 1)"
+        f" RETURNING {CLAIMED_COLUMNS}",
+        (owner, scope.session, scope.board, scope.board, now, *params, *held_params)).fetchone()
+    if row is not None:
+        gate.granted(conn, scope, row[9])
+    return row
 
 
 def alive(conn: sqlite3.Connection, scope: Scope) -> bool:

@@ -1,0 +1,224 @@
+"""Flow control on a ``sqlite://`` board (issue 27; the rules: :mod:`jobboard.board.limits`).
+
+Stored in the file, so every board of every process reads the same: ``jb_limit`` (a group's limit),
+``jb_pause`` (paused names), ``jb_board.paused`` (the whole board) and ``jb_grant`` (the times of a
+rated group's grants: a sliding window log on the host's ``CLOCK_MONOTONIC``, which every process of
+the host shares). ``jb_board.flow`` counts the limits and pauses: a claim whose board has none runs
+the plain claim (one subquery more), and only otherwise reads a :class:`Gate`.
+
+**One atomic step.** A claim reads its gate and claims in the same ``BEGIN IMMEDIATE`` transaction: the
+file's write lock serializes them, so no two claimers take a group's last permit and a limit or pause
+committed before a claim began is honoured by it. **A permit is a claim**: ``running`` is the count of
+the group's claimed rows, read in that transaction; whatever ends a claim (a settle, a cancel, a
+release by the reaper or the sweep, the board's close) returns the permit by the same write.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobboard.board.limits import GroupLimit, LimitSpec, Paused, Rate
+from jobboard.errors import HeldBack
+from jobboard_sqlite.rows import Effects, Scope, job_id
+
+DDL = """
+CREATE TABLE IF NOT EXISTS jb_limit(
+    board INTEGER NOT NULL, grp TEXT NOT NULL, concurrency INTEGER, sequence INTEGER NOT NULL DEFAULT 0,
+    rate_count INTEGER, rate_period REAL, PRIMARY KEY(board, grp));
+CREATE TABLE IF NOT EXISTS jb_grant(board INTEGER NOT NULL, grp TEXT NOT NULL, at REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS jb_grant_at ON jb_grant(board, grp, at);
+CREATE TABLE IF NOT EXISTS jb_pause(board INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY(board, name));
+CREATE INDEX IF NOT EXISTS jb_job_grp ON jb_job(board, grp, seq) WHERE grp IS NOT NULL;
+"""
+"""The flow-control tables (schema version 2; a version 1 file gains them, and the columns
+``jb_job.grp``, ``jb_board.flow`` and ``jb_board.paused``, when a board of this version opens it)."""
+
+UPGRADE_1_TO_2 = ("ALTER TABLE jb_job ADD COLUMN grp TEXT",
+                  "ALTER TABLE jb_board ADD COLUMN flow INTEGER NOT NULL DEFAULT 0",
+                  "ALTER TABLE jb_board ADD COLUMN paused INTEGER NOT NULL DEFAULT 0")
+
+
+def clock() -> float:
+    """The rate's clock: ``CLOCK_MONOTONIC``, shared by the processes of the host, unmoved by NTP steps."""
+    return time.monotonic()
+
+
+def active(conn: sqlite3.Connection, scope: Scope) -> bool:
+    """Whether the board has any limit or pause."""
+    row = conn.execute("SELECT flow FROM jb_board WHERE id=?", (scope.board,)).fetchone()
+    return bool(row and row[0])
+
+
+def changed(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
+    """(The last step of a write that changed a limit or a pause.) Recount the board's limits and pauses;
+    every waiting session of the board is popped and rung (what it waits for may be free now)."""
+    conn.execute("UPDATE jb_board SET flow=(SELECT count(*) FROM jb_limit WHERE board=?1)"
+                 " + (SELECT count(*) FROM jb_pause WHERE board=?1) + paused WHERE id=?1", (scope.board,))
+    fx.wake += [(session, address) for session, address in conn.execute(
+        "UPDATE jb_session SET waiting=NULL WHERE board=? AND waiting IS NOT NULL RETURNING id, addr", (scope.board,))]
+
+
+# -- what is stored ------------------------------------------------------------
+
+def set_limit(conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, fx: Effects) -> None:
+    """Store ``limit``, replacing its group's (the rate's window kept if the rate is the same)."""
+    old = conn.execute("SELECT rate_count, rate_period FROM jb_limit WHERE board=? AND grp=?",
+                       (scope.board, limit.group)).fetchone()
+    rate = limit.rate
+    if old is None or rate is None or (old[0], old[1]) != (rate.count, rate.period):
+        conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=?", (scope.board, limit.group))
+    conn.execute("INSERT OR REPLACE INTO jb_limit(board, grp, concurrency, sequence, rate_count, rate_period)"
+                 " VALUES (?,?,?,?,?,?)", (scope.board, limit.group, limit.concurrency, int(limit.sequence),
+                                           None if rate is None else rate.count, None if rate is None else rate.period))
+    changed(conn, scope, fx)
+
+
+def clear_limit(conn: sqlite3.Connection, scope: Scope, group: str, fx: Effects) -> bool:
+    found = conn.execute("DELETE FROM jb_limit WHERE board=? AND grp=?", (scope.board, group)).rowcount > 0
+    conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=?", (scope.board, group))
+    changed(conn, scope, fx)
+    return found
+
+
+def pause(conn: sqlite3.Connection, scope: Scope, name: str | None, paused: bool, fx: Effects) -> None:
+    """Pause (or resume, ``paused=False``) ``name``, or the board when ``name`` is ``None``."""
+    if name is None:
+        conn.execute("UPDATE jb_board SET paused=? WHERE id=?", (int(paused), scope.board))
+    elif paused:
+        conn.execute("INSERT OR IGNORE INTO jb_pause(board, name) VALUES (?,?)", (scope.board, name))
+    else:
+        conn.execute("DELETE FROM jb_pause WHERE board=? AND name=?", (scope.board, name))
+    changed(conn, scope, fx)
+
+
+def paused(conn: sqlite3.Connection, scope: Scope) -> Paused:
+    board = conn.execute("SELECT paused FROM jb_board WHERE id=?", (scope.board,)).fetchone()
+    names = frozenset(row[0] for row in conn.execute("SELECT name FROM jb_pause WHERE board=?", (scope.board,)))
+    return Paused(bool(board and board[0]), names)
+
+
+def limits(conn: sqlite3.Connection, scope: Scope) -> list[GroupLimit]:
+    """Every limit by group, with the group's claimed and unclaimed (waiting or ready) jobs."""
+    listed = []
+    for limit in _limits(conn, scope).values():
+        running, waiting = conn.execute(
+            "SELECT count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state IN (0,2)) FROM jb_job"
+            " WHERE board=? AND grp=?", (scope.board, limit.group)).fetchone()
+        listed.append(GroupLimit.of(limit, int(running), int(waiting)))
+    return listed
+
+
+def _limits(conn: sqlite3.Connection, scope: Scope) -> dict[str, LimitSpec]:
+    rows = conn.execute("SELECT grp, concurrency, sequence, rate_count, rate_period FROM jb_limit WHERE board=?"
+                        " ORDER BY grp", (scope.board,))
+    return {grp: LimitSpec(grp, concurrency, bool(sequence), None if count is None else Rate(int(count), float(period)))
+            for grp, concurrency, sequence, count, period in rows}
+
+
+# -- the check, in the claim's transaction ---------------------------------------
+
+@dataclass(slots=True)
+class Gate:
+    """What holds jobs back now (read in the claim's transaction): the pauses, the groups held and why,
+    the one job a sequence group may run, the rated groups."""
+
+    board_paused: bool = False
+    names: frozenset[str] = frozenset()
+    held: dict[str, tuple[str, float | None]] = field(default_factory=dict)
+    """Group -> (why, seconds until its next rate permit)."""
+    heads: dict[str, int] = field(default_factory=dict)
+    """A sequence group not held -> the sequence of the one job it may run."""
+    rates: dict[str, Rate] = field(default_factory=dict)
+    now: float = 0.0
+
+    @classmethod
+    def read(cls, conn: sqlite3.Connection, scope: Scope) -> Gate:
+        state = paused(conn, scope)
+        gate = cls(state.board, state.names, now=clock())
+        for limit in _limits(conn, scope).values():
+            gate._look(conn, scope, limit)
+        return gate
+
+    def _look(self, conn: sqlite3.Connection, scope: Scope, limit: LimitSpec) -> None:
+        group = limit.group
+        if limit.rate is not None:
+            self.rates[group] = limit.rate
+        if limit.concurrency is not None:
+            (running,) = conn.execute("SELECT count(*) FROM jb_job WHERE board=? AND grp=? AND state=1",
+                                      (scope.board, group)).fetchone()
+            if running >= limit.concurrency:
+                self.held[group] = ("concurrency", None)
+                return
+        if limit.sequence:
+            head = conn.execute("SELECT seq, state FROM jb_job WHERE board=? AND grp=? AND state IN (0,1,2)"
+                                " ORDER BY seq LIMIT 1", (scope.board, group)).fetchone()
+            if head is not None and head[1] != 0:
+                self.held[group] = ("sequence", None)
+                return
+            if head is not None:
+                self.heads[group] = int(head[0])
+        if limit.rate is not None:
+            due = self._rate_due(conn, scope, group, limit.rate)
+            if due is not None:
+                self.held[group] = ("rate", due)
+
+    def _rate_due(self, conn: sqlite3.Connection, scope: Scope, group: str, rate: Rate) -> float | None:
+        """Seconds until the group's next permit, or ``None`` when one is free now."""
+        times = [row[0] for row in conn.execute(
+            "SELECT at FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=? ORDER BY at DESC LIMIT ?",
+            (scope.board, group, self.now - rate.period, self.now, rate.count))]
+        if len(times) < rate.count:
+            return None
+        return max(1e-3, float(times[-1]) + rate.period - self.now)
+
+    def condition(self) -> tuple[str, list[Any]]:
+        """The SQL condition (and its parameters) of a ``jb_job`` row not held back."""
+        if self.board_paused:
+            return "0", []
+        parts: list[str] = []
+        params: list[Any] = []
+        if self.names:
+            parts.append(f"name NOT IN ({','.join('?' * len(self.names))})")
+            params += sorted(self.names)
+        if self.held:
+            parts.append(f"(grp IS NULL OR grp NOT IN ({','.join('?' * len(self.held))}))")
+            params += sorted(self.held)
+        if self.heads:
+            parts.append(f"(grp IS NULL OR grp NOT IN ({','.join('?' * len(self.heads))})"
+                         f" OR seq IN ({','.join('?' * len(self.heads))}))")
+            params += [*self.heads, *self.heads.values()]
+        return " AND ".join(parts) or "1", params
+
+    def refusal(self, seq: int, name: str, group: str | None) -> HeldBack | None:
+        """Why the job ``seq`` is held back, or ``None`` (``claim(job)``'s check)."""
+        if self.board_paused or name in self.names:
+            what = "the board is paused" if self.board_paused else f"its name {name!r} is paused"
+            return HeldBack(f"job {job_id(seq)} is held back: {what}", why="paused")
+        if group is None:
+            return None
+        why, due = self.held.get(group, ("", None))
+        if not why and group in self.heads and self.heads[group] != seq:
+            why = "sequence"
+        if not why:
+            return None
+        text = {"concurrency": "its group {!r} is at its concurrency limit",
+                "sequence": "an earlier job of its group {!r} is still on the board",
+                "rate": "its group {!r} used its rate"}[why].format(group)
+        return HeldBack(f"job {job_id(seq)} is held back: {text}", why=why, retry_after=due)
+
+    def granted(self, conn: sqlite3.Connection, scope: Scope, group: str | None) -> None:
+        """A claim of a job of ``group`` was taken: counted in the group's rate window."""
+        rate = None if group is None else self.rates.get(group)
+        if rate is None:
+            return
+        conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=? AND (at<=? OR at>?)",
+                     (scope.board, group, self.now - rate.period, self.now))
+        conn.execute("INSERT INTO jb_grant(board, grp, at) VALUES (?,?,?)", (scope.board, group, self.now))
+
+    def next_permit(self) -> float | None:
+        """Seconds until the first rate-held group's next permit (``wait`` sleeps until then)."""
+        dues = [due for why, due in self.held.values() if why == "rate" and due is not None]
+        return min(dues) if dues else None
