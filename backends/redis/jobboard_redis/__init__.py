@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
-from jobboard_redis.board import RedisBackend, RedisBoard
+from jobboard.board.contract import JobBoard
+from jobboard_redis.board import RedisBackend
+
+
+class RedisBoard(JobBoard):
+    """A :class:`~jobboard.board.contract.JobBoard` over a :class:`RedisBackend`: ``RedisBoard(url)``."""
+
+    backend: RedisBackend
+
+    def __init__(self, url: str) -> None:
+        super().__init__(RedisBackend(url))
+
 
 __all__ = ["RedisBackend", "RedisBoard"]

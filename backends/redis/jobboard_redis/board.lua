@@ -47,6 +47,20 @@ local function ev(kind, job, detail)
 end
 
 local function jk(id) return P .. 'job:' .. id end
+
+-- A partition of a board spread over a Redis Cluster (jobboard_redis/spread.py) cannot touch another
+-- partition's keys: a dependent in another partition (its id mod K is not this partition's k) is told of
+-- its dependency's consume or trash through this partition's outbox 'out', which the boards forward
+-- (links.lua). OUTBOX: this call wrote there (the dispatch says so at the end of the reply's events).
+local OUTBOX
+local function foreign(id)
+  local k, n = string.match(P, '#jbp(%d+)/(%d+)/%d+}:$')
+  return k ~= nil and (tonumber(id) or 0) % tonumber(n) ~= tonumber(k)
+end
+local function outbox(kind, dependent, dep, payload)
+  redis.call('RPUSH', P .. 'out', cmsgpack.pack({kind, dependent, dep, payload}))
+  OUTBOX = true
+end
 local function internal(name) return string.sub(name, 1, 9) == 'jobboard.' end
 local function reply(status, data) return {status, data or {}, EV} end
 -- A nonce ends with ':<ms to remember it>' (the client's retry window, doubled, plus 10 s).
@@ -129,10 +143,13 @@ local function to_trash(j, reason, retention)
     settle_key(job, nil, retention)
     ev('trashed', job.id, why)
     for _, d in ipairs(redis.call('SMEMBERS', P .. 'dents:' .. job.id)) do
-      local dj = get(d)
-      if dj and dj.st == 'w' and not queued[d] then
-        queued[d] = true
-        queue[#queue + 1] = {dj, 'dependency ' .. job.id .. ' (' .. job.name .. ') was trashed: ' .. why}
+      local because = 'dependency ' .. job.id .. ' (' .. job.name .. ') was trashed: ' .. why
+      if foreign(d) then outbox('trash', d, job.id, because) else
+        local dj = get(d)
+        if dj and dj.st == 'w' and not queued[d] then
+          queued[d] = true
+          queue[#queue + 1] = {dj, because}
+        end
       end
     end
     redis.call('DEL', P .. 'dents:' .. job.id)
@@ -232,6 +249,22 @@ end
 
 -- delay: milliseconds from the server's now() before the job is claimable ('0': at once).
 -- rttl, tttl: the job's own result and trash lifetimes in ms ('': the board's).
+-- n new job ids: the first, the step between them, and the weight of a priority rank in an order score
+-- (rank * weight + id). Any board but a spread one: 1, 2, ... (a counter), weight 2^44. A partition of a board
+-- spread over a Redis Cluster (prefix 'jb:{<root>#jbp<k>/<K>/<salt>}:', jobboard_redis/spread.py): the server's
+-- clock in us since 2020, above the partition's last id, rounded up to k mod K (an id names its partition),
+-- so that ids (and ages) follow the order of posts across partitions as far as the masters' clocks agree;
+-- weight 2^50 (2^50 us: 35 years; exact in a double).
+local function next_ids(n)
+  local k, step = string.match(P, '#jbp(%d+)/(%d+)/%d+}:$')
+  if not k then return redis.call('INCRBY', P .. 'seq', n) - n + 1, 1, 17592186044416 end
+  k, step = tonumber(k), tonumber(step)
+  local first = math.max(now_us() - 1577836800000000, tonumber(redis.call('GET', P .. 'seq') or '0') + 1)
+  first = first + (k - first) % step
+  redis.call('SET', P .. 'seq', string.format('%.0f', first + (n - 1) * step))
+  return first, step, 1125899906842624
+end
+
 function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   local deps = {...}
   if RETRY then
@@ -247,12 +280,12 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
       end
     end
   end
-  for _, dep in ipairs(deps) do
-    if redis.call('EXISTS', jk(dep)) == 0 then return reply('nodep', {dep}) end
+  for _, dep in ipairs(deps) do  -- another partition's: linked there after this post (links.lua)
+    if not foreign(dep) and redis.call('EXISTS', jk(dep)) == 0 then return reply('nodep', {dep}) end
   end
-  local seq = redis.call('INCR', P .. 'seq')
-  local id = tostring(seq)
-  local sc = string.format('%.0f', tonumber(rank) * 17592186044416 + seq)
+  local seq, _, weight = next_ids(1)
+  local id = string.format('%.0f', seq)
+  local sc = string.format('%.0f', tonumber(rank) * weight + seq)
   local nb = (tonumber(delay) > 0) and (now() + tonumber(delay)) or ''
   local st = (#deps > 0) and 'w' or ((nb ~= '') and 'd' or 'u')
   write_job(id, posting, name, sc, st, #deps, maxa, keep, rttl, tttl, nb, key)
@@ -260,47 +293,53 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   if st == 'u' then ready_add({id = id, name = name, sc = sc}) end
   if st == 'd' then redis.call('ZADD', P .. 'delayed', nb, id) end
   if st ~= 'w' then wake(name, 1) end  -- a delayed one: the board woken learns when it is due
-  for _, dep in ipairs(deps) do redis.call('SADD', P .. 'dents:' .. dep, id) end
+  for _, dep in ipairs(deps) do
+    if not foreign(dep) then redis.call('SADD', P .. 'dents:' .. dep, id) end
+  end
   if key ~= '' then redis.call('SET', P .. 'k:' .. key, id) end
   done(id)
   ev('posted', id, name)
   return reply('ok', {id})
 end
 
--- Posts without dependency, key or delay, all at once: one INCRBY, one HSET per job, one ZADD per index, one
+-- Posts without dependency, key or delay, all at once: one INCRBY (next_ids), one HSET per job, one ZADD per index, one
 -- 'posted' event per run of consecutive jobs of one name (its job: '<first id>+<count>' when count > 1, which
 -- readers expand to one event per job); one nonce record for the chunk (on its first post's nonce:
 -- '<first id>+<count>'). {first id, count}.
 local function post_simple(a)
   local n = #a / 11
-  local first = redis.call('INCRBY', P .. 'seq', n) - n + 1
+  local first, step, weight = next_ids(n)
   local all, ready, named = {}, {}, {}
   local run_first, run_name = first, a[4]
-  local function posted_run(after)
+  local function posted_run(after)  -- runs of consecutive ids only (step 1)
     local count = after - run_first
-    ev('posted', count > 1 and (run_first .. '+' .. count) or tostring(run_first), run_name)
+    ev('posted', count > 1 and (run_first .. '+' .. count) or string.format('%.0f', run_first), run_name)
   end
   for k = 0, n - 1 do
-    local b, id = k * 11, first + k
+    local b, nid = k * 11, first + k * step
+    local id = step > 1 and string.format('%.0f', nid) or nid  -- a spread board's: 15 digits, not 1.5e+14
     local rank, name = a[b + 3], a[b + 4]
-    local sc = string.format('%.0f', tonumber(rank) * 17592186044416 + id)
+    local sc = string.format('%.0f', tonumber(rank) * weight + nid)
     write_job(id, a[b + 5], name, sc, 'u', 0, a[b + 6], a[b + 7], a[b + 10], a[b + 11], '', '')
     all[#all + 1] = sc; all[#all + 1] = id
     if not internal(name) then ready[#ready + 1] = sc; ready[#ready + 1] = id end
     local rn = named[name]
     if not rn then rn = {}; named[name] = rn end
     rn[#rn + 1] = sc; rn[#rn + 1] = id
-    if name ~= run_name then posted_run(id); run_first, run_name = id, name end
+    if name ~= run_name or step > 1 then
+      if nid > first then posted_run(step > 1 and (run_first + 1) or nid) end
+      run_first, run_name = nid, name
+    end
   end
-  posted_run(first + n)
+  posted_run(step > 1 and (run_first + 1) or (first + n))
   redis.call('ZADD', P .. 'all', unpack(all))
   if #ready > 0 then redis.call('ZADD', P .. 'ready', unpack(ready)) end
   for name, rn in pairs(named) do
     redis.call('ZADD', P .. 'rn:' .. name, unpack(rn))
     wake(name, #rn / 2)
   end
-  done(first .. '+' .. n)  -- NONCE: the call's, its first post's
-  return reply('range', {first, n})
+  done(string.format('%.0f', first) .. '+' .. n .. (step > 1 and ('*' .. step) or ''))  -- NONCE: the call's, its first post's
+  return reply('range', {first, n, step})
 end
 
 -- Whether every group has 10 post arguments (no dependency), no key and no delay; n: the number of groups.
@@ -318,8 +357,8 @@ function ops.post_many(...)
   local a, i, out = {...}, 1, {}
   if RETRY and #a > 1 then
     local rec = redis.call('GET', P .. 'n:' .. NONCE)
-    local first, n = string.match(rec or '', '^(%d+)%+(%d+)$')
-    if first then return reply('range', {tonumber(first), tonumber(n)}) end
+    local first, n, step = string.match(rec or '', '^(%d+)%+(%d+)%*?(%d*)$')
+    if first then return reply('range', {tonumber(first), tonumber(n), tonumber(step) or 1}) end
   elseif simple(a) then
     return post_simple(a)
   end
@@ -385,6 +424,22 @@ function ops.claim_next(owner, sess, retention, ...)
   return reply('none', {0})
 end
 
+-- Dependency dep's result delivered to the waiting job d (read as dj): readied when it was the last.
+local function deliver(d, dj, dep, result)
+  redis.call('HSET', P .. 'res:' .. d, dep, result)
+  if redis.call('HINCRBY', jk(d), 'pend', -1) <= 0 then
+    if dj.nb ~= '' and tonumber(dj.nb) > now() then  -- a delayed post, not due yet
+      redis.call('HSET', jk(d), 'st', 'd')
+      redis.call('ZADD', P .. 'delayed', dj.nb, d)
+    else
+      redis.call('HSET', jk(d), 'st', 'u')
+      ready_add(dj)
+    end
+    wake(dj.name, 1)
+    ev('ready', d, 'dependencies consumed')
+  end
+end
+
 -- caller: the settling board's session (its own claim needs no notice).
 function ops.consume(id, gen, owner, result, retention, caller)
   if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
@@ -398,20 +453,9 @@ function ops.consume(id, gen, owner, result, retention, caller)
     index_expiry('k', id, redis.call('HGET', jk(id), 'rttl'))
   end
   for _, d in ipairs(redis.call('SMEMBERS', P .. 'dents:' .. id)) do
-    local dj = get(d)
-    if dj and dj.st == 'w' then
-      redis.call('HSET', P .. 'res:' .. d, id, result)
-      if redis.call('HINCRBY', jk(d), 'pend', -1) <= 0 then
-        if dj.nb ~= '' and tonumber(dj.nb) > now() then  -- a delayed post, not due yet
-          redis.call('HSET', jk(d), 'st', 'd')
-          redis.call('ZADD', P .. 'delayed', dj.nb, d)
-        else
-          redis.call('HSET', jk(d), 'st', 'u')
-          ready_add(dj)
-        end
-        wake(dj.name, 1)
-        ev('ready', d, 'dependencies consumed')
-      end
+    if foreign(d) then outbox('deliver', d, id, result) else
+      local dj = get(d)
+      if dj and dj.st == 'w' then deliver(d, dj, id, result) end
     end
   end
   -- One DEL: the dependents' set, the results delivered to it (if it had dependencies), the hash (unless kept).
@@ -484,6 +528,10 @@ function ops.consume_next(id, gen, owner, result, retention, sess, claim_nonce, 
   local claimed = ops.claim_next(owner, sess, retention, ...)
   return {claimed[1], claimed[2], EV}
 end
+
+-- A spread board compares its partitions' heads before claiming (jobboard_redis/spread_claims.py): due
+-- delayed jobs are made ready first where there are some.
+function ops.promote() return reply('ok', {promote()}) end
 
 function ops.quarantine(id)
   local j = get(id)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import AsyncIterator, Collection, Coroutine, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
+from dataclasses import replace
+from typing import Any, cast
 
 import anyio
 
@@ -28,7 +29,6 @@ from jobboard.backend import (
     SettleAction,
     TrashedJob,
 )
-from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
 from jobboard_redis.client import RedisClient
 from jobboard_redis.keep import KeepingRedis
@@ -60,12 +60,22 @@ class RedisBackend(KeepingRedis):
 
     _client: RedisClient  # set by open()
 
-    def __init__(self, url: str) -> None:
+    def __new__(cls, url: str = "", root: str | None = None) -> RedisBackend:  # noqa: PYI034 (not always a cls)
+        """``?cluster=1&partitions=K`` (K > 1) makes a :class:`~jobboard_redis.spread.SpreadBackend` instead."""
+        if cls is RedisBackend and url and root is None and parse_redis_url(url).partitions > 1:
+            from jobboard_redis.spread import SpreadBackend
+            return cast(RedisBackend, SpreadBackend(url))
+        return super().__new__(cls)
+
+    def __init__(self, url: str, root: str | None = None) -> None:
+        """``root``: a partition of a spread board (:mod:`jobboard_redis.spread`), under its own hash tag."""
         super().__init__(url)
-        self.options = parse_redis_url(url)
+        options = parse_redis_url(url)
+        self.options = replace(options, root=root, partitions=1) if root is not None else options
         self.use_options(self.options)
         self._retention_ms = str(int(self.key_retention * 1000))
         self._claims: dict[str, tuple[int, str]] = {}  # claims made here: job -> (generation, session)
+        self.forward: Callable[[RedisBackend], Awaitable[None]] | None = None  # a partition's (.spread_links)
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -143,6 +153,8 @@ class RedisBackend(KeepingRedis):
                 self._raise_if_closed(op)
             raise
         self.view.local(events)
+        if len(events) % 4 and self.forward is not None:  # one element past the events: the outbox has work
+            await self.forward(self)
         return status, data
 
     def _raise_if_closed(self, op: str) -> None:
@@ -236,12 +248,6 @@ class RedisBackend(KeepingRedis):
                 self._raise_if_closed(op)
                 raise
         raise BackendUnavailable("this board's Redis session is being renewed; retry")
-
-    async def _unclaim(self, nonce: str, session: str) -> None:
-        try:
-            await self._call("unclaim", nonce, session)  # a RELEASED event names the job, if there was one
-        except JobBoardError as error:  # the claim, if made, goes back when the session ends
-            logger.warning("%s: could not release a claim given up before its reply: %s", self.url, error)
 
     async def claim(self, job_id: str, owner: str) -> Claim:
         found = job_id
@@ -390,11 +396,3 @@ class RedisBackend(KeepingRedis):
         """Stream entries and notices this board has decoded (``benchmarks.redis_fleet`` reads it)."""
         return self.view.decoded + self.notices.received
 
-
-class RedisBoard(JobBoard):
-    """A :class:`~jobboard.board.contract.JobBoard` over a :class:`RedisBackend`: ``RedisBoard(url)``."""
-
-    backend: RedisBackend
-
-    def __init__(self, url: str) -> None:
-        super().__init__(RedisBackend(url))

@@ -75,6 +75,13 @@ class KeepingRedis(Backend):
     def _nonce(self) -> str:
         """A fresh nonce for a write (the board's own)."""
 
+    async def _unclaim(self, nonce: str, session: str) -> None:
+        """Give back a claim whose caller gave up before its reply, if it was made (``unclaim``)."""
+        try:
+            await self._call("unclaim", nonce, session)  # a RELEASED event names the job, if there was one
+        except JobBoardError as error:  # the claim, if made, goes back when the session ends
+            logger.warning("%s: could not release a claim given up before its reply: %s", self.url, error)
+
     async def retain_forever(self) -> None:
         """Collect expired results and trash entries while the board is open (a task of the board)."""
         interval = retention_interval(self.result_ttl, self.trash_ttl)

@@ -44,6 +44,8 @@ class RedisOptions:
     """``cluster=1``: the hosts are seed nodes of a Redis Cluster; the board's slot's master is found and followed."""
     seeds: tuple[tuple[str, int], ...] = ()
     """With ``cluster=1``: the URL's hosts."""
+    partitions: int = 1
+    """With ``cluster=1``: the board spread over this many slots, one partition each (:mod:`.spread`)."""
     """``strict``: refuse a server without ``appendfsync always``; wait for a replica (``WAIT``)."""
     username: str | None = None
     password: str | None = None
@@ -69,6 +71,12 @@ def flag(text: str) -> bool:
     return text in ("1", "yes", "true")
 
 
+def partitions(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise ValueError("must be a whole number from 1 to 64")
+    return int(text)
+
+
 def durability(text: str) -> str:
     if text not in ("default", "strict"):
         raise ValueError("must be default or strict")
@@ -76,7 +84,7 @@ def durability(text: str) -> str:
 
 
 CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "durability": durability, "sentinel": str, "cluster": flag,
+    "durability": durability, "sentinel": str, "cluster": flag, "partitions": partitions,
     **COMMON_OPTIONS, "session_timeout": positive_float, "connect_timeout": positive_float,
 }
 
@@ -102,6 +110,8 @@ def parse_redis_url(url: str) -> RedisOptions:
         if "sentinel" in options or int(db_text or 0):
             raise InvalidURL(f"{url!r}: a Redis Cluster has no Sentinels and only database 0")
         options["seeds"] = hosts
+    elif options.get("partitions", 1) > 1:
+        raise InvalidURL(f"{url!r}: partitions spread a board over a Redis Cluster's shards: they need ?cluster=1")
     elif len(hosts) > 1 and "sentinel" not in options:
         raise InvalidURL(f"{url!r} names several hosts: Sentinels need ?sentinel=<service>, Cluster nodes ?cluster=1")
     return RedisOptions(host=host, port=port, db=int(db_text or 0), root=root,

@@ -21,7 +21,7 @@ BATCH = 100
 """Posts per script call in ``post_many`` (the server runs nothing else during a call)."""
 
 
-def _arguments(posting: Posting, raw: bytes) -> list[Any]:
+def arguments(posting: Posting, raw: bytes) -> list[Any]:
     maxa = "" if posting.max_attempts is None else str(posting.max_attempts)
     return [posting.priority.rank, posting.name, raw, maxa, "1" if posting.keep_result else "0",
             posting.key or "", _delay_ms(posting), ttl_ms(posting.result_ttl), ttl_ms(posting.trash_ttl),
@@ -40,7 +40,7 @@ def ttl_ms(ttl: float | None) -> str:
     return "" if ttl is None else str(round(ttl * 1000))
 
 
-def _job(posting: Posting, status: str, data: list[Any]) -> Job:
+def job_from_reply(posting: Posting, status: str, data: list[Any]) -> Job:
     if status == "nodep":
         raise DependencyMissing.of(posting.name, text(data[0]))
     if status == "keyed":
@@ -86,8 +86,8 @@ async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_
     """
     flat: list[Any] = []
     for posting, raw in chunk:
-        arguments = _arguments(posting, raw)
-        flat += [len(arguments) + 1, f"{posting.token}:{nonce_ms}", *arguments]
+        args = arguments(posting, raw)
+        flat += [len(args) + 1, f"{posting.token}:{nonce_ms}", *args]
     try:
         status, replies = await call("post_many", flat[1], *flat)  # the call's nonce: a resend is marked
     except RetryExhausted as error:
@@ -98,13 +98,14 @@ async def _post_chunk(call: Call, chunk: Sequence[tuple[Posting, bytes]], nonce_
                                  f"cannot be told ({error}); post with keys to retry safely") from error
         raise BackendUnavailable(f"post_many: Redis was unreachable part way, some jobs may have been written "
                                  f"({error}); posting the batch again with its keys is safe") from error
-    if status == "range":  # posted at once: ids first, first + 1, ...
-        first = int(replies[0])
-        return [posting.to_job(str(first + index), first + index) for index, (posting, _) in enumerate(chunk)]
+    if status == "range":  # posted at once: ids first, first + step, ... (step: 1 but on a spread board)
+        first, step = int(replies[0]), int(replies[2]) if len(replies) > 2 else 1
+        ids = [first + index * step for index in range(len(chunk))]
+        return [posting.to_job(str(id_), id_) for id_, (posting, _) in zip(ids, chunk, strict=True)]
     jobs: list[Job] = []
     for (posting, _), (status, data) in zip(chunk, replies, strict=False):
         try:
-            jobs.append(_job(posting, text(status), list(data)))
+            jobs.append(job_from_reply(posting, text(status), list(data)))
         except DependencyMissing as error:  # the server stopped the call there
             raise error.in_batch(len(before) + len(jobs), [*before, *jobs]) from None
     return jobs
@@ -118,7 +119,7 @@ async def post_prepared(call: Call, posting: Posting, raw: bytes, nonce_ms: int)
     :raises BackendUnavailable: with a key, the same (posting again with the key is safe).
     """
     try:
-        status, data = await call("post", f"{posting.token}:{nonce_ms}", *_arguments(posting, raw))
+        status, data = await call("post", f"{posting.token}:{nonce_ms}", *arguments(posting, raw))
     except RetryExhausted as error:
         if not error.maybe_applied:
             raise _not_written(f"post of {posting.name!r}", error) from error
@@ -126,4 +127,4 @@ async def post_prepared(call: Call, posting: Posting, raw: bytes, nonce_ms: int)
             raise
         raise UnknownOutcome(f"post of {posting.name!r}: Redis was unreachable and whether the job was "
                              f"written cannot be told ({error}); post with a key to retry safely") from error
-    return _job(posting, status, data)
+    return job_from_reply(posting, status, data)

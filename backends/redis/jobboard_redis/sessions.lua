@@ -81,7 +81,7 @@ function ops.unregister(sess, name)
 end
 
 local function dispatch(keys, args)
-  P, OP, NONCE, NOW, EV, ALIVE, CALLER, WAITING = keys[1], args[1], args[2], nil, {}, nil, nil, nil
+  P, OP, NONCE, NOW, EV, ALIVE, CALLER, WAITING, OUTBOX = keys[1], args[1], args[2], nil, {}, nil, nil, nil, nil
   RETRY = string.sub(NONCE, 1, 1) == '!'
   if RETRY then NONCE = string.sub(NONCE, 2) end
   local op = ops[OP]
@@ -89,7 +89,9 @@ local function dispatch(keys, args)
   if RETRY then  -- a write, even when the first attempt had applied: a WAIT after the retry covers that attempt
     redis.call('SET', P .. 'retried', NONCE, 'PX', 1000)
   end
-  return op(unpack(args, 3))
+  local r = op(unpack(args, 3))
+  if OUTBOX then r[3][#r[3] + 1] = 'out' end  -- one element past the events: the outbox has work
+  return r
 end
 
 redis.register_function('JOBBOARD_FUNCTION', dispatch)

@@ -1,0 +1,98 @@
+"""Claiming on a spread board: the best head among the partitions' heads (docs/backends/redis.md).
+
+Each claim first reads every partition's head (``ZRANGE <index> 0 0 WITHSCORES`` of ``ready``, or of each
+named set, and of ``delayed``: one pipelined read per partition, all partitions at once), makes due delayed
+jobs ready where there are some (``promote``), then claims in the partition whose head is best (its
+``claim_next`` script takes that partition's head). Scores are ``rank * 2^50 + id`` in every partition and
+ids follow the masters' clocks, so the order is priority then age across the board, exactly for calls one
+after another. Under concurrency it relaxes by one round trip: a job posted or readied in another partition
+after the heads were read may be passed over for the one claimed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from jobboard.backend import Claim, Job, Settle, SettleAction
+from jobboard_redis.board import RedisBackend
+
+ROUNDS = 3
+"""Head reads before claiming in every partition in turn (a lost race to a head is read again)."""
+DUE_MARGIN_MS = 50.0
+"""A delayed head due within this (by our estimate of the server's clock) is promoted before comparing."""
+
+
+def score_of(job: Job) -> float:
+    """A job's order score, as its partition's index holds it."""
+    return float(job.priority.rank * 2**50 + job.sequence)
+
+
+def _indexes(part: RedisBackend, names: Collection[str] | None) -> list[str]:
+    prefix = part.options.prefix
+    return [prefix + "ready"] if names is None else [f"{prefix}rn:{name}" for name in sorted(names)]
+
+
+class SpreadClaims:
+    """``claim_next`` and the fused consume-and-claim of a spread board over ``parts``."""
+
+    def __init__(self, parts: Sequence[RedisBackend], home: int) -> None:
+        self.parts = parts
+        self.home = home
+        self.reads = 0
+        """Head reads made (``benchmarks.redis_spread`` counts them)."""
+
+    async def head(self, part: RedisBackend, names: Collection[str] | None) -> float | None:
+        """The best score among ``part``'s heads (``None``: nothing claimable there); due delayed jobs readied."""
+        indexes = _indexes(part, names)
+        commands: list[list[Any]] = [["ZRANGE", key, 0, 0, "WITHSCORES"] for key in indexes]
+        replies = await part.client.pipeline([*commands, ["ZRANGE", part.options.prefix + "delayed", 0, 0,
+                                                           "WITHSCORES"]])
+        self.reads += 1
+        delayed = replies[-1]
+        server_now = time.time() * 1000 + part.session.server_offset_ms
+        if delayed and float(delayed[1]) <= server_now + DUE_MARGIN_MS:
+            await part._call("promote", "")
+            replies = [*await part.client.pipeline(commands), []]
+        scores = [float(reply[1]) for reply in replies[:-1] if reply]
+        return min(scores) if scores else None
+
+    async def best(self, names: Collection[str] | None) -> RedisBackend | None:
+        """The partition whose head is best now (``None``: every partition is empty)."""
+        heads = await asyncio.gather(*(self.head(part, names) for part in self.parts))
+        found = [(score, index) for index, score in enumerate(heads) if score is not None]
+        return self.parts[min(found)[1]] if found else None
+
+    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        if names is not None and not names:
+            return None
+        for _ in range(ROUNDS):
+            part = await self.best(names)
+            if part is None:
+                return None
+            claim = await part.claim_next(owner, names)
+            if claim is not None:
+                return claim
+        for part in self.parts:  # raced every time: any partition's best
+            claim = await part.claim_next(owner, names)
+            if claim is not None:
+                return claim
+        return None
+
+    async def consume_and_claim_next(self, part: RedisBackend, claim: Claim, settle: Settle,
+                                     names: Collection[str] | None) -> Claim | None:
+        """One fused call when the consumed job's partition has the best head; else a settle, then a claim."""
+        if names is not None and not names:
+            await part.settle(claim, settle)
+            return None
+        best = await self.best(names) if settle.action is SettleAction.CONSUME else None
+        if best is part:
+            following = await part.consume_and_claim_next(claim, settle, names)
+            return following if following is not None else await self.claim_next(claim.owner, names)
+        await part.settle(claim, settle)
+        if best is not None and (following := await best.claim_next(claim.owner, names)) is not None:
+            return following
+        return await self.claim_next(claim.owner, names)
+

@@ -1,0 +1,91 @@
+"""Links between the partitions of a spread board (``links.lua``; docs/backends/redis.md).
+
+A dependent is posted in one partition; each dependency in another partition is linked afterwards (``link``
+adds the dependent to the dependency's ``dents`` there); a dependency gone by then undoes the post
+(``unlink`` the links made, ``unpost`` the dependent: ``DependencyMissing``, as on one slot). A consume or
+trash of a dependency with dependents elsewhere writes entries to its partition's outbox in the same call;
+:class:`Forwarder` sends each one to the dependent's partition (``deliver``: the result, once; ``cascade``:
+to the trash) and then removes it: at least once, applied once. The board whose call wrote the entries
+forwards them before that call returns; every board also sweeps the outboxes every :data:`SWEEP` seconds,
+for entries whose writer died before forwarding them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+import anyio
+import msgpack
+
+from jobboard.backend import Prepared
+from jobboard.errors import DependencyMissing, JobBoardError
+from jobboard.job import Job
+from jobboard_redis.board import RedisBackend
+from jobboard_redis.posting import arguments, job_from_reply
+from jobboard_redis.records import text
+
+logger = logging.getLogger(__name__)
+
+SWEEP = 5.0
+"""Seconds between two sweeps of the outboxes by each board."""
+BATCH = 100
+
+
+class Forwarder:
+    """Forwards the outbox entries of a spread board's partitions; ``part_of`` names a job's partition."""
+
+    def __init__(self, parts: Sequence[RedisBackend], part_of: Callable[[str], RedisBackend]) -> None:
+        self.parts = parts
+        self.part_of = part_of
+
+    async def forward(self, part: RedisBackend) -> None:
+        """Send every entry of ``part``'s outbox to its dependent's partition, removing each once applied.
+
+        :raises JobBoardError: a partition could not be reached (the entries left are swept later)."""
+        key = part.options.prefix + "out"
+        while entries := await part.client.command("LRANGE", key, 0, BATCH - 1):
+            for entry in entries:
+                kind, dependent, dependency, payload = msgpack.unpackb(entry, raw=True)
+                target = self.part_of(text(dependent))
+                if kind == b"deliver":
+                    await target._call("deliver", "", dependent, dependency, payload)
+                else:
+                    await target._call("cascade", "", dependent, payload, target._retention_ms)
+                await part.client.command("LREM", key, 1, entry)
+
+    async def sweep_forever(self) -> None:
+        """Forward what others left in the outboxes (a board that died between a call and its forwarding)."""
+        while True:
+            await anyio.sleep(SWEEP)
+            for part in self.parts:
+                try:
+                    if await part.client.command("LLEN", part.options.prefix + "out"):
+                        await self.forward(part)
+                except JobBoardError as error:
+                    logger.warning("%s: forwarding its outbox failed (%s); again in %g s", part.url, error, SWEEP)
+
+    async def post_linked(self, part: RedisBackend, prepared: Prepared) -> Job:
+        """Post ``prepared`` in ``part``, then link its dependencies of other partitions.
+
+        Not atomic across partitions: between the post and the last link the dependent is listed, waiting;
+        a board that dies there leaves it waiting for a dependency that will not tell it (not swept yet).
+        :raises DependencyMissing: a dependency was not on the board (the post undone)."""
+        posting, nonce = prepared.posting, f"{prepared.posting.token}:{part.options.nonce_ms}"
+        status, data = await part._call("post", nonce, *arguments(posting, prepared.raw))
+        job = job_from_reply(posting, status, data)
+        if status == "keyed":  # an existing job: its own post linked it
+            return job
+        local = [dep for dep in posting.depends_on if self.part_of(dep) is part]
+        linked: list[str] = []
+        for dep in posting.depends_on:
+            if self.part_of(dep) is part:
+                continue
+            reply, _ = await self.part_of(dep)._call("link", "", dep, job.id)
+            if reply == "nodep":
+                for done in linked:
+                    await self.part_of(done)._call("unlink", "", done, job.id)
+                await part._call("unpost", "", job.id, nonce, *local)
+                raise DependencyMissing.of(posting.name, dep)
+            linked.append(dep)
+        return job

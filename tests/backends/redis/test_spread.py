@@ -1,0 +1,132 @@
+"""A redis:// board spread over the masters of a real Redis Cluster (``?cluster=1&partitions=K``): the
+conformance suite on it, its layout (an even spread of partitions over masters, recorded once), and its
+routing (docs/backends/redis.md, "Spreading one board over the shards")."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import redis
+
+import tests.backends.redis.test_cluster as one_slot
+from jobboard import open_board
+from jobboard.board.contract import JobBoard
+from jobboard.errors import BoardConflict, DependencyMissing, InvalidURL
+from jobboard.job import JobState
+from jobboard.testing.stateful import run_model_test
+from jobboard_redis.cluster import key_slot
+from jobboard_redis.options import parse_redis_url
+from jobboard_redis.spread import SpreadBackend
+from jobboard_redis.spread_layout import choose_salts, partition_root
+from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
+
+PARTITIONS = 3
+
+
+class TestSpreadConformance(one_slot.TestRedisClusterConformance):
+    @pytest.fixture
+    def board_url(self, cluster_seeds: str) -> str:  # noqa: F811
+        return (f"redis://{cluster_seeds}/0/conformance-{uuid.uuid4().hex}?cluster=1&partitions={PARTITIONS}"
+                f"&session_timeout=4")
+
+    unsupported = frozenset({"never_posted"})
+    """Implemented (past the partition's last id), but the next id is the server's clock: not predictable."""
+
+    async def inject_malformed(self, board: JobBoard) -> None:
+        """A job hash written by another tool in partition 0 (its id 999999 is partition 0's)."""
+        assert isinstance(board.backend, SpreadBackend)
+        part = board.backend.parts[0]
+        prefix = part.options.prefix
+        await part.client.command("HSET", f"{prefix}job:999999", "p", b"\x93written by another tool",
+                                  "name", "x", "sc", "1", "st", "u", "gen", "0", "att", "0")
+        for index in ("all", "ready", "rn:x"):
+            await part.client.command("ZADD", f"{prefix}{index}", "1", "999999")
+
+
+def _masters(seeds: str) -> dict[int, str]:
+    """Slot -> the ``host:port`` of its master, from the first seed."""
+    host, port = seeds.split(",")[0].split(":")
+    with redis.Redis(host=host, port=int(port)) as node:
+        ranges = node.execute_command("CLUSTER", "SLOTS")
+    return {slot: f"{entry[2][0].decode()}:{entry[2][1]}" for entry in ranges
+            for slot in range(int(entry[0]), int(entry[1]) + 1)}
+
+
+def test_partitions_need_a_cluster() -> None:
+    assert parse_redis_url("redis://h:1/0/b?cluster=1&partitions=6").partitions == 6
+    for bad in ("redis://h:1/0/b?partitions=3", "redis://h:1/0/b?cluster=1&partitions=0",
+                "redis://h:1/0/b?cluster=1&partitions=x"):
+        with pytest.raises(InvalidURL):
+            parse_redis_url(bad)
+
+
+def test_salts_spread_the_partitions_evenly() -> None:
+    """Six partitions over three masters: two each, whatever the root."""
+    masters = [(0, 5460, "a:1"), (5461, 10922, "b:2"), (10923, 16383, "c:3")]
+    for root in ("jobboard", "x", "orders-2026"):
+        salts = choose_salts(root, 6, masters)
+        served = [next(name for first, last, name in masters
+                       if first <= key_slot(partition_root(root, k, 6, salt)) <= last)
+                  for k, salt in enumerate(salts)]
+        assert served == ["a:1", "b:2", "c:3", "a:1", "b:2", "c:3"]
+
+
+@pytest.mark.timeout(60)
+async def test_a_spread_board_uses_every_master_and_keeps_its_layout(cluster_seeds: str) -> None:  # noqa: F811
+    """The partitions' slots are on three different masters; posts from three boards (three homes) land in
+    three partitions; a keyed post finds its job from any board; another K is refused."""
+    root = f"spread-{uuid.uuid4().hex}"
+    url = f"redis://{cluster_seeds}/0/{root}?cluster=1&partitions=3"
+    slots = _masters(cluster_seeds)
+    async with open_board(url) as a, open_board(url) as b, open_board(url) as c:
+        backends = [board.backend for board in (a, b, c)]
+        assert all(isinstance(backend, SpreadBackend) for backend in backends)
+        spread = [backend for backend in backends if isinstance(backend, SpreadBackend)]
+        assert sorted(backend.home for backend in spread) == [0, 1, 2]
+        roots = [part.options.root for part in spread[0].parts]
+        assert {slots[key_slot(root)] for root in roots} == set(slots.values())  # one partition per master
+        assert roots == [part.options.root for part in spread[1].parts]
+        jobs = [await board.post("x", {"n": n}) for n, board in enumerate((a, b, c))]
+        assert sorted(int(job.id) % 3 for job in jobs) == [0, 1, 2]
+        keyed = await a.post("k", key="order-1")
+        assert (await c.post("k", key="order-1")).id == keyed.id
+        claimed = [await c.claim_next("w") for _ in range(4)]  # its home first, then the others
+        assert sorted(claim.job.id for claim in claimed if claim) == sorted([*(job.id for job in jobs), keyed.id])
+        with pytest.raises(BoardConflict):
+            async with open_board(url.replace("partitions=3", "partitions=4")):
+                pass
+
+
+@pytest.mark.timeout(60)
+async def test_links_across_partitions(cluster_seeds: str) -> None:  # noqa: F811
+    """A dependency in another partition delivers its result, or its trash, to its dependent there; one gone
+    before the link undoes the post (DependencyMissing, nothing left on the board)."""
+    url = f"redis://{cluster_seeds}/0/links-{uuid.uuid4().hex}?cluster=1&partitions=3"
+    async with open_board(url) as a, open_board(url) as b:
+        first, second = await a.post("a"), await b.post("b")
+        assert int(first.id) % 3 != int(second.id) % 3
+        both = await a.post("both", depends_on=[second, first])
+        doomed = await b.post("doomed", depends_on=[first, second])
+        await a.consume(await a.claim(first.id, "w"), 1)
+        assert await b.state(both.id) is JobState.WAITING
+        await b.consume(await b.claim(second.id, "w"), 2)
+        claim = await b.claim(both.id, "w")
+        assert claim.dependency_results == (2, 1)
+        assert await a.state(doomed.id) is JobState.UNCLAIMED  # its two dependencies, from two partitions
+        other = await b.post("other")
+        victim = await a.post("victim", depends_on=[other])
+        await a.cancel(other.id, "no")
+        assert [item.job.id for item in [t async for t in a.backend.trashed()]][-1:] == [victim.id]
+        gone = await b.post("gone")
+        await b.consume(await b.claim(gone.id, "w"), 0)
+        with pytest.raises(DependencyMissing):
+            await a.post("late", depends_on=[doomed, gone])  # posted with doomed, then undone
+        assert sorted(job.id for job in [j async for j in a.iterjobs()]) == sorted([both.id, doomed.id])
+
+
+@pytest.mark.timeout(240)
+def test_a_spread_board_follows_the_model(cluster_seeds: str) -> None:  # noqa: F811
+    """The model-based test of the contract (as on one slot) on a board spread over three partitions."""
+    run_model_test(lambda: f"redis://{cluster_seeds}/0/model-{uuid.uuid4().hex}?cluster=1&partitions=3"
+                           f"&session_timeout=4", examples=12)
