@@ -105,6 +105,12 @@ class GroupLimit:
     def spec(self) -> LimitSpec:
         return LimitSpec(self.group, self.concurrency, self.sequence, self.rate)
 
+    def to_json(self) -> dict[str, Any]:
+        """``{"group", "concurrency", "sequence", "rate": {"count", "period"} or None, "running", "waiting"}``."""
+        return {"group": self.group, "concurrency": self.concurrency, "sequence": self.sequence,
+                "rate": None if self.rate is None else {"count": self.rate.count, "period": self.rate.period},
+                "running": self.running, "waiting": self.waiting}
+
 
 @dataclass(frozen=True, slots=True)
 class Paused:
@@ -116,6 +122,10 @@ class Paused:
     def covers(self, name: str) -> bool:
         """Whether a job called ``name`` is held back by a pause."""
         return self.board or name in self.names
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"board": bool, "names": [sorted]}``."""
+        return {"board": self.board, "names": sorted(self.names)}
 
 
 def limit_spec(group: object, concurrency: object = None, sequence: object = False, rate: object = None) -> LimitSpec:

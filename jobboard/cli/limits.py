@@ -36,12 +36,6 @@ def limit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def limit_record(limit: GroupLimit) -> dict[str, object]:
-    return {"group": limit.group, "concurrency": limit.concurrency, "sequence": limit.sequence,
-            "rate": None if limit.rate is None else {"count": limit.rate.count, "period": limit.rate.period},
-            "running": limit.running, "waiting": limit.waiting}
-
-
 def limits_table(limits: list[GroupLimit]) -> str:
     """The limits as a table (``no limits`` when there are none)."""
     if not limits:
@@ -76,7 +70,7 @@ async def limit(board: JobBoard, args: argparse.Namespace) -> int:
 
 def _show(limits: list[GroupLimit], as_json: bool) -> int:
     if as_json:
-        print_json([limit_record(each) for each in limits])
+        print_json([each.to_json() for each in limits])
     else:
         print(limits_table(limits))
     return EXIT_OK

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from jobboard.board.contract import JobBoard
 from jobboard.board.limits import GroupLimit, Paused
-from jobboard.cli.limits import limit_record, limits_table, paused_text
+from jobboard.cli.limits import limits_table, paused_text
 from jobboard.cli.output import format_table, print_json
 from jobboard.errors import Unsupported
 from jobboard.job import JobState, Priority
@@ -89,8 +89,8 @@ async def stats(board: JobBoard, args: argparse.Namespace) -> int:
     if args.json:
         record = figures.to_json()
         if flow is not None:
-            record["limits"] = [limit_record(each) for each in flow[0]]
-            record["paused"] = {"board": flow[1].board, "names": sorted(flow[1].names)}
+            record["limits"] = [each.to_json() for each in flow[0]]
+            record["paused"] = flow[1].to_json()
         print_json(record)
     else:
         lines = stats_lines(figures)

@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from jobboard.board.contract import JobBoard
-from jobboard.dashboard import api, pages, sse
+from jobboard.dashboard import api, flow, pages, sse
 from jobboard.dashboard.html import Markup, join, layout, tag
 from jobboard.dashboard.model import Dashboard, Options
 from jobboard.errors import JobBoardError
@@ -175,6 +175,9 @@ def routes() -> list[BaseRoute]:
         Route("/api/jobs/{job_id:path}/cancel", api.cancel, methods=["POST"]),
         Route("/api/trash/purge", api.purge, methods=["POST"]),
         Route("/api/trash/{job_id:path}/requeue", api.requeue, methods=["POST"]),
+        Route("/api/limits", flow.limits_json),
+        Route("/api/pause", flow.pause, methods=["POST"]),
+        Route("/api/resume", flow.resume, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(static)), name="static"),
     ]
 
