@@ -7,7 +7,8 @@ partition. Where a job goes when posted:
 
 - with a key: the key's partition (``CRC16(key) mod K``), so a key finds its job from any board;
 - else with dependencies: its first dependency's partition;
-- else: this board's home partition (each board of a fleet gets the next one at open).
+- else: the next partition in turn (each board starts at its own, given at open): one poster spreads its jobs
+  over every master (a ``post_many`` call's plain jobs go to one partition together).
 
 A dependency in another partition than its dependent is linked across partitions (:mod:`.spread_links`).
 A job's id is the server's clock in microseconds when it was posted (above its partition's last id, and
@@ -67,15 +68,15 @@ class SpreadBackend(Backend):
         self.options = parse_redis_url(url)
         self.use_options(self.options)
         self.parts: list[RedisBackend] = []
-        self.home = 0
+        self.turn = 0
         self.links = Forwarder([], self.part_of)
-        self.claims = SpreadClaims([], 0)
+        self.claims = SpreadClaims([])
 
     # -- lifecycle -----------------------------------------------------------
 
     async def open(self) -> None:
         layout = await open_layout(self.options)
-        self.home, parts = layout.home, [RedisBackend(self.url, root=root) for root in layout.roots]
+        self.turn, parts = layout.home, [RedisBackend(self.url, root=root) for root in layout.roots]
         for part in parts:  # one hub for the board: every partition's events in one stream
             services = BoardServices(self.url)
             services.hub, services.reported = self.services.hub, self.services.reported
@@ -86,7 +87,7 @@ class SpreadBackend(Backend):
             await asyncio.gather(*(part.aclose() for part in parts), return_exceptions=True)
             raise failed[0]
         self.parts, self._open = parts, True
-        self.links, self.claims = Forwarder(parts, self.part_of), SpreadClaims(parts, self.home)
+        self.links, self.claims = Forwarder(parts, self.part_of), SpreadClaims(parts)
         for part in parts:
             part.forward = self.links.forward
         self.services.spawn(self.links.sweep_forever())
@@ -104,13 +105,19 @@ class SpreadBackend(Backend):
         """The partition holding ``job_id`` (partition 0 for what is not an id: it finds nothing)."""
         return self.parts[int(job_id) % len(self.parts) if job_id.isascii() and job_id.isdigit() else 0]
 
-    def _index_of_post(self, prepared: Prepared) -> int:
+    def _turn(self) -> int:
+        """The partition of the next plain post (in turn)."""
+        self.turn = (self.turn + 1) % len(self.parts)
+        return self.turn
+
+    def _index_of_post(self, prepared: Prepared, plain: int) -> int:
+        """Where ``prepared`` goes (``plain``: for a job without key or dependencies)."""
         posting = prepared.posting
         if posting.key is not None:
             return crc16(posting.key.encode()) % len(self.parts)
         if posting.depends_on:
             return self.parts.index(self.part_of(posting.depends_on[0]))
-        return self.home
+        return plain
 
     def _linked_elsewhere(self, prepared: Prepared, index: int) -> bool:
         """Whether a dependency of ``prepared`` is in another partition than ``index``."""
@@ -122,7 +129,7 @@ class SpreadBackend(Backend):
     # -- writes -------------------------------------------------------------
 
     async def post(self, prepared: Prepared) -> Job:
-        index = self._index_of_post(prepared)
+        index = self._index_of_post(prepared, self._turn())
         if self._linked_elsewhere(prepared, index):
             return await self.links.post_linked(self.parts[index], prepared)
         return await self.parts[index].post(prepared)
@@ -131,9 +138,9 @@ class SpreadBackend(Backend):
         """Runs of consecutive postings bound for one partition, one partition's ``post_many`` each: atomic
         per call as on one slot, in order; a missing dependency stops the batch there."""
         jobs: list[Job] = []
-        start = 0
+        start, plain = 0, self._turn()
         while start < len(batch):
-            index = self._index_of_post(batch[start])
+            index = self._index_of_post(batch[start], plain)
             if self._linked_elsewhere(batch[start], index):  # alone: posted, then linked
                 try:
                     jobs.append(await self.links.post_linked(self.parts[index], batch[start]))
@@ -142,7 +149,7 @@ class SpreadBackend(Backend):
                 start += 1
                 continue
             end = start + 1
-            while (end < len(batch) and self._index_of_post(batch[end]) == index
+            while (end < len(batch) and self._index_of_post(batch[end], plain) == index
                    and not self._linked_elsewhere(batch[end], index)):
                 end += 1
             try:

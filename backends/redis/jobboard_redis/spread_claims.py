@@ -38,9 +38,8 @@ def _indexes(part: RedisBackend, names: Collection[str] | None) -> list[str]:
 class SpreadClaims:
     """``claim_next`` and the fused consume-and-claim of a spread board over ``parts``."""
 
-    def __init__(self, parts: Sequence[RedisBackend], home: int) -> None:
+    def __init__(self, parts: Sequence[RedisBackend]) -> None:
         self.parts = parts
-        self.home = home
         self.reads = 0
         """Head reads made (``benchmarks.redis_spread`` counts them)."""
 

@@ -6,7 +6,9 @@ jobs throughout and four claimers on a second board claim and consume (the load 
 ``CLUSTER FAILOVER`` on its replica and a SIGKILL (the killed master restarted, as the new master's
 replica), in the seed's order (``FAILOVER_SEED`` replays one). Under ``durability=strict``: 0 acknowledged
 posts lost, 0 consumes reported twice; the claimers resume within seconds (the longest time without a
-consume is printed and bounded); both boards serve at the end.
+consume is printed and bounded); both boards serve at the end. Each test runs on a board in one slot and on
+a board spread over three partitions (``partitions=3``: one per master; partition 0's master is failed over,
+or its slot migrated).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import anyio
 import pytest
 
 from jobboard_redis.cluster import key_slot
+from jobboard_redis.options import parse_redis_url
+from jobboard_redis.spread_layout import open_layout
 from tests.backends.redis.test_failover import History
 from tests.backends.redis.test_failover import under_load as load_while
 from tests.support.rediscluster import RedisCluster
@@ -63,13 +67,25 @@ def saying(cluster: RedisCluster, step: Callable[[], object]) -> Callable[[], st
     return run
 
 
-async def under_load(cluster: RedisCluster, root: str,
-                     steps: list[tuple[float, Callable[[], object]]]) -> tuple[History, Stalls]:
+def board_url(cluster: RedisCluster, root: str, partitions: int) -> str:
+    return cluster.url(root, durability="strict", session_timeout=5, connect_timeout=20, partitions=partitions)
+
+
+async def slot_of(cluster: RedisCluster, root: str, partitions: int) -> int:
+    """The slot to fail over or migrate: the board's, or its partition 0's (the layout made here, first)."""
+    if partitions == 1:
+        return key_slot(f"{{{root}}}")
+    layout = await open_layout(parse_redis_url(board_url(cluster, root, partitions)))
+    return key_slot(f"{{{layout.roots[0]}}}")
+
+
+async def under_load(cluster: RedisCluster, root: str, steps: list[tuple[float, Callable[[], object]]],
+                     partitions: int) -> tuple[History, Stalls]:
     """Run the load on board ``root`` of ``cluster`` while each step runs (in a thread) after its pause; then
     drain it, check that both boards serve, and return what the clients were told."""
     history = History()
     stalls = Stalls(history)
-    url = cluster.url(root, durability="strict", session_timeout=5, connect_timeout=20)
+    url = board_url(cluster, root, partitions)
     with anyio.fail_after(150):
         await load_while(url, history, [(pause, saying(cluster, step)) for pause, step in steps], stalls.watch)
     return history, stalls
@@ -84,7 +100,12 @@ def exactly_once(history: History, stalls: Stalls, what: str, *, minimum: int = 
     assert stalls.longest < STALL_LIMIT
 
 
-async def test_the_boards_master_failed_over_twice_under_load(cluster: RedisCluster) -> None:
+SPREAD = pytest.mark.parametrize("partitions", [1, 3], ids=["one-slot", "spread"])
+"""Each test on a board in one slot, and on one spread over three partitions (one per master)."""
+
+
+@SPREAD
+async def test_the_boards_master_failed_over_twice_under_load(cluster: RedisCluster, partitions: int) -> None:
     seed = int(os.environ.get("FAILOVER_SEED") or random.randrange(2**32))
     rng = random.Random(seed)
     steps = ["graceful", "kill"]
@@ -92,24 +113,27 @@ async def test_the_boards_master_failed_over_twice_under_load(cluster: RedisClus
     pauses = [rng.uniform(0.5, 1.5) for _ in steps]
     print(f"FAILOVER_SEED={seed} schedule={list(zip(pauses, steps, strict=True))}")
     root = f"cluster-load-{uuid.uuid4().hex}"
-    slot = key_slot(f"{{{root}}}")
+    slot = await slot_of(cluster, root, partitions)
     done = len(cluster.failovers)
     history, stalls = await under_load(cluster, root, [(pause, functools.partial(cluster.failover, slot, step))
-                                                       for pause, step in zip(pauses, steps, strict=True)])
+                                                       for pause, step in zip(pauses, steps, strict=True)],
+                                       partitions)
     assert len(cluster.failovers) == done + 2, cluster.failovers
     exactly_once(history, stalls, "cluster failovers")
 
 
-async def test_the_boards_slot_migrated_to_another_master_and_back_under_load(cluster: RedisCluster) -> None:
+@SPREAD
+async def test_the_boards_slot_migrated_to_another_master_and_back_under_load(cluster: RedisCluster,
+                                                                             partitions: int) -> None:
     """While the slot migrates, the board's calls are answered ``ASK`` (its prefix key is on neither node) and
     wait; once it has moved, ``MOVED`` sends them to the new master (which lacks the board's function: loaded)."""
     root = f"cluster-load-{uuid.uuid4().hex}"
-    slot = key_slot(f"{{{root}}}")
+    slot = await slot_of(cluster, root, partitions)
     home = cluster.master_of(slot)
     other = next(cluster.by_port(port) for port in sorted(cluster._master_ports()) if port != home.port)
     asked, moved = cluster.error_replies("ASK"), cluster.error_replies("MOVED")
     history, stalls = await under_load(cluster, root, [(1.5, lambda: cluster.migrate(slot, other)),
-                                                       (1.5, lambda: cluster.migrate(slot, home))])
+                                                       (1.5, lambda: cluster.migrate(slot, home))], partitions)
     assert cluster.master_of(slot) is home
     print(f"replies during the migrations: {cluster.error_replies('ASK') - asked} ASK, "
           f"{cluster.error_replies('MOVED') - moved} MOVED")

@@ -1,0 +1,124 @@
+"""Server CPU per cycle on each shard of a Redis Cluster for a board spread over it, against one server.
+
+    python -m benchmarks.redis_spread --jobs 3000 --workers 16 --rounds 5
+
+Starts one redis-server with a replica (both ``appendfsync always``) and a Redis Cluster of 3 masters + 3
+replicas (``tests/support/rediscluster.py``, ``appendfsync always``), and runs, in turn each round (the order
+rotating), the same load on three boards: ``one-server`` (the lone server), ``one-slot`` (``?cluster=1``: the
+whole board in one slot) and ``spread`` (``?cluster=1&partitions=3``). A run: N jobs posted 16 in flight, then W
+claimers ``claim_next`` then ``consume_and_claim_next`` until the board is empty. Per run and per master: its
+CPU (``INFO cpu``, user + sys) over the run, in ms per cycle (post + claim + consume); for the cluster boards
+the busiest master's figure and every master's. Prints a JSON line (``bench: redis_spread``) and a table of
+medians and ranges; ``ratio``: the busiest master's CPU per cycle ÷ one server's, each run against the
+one-server run of its round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from contextlib import ExitStack
+from typing import Any
+
+from benchmarks.redis_fleet import server_info
+
+SYSTEMS = ("one-server", "one-slot", "spread")
+IN_FLIGHT = 16
+
+
+def cpu_seconds(hosts: list[str]) -> list[float]:
+    """Each server's CPU seconds so far (user + sys)."""
+    found = []
+    for host in hosts:
+        cpu = server_info(f"redis://{host}/0", "cpu")
+        found.append(float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]))
+    return found
+
+
+async def load(url: str, jobs: int, workers: int) -> float:
+    """Post ``jobs`` (16 in flight), then run them with ``workers`` claimers; the seconds the run took."""
+    from jobboard import open_board
+
+    async with open_board(url) as board:
+        started = time.perf_counter()
+        queue = iter(range(jobs))
+
+        async def poster() -> None:
+            for index in queue:
+                await board.post("work", {"i": index})
+
+        await asyncio.gather(*(poster() for _ in range(IN_FLIGHT)))
+
+        async def claimer(name: str) -> None:
+            claim = await board.claim_next(name)
+            while claim is not None:
+                claim = await board.consume_and_claim_next(claim, None)
+
+        await asyncio.gather(*(claimer(f"w{n}") for n in range(workers)))
+        assert await board.job_count() == 0
+        return time.perf_counter() - started
+
+
+def one_run(system: str, urls: dict[str, str], hosts: dict[str, list[str]], jobs: int, workers: int) -> dict[str, Any]:
+    servers = hosts[system]
+    before = cpu_seconds(servers)
+    seconds = asyncio.run(load(urls[system].format(root=f"spread-bench-{uuid.uuid4().hex}"), jobs, workers))
+    after = cpu_seconds(servers)
+    per_cycle = [round((end - start) * 1000 / jobs, 4) for start, end in zip(before, after, strict=True)]
+    return {"system": system, "ms_per_cycle": per_cycle, "busiest": max(per_cycle),
+            "cycles_per_s": round(jobs / seconds, 1), "load": os.getloadavg()[0]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    from tests.support.rediscluster import RedisCluster
+    from tests.support.redisserver import RedisServer, ensure_redis_installed
+
+    ensure_redis_installed()
+    with ExitStack() as stack:
+        lone = stack.enter_context(RedisServer(appendfsync="always"))
+        stack.enter_context(RedisServer(appendfsync="always", extra=["--replicaof", "127.0.0.1", str(lone.port)]))
+        cluster = stack.enter_context(RedisCluster())
+        masters = [node.hosts for node in cluster.nodes if node.role() == "master"]
+        urls = {"one-server": lone.url("/0/{root}"), "one-slot": cluster.url("{root}"),
+                "spread": cluster.url("{root}", partitions=3)}
+        hosts = {"one-server": [lone.hosts], "one-slot": masters, "spread": masters}
+        runs = []
+        for round_ in range(args.rounds):
+            order = SYSTEMS[round_ % 3:] + SYSTEMS[:round_ % 3]
+            base = None
+            for system in order:
+                run = one_run(system, urls, hosts, args.jobs, args.workers)
+                run["round"] = round_
+                runs.append(run)
+                print(json.dumps(run), flush=True)
+            base = next(run["busiest"] for run in runs if run["round"] == round_ and run["system"] == "one-server")
+            for run in runs:
+                if run["round"] == round_:
+                    run["ratio"] = round(run["busiest"] / base, 3)
+    summary = {}
+    for system in SYSTEMS:
+        mine = [run for run in runs if run["system"] == system]
+        summary[system] = {key: (statistics.median(run[key] for run in mine), min(run[key] for run in mine),
+                                 max(run[key] for run in mine)) for key in ("busiest", "ratio", "cycles_per_s")}
+    print(json.dumps({"bench": "redis_spread", "jobs": args.jobs, "workers": args.workers, "runs": runs,
+                      "summary": summary}))
+    print("| board | busiest master, ms CPU per cycle | ÷ one server | cycles/s |")
+    print("|---|---|---|---|")
+    for system, found in summary.items():
+        print(f"| {system} | " + " | ".join(f"{median:g} ({low:g}-{high:g})" for median, low, high in found.values())
+              + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
