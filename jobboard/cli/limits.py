@@ -12,7 +12,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.board.limits import GroupLimit, Paused, Rate, parse_rate
 from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, UsageError, whole_number
 from jobboard.cli.output import format_table, print_json
-from jobboard.errors import InvalidJob
+from jobboard.errors import InvalidJob, Unsupported
 
 
 def rate_text(text: str) -> Rate:
@@ -98,3 +98,13 @@ async def resume(board: JobBoard, args: argparse.Namespace) -> int:
     await board.resume(args.name)
     print(f"paused: {paused_text(await board.paused())}")
     return EXIT_OK
+
+
+async def flow_lines(board: JobBoard) -> list[str] | None:
+    """What is paused and the limits table, as lines (``jobboard stats`` and ``top``); ``None`` on a backend
+    without flow control."""
+    try:
+        limits, paused = await board.limits(), await board.paused()
+    except Unsupported:
+        return None
+    return [f"paused: {paused_text(paused)}", *limits_table(limits).splitlines()]

@@ -9,8 +9,7 @@ import argparse
 from collections.abc import Mapping
 
 from jobboard.board.contract import JobBoard
-from jobboard.board.limits import GroupLimit, Paused
-from jobboard.cli.limits import limits_table, paused_text
+from jobboard.cli.limits import flow_lines
 from jobboard.cli.output import format_table, print_json
 from jobboard.errors import Unsupported
 from jobboard.job import JobState, Priority
@@ -82,19 +81,15 @@ async def stats(board: JobBoard, args: argparse.Namespace) -> int:
     """Print the board's figures: one listing, one pass over the trash, the entities (no read per job), and
     the flow control (limits with their running and waiting jobs, pauses) where the backend has it."""
     figures = await read_stats(board)
-    try:
-        flow: tuple[list[GroupLimit], Paused] | None = (await board.limits(), await board.paused())
-    except Unsupported:
-        flow = None
     if args.json:
         record = figures.to_json()
-        if flow is not None:
-            record["limits"] = [each.to_json() for each in flow[0]]
-            record["paused"] = flow[1].to_json()
+        try:
+            record["limits"] = [each.to_json() for each in await board.limits()]
+            record["paused"] = (await board.paused()).to_json()
+        except Unsupported:
+            pass
         print_json(record)
     else:
-        lines = stats_lines(figures)
-        if flow is not None:
-            lines += ["", f"paused: {paused_text(flow[1])}", *limits_table(flow[0]).splitlines()]
-        print("\n".join(lines))
+        flow = await flow_lines(board)
+        print("\n".join(stats_lines(figures) + ([] if flow is None else ["", *flow])))
     return 0

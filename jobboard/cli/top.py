@@ -19,8 +19,10 @@ import anyio
 from jobboard.board.contract import JobBoard
 from jobboard.cli.command import positive_whole_number
 from jobboard.cli.jobs import job_record, list_columns
+from jobboard.cli.limits import flow_lines
 from jobboard.cli.output import format_table, format_time
 from jobboard.cli.stats import stats_lines
+from jobboard.errors import JobBoardError
 from jobboard.observe.live import LiveBoard
 
 MIN_REDRAW_GAP = 0.25
@@ -55,9 +57,10 @@ def top_arguments(parser: argparse.ArgumentParser) -> None:
                       help="draw N frames and exit (default: until Ctrl-C)")
 
 
-def frame_lines(live: LiveBoard, url: str, *, max_jobs: int | None, height: int | None = None) -> list[str]:
-    """One screen: a title, the board's figures, the last minute's throughput, and the first jobs
-    (``max_jobs`` of them, else as many as fit in ``height`` lines, else all)."""
+def frame_lines(live: LiveBoard, url: str, *, max_jobs: int | None, height: int | None = None,
+                flow: list[str] | None = None) -> list[str]:
+    """One screen: a title, the board's figures (and ``flow``: pauses and limits), the last minute's
+    throughput, and the first jobs (``max_jobs`` of them, else as many as fit in ``height`` lines, else all)."""
     stats = live.stats()
     recent = live.throughput()[-THROUGHPUT_BUCKETS:]
     posted, consumed, trashed = (sum(bucket[column] for bucket in recent) for column in (1, 2, 3))
@@ -65,6 +68,8 @@ def frame_lines(live: LiveBoard, url: str, *, max_jobs: int | None, height: int 
     if not live.healthy:
         lines.append("board unreachable: the view may be stale (reconnecting)")
     lines += stats_lines(stats, max_names=NAMES_SHOWN)
+    if flow:
+        lines += ["", *flow]
     lines += ["", f"last minute: {posted} posted, {consumed} consumed, {trashed} trashed", ""]
     jobs = live.jobs()
     if max_jobs is None and height is not None:
@@ -96,15 +101,26 @@ async def top(board: JobBoard, args: argparse.Namespace) -> int:
     terminal = stream.isatty()
     frames = 1 if args.once else args.iterations
     async with LiveBoard(board) as live:
-        drawn = 0
+        drawn, flow, flow_read = 0, await _flow(board, []), time.monotonic()
         while True:
             started, version = time.monotonic(), live.version
+            if flow is not None and started - flow_read >= args.interval:  # one read an interval at most
+                flow, flow_read = await _flow(board, flow), started
             max_jobs = args.jobs if args.jobs is not None or terminal else JOBS_WHEN_NOT_A_TERMINAL
             height = shutil.get_terminal_size().lines if terminal else None
-            draw(frame_lines(live, board.url, max_jobs=max_jobs, height=height), stream, terminal)
+            draw(frame_lines(live, board.url, max_jobs=max_jobs, height=height, flow=flow), stream, terminal)
             drawn += 1
             if frames is not None and drawn >= frames:
                 return 0
             with anyio.move_on_after(args.interval):
                 await live.changed(version)
             await anyio.sleep(max(0.0, started + MIN_REDRAW_GAP - time.monotonic()))
+
+
+async def _flow(board: JobBoard, last: list[str]) -> list[str] | None:
+    """The flow-control lines (read from the board: no event tells them), ``None`` for a backend without
+    flow control (never asked again), or the ``last`` ones while the board cannot be read."""
+    try:
+        return await flow_lines(board)
+    except JobBoardError:
+        return last

@@ -63,6 +63,8 @@ def test_pause_and_resume_and_stats_show_them(capsys: Capture) -> None:
     status, out, _ = run(capsys, "--board", url, "stats", "--json")
     record = json.loads(out)
     assert record["paused"] == {"board": True, "names": ["export"]} and record["limits"][0]["group"] == "g"
+    status, out, _ = run(capsys, "--board", url, "top", "--once", "--jobs", "1")
+    assert status == 0 and "paused: the whole board, export" in out and "group  concurrency" in out
     assert run(capsys, "--board", url, "resume")[:2] == (0, "paused: export\n")
     assert run(capsys, "--board", url, "resume", "export")[:2] == (0, "paused: nothing\n")
 
