@@ -21,7 +21,7 @@ from __future__ import annotations
 from jobboard_postgresql.functions import FUNCTIONS
 from jobboard_postgresql.settles import SETTLES
 
-VERSION = 13
+VERSION = 14
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;
