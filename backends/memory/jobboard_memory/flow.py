@@ -58,8 +58,7 @@ class Flow:
         self._changed(("group", limit.group))
 
     def clear_limit(self, group: str) -> bool:
-        found = self.limits.pop(group, None) is not None
-        self._windows.pop(group, None)
+        found = self.limits.pop(group, None) is not None  # its grants stay counted, should it be set again
         self._changed(("group", group))
         return found
 

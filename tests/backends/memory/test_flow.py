@@ -115,3 +115,35 @@ async def test_a_parked_job_comes_back_when_its_group_is_freed() -> None:
         await board.clear_limit("g")
         last = await board.claim_next("w")
         assert last is not None and last.job.id == jobs[2].id
+
+
+async def test_a_requeued_job_goes_back_to_the_head_of_its_sequence() -> None:
+    async with MemoryBoard(f"memory://{uuid.uuid4().hex}") as board:
+        await board.set_limit("s", sequence=True)
+        jobs = [await board.post("work", group="s") for _ in range(3)]
+        first = await board.claim_next("w")
+        assert first is not None and first.job.id == jobs[0].id
+        await board.trash(first, "bad")
+        second = await board.claim_next("w")
+        assert second is not None and second.job.id == jobs[1].id
+        await board.requeue(jobs[0])  # its old place: ahead of the third, behind nothing
+        assert await board.claim_next("w") is None  # the second still runs
+        with pytest.raises(HeldBack):
+            await board.claim(jobs[2], "w")
+        await board.consume(second)
+        again = await board.claim_next("w")
+        assert again is not None and again.job.id == jobs[0].id
+        await board.consume(again)
+        last = await board.claim_next("w")
+        assert last is not None and last.job.id == jobs[2].id
+
+
+async def test_grants_stay_counted_when_a_rate_is_cleared_and_set_again() -> None:
+    async with MemoryBoard(f"memory://{uuid.uuid4().hex}") as board:
+        await board.set_limit("r", rate=(2, 30.0))
+        for _ in range(3):
+            await board.post("work", group="r")
+        assert [await board.claim_next("w") is not None for _ in range(3)] == [True, True, False]
+        await board.clear_limit("r")
+        await board.set_limit("r", rate=(2, 30.0))
+        assert await board.claim_next("w") is None  # no window of 30 s holds a third grant
