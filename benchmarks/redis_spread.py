@@ -4,9 +4,11 @@
 
 Starts one redis-server with a replica (both ``appendfsync always``) and a Redis Cluster of 3 masters + 3
 replicas (``tests/support/rediscluster.py``, ``appendfsync always``), and runs, in turn each round (the order
-rotating), the same load on three boards: ``one-server`` (the lone server), ``one-slot`` (``?cluster=1``: the
-whole board in one slot) and ``spread`` (``?cluster=1&partitions=3``). A run: N jobs posted 16 in flight, then W
-claimers ``claim_next`` then ``consume_and_claim_next`` until the board is empty. Per run and per master: its
+rotating), the same load on four boards: ``one-server`` (the lone server), ``one-slot`` (``?cluster=1``: the
+whole board in one slot), ``spread`` (``?cluster=1&partitions=3``) and ``spread-exact`` (the same with
+``order=exact``). A run: N jobs posted 16 in flight, then W claimers ``claim_next`` then
+``consume_and_claim_next`` until the board is empty, posters and claimers spread over B open boards of the
+board (``--boards``, 3: a fleet's processes, here in one process, each with its home partition). Per run and per master: its
 CPU (``INFO cpu``, user + sys) over the run, in ms per cycle (post + claim + consume); for the cluster boards
 the busiest master's figure and every master's. Prints a JSON line (``bench: redis_spread``) and a table of
 medians and ranges; ``ratio``: the busiest master's CPU per cycle ÷ one server's, each run against the
@@ -22,12 +24,13 @@ import os
 import statistics
 import time
 import uuid
-from contextlib import ExitStack
+from contextlib import AsyncExitStack, ExitStack
 from typing import Any
 
 from benchmarks.redis_fleet import server_info
+from jobboard import JobBoard, open_board
 
-SYSTEMS = ("one-server", "one-slot", "spread")
+SYSTEMS = ("one-server", "one-slot", "spread", "spread-exact")
 IN_FLIGHT = 16
 
 
@@ -40,34 +43,39 @@ def cpu_seconds(hosts: list[str]) -> list[float]:
     return found
 
 
-async def load(url: str, jobs: int, workers: int) -> float:
-    """Post ``jobs`` (16 in flight), then run them with ``workers`` claimers; the seconds the run took."""
-    from jobboard import open_board
-
-    async with open_board(url) as board:
+async def load(url: str, jobs: int, workers: int, boards: int) -> float:
+    """Post ``jobs`` (16 in flight), then run them with ``workers`` claimers, both spread over ``boards`` boards
+    of the board ``url`` (a fleet's processes, in one process); the seconds the run took."""
+    async with AsyncExitStack() as stack:
+        fleet = [await stack.enter_async_context(open_board(url)) for _ in range(boards)]
         started = time.perf_counter()
         queue = iter(range(jobs))
 
-        async def poster() -> None:
+        async def poster(board: JobBoard) -> None:
             for index in queue:
                 await board.post("work", {"i": index})
 
-        await asyncio.gather(*(poster() for _ in range(IN_FLIGHT)))
+        await asyncio.gather(*(poster(fleet[n % boards]) for n in range(IN_FLIGHT)))
 
-        async def claimer(name: str) -> None:
+        async def claimer(board: JobBoard, name: str) -> None:
             claim = await board.claim_next(name)
             while claim is not None:
                 claim = await board.consume_and_claim_next(claim, None)
 
-        await asyncio.gather(*(claimer(f"w{n}") for n in range(workers)))
-        assert await board.job_count() == 0
+        await asyncio.gather(*(claimer(fleet[n % boards], f"w{n}") for n in range(workers)))
+        for _ in range(100):  # a claimer that found nothing left while another's stolen claim was running
+            if await fleet[0].job_count() == 0:
+                break
+            await asyncio.gather(*(claimer(board, "late") for board in fleet))
+        assert await fleet[0].job_count() == 0
         return time.perf_counter() - started
 
 
-def one_run(system: str, urls: dict[str, str], hosts: dict[str, list[str]], jobs: int, workers: int) -> dict[str, Any]:
-    servers = hosts[system]
+def one_run(system: str, urls: dict[str, str], hosts: dict[str, list[str]], args: argparse.Namespace) -> dict[str, Any]:
+    servers, jobs = hosts[system], args.jobs
     before = cpu_seconds(servers)
-    seconds = asyncio.run(load(urls[system].format(root=f"spread-bench-{uuid.uuid4().hex}"), jobs, workers))
+    url = urls[system].format(root=f"spread-bench-{uuid.uuid4().hex}")
+    seconds = asyncio.run(load(url, jobs, args.workers, args.boards))
     after = cpu_seconds(servers)
     per_cycle = [round((end - start) * 1000 / jobs, 4) for start, end in zip(before, after, strict=True)]
     return {"system": system, "ms_per_cycle": per_cycle, "busiest": max(per_cycle),
@@ -79,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--boards", type=int, default=3, help="boards (a fleet's processes) sharing the load")
     args = parser.parse_args(argv)
     from tests.support.rediscluster import RedisCluster
     from tests.support.redisserver import RedisServer, ensure_redis_installed
@@ -90,14 +99,14 @@ def main(argv: list[str] | None = None) -> int:
         cluster = stack.enter_context(RedisCluster())
         masters = [node.hosts for node in cluster.nodes if node.role() == "master"]
         urls = {"one-server": lone.url("/0/{root}"), "one-slot": cluster.url("{root}"),
-                "spread": cluster.url("{root}", partitions=3)}
-        hosts = {"one-server": [lone.hosts], "one-slot": masters, "spread": masters}
+                "spread": cluster.url("{root}", partitions=3),
+                "spread-exact": cluster.url("{root}", partitions=3, order="exact")}
+        hosts = {"one-server": [lone.hosts], "one-slot": masters, "spread": masters, "spread-exact": masters}
         runs = []
         for round_ in range(args.rounds):
-            order = SYSTEMS[round_ % 3:] + SYSTEMS[:round_ % 3]
-            base = None
+            order = SYSTEMS[round_ % len(SYSTEMS):] + SYSTEMS[:round_ % len(SYSTEMS)]
             for system in order:
-                run = one_run(system, urls, hosts, args.jobs, args.workers)
+                run = one_run(system, urls, hosts, args)
                 run["round"] = round_
                 runs.append(run)
                 print(json.dumps(run), flush=True)
@@ -110,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         mine = [run for run in runs if run["system"] == system]
         summary[system] = {key: (statistics.median(run[key] for run in mine), min(run[key] for run in mine),
                                  max(run[key] for run in mine)) for key in ("busiest", "ratio", "cycles_per_s")}
-    print(json.dumps({"bench": "redis_spread", "jobs": args.jobs, "workers": args.workers, "runs": runs,
+    print(json.dumps({"bench": "redis_spread", "jobs": args.jobs, "workers": args.workers, "boards": args.boards,
+                      "runs": runs,
                       "summary": summary}))
     print("| board | busiest master, ms CPU per cycle | ÷ one server | cycles/s |")
     print("|---|---|---|---|")

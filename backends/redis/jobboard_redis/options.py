@@ -46,6 +46,8 @@ class RedisOptions:
     """With ``cluster=1``: the URL's hosts."""
     partitions: int = 1
     """With ``cluster=1``: the board spread over this many slots, one partition each (:mod:`.spread`)."""
+    order: str = "home"
+    """A spread board's claims: ``home`` (its home partition first) or ``exact`` (the best head on the board)."""
     """``strict``: refuse a server without ``appendfsync always``; wait for a replica (``WAIT``)."""
     username: str | None = None
     password: str | None = None
@@ -77,6 +79,12 @@ def partitions(text: str) -> int:
     return int(text)
 
 
+def order(text: str) -> str:
+    if text not in ("home", "exact"):
+        raise ValueError("must be home or exact")
+    return text
+
+
 def durability(text: str) -> str:
     if text not in ("default", "strict"):
         raise ValueError("must be default or strict")
@@ -84,7 +92,7 @@ def durability(text: str) -> str:
 
 
 CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "durability": durability, "sentinel": str, "cluster": flag, "partitions": partitions,
+    "durability": durability, "sentinel": str, "cluster": flag, "partitions": partitions, "order": order,
     **COMMON_OPTIONS, "session_timeout": positive_float, "connect_timeout": positive_float,
 }
 

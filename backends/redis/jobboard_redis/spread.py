@@ -7,15 +7,19 @@ partition. Where a job goes when posted:
 
 - with a key: the key's partition (``CRC16(key) mod K``), so a key finds its job from any board;
 - else with dependencies: its first dependency's partition;
-- else: the next partition in turn (each board starts at its own, given at open): one poster spreads its jobs
-  over every master (a ``post_many`` call's plain jobs go to one partition together).
+- else: the board's home partition (each board of a fleet gets the next one at open); with ``order=exact``, the
+  next partition in turn, so that one poster spreads its jobs over every master (a ``post_many`` call's plain
+  jobs go to one partition together).
 
 A dependency in another partition than its dependent is linked across partitions (:mod:`.spread_links`).
 A job's id is the server's clock in microseconds when it was posted (above its partition's last id, and
 rounded up to k mod K: it names its partition k), so ages compare across partitions as far as the masters'
 clocks agree (exactly on one host).
 
-A claim takes the best of the partitions' heads (:mod:`.spread_claims`): priority then age across the board. Each partition keeps its own session for the board (a heartbeat per partition); listings, counts,
+Claims (:mod:`.spread_claims`) look in the home partition first, then steal from the others in turn: order is
+priority then age exactly within a partition, and a board takes its home's jobs before better ones elsewhere;
+``order=exact`` takes the best of the partitions' heads instead (priority then age across the board, for a
+head read from every partition at each claim). Each partition keeps its own session for the board (a heartbeat per partition); listings, counts,
 the trash and purges are read from every partition and merged; entities live in partition 0.
 Docs: docs/backends/redis.md ("Spreading one board over the shards").
 """
@@ -49,7 +53,7 @@ from jobboard.errors import DependencyMissing
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.cluster import crc16
 from jobboard_redis.options import parse_redis_url
-from jobboard_redis.spread_claims import SpreadClaims, score_of
+from jobboard_redis.spread_claims import HomeClaims, SpreadClaims, score_of
 from jobboard_redis.spread_layout import open_layout
 from jobboard_redis.spread_links import Forwarder
 
@@ -68,15 +72,17 @@ class SpreadBackend(Backend):
         self.options = parse_redis_url(url)
         self.use_options(self.options)
         self.parts: list[RedisBackend] = []
-        self.turn = 0
+        self.turn = self.home = 0
+        self.exact = self.options.order == "exact"
         self.links = Forwarder([], self.part_of)
-        self.claims = SpreadClaims([])
+        self.claims: SpreadClaims | HomeClaims = SpreadClaims([])
 
     # -- lifecycle -----------------------------------------------------------
 
     async def open(self) -> None:
         layout = await open_layout(self.options)
-        self.turn, parts = layout.home, [RedisBackend(self.url, root=root) for root in layout.roots]
+        self.turn = self.home = layout.home
+        parts = [RedisBackend(self.url, root=root) for root in layout.roots]
         for part in parts:  # one hub for the board: every partition's events in one stream
             services = BoardServices(self.url)
             services.hub, services.reported = self.services.hub, self.services.reported
@@ -87,7 +93,8 @@ class SpreadBackend(Backend):
             await asyncio.gather(*(part.aclose() for part in parts), return_exceptions=True)
             raise failed[0]
         self.parts, self._open = parts, True
-        self.links, self.claims = Forwarder(parts, self.part_of), SpreadClaims(parts)
+        self.links = Forwarder(parts, self.part_of)
+        self.claims = SpreadClaims(parts) if self.exact else HomeClaims(parts, self.home)
         for part in parts:
             part.forward = self.links.forward
         self.services.spawn(self.links.sweep_forever())
@@ -106,7 +113,9 @@ class SpreadBackend(Backend):
         return self.parts[int(job_id) % len(self.parts) if job_id.isascii() and job_id.isdigit() else 0]
 
     def _turn(self) -> int:
-        """The partition of the next plain post (in turn)."""
+        """The partition of the next plain post: home, or (``order=exact``) each in turn."""
+        if not self.exact:
+            return self.home
         self.turn = (self.turn + 1) % len(self.parts)
         return self.turn
 
@@ -232,13 +241,15 @@ class SpreadBackend(Backend):
 
     async def wait(self, names: Collection[str] | None) -> list[Job]:
         """Waits on every partition at once (each registers this board as waiting there); the first with work
-        answers, the others are cancelled. Its jobs are returned up to the first that another partition's
-        head beats (board order, as claim_next takes them); if that is the first, all are waited for again."""
-        jobs = await self._first_work(names)
+        answers, the others are cancelled. With ``order=exact``, its jobs are returned up to the first that another
+        partition's head beats (board order, as claim_next takes them); if that is the first, waited for again."""
+        jobs, claims = await self._first_work(names), self.claims
+        if not isinstance(claims, SpreadClaims):
+            return jobs
         for _ in range(4 * len(self.parts)):
             there = self.part_of(jobs[0].id)
             others = [part for part in self.parts if part is not there]
-            heads = await asyncio.gather(*(self.claims.head(part, names) for part in others))
+            heads = await asyncio.gather(*(claims.head(part, names) for part in others))
             beaten, better = min(((score, index) for index, score in enumerate(heads) if score is not None),
                                  default=(math.inf, -1))
             kept = _before(jobs, beaten)

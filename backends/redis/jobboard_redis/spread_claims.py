@@ -1,6 +1,10 @@
-"""Claiming on a spread board: the best head among the partitions' heads (docs/backends/redis.md).
+"""Claiming on a spread board (docs/backends/redis.md, "Spreading one board over the shards").
 
-Each claim first reads every partition's head (``ZRANGE <index> 0 0 WITHSCORES`` of ``ready``, or of each
+:class:`HomeClaims` (``order=home``, the default): the board's home partition first, then the others in turn
+(stealing when home has nothing): one partition, so one master, per claim while home has work. Priority then
+age exactly within a partition; across partitions a board takes its home's jobs before better ones elsewhere.
+
+:class:`SpreadClaims` (``order=exact``): each claim first reads every partition's head (``ZRANGE <index> 0 0 WITHSCORES`` of ``ready``, or of each
 named set, and of ``delayed``: one pipelined read per partition, all partitions at once), makes due delayed
 jobs ready where there are some (``promote``), then claims in the partition whose head is best (its
 ``claim_next`` script takes that partition's head). Scores are ``rank * 2^50 + id`` in every partition and
@@ -35,8 +39,35 @@ def _indexes(part: RedisBackend, names: Collection[str] | None) -> list[str]:
     return [prefix + "ready"] if names is None else [f"{prefix}rn:{name}" for name in sorted(names)]
 
 
+class HomeClaims:
+    """``claim_next`` and the fused consume-and-claim of a spread board over ``parts``, home first."""
+
+    def __init__(self, parts: Sequence[RedisBackend], home: int) -> None:
+        self.parts = parts
+        self.order = [parts[(home + step) % len(parts)] for step in range(len(parts))]
+
+    async def claim_next(self, owner: str, names: Collection[str] | None, *,
+                         skip: RedisBackend | None = None) -> Claim | None:
+        for part in self.order:
+            if part is not skip and (claim := await part.claim_next(owner, names)) is not None:
+                return claim
+        return None
+
+    async def consume_and_claim_next(self, part: RedisBackend, claim: Claim, settle: Settle,
+                                     names: Collection[str] | None) -> Claim | None:
+        """One fused call in the home partition (then the others if it had nothing); elsewhere a settle, then a
+        claim home first."""
+        if part is not self.order[0] or settle.action is not SettleAction.CONSUME:
+            await part.settle(claim, settle)
+            return None if names is not None and not names else await self.claim_next(claim.owner, names)
+        following = await part.consume_and_claim_next(claim, settle, names)
+        if following is not None or (names is not None and not names):
+            return following
+        return await self.claim_next(claim.owner, names, skip=part)
+
+
 class SpreadClaims:
-    """``claim_next`` and the fused consume-and-claim of a spread board over ``parts``."""
+    """``claim_next`` and the fused consume-and-claim of a spread board over ``parts``, the best head first."""
 
     def __init__(self, parts: Sequence[RedisBackend]) -> None:
         self.parts = parts

@@ -25,10 +25,12 @@ PARTITIONS = 3
 
 
 class TestSpreadConformance(one_slot.TestRedisClusterConformance):
+    order = "home"
+
     @pytest.fixture
     def board_url(self, cluster_seeds: str) -> str:  # noqa: F811
         return (f"redis://{cluster_seeds}/0/conformance-{uuid.uuid4().hex}?cluster=1&partitions={PARTITIONS}"
-                f"&session_timeout=4")
+                f"&session_timeout=4&order={self.order}")
 
     unsupported = frozenset({"never_posted"})
     """Implemented (past the partition's last id), but the next id is the server's clock: not predictable."""
@@ -42,6 +44,12 @@ class TestSpreadConformance(one_slot.TestRedisClusterConformance):
                                   "name", "x", "sc", "1", "st", "u", "gen", "0", "att", "0")
         for index in ("all", "ready", "rn:x"):
             await part.client.command("ZADD", f"{prefix}{index}", "1", "999999")
+
+
+class TestExactSpreadConformance(TestSpreadConformance):
+    """``order=exact``: plain posts go to every partition in turn, claims take the best head on the board."""
+
+    order = "exact"
 
 
 def _masters(seeds: str) -> dict[int, str]:
@@ -74,17 +82,21 @@ def test_salts_spread_the_partitions_evenly() -> None:
 
 @pytest.mark.timeout(60)
 async def test_a_spread_board_uses_every_master_and_keeps_its_layout(cluster_seeds: str) -> None:  # noqa: F811
-    """The partitions' slots are on three different masters; three boards start at three partitions, and one
-    board's plain posts go to each partition in turn; a keyed post finds its job from any board; another K is
-    refused."""
+    """The partitions' slots are on three different masters; three boards get three homes; with
+    ``order=exact`` one board's plain posts go to each partition in turn; a keyed post finds its job from any
+    board; another K is refused."""
     root = f"spread-{uuid.uuid4().hex}"
     url = f"redis://{cluster_seeds}/0/{root}?cluster=1&partitions=3"
     slots = _masters(cluster_seeds)
+    async with open_board(url.replace(root, f"{root}-home")) as board:  # order=home: a board's plain posts in its home partition
+        assert isinstance(board.backend, SpreadBackend)
+        assert len({int((await board.post("x")).id) % 3 for _ in range(3)}) == 1
+    url = f"{url}&order=exact"
     async with open_board(url) as a, open_board(url) as b, open_board(url) as c:
         backends = [board.backend for board in (a, b, c)]
         assert all(isinstance(backend, SpreadBackend) for backend in backends)
         spread = [backend for backend in backends if isinstance(backend, SpreadBackend)]
-        assert sorted(backend.turn for backend in spread) == [0, 1, 2]
+        assert {backend.home for backend in spread} == {0, 1, 2}
         roots = [part.options.root for part in spread[0].parts]
         assert {slots[key_slot(root)] for root in roots} == set(slots.values())  # one partition per master
         assert roots == [part.options.root for part in spread[1].parts]
@@ -127,7 +139,10 @@ async def test_links_across_partitions(cluster_seeds: str) -> None:  # noqa: F81
 
 
 @pytest.mark.timeout(240)
-def test_a_spread_board_follows_the_model(cluster_seeds: str) -> None:  # noqa: F811
-    """The model-based test of the contract (as on one slot) on a board spread over three partitions."""
+@pytest.mark.parametrize("order", ["home", "exact"])
+def test_a_spread_board_follows_the_model(cluster_seeds: str, order: str) -> None:  # noqa: F811
+    """The model-based test of the contract (as on one slot) on a board spread over three partitions; with the
+    default ``order=home`` any claimable job is a right claim (a board takes its home partition's first, as
+    the partitioned zookeeper:// board does), with ``order=exact`` only the board's best."""
     run_model_test(lambda: f"redis://{cluster_seeds}/0/model-{uuid.uuid4().hex}?cluster=1&partitions=3"
-                           f"&session_timeout=4", examples=12)
+                           f"&session_timeout=4&order={order}", examples=12, claim_next_best_first=order == "exact")
