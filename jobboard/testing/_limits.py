@@ -100,6 +100,24 @@ class LimitsConformance(FlowControlBase):
         assert after is not None and after.job.id == busy[2].id
 
     @bounded
+    async def test_consume_and_claim_next_honours_the_limits(self, open_boards: BoardOpener) -> None:
+        board, other = await open_boards(), await open_boards()
+        self.require_flow_control(board)
+        await board.set_limit("g", concurrency=1)
+        await board.set_limit("r", rate=(1, 60.0))
+        held = await board.claim(await board.post("work", group="g", priority=Priority.HIGH), "a")
+        waiting = await board.post("work", group="g", priority=Priority.HIGH)
+        rated = [await board.post("work", group="r", priority=Priority.HIGH) for _ in range(2)]
+        plain = await other.post("work")
+        first = await other.claim(rated[0], "b")  # the rate's one grant in 60 s
+        nxt = await other.consume_and_claim_next(first)  # g is full, r has no permit: the plain job
+        assert nxt is not None and nxt.job.id == plain.id
+        assert await other.consume_and_claim_next(nxt) is None
+        after = await board.consume_and_claim_next(held)  # its consume gives the permit it takes again
+        assert after is not None and after.job.id == waiting.id
+        assert await self.running(other, "g") == (1, 0) and await self.running(other, "r") == (0, 1)
+
+    @bounded
     async def test_many_claimers_at_the_last_permit_one_wins(self, open_boards: BoardOpener) -> None:
         boards = [await open_boards() for _ in range(4)]
         self.require_flow_control(boards[0])
