@@ -180,7 +180,7 @@ class BoardCollector:
                                     labels=["worker"])
         for worker in stats.workers:
             running.add_metric([worker.name], len(worker.running))
-        yield from (by_state, by_name, by_priority, running)
+        yield from (by_state, by_name, by_priority, running, self._group_gauge())
         yield GaugeMetricFamily("jobboard_board_oldest_unclaimed_age_seconds", "Age of the oldest claimable "
                                 "job (0: none)", value=stats.oldest_unclaimed_age or 0.0)
         yield GaugeMetricFamily("jobboard_board_trash_jobs", "Jobs in the trash", value=stats.trash_size)
@@ -188,6 +188,21 @@ class BoardCollector:
                                 "(not counted as jobs)", value=stats.records)
         yield GaugeMetricFamily("jobboard_board_workers", "Live workers (registered entities)",
                                 value=len(stats.workers))
+
+
+    def _group_gauge(self) -> Metric:
+        """Jobs of each flow-control group by state: ``claimed`` is the group's permits in use (a permit is a
+        claim, issue 27), ``unclaimed`` its jobs waiting for one."""
+        counts: dict[tuple[str, str], int] = {}
+        for item in self.live.jobs():
+            if item.job.group is not None:
+                key = (item.job.group, item.state.value)
+                counts[key] = counts.get(key, 0) + 1
+        by_group = GaugeMetricFamily("jobboard_board_group_jobs", "Jobs of each flow-control group by state "
+                                     "(claimed: the permits in use)", labels=["group", "state"])
+        for (group, state), count in sorted(counts.items()):
+            by_group.add_metric([group, state], count)
+        return by_group
 
 
 async def bind_metrics(host: str, port: int) -> MultiListener[SocketStream]:
