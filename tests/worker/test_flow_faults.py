@@ -1,0 +1,209 @@
+"""Flow control under faults, with real worker processes (issue 27's checks, short): groups with limits 1, 2
+and 5 and a sequence, 240 jobs on 4 `Worker` processes, SIGKILLs and a SIGSTOP past the session timeout.
+The handlers record their starts and ends under a file lock: the jobs of a group running at once never
+exceed its limit; a killed worker's claims (its permits) are back within the session timeout + 1 s; every
+job is consumed (none left, none trashed); the sequence started in posting order. And a rate of 20/s on 4
+processes: no window holds more than 20 starts, and the mean rate is at least 18/s.
+
+Run on every backend with flow control that processes share (sqlite:// here: no server needed).
+The seed is printed; ``JOBBOARD_FLOW_SEED`` replays it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import anyio
+import pytest
+
+from jobboard import NewJob, open_board
+from jobboard.board.contract import JobBoard
+
+pytestmark = pytest.mark.timeout(150)
+
+WORKER = """
+import fcntl, os, random, sys, time, anyio
+from jobboard import Worker, WorkerConfig, open_board
+
+url, log, lock, pause = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+
+
+def record(line):
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+        with open(log, "a") as out:
+            out.write(line + "\\n")
+
+
+async def handler(ctx):
+    job = ctx.job
+    record(f"start {os.getpid()} {job.id} {job.group} {job.details.get('n', -1)} {time.monotonic()}")
+    try:
+        await anyio.sleep(random.uniform(pause / 2, pause))
+    finally:
+        record(f"end {os.getpid()} {job.id} {job.group} -1 {time.monotonic()}")
+
+
+async def main():
+    async with open_board(url) as board:
+        await Worker(board, handler, WorkerConfig(owner=f"w-{os.getpid()}", concurrency=6,
+                                                   idle_backoff_max=1.0)).run(handle_signals=True)
+
+anyio.run(main)
+"""
+
+SESSION_TIMEOUT = 1.0
+LIMITS = {"k1": 1, "k2": 2, "k5": 5, "seq": 1}
+
+
+class Fleet:
+    """Worker processes on one board, their shared log, and the faults done to them (logged too)."""
+
+    def __init__(self, url: str, folder: Path, pause: float) -> None:
+        self.url, self.pause = url, pause
+        self.log, self.lock = folder / "events.log", folder / "events.lock"
+        self.log.touch()
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen([sys.executable, "-c", WORKER, self.url, str(self.log), str(self.lock),
+                                 str(self.pause)], stdout=subprocess.DEVNULL)
+        self.procs.append(proc)
+        return proc
+
+    def record(self, line: str) -> None:
+        import fcntl
+
+        with open(self.lock, "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            with open(self.log, "a") as out:
+                out.write(line + "\n")
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.terminate()
+        for proc in self.procs:
+            proc.wait(timeout=30)
+
+    def events(self) -> list[list[str]]:
+        return [line.split() for line in self.log.read_text().splitlines() if line]
+
+
+async def claims_of(board: JobBoard, owner: str) -> int:
+    return len([item async for item in board.listing() if item.owner == owner])
+
+
+async def permits_back_after(board: JobBoard, owner: str) -> float:
+    """Seconds until no job on the board is claimed by ``owner``."""
+    began = time.monotonic()
+    while await claims_of(board, owner):  # noqa: ASYNC110 (other processes' claims: no event here)
+        await anyio.sleep(0.05)
+    return time.monotonic() - began
+
+
+def check_history(events: list[list[str]], posted_order: list[str]) -> tuple[dict[str, int], int]:
+    """Replay the log: the most jobs of each group running at once (a killed or stopped worker's handlers
+    stop counting when the fault is logged), and how many starts there were. Asserts the limits and the
+    sequence's order of first starts."""
+    running: dict[str, set[tuple[str, str]]] = defaultdict(set)
+    most: dict[str, int] = defaultdict(int)
+    first_starts: list[str] = []
+    starts = 0
+    for kind, pid, *rest in events:
+        if kind == "start":
+            job, group = rest[0], rest[1]
+            starts += 1
+            if group == "seq" and job not in first_starts:
+                first_starts.append(job)
+            if group in LIMITS:
+                running[group].add((pid, job))
+                most[group] = max(most[group], len(running[group]))
+                assert len(running[group]) <= LIMITS[group], (group, sorted(running[group]))
+        elif kind == "end":
+            running[rest[1]].discard((pid, rest[0]))
+        else:  # killed / stopped: its handlers run no more from now on
+            for group, entries in running.items():
+                running[group] = {entry for entry in entries if entry[0] != pid}
+    assert first_starts == posted_order
+    return dict(most), starts
+
+
+async def test_limits_hold_through_kills_and_a_stop_past_the_session_timeout(tmp_path: Path) -> None:
+    seed = int(os.environ.get("JOBBOARD_FLOW_SEED", random.randrange(2**32)))
+    print(f"JOBBOARD_FLOW_SEED={seed}")
+    rng = random.Random(seed)
+    url = f"sqlite://{tmp_path}/jobs.db?board=faults&session_timeout={SESSION_TIMEOUT}&reap_interval=0.1"
+    fleet = Fleet(url, tmp_path, pause=0.06)
+    async with open_board(url) as board:
+        if not board.backend.flow_control:
+            pytest.skip("this backend has no flow control yet")
+        for group, limit in LIMITS.items():
+            if group == "seq":
+                await board.set_limit(group, sequence=True)
+            else:
+                await board.set_limit(group, concurrency=limit)
+        jobs = [NewJob("work", {"n": n}, group=group) for n in range(60) for group in ("k1", "k2", "k5", "seq")]
+        posted = await board.post_many(jobs[:120]) + await board.post_many(jobs[120:])
+        sequence = [job.id for job in posted if job.group == "seq"]
+        returns: list[float] = []
+        try:
+            for _ in range(4):
+                fleet.start()
+            with anyio.fail_after(120):
+                for step in range(4):
+                    await anyio.sleep(rng.uniform(0.7, 1.4))
+                    victim = rng.choice([proc for proc in fleet.procs if proc.poll() is None])
+                    if step == 2:  # stopped past its session: its claims are given to others meanwhile
+                        victim.send_signal(signal.SIGSTOP)
+                        fleet.record(f"stopped {victim.pid}")
+                        await anyio.sleep(SESSION_TIMEOUT + 1.0)
+                        assert await claims_of(board, f"w-{victim.pid}") == 0
+                        victim.send_signal(signal.SIGCONT)
+                        continue
+                    victim.kill()
+                    victim.wait()
+                    fleet.record(f"killed {victim.pid}")
+                    returns.append(await permits_back_after(board, f"w-{victim.pid}"))
+                    fleet.start()
+                while await board.job_count():  # noqa: ASYNC110 (the workers are other processes)
+                    await anyio.sleep(0.1)
+        finally:
+            fleet.stop_all()
+        assert [item async for item in board.trashed()] == []
+        most, starts = check_history(fleet.events(), sequence)
+    assert max(returns) <= SESSION_TIMEOUT + 1.0, returns
+    assert most == LIMITS, most  # every limit was reached, none passed
+    assert starts >= len(posted)
+
+
+async def test_a_rate_holds_across_processes(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/jobs.db?board=rate"
+    fleet = Fleet(url, tmp_path, pause=0.01)
+    jobs, rate = 100, 20
+    async with open_board(url) as board:
+        if not board.backend.flow_control:
+            pytest.skip("this backend has no flow control yet")
+        await board.set_limit("api", rate=(rate, 1.0))
+        await board.post_many([NewJob("call", group="api") for _ in range(jobs)])
+        try:
+            for _ in range(4):
+                fleet.start()
+            with anyio.fail_after(60):
+                while await board.job_count():  # noqa: ASYNC110 (the workers are other processes)
+                    await anyio.sleep(0.1)
+        finally:
+            fleet.stop_all()
+    starts = sorted(float(event[5]) for event in fleet.events() if event[0] == "start")
+    assert len(starts) == jobs
+    # a handler starts a little after its claim was granted (the dispatch): windows of 1 s less 0.1
+    assert max(sum(1 for other in starts if start <= other < start + 0.9) for start in starts) <= rate
+    assert (len(starts) - 1) / (starts[-1] - starts[0]) >= 0.9 * rate
