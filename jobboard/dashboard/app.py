@@ -77,7 +77,7 @@ NOTHING = Markup("")
 
 
 async def overview(request: Request, d: Dashboard) -> tuple[str, Markup, Markup]:
-    return "Overview", pages.overview(d), NOTHING
+    return "Overview", join([pages.overview(d), await flow.overview_section(d.board)]), NOTHING
 
 
 async def jobs(request: Request, d: Dashboard) -> tuple[str, Markup, Markup]:

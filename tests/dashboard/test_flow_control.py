@@ -1,5 +1,6 @@
-"""The dashboard's flow-control API (issue 27): limits and pauses read as JSON; pause and resume are actions
-guarded like the others (read-only refuses, the token is required); a board without flow control says 404."""
+"""Flow control in the dashboard (issue 27): the overview's section, limits and pauses read as JSON; pause and
+resume are actions guarded like the others (read-only refuses, the token is required); a board without flow
+control shows no section and says 404."""
 
 from __future__ import annotations
 
@@ -37,6 +38,12 @@ async def test_limits_are_read_and_pauses_are_guarded_actions(board: JobBoard) -
                 "paused": {"board": False, "names": []}}
             status, _, body = await ahttp("POST", f"{base}/api/pause?name=export", {"X-Jobboard-Token": TOKEN})
             assert status == 403 and "read-only" in body
+            await board.set_limit("<script>window.__xss = 1</script>", rate="5/s")
+            await board.pause("export")
+            status, _, page = await ahttp("GET", f"{base}/")
+            assert status == 200 and "Flow control" in page and "paused: export" in page
+            assert "tenant-42" in page and "5/s" in page and "<script>window" not in page
+            await board.resume("export")
         async with dashboard_in_loop(board, allow_actions=True, token=TOKEN) as base:
             status, _, _ = await ahttp("POST", f"{base}/api/pause?name=export", {"X-Jobboard-Token": "wrong"})
             assert status == 401 and (await board.paused()).names == frozenset()
