@@ -6,13 +6,16 @@ Starts one redis-server with a replica (both ``appendfsync always``) and a Redis
 replicas (``tests/support/rediscluster.py``, ``appendfsync always``), and runs, in turn each round (the order
 rotating), the same load on four boards: ``one-server`` (the lone server), ``one-slot`` (``?cluster=1``: the
 whole board in one slot), ``spread`` (``?cluster=1&partitions=3``) and ``spread-exact`` (the same with
-``order=exact``). A run: N jobs posted 16 in flight, then W claimers ``claim_next`` then
+``order=exact``). A run: N jobs posted 16 in flight (``--in-flight``), then W claimers ``claim_next`` then
 ``consume_and_claim_next`` until the board is empty, posters and claimers spread over B open boards of the
 board (``--boards``, 3: a fleet's processes, here in one process, each with its home partition). Per run and per master: its
 CPU (``INFO cpu``, user + sys) over the run, in ms per cycle (post + claim + consume); for the cluster boards
 the busiest master's figure and every master's. Prints a JSON line (``bench: redis_spread``) and a table of
 medians and ranges; ``ratio``: the busiest master's CPU per cycle ÷ one server's, each run against the
-one-server run of its round.
+one-server run of its round. Also per master and per cycle: the commands it ran (the work) and the read
+events it processed (each one an event-loop wake-up, a ``read``, a reply ``write``; with
+``appendfsync always``, an AOF write and fsync; and the replication stream's write, whatever the number of
+commands it brought).
 """
 
 from __future__ import annotations
@@ -31,20 +34,26 @@ from benchmarks.redis_fleet import server_info
 from jobboard import JobBoard, open_board
 
 SYSTEMS = ("one-server", "one-slot", "spread", "spread-exact")
-IN_FLIGHT = 16
 
 
-def cpu_seconds(hosts: list[str]) -> list[float]:
-    """Each server's CPU seconds so far (user + sys)."""
+
+def counters(hosts: list[str]) -> list[tuple[float, float, float]]:
+    """Each server's CPU seconds so far (user + sys), commands run (``INFO commandstats``: a script call and
+    each command it runs) and read events processed (``total_reads_processed``: one per socket read, which
+    may bring several commands)."""
     found = []
     for host in hosts:
         cpu = server_info(f"redis://{host}/0", "cpu")
-        found.append(float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]))
+        stats = [dict(part.split("=", 1) for part in value.split(","))
+                 for value in server_info(f"redis://{host}/0", "commandstats").values()]
+        reads = float(server_info(f"redis://{host}/0", "stats")["total_reads_processed"])
+        found.append((float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+                      sum(float(stat["calls"]) for stat in stats), reads))
     return found
 
 
-async def load(url: str, jobs: int, workers: int, boards: int) -> float:
-    """Post ``jobs`` (16 in flight), then run them with ``workers`` claimers, both spread over ``boards`` boards
+async def load(url: str, jobs: int, workers: int, boards: int, in_flight: int) -> float:
+    """Post ``jobs`` (``in_flight`` at a time), then run them with ``workers`` claimers, both spread over ``boards`` boards
     of the board ``url`` (a fleet's processes, in one process); the seconds the run took."""
     async with AsyncExitStack() as stack:
         fleet = [await stack.enter_async_context(open_board(url)) for _ in range(boards)]
@@ -55,7 +64,7 @@ async def load(url: str, jobs: int, workers: int, boards: int) -> float:
             for index in queue:
                 await board.post("work", {"i": index})
 
-        await asyncio.gather(*(poster(fleet[n % boards]) for n in range(IN_FLIGHT)))
+        await asyncio.gather(*(poster(fleet[n % boards]) for n in range(in_flight)))
 
         async def claimer(board: JobBoard, name: str) -> None:
             claim = await board.claim_next(name)
@@ -73,12 +82,18 @@ async def load(url: str, jobs: int, workers: int, boards: int) -> float:
 
 def one_run(system: str, urls: dict[str, str], hosts: dict[str, list[str]], args: argparse.Namespace) -> dict[str, Any]:
     servers, jobs = hosts[system], args.jobs
-    before = cpu_seconds(servers)
+    before = counters(servers)
     url = urls[system].format(root=f"spread-bench-{uuid.uuid4().hex}")
-    seconds = asyncio.run(load(url, jobs, args.workers, args.boards))
-    after = cpu_seconds(servers)
-    per_cycle = [round((end - start) * 1000 / jobs, 4) for start, end in zip(before, after, strict=True)]
+    seconds = asyncio.run(load(url, jobs, args.workers, args.boards, args.in_flight))
+    after = counters(servers)
+    deltas = [[(end - start) / jobs for start, end in zip(was, now, strict=True)]
+              for was, now in zip(before, after, strict=True)]
+    per_cycle = [round(cpu * 1000, 4) for cpu, _, _ in deltas]
     return {"system": system, "ms_per_cycle": per_cycle, "busiest": max(per_cycle),
+            "commands_per_cycle": [round(calls, 2) for _, calls, _ in deltas],
+            "reads_per_cycle": [round(reads, 2) for _, _, reads in deltas],
+            "commands_max": round(max(calls for _, calls, _ in deltas), 2),
+            "reads_max": round(max(reads for _, _, reads in deltas), 2),
             "cycles_per_s": round(jobs / seconds, 1), "load": os.getloadavg()[0]}
 
 
@@ -88,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--boards", type=int, default=3, help="boards (a fleet's processes) sharing the load")
+    parser.add_argument("--in-flight", type=int, default=16, help="posts in flight")
     args = parser.parse_args(argv)
     from tests.support.rediscluster import RedisCluster
     from tests.support.redisserver import RedisServer, ensure_redis_installed
@@ -118,12 +134,15 @@ def main(argv: list[str] | None = None) -> int:
     for system in SYSTEMS:
         mine = [run for run in runs if run["system"] == system]
         summary[system] = {key: (statistics.median(run[key] for run in mine), min(run[key] for run in mine),
-                                 max(run[key] for run in mine)) for key in ("busiest", "ratio", "cycles_per_s")}
+                                 max(run[key] for run in mine))
+                           for key in ("busiest", "ratio", "commands_max", "reads_max", "cycles_per_s")}
     print(json.dumps({"bench": "redis_spread", "jobs": args.jobs, "workers": args.workers, "boards": args.boards,
+                      "in_flight": args.in_flight,
                       "runs": runs,
                       "summary": summary}))
-    print("| board | busiest master, ms CPU per cycle | ÷ one server | cycles/s |")
-    print("|---|---|---|---|")
+    print("| board | busiest master, ms CPU per cycle | ÷ one server | commands per cycle, most on a master "
+          "| read events per cycle, most on a master | cycles/s |")
+    print("|---|---|---|---|---|---|")
     for system, found in summary.items():
         print(f"| {system} | " + " | ".join(f"{median:g} ({low:g}-{high:g})" for median, low, high in found.values())
               + " |")
