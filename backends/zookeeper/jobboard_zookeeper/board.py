@@ -14,7 +14,9 @@ each call to the one that does it:
   run in the background (:mod:`.retention`, :mod:`.collect`);
 * the fleet of a partitioned board: :class:`~.fleet.Fleet` (joining, pins, the other partitions;
   a flat board has none: decided at open);
-* entities: :class:`~.entities.Entities`.
+* entities: :class:`~.entities.Entities`;
+* flow control: :class:`~.flow.Flow` (the cached limits and pauses, each claim's gate) and
+  :class:`~.flow_admin.FlowAdmin` (what is stored, listed).
 
 They share the live view (:mod:`.view`), the paths (:mod:`.layout`, :mod:`.partitions`) and the
 write markers (:mod:`.markers`); only :mod:`.zk` (with its wire modules) talks to aiozk. Claims are
@@ -32,6 +34,7 @@ from typing import Any
 from jobboard.backend import Backend, Prepared, Settle, SettleAction
 from jobboard.board.contract import JobBoard
 from jobboard.board.events import Event, EventKind
+from jobboard.board.limits import GroupLimit, LimitSpec, Paused
 from jobboard.job import Claim, Entity, Job, JobState, ListedJob, Outcome, Progress, TrashedJob
 from jobboard_zookeeper.batching import BatchPoster, Grouper
 from jobboard_zookeeper.cancel import Canceller
@@ -39,6 +42,8 @@ from jobboard_zookeeper.claiming import Claimer
 from jobboard_zookeeper.collect import collect_forever
 from jobboard_zookeeper.entities import Entities
 from jobboard_zookeeper.fleet import Fleet, make_view
+from jobboard_zookeeper.flow import Flow
+from jobboard_zookeeper.flow_admin import FlowAdmin
 from jobboard_zookeeper.keep import Keeper
 from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.markers import Markers
@@ -49,7 +54,7 @@ from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.reading import Reader
 from jobboard_zookeeper.retention import retain_forever
 from jobboard_zookeeper.settle import Settler
-from jobboard_zookeeper.view import BoardView
+from jobboard_zookeeper.view import WORK, BoardView
 from jobboard_zookeeper.watching import Watcher
 from jobboard_zookeeper.zk import ZooKeeper
 
@@ -75,6 +80,8 @@ class ZooKeeperBackend(Backend):
     _keeper: Keeper
     _canceller: Canceller
     _entities: Entities
+    _flow: Flow
+    _flow_admin: FlowAdmin
 
     def __init__(self, url: str) -> None:
         super().__init__(url)
@@ -97,6 +104,7 @@ class ZooKeeperBackend(Backend):
             self._assemble(zk, self._paths)
             zk.add_session_listener(self._on_session_event)  # a blip while opening re-syncs
             await self.view.sync(report=False)
+            await self._flow.open(zk)
             await self._poster.open()
         except BaseException:
             await zk.close()
@@ -117,8 +125,10 @@ class ZooKeeperBackend(Backend):
         self._batches = batches = BatchPoster(zk, paths, markers, poster, options.max_request_bytes)
         self._grouper = batches.grouper
         self._reader = reader = Reader(session, zk, paths, view, self.report_malformed)
-        self._claimer = Claimer(session, paths, view, settler, reader, fleet)
-        self._watcher = Watcher(session, view, settler, poster, reader, fleet, self.ensure_open)
+        self._flow = flow = Flow(session, paths, lambda: view.notify(WORK))
+        self._flow_admin = FlowAdmin(session, paths, flow, reader)
+        self._claimer = Claimer(session, paths, view, settler, reader, fleet, flow)
+        self._watcher = Watcher(session, view, settler, poster, reader, fleet, flow, self.ensure_open)
         self._keeper = Keeper(session, paths)
         self._canceller = Canceller(zk, paths, markers, settler.linked, reader, options.max_request_bytes)
         self._entities = Entities(zk, paths)
@@ -175,6 +185,7 @@ class ZooKeeperBackend(Backend):
                 await self._settler.release_orphans()
                 await self._settler.given_up.release()
             await self.view.sync(report=True)
+            await self._flow.open(self.session())  # the watch again, and what changed meanwhile
         except Exception:
             logger.exception("could not resynchronise %s after reconnecting", self.url)
 
@@ -273,6 +284,26 @@ class ZooKeeperBackend(Backend):
 
     async def entities(self) -> list[Entity]:
         return await self._entities.listing()
+
+    # -- flow control (jobboard_zookeeper.flow) ----------------------------------------
+
+    async def set_limit(self, limit: LimitSpec) -> None:
+        await self._flow_admin.set_limit(limit)
+
+    async def clear_limit(self, group: str) -> bool:
+        return await self._flow_admin.clear_limit(group)
+
+    async def limits(self) -> list[GroupLimit]:
+        return await self._flow_admin.limits()
+
+    async def pause(self, name: str | None) -> None:
+        await self._flow_admin.pause(name)
+
+    async def resume(self, name: str | None) -> None:
+        await self._flow_admin.resume(name)
+
+    async def paused(self) -> Paused:
+        return await self._flow_admin.paused()
 
 
 class ZooKeeperBoard(JobBoard):

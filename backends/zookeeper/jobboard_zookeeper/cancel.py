@@ -4,7 +4,7 @@ One multi: the trash operations of the job and, recursively, of its dependents
 (:meth:`LinkedOps.trash_ops <jobboard_zookeeper.linked.LinkedOps.trash_ops>`, each checked at the
 version read), a write marker, and either ``create`` + ``delete`` of the lock (nobody may hold
 the job meanwhile) or, once it is found held, ``delete(lock)`` after the job (watchers see a
-trash, not a release). Retried from a fresh read when the job changed meanwhile. A lost reply is
+trash, not a release) with the claim's flow-control permit, if it has one. Retried from a fresh read when the job changed meanwhile. A lost reply is
 resolved by the marker, now or by the caller's retry.
 """
 
@@ -15,6 +15,7 @@ from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.linked import LinkedOps
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Delete, OutcomeUnknown
+from jobboard_zookeeper.orphans import held_permit
 from jobboard_zookeeper.reading import Reader, Stored
 from jobboard_zookeeper.refusals import not_found
 from jobboard_zookeeper.settle import check_request_size
@@ -77,6 +78,8 @@ class Canceller:
         ops = await self._linked.trash_ops(job_id, stored, reason)
         if revoke:
             ops.append(Delete(lock))  # after the job, so that watchers see a trash, not a release
+            permit = await held_permit(self._zk, self._paths, job_id, stored.posting.group)
+            ops += [] if permit is None else [Delete(permit)]  # the claim's flow-control permit goes with it
         elif stored.path == self._paths.job(job_id):  # nobody may hold it meanwhile
             ops[:0] = [Create(lock, ephemeral=True), Delete(lock)]
         marker = self._markers.new()

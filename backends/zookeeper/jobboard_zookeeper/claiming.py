@@ -2,7 +2,8 @@
 
 ``claim_next`` takes the candidates from the live view in board order (priority, then age),
 reads them ahead several at a time (:class:`ReadAhead`: one ``multiRead`` serves several
-claims), and claims the first it can with the claim multi of
+claims), and claims the first it can, not held back by flow control (:mod:`jobboard_zookeeper.flow`:
+a group at its concurrency or rate is passed over for the rest of the call), with the claim multi of
 :meth:`Settler.claim <jobboard_zookeeper.settle.Settler.claim>` (``set_data(job, attempts + 1,
 version)`` + ``create(lock, ephemeral)``: atomic; the job's new version is the claim's
 generation). After a lost race it picks at random among the next few candidates for a while
@@ -14,13 +15,15 @@ steals from the others (:mod:`jobboard_zookeeper.fleet`).
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from collections.abc import Collection
 
 from jobboard.board.codec import MalformedEntry, decode_posting
-from jobboard.errors import AlreadyClaimed, NotClaimable
+from jobboard.errors import AlreadyClaimed, HeldBack, NotClaimable
 from jobboard.job import Claim, wanted
 from jobboard_zookeeper.fleet import Fleet
+from jobboard_zookeeper.flow import Flow, hold_group
 from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.reading import Reader, Session, Stored
 from jobboard_zookeeper.refusals import claim_refused, not_found
@@ -32,6 +35,8 @@ READ_AHEAD = 16
 MISSING = "missing"
 CONTENTION_MEMORY = 1.0
 """Seconds after a lost race during which claim_next starts spread out."""
+FLOW_RETRIES = 8
+"""Claim attempts of one job whose flow-control nodes changed meanwhile (each reads its gate again)."""
 
 
 class ReadAhead:
@@ -104,8 +109,8 @@ class Claimer:
     """``claim`` and ``claim_next`` for one board (see the module docstring)."""
 
     def __init__(self, session: Session, paths: Paths, view: BoardView, settler: Settler, reader: Reader,
-                 fleet: Fleet | None) -> None:
-        self._session, self._paths, self._view = session, paths, view
+                 fleet: Fleet | None, flow: Flow) -> None:
+        self._session, self._paths, self._view, self._flow = session, paths, view, flow
         self._settler, self._reader, self._fleet = settler, reader, fleet
         self._inflight: set[str] = set()
         """Jobs this board is trying to claim now: concurrent claim_next calls spread out."""
@@ -126,12 +131,14 @@ class Claimer:
         outcome = await self._try_claim(job_id, stored, owner)
         if isinstance(outcome, Claim):
             return outcome
+        if isinstance(outcome, HeldBack):
+            raise outcome
         if outcome in ("claimed", "changed") and await self._session().exists(self._paths.lock(job_id)) is not None:
             raise AlreadyClaimed(f"job {job_id} is claimed by {await self._reader.owner(job_id)}")
         raise claim_refused(job_id, outcome)
 
-    async def _try_claim(self, job: str, stored: Stored, owner: str) -> Claim | str:
-        """Claim a job as read, or say why not (``delayed``, ``changed`` ...)."""
+    async def _try_claim(self, job: str, stored: Stored, owner: str) -> Claim | str | HeldBack:
+        """Claim a job as read, or say why not (``delayed``, ``changed`` ..., or flow control's refusal)."""
         posting = stored.posting
         if posting.not_before is not None and posting.not_before > time.time():
             return "delayed"
@@ -139,7 +146,15 @@ class Claimer:
             if await self._settler.exhaust(job, stored):
                 return "exhausted (moved to the trash)"
             return "changed"  # held by someone, or changed meanwhile
-        return await self._settler.claim(job, stored, owner)
+        for _ in range(FLOW_RETRIES):  # a flow-control node changed meanwhile: read the gate again
+            gate = await self._flow.gate(job, stored.posting, owner)
+            if isinstance(gate, HeldBack):
+                return gate
+            outcome = await self._settler.claim(job, stored, owner, gate)
+            if outcome != "flow":
+                return outcome
+            self._flow.stale()
+        return "changed"
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         """The best claimable job this board sees, claimed; stolen from the other partitions when a
@@ -147,27 +162,35 @@ class Claimer:
         fleet = self._fleet  # None: a flat board
         if fleet is not None and fleet.must_join:  # a partitioned board's first claim (see .fleet)
             await fleet.join()
+        if fleet is not None and (await self._flow.refresh()).used:
+            return await self._claim_in_board_order(fleet, owner, names)
         picker = CandidatePicker(self._view.candidates(self._inflight, names))
         picker.contended = time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
+        held: set[str] = set()
+        """Groups flow control holds back (at their concurrency or rate) for this call."""
         while (job := picker.next(self._view.locks)) is not None:
             conflicts = self.claim_conflicts
             self._inflight.add(job)
             try:
-                outcome = await self._claim_candidate(job, owner, names)
+                outcome = await self._claim_candidate(job, owner, names, held)
             finally:
                 self._inflight.discard(job)
             if outcome is not None:
                 return outcome
             picker.contended |= self.claim_conflicts > conflicts  # only a lost race spreads out
-        return await self._steal(fleet, owner, names) if fleet is not None else None
+        return await self._steal(fleet, owner, names, held) if fleet is not None else None
 
-    async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None) -> Claim | None:
+    async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None,
+                               held: set[str]) -> Claim | None:
         stored = await self._ahead.candidate(job)
         if stored is None:
             return None
-        if not wanted(stored.posting.name, names):
+        if not wanted(stored.posting.name, names) or stored.posting.group in held:
             return None
         outcome = await self._try_claim(job, stored, owner)
+        if isinstance(outcome, HeldBack):
+            hold_group(held, stored.posting.group, outcome)
+            return None
         if outcome == "delayed" and stored.posting.not_before is not None:
             self._view.skip_until(job, stored.posting.not_before)
         elif outcome in ("claimed", "changed", "gone"):  # lost races ("lost": a lost reply, not one)
@@ -175,21 +198,54 @@ class Claimer:
             self._last_lost_race = time.monotonic()
         return outcome if isinstance(outcome, Claim) else None
 
-    async def _steal(self, fleet: Fleet, owner: str, names: Collection[str] | None) -> Claim | None:
+    async def _steal(self, fleet: Fleet, owner: str, names: Collection[str] | None,
+                     held: set[str]) -> Claim | None:
         """Claim the best unclaimed job of the partitions this board does not watch, if any."""
         for job in await fleet.unclaimed():
+            if (claim := await self._claim_foreign(fleet, job, owner, names, held)) is not None:
+                return claim
+        return None
+
+    async def _claim_in_board_order(self, fleet: Fleet, owner: str, names: Collection[str] | None) -> Claim | None:
+        """On a partitioned board where flow control was ever set: the best job of every partition, this
+        member's and the others' merged in board order, so that the order flow control keeps (and a resumed
+        name's) is the board's (one listing of the other partitions per call, as a steal)."""
+        held: set[str] = set()
+        own = self._view.candidates(self._inflight, names)
+        for job in heapq.merge(own, await fleet.unclaimed()):
             if job in self._inflight:
                 continue
-            self._inflight.add(job)
-            try:
-                found = await self._reader.readable(job, names)
-                outcome = None if found is None else await self._try_claim(job, found, owner)
-            finally:
-                self._inflight.discard(job)
-            if isinstance(outcome, Claim):
-                self.steals += 1
-                fleet.found()
-                return outcome
-            if outcome == "delayed" and found is not None and found.posting.not_before is not None:
-                self._view.skip_until(job, found.posting.not_before)
+            if self._view.watches(job) and job in self._view.jobs:
+                self._inflight.add(job)
+                try:
+                    claim = await self._claim_candidate(job, owner, names, held)
+                finally:
+                    self._inflight.discard(job)
+            else:
+                claim = await self._claim_foreign(fleet, job, owner, names, held)
+            if claim is not None:
+                return claim
+        return None
+
+    async def _claim_foreign(self, fleet: Fleet, job: str, owner: str, names: Collection[str] | None,
+                             held: set[str]) -> Claim | None:
+        """Claim ``job`` of a partition this board does not watch (read first), if it can."""
+        if job in self._inflight:
+            return None
+        self._inflight.add(job)
+        try:
+            found = await self._reader.readable(job, names)
+            if found is None or found.posting.group in held:
+                return None
+            outcome = await self._try_claim(job, found, owner)
+        finally:
+            self._inflight.discard(job)
+        if isinstance(outcome, HeldBack):
+            hold_group(held, found.posting.group, outcome)
+        if isinstance(outcome, Claim):
+            self.steals += 1
+            fleet.found()
+            return outcome
+        if outcome == "delayed" and found.posting.not_before is not None:
+            self._view.skip_until(job, found.posting.not_before)
         return None

@@ -14,6 +14,9 @@
                                 known (see :mod:`jobboard_zookeeper.markers`)
     <root>/keys/<key>           idempotency keys: the job posted with the key (see
                                 :mod:`jobboard_zookeeper.keys`)
+    <root>/flow/state           limits and pauses; <root>/flow/p-<group>/<id>: ephemeral
+                                permits; <root>/flow/r-<group>: a rate's window (see
+                                :mod:`jobboard_zookeeper.flow`)
 
 A job id is ``<rank>-<sequence>``, so a plain sort of ``jobs/`` is priority,
 then posting order; ids are allocated before the write, so every write names
@@ -30,7 +33,7 @@ from urllib.parse import quote
 from jobboard.board.codec import MalformedEntry, decode_value, encode_value, progress_from, progress_record
 from jobboard.job import Priority, Progress
 
-DIRECTORIES = ("counters", "jobs", "waiting", "locks", "trash", "results", "entities", "marks", "keys")
+DIRECTORIES = ("counters", "jobs", "waiting", "locks", "trash", "results", "entities", "marks", "keys", "flow")
 EPOCH_SIZE = 2_000_000_000
 """A counter node's version is a 32-bit int: move to the next counter well before it overflows."""
 
@@ -107,6 +110,22 @@ class Paths:
 
     def mark(self, name: str) -> str:
         return f"{self.root}/marks/{name}"
+
+    def flow(self, name: str) -> str:
+        """A flow-control node (``state``, ``p-<group>``, ``r-<group>``: :mod:`jobboard_zookeeper.flow`)."""
+        return f"{self.root}/flow/{name}"
+
+    def permits(self, group: str) -> str:
+        """The parent of a group's permits (its data version counts the permits granted)."""
+        return self.flow(f"p-{quote(group, safe='')}")
+
+    def permit(self, group: str, job_id: str) -> str:
+        """The ephemeral permit of the claim of ``job_id`` (one at most: one live claim per job)."""
+        return f"{self.permits(group)}/{job_id}"
+
+    def rate(self, group: str) -> str:
+        """A rated group's window: earlier grant times as data, the latest grant as its mtime."""
+        return self.flow(f"r-{quote(group, safe='')}")
 
     def key(self, key: str) -> str:
         """The node of an idempotency key (quoted: any string is a valid key)."""

@@ -31,12 +31,23 @@ async def lock_is(zk: ZooKeeper, paths: Paths, job_id: str, nonce: str) -> bool:
         return False
 
 
-async def release_lock(zk: ZooKeeper, paths: Paths, job_id: str, nonce: str, guard: Op) -> bool:
-    """Delete the job's lock if it holds ``nonce``, in one multi with ``guard`` (an op on the job node
-    at the claim's generation); True if released."""
+async def release_lock(zk: ZooKeeper, paths: Paths, job_id: str, nonce: str, guard: Op,
+                       permit: str | None = None) -> bool:
+    """Delete the job's lock (and the claim's flow-control ``permit``) if it holds ``nonce``, in one multi
+    with ``guard`` (an op on the job node at the claim's generation); True if released."""
     if not await lock_is(zk, paths, job_id, nonce):
         return False
-    return (await zk.multi([guard, Delete(paths.lock(job_id))], retry_safe=True)).ok
+    ends = [Delete(paths.lock(job_id))] + ([] if permit is None else [Delete(permit)])
+    return (await zk.multi([guard, *ends], retry_safe=True)).ok
+
+
+async def held_permit(zk: ZooKeeper, paths: Paths, job_id: str, group: str | None) -> str | None:
+    """The flow-control permit of the current claim of ``job_id`` if it has one (read: a claim made by
+    another board object). Permits are named by their job, and a job has one live claim at most."""
+    if group is None:
+        return None
+    path = paths.permit(group, job_id)
+    return path if await zk.exists(path) is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,8 @@ class GivenUp:
     """The job node's version if the claim was applied."""
     posting: bytes
     """The job node's data before the claim."""
+    permit: str | None = None
+    """The claim's flow-control permit, if it took one."""
 
 
 class GivenUpClaims:
@@ -79,7 +92,7 @@ class GivenUpClaims:
             while self.pending:
                 key, claim = next(iter(self.pending.items()))
                 put_back = SetData(claim.path, claim.posting, claim.generation)
-                if await release_lock(self._zk, self._paths, claim.job_id, claim.nonce, put_back):
+                if await release_lock(self._zk, self._paths, claim.job_id, claim.nonce, put_back, claim.permit):
                     logger.info("released job %s, claimed by a call given up before its reply", claim.job_id)
                 self.pending.pop(key, None)  # (cleared meanwhile if the session was replaced)
         except BackendUnavailable as error:

@@ -1,7 +1,8 @@
 """Claiming and settling: each state change is ONE multi-transaction.
 
-* claim   = set_data(job, attempts + 1, version=v) + create(lock, ephemeral);
-  the job's new version is the claim's generation (fencing token);
+* claim   = set_data(job, attempts + 1, version=v) + create(lock, ephemeral) + the flow-control
+  gate's ops (:mod:`jobboard_zookeeper.flow`: a check of the limits, a permit); the job's new
+  version is the claim's generation (fencing token);
 * consume = check(job, generation) + deliver the result to each dependent
   (set_data, or move waiting -> jobs when it was the last dependency) +
   delete(job) [+ create(result)] + delete(lock);
@@ -9,6 +10,7 @@
 * trash   = check(job, generation) + create(trash) + trash dependents, recursively
   + delete(job) + delete(lock).
 
+Each settle deletes the claim's flow-control permit, if it has one, with its lock.
 A cancel (the trash from outside the claim) is :mod:`jobboard_zookeeper.cancel`.
 
 Jobs are deleted before their locks so that watchers never mistake a settle for
@@ -37,12 +39,13 @@ from jobboard.errors import (
     NotOwner,
 )
 from jobboard.job import Claim, LastError
+from jobboard_zookeeper.flow import Gate
 from jobboard_zookeeper.keys import key_settled
 from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
 from jobboard_zookeeper.linked import LinkedOps
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
-from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, lock_is, release_lock
+from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, held_permit, lock_is, release_lock
 from jobboard_zookeeper.reading import Stored, read_stored
 from jobboard_zookeeper.refusals import lost_claim, why_not
 from jobboard_zookeeper.retention import pack_result
@@ -69,6 +72,13 @@ class Held:
     (a dependent posted since makes ``delete(job)`` fail with NotEmpty and the settle retry)."""
     key: str | None = None
     """The job's idempotency key: its settle records the outcome there."""
+    permit: str | None = None
+    """The claim's flow-control permit (:mod:`jobboard_zookeeper.flow`): deleted with its lock."""
+
+    def ends(self, lock: str) -> list[Op]:
+        """Delete the claim's lock and its permit, if any (the last ops of a settle)."""
+        ends: list[Op] = [Delete(lock)]
+        return ends if self.permit is None else [*ends, Delete(self.permit)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,32 +144,38 @@ class Settler:
         (and claims whose reply was lost and never read back: those whose lock is ours)."""
         for job_id, held in list(self.lost.items()):
             if await release_lock(self._zk, self._paths, job_id, held.nonce,
-                                  Check(self._paths.job(job_id), held.generation)):
+                                  Check(self._paths.job(job_id), held.generation), held.permit):
                 logger.info("released orphaned claim of job %s", job_id)
             if self.lost.get(job_id) is held:  # a claim made meanwhile replaced it
                 del self.lost[job_id]
 
     # -- claim -----------------------------------------------------------------
 
-    async def claim(self, job_id: str, stored: Stored, owner: str) -> Claim | str:
-        """Claim a job read at ``stored.version``; on failure, why: ``changed``, ``claimed``, ``gone``."""
+    async def claim(self, job_id: str, stored: Stored, owner: str, gate: Gate) -> Claim | str:
+        """Claim a job read at ``stored.version`` through its flow-control ``gate``; on failure, why:
+        ``changed``, ``claimed``, ``gone``, ``flow`` (a flow-control node changed meanwhile)."""
         claimed = stored.posting.claimed()
         raw = encode_posting(claimed)
         lock = LockRecord(owner, uuid.uuid4().hex, time.time())
         ops: list[Op] = [SetData(stored.path, raw, stored.version),
-                         Create(self._paths.lock(job_id), lock.encode(), ephemeral=True)]
-        unheld = Held(owner, stored.version + 1, lock.nonce, raw)  # the claim, if nobody gets it
+                         Create(self._paths.lock(job_id), lock.encode(), ephemeral=True), *gate.ops]
+        unheld = Held(owner, stored.version + 1, lock.nonce, raw, permit=gate.permit)  # if nobody gets it
         try:
             won, result = await self._apply_claim(job_id, ops, unheld)
         except get_cancelled_exc_class():  # its caller is gone: release it if it was made
-            if self.given_up.add(GivenUp(job_id, stored.path, lock.nonce, stored.version + 1, stored.raw)):
+            if self.given_up.add(GivenUp(job_id, stored.path, lock.nonce, stored.version + 1, stored.raw,
+                                         gate.permit)):
                 self.on_given_up()
             raise
         if not won:
+            failure = result.failure() if result is not None else None
+            if failure is not None and failure[0] in gate.ops:
+                return "flow"
             return why_not(result)
         generation = stored.version + 1
         self.lost.pop(job_id, None)  # whatever this board held of the job before, it is gone
-        self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0, claimed.key)
+        self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0, claimed.key,
+                                 gate.permit)
         job = claimed.to_job(job_id, sequence_of(job_id))
         return Claim(job, owner, generation, claimed.dependency_results())
 
@@ -207,7 +223,8 @@ class Settler:
         record = LockRecord.decode(lock[0])
         if record.owner != claim.owner:
             raise NotOwner(f"job {job_id} is owned by {record.owner}, not {claim.owner}")
-        return Held(claim.owner, claim.generation, record.nonce, stored.raw, key=stored.posting.key)
+        return Held(claim.owner, claim.generation, record.nonce, stored.raw, key=stored.posting.key,
+                    permit=await held_permit(self._zk, self._paths, job_id, stored.posting.group))
 
     async def consume(self, claim: Claim, result: Any, raw_result: bytes) -> None:
         """Consume ``claim``; ``raw_result`` is ``result`` encoded (and size-checked) by the board."""
@@ -225,7 +242,7 @@ class Settler:
                 ops.append(Create(self._paths.result(job_id), pack_result(raw_result, claim.job.result_ttl)))
             if held.key is not None:
                 ops.append(key_settled(self._paths, job_id, held.key, held.posting, trashed=False))
-            return [*ops, Delete(self._paths.lock(job_id))]
+            return [*ops, *held.ends(self._paths.lock(job_id))]
 
         await self._settle(claim, "consume", build)
 
@@ -235,9 +252,9 @@ class Settler:
         async def build(held: Held) -> list[Op]:
             job, lock = self._paths.job(job_id), self._paths.lock(job_id)
             if not_before is None and error is None:
-                return [Check(job, claim.generation), Delete(lock)]
+                return [Check(job, claim.generation), *held.ends(lock)]
             raw = encode_posting(decode_posting(held.posting).delayed(not_before).failed(error))
-            return [SetData(job, raw, claim.generation), Delete(lock)]
+            return [SetData(job, raw, claim.generation), *held.ends(lock)]
 
         await self._settle(claim, "abandon", build)
 
@@ -250,7 +267,7 @@ class Settler:
             raw = held.posting if error is None else encode_posting(posting)
             stored = Stored(path, raw, posting, claim.generation)
             ops = await self.linked.trash_ops(job_id, stored, reason)
-            return [*ops, Delete(self._paths.lock(job_id))]
+            return [*ops, *held.ends(self._paths.lock(job_id))]
 
         await self._settle(claim, "trash", build)
 

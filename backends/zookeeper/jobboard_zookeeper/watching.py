@@ -2,7 +2,9 @@
 
 Each waits on the live view's channels (:data:`~jobboard_zookeeper.view.WORK`: a job became
 claimable; :data:`~jobboard_zookeeper.view.SETTLED`: a job left or a lock came or went), taking
-the channel's event *before* it checks, so no change is missed; reads only what a change makes
+the channel's event *before* it checks, so no change is missed (a permit returned or a flow-control change
+wakes :data:`~jobboard_zookeeper.view.WORK` too; ``wait`` passes over what flow control holds back and
+sleeps at most until a rate's next permit); reads only what a change makes
 worth reading. A partitioned board's member polls the partitions it does not watch, and pins a
 job's partition while it watches that job (:mod:`jobboard_zookeeper.fleet`). Closing the board
 wakes every waiter: ``wait`` and ``wait_for_completion`` raise ``BoardClosed``, ``watch_claim``
@@ -20,6 +22,7 @@ import anyio
 from jobboard.errors import BackendUnavailable, BoardClosed
 from jobboard.job import Claim, Job, Outcome, wanted
 from jobboard_zookeeper.fleet import Fleet
+from jobboard_zookeeper.flow import Flow, Skips
 from jobboard_zookeeper.layout import sequence_of
 from jobboard_zookeeper.posting import Poster
 from jobboard_zookeeper.reading import Reader, Session
@@ -28,6 +31,9 @@ from jobboard_zookeeper.view import SETTLED, WORK, BoardView
 
 READ_BATCH = 256
 """Candidates ``wait`` reads at most before it sleeps."""
+RATE_WAKE_SLACK = 0.05
+"""Seconds ``wait`` sleeps past a rate's next permit: the grants made within that time after the oldest are
+due too by then (two claims a few round trips apart), so one wake finds their permits together."""
 
 
 class Watcher:
@@ -35,9 +41,9 @@ class Watcher:
     ``fleet`` is a partitioned board's, ``None`` on a flat board."""
 
     def __init__(self, session: Session, view: BoardView, settler: Settler, poster: Poster, reader: Reader,
-                 fleet: Fleet | None, ensure_open: Callable[[], None]) -> None:
+                 fleet: Fleet | None, flow: Flow, ensure_open: Callable[[], None]) -> None:
         self._session, self._view, self._settler, self._poster = session, view, settler, poster
-        self._reader, self._fleet, self._ensure_open = reader, fleet, ensure_open
+        self._reader, self._fleet, self._flow, self._ensure_open = reader, fleet, flow, ensure_open
 
     async def wait(self, names: Collection[str] | None) -> list[Job]:
         """The first claimable job, once there is one. :raises BoardClosed: the board closed meanwhile."""
@@ -47,17 +53,22 @@ class Watcher:
         while True:
             self._ensure_open()  # aclose() wakes waiters: they must not wait on
             change = self._view.change(WORK)
-            ready = await self._first_claimable(names)
+            skips = Skips(self._flow)
+            ready = await self._first_claimable(names, skips)
             if ready is not None:
                 return [ready]  # the first one found: callers claim, they need not read on
             delay = self._view.next_delay_end()
             if fleet is not None:
                 delay = fleet.wake_after(delay)
+            if skips.due is not None:  # a rate's next permit (and those granted just after it: one wake)
+                due = skips.due + RATE_WAKE_SLACK
+                delay = due if delay is None else min(delay, due)
             with anyio.move_on_after(float("inf") if delay is None else delay):
                 await change.wait()
 
-    async def _first_claimable(self, names: Collection[str] | None) -> Job | None:
-        """The first claimable job in board order; delayed ones are remembered and passed over."""
+    async def _first_claimable(self, names: Collection[str] | None, skips: Skips) -> Job | None:
+        """The first claimable job in board order; delayed ones are remembered and passed over, and
+        those flow control holds back passed over (``skips``)."""
         for job in itertools.islice(self._view.candidates(set(), names), READ_BATCH):
             stored = await self._reader.stored(job, claimable_only=True)
             if stored is None or not wanted(stored.posting.name, names):
@@ -66,10 +77,12 @@ class Watcher:
             if not_before is not None and not_before > time.time():
                 self._view.skip_until(job, not_before)
                 continue
+            if await skips.held(job, stored.posting):
+                continue
             return stored.posting.to_job(job, sequence_of(job))
-        return await self._foreign_claimable(self._fleet, names) if self._fleet is not None else None
+        return await self._foreign_claimable(self._fleet, names, skips) if self._fleet is not None else None
 
-    async def _foreign_claimable(self, fleet: Fleet, names: Collection[str] | None) -> Job | None:
+    async def _foreign_claimable(self, fleet: Fleet, names: Collection[str] | None, skips: Skips) -> Job | None:
         """The first claimable job of the partitions this board does not watch."""
         for job in await fleet.unclaimed():
             found = await self._reader.readable(job, names)
@@ -78,6 +91,8 @@ class Watcher:
             not_before = found.posting.not_before
             if not_before is not None and not_before > time.time():
                 self._view.skip_until(job, not_before)
+                continue
+            if await skips.held(job, found.posting):
                 continue
             fleet.found()
             return found.posting.to_job(job, sequence_of(job))

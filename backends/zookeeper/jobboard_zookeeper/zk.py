@@ -48,6 +48,7 @@ TreeCallback = Callable[[int, str], None]
 """Called with the event type (CREATED, DELETED, DATA_CHANGED) and the node's path."""
 CREATED = protocol.WatchEvent.CREATED
 DELETED = protocol.WatchEvent.DELETED
+CHANGED = protocol.WatchEvent.DATA_CHANGED
 
 
 class ZooKeeper:

@@ -1,0 +1,300 @@
+"""Flow control on ``zookeeper://`` (issue 27; the rules: :mod:`jobboard.board.limits`): the gate of a claim.
+
+::
+
+    <root>/flow/state          limits and pauses (one map); its data version is checked by EVERY claim
+    <root>/flow/p-<group>      a limited group's permits; its data version moves with every grant
+    <root>/flow/p-<group>/<id> ephemeral: the permit of the claim of job <id> (data: its owner)
+    <root>/flow/r-<group>      a rated group's window: the earlier grant times as data, the latest its mtime
+
+**One atomic step, a permit is a claim.** A claim's multi (:meth:`Settler.claim
+<jobboard_zookeeper.settle.Settler.claim>`) carries the :class:`Gate`'s ops with its own: ``check(state,
+version)`` (a limit or pause written since this board read it fails the claim, which reads it again and
+retries), and for a group with a concurrency limit or a sequence ``set_data(p-<group>, version)`` +
+``create(p-<group>/<id>, ephemeral)``. Every grant moves the parent's version, so two claimers that read the
+same count cannot both take the last permit; the permit is an ephemeral node of the claimer's session,
+deleted by the same multi as the lock by every settle, cancel and release (:attr:`Held.permit
+<jobboard_zookeeper.settle.Held>`), and by the server with the session: it returns with its claim, a dead
+owner's within the session timeout. A stale holder's settle fails on the job's version (its claim's
+fence) before its ``delete(permit)`` applies; the permit is named by the job, so it is never another job's.
+
+**Sequence.** A job is the head of its group when no job of the group with a lower sequence number is in
+``jobs/`` or ``waiting/`` (listed after the group's permits are read); a sequence's cap of one permit makes
+the check and the claim atomic against other claims. A job of the group whose write lands after the
+claim but whose id is lower (ids are allocated before the write: two posts racing), or one requeued
+while the claim runs, can run after a later job: the order holds for posts that returned before.
+
+**Rate.** A sliding window log in ``r-<group>``, updated with a version check in the claim's multi: grant
+times are the server's clock (the node's mtime, set by the multi that grants); whether the window has
+room is judged against this host's clock (``time.time()``), so a skew between the two moves a window's
+edge by as much.
+
+**Cost when unused.** The state is read at open and again only when its watch fires (a persistent
+recursive watch on ``flow/``): a claim of a job no limit or pause concerns adds one ``check`` op to its
+multi and no read.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from jobboard.board.codec import MalformedEntry, Posting, decode_posting, decode_value, encode_value
+from jobboard.board.limits import LimitSpec, Paused, Rate, limit_from, limit_record
+from jobboard.errors import HeldBack
+from jobboard_zookeeper.layout import Paths, is_job_id, sequence_of
+from jobboard_zookeeper.ops import Check, Create, Op, SetData, Stat
+from jobboard_zookeeper.reading import Session
+from jobboard_zookeeper.zk import CHANGED, CREATED, DELETED, ZooKeeper
+
+logger = logging.getLogger(__name__)
+NOT_PAUSED = Paused()
+
+
+@dataclass(frozen=True, slots=True)
+class FlowState:
+    """The limits and pauses as stored in ``flow/state`` at ``version``."""
+
+    version: int = -1
+    limits: tuple[LimitSpec, ...] = ()
+    paused: Paused = NOT_PAUSED
+
+    @property
+    def active(self) -> bool:
+        """Whether any limit or pause exists."""
+        return bool(self.limits or self.paused.board or self.paused.names)
+
+    @property
+    def used(self) -> bool:
+        """Whether flow control was ever set on the board (the state was written)."""
+        return self.version > 0
+
+    def limit(self, group: str | None) -> LimitSpec | None:
+        return None if group is None else next((each for each in self.limits if each.group == group), None)
+
+    def encode(self) -> bytes:
+        return encode_value({"limits": [limit_record(each) for each in self.limits], "board": self.paused.board,
+                             "names": sorted(self.paused.names)}, what="flow state")
+
+    @classmethod
+    def decode(cls, data: bytes, version: int) -> FlowState:
+        """:raises MalformedEntry: not a state map."""
+        if not data:
+            return cls(version)
+        record = decode_value(data)
+        try:
+            limits = tuple(limit_from(each) for each in record["limits"])
+            return cls(version, limits, Paused(bool(record["board"]), frozenset(map(str, record["names"]))))
+        except (TypeError, KeyError, ValueError) as error:
+            raise MalformedEntry(f"flow state is not readable: {error}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """What a granted claim adds to its multi, and its permit (deleted with its lock), if any."""
+
+    ops: list[Op]
+    permit: str | None = None
+
+
+def window_of(found: tuple[bytes, Stat] | None) -> list[float]:
+    """A rate node's grant times, oldest first (earlier ones as data, the latest its mtime)."""
+    if found is None or not found[0]:
+        return []
+    try:
+        record = decode_value(found[0])
+        return [*map(float, record["earlier"]), found[1].mtime] if record.get("granted") else []
+    except (MalformedEntry, TypeError, KeyError, ValueError, AttributeError):
+        return []
+
+
+def window_data(earlier: list[float], *, granted: bool) -> bytes:
+    return encode_value({"earlier": earlier, "granted": granted}, what="rate window")
+
+
+class Flow:
+    """The cached flow state of one board, kept by a watch, and the gate of its claims."""
+
+    def __init__(self, session: Session, paths: Paths, notify: Callable[[], None]) -> None:
+        self._session, self._paths, self._notify = session, paths, notify
+        self.state = FlowState()
+        self._stale = True
+        self.groups: dict[str, str | None] = {}
+        """Each job's group as read (a group never changes), for the sequences' heads."""
+        self._permits: dict[str, list[int]] = {}
+        """Per permits parent: [data version, permits], as last read and moved by the watch's events since;
+        a grant is checked at that version in its multi, so a cache behind only makes a claim retry."""
+
+    async def open(self, zk: ZooKeeper) -> None:
+        """Create ``flow/state`` if missing, watch ``flow/`` and read the state (again after a reconnect)."""
+        await zk.create_missing(self._paths.flow("state"))
+        await zk.watch_tree(self._paths.dir("flow"), self._on_event)
+        self._permits.clear()  # (events may have been missed while disconnected)
+        self._stale = False  # (an event while it is read sets it again)
+        self._read(await zk.get(self._paths.flow("state")))
+
+    def stale(self) -> None:
+        """Read the state and the permits again before their next use (a claim conflicted on them)."""
+        self._stale = True
+        self._permits.clear()
+
+    def _on_event(self, kind: int, path: str) -> None:
+        parent = path.rpartition("/")[0]
+        if path == self._paths.flow("state"):
+            self._stale = True  # read again by the next gate (the claim's check catches any miss)
+            self._notify()
+        elif parent == self._paths.dir("flow"):  # a group's node: its permits' version moves with each grant
+            if kind == CHANGED and path in self._permits:
+                self._permits[path][0] += 1
+            elif kind == DELETED:
+                self._permits.pop(path, None)
+        elif kind in (CREATED, DELETED):  # a permit taken or returned
+            if (seen := self._permits.get(parent)) is not None:
+                seen[1] += 1 if kind == CREATED else -1
+            if kind == DELETED:
+                self._notify()
+
+    async def refresh(self) -> FlowState:
+        """The state, read again if it changed since it was last read."""
+        if self._stale:
+            self._stale = False
+            self._read(await self._session().get(self._paths.flow("state")))
+        return self.state
+
+    def _read(self, found: tuple[bytes, Stat] | None) -> None:
+        try:
+            self.state = FlowState() if found is None else FlowState.decode(found[0], found[1].version)
+        except MalformedEntry:
+            assert found is not None
+            logger.error("the flow-control state of %s is not readable: no limit or pause applies",
+                         self._paths.root)
+            self.state = FlowState(found[1].version)
+
+    async def gate(self, job_id: str, posting: Posting, owner: str) -> Gate | HeldBack:
+        """The ops a claim of ``job_id`` adds to its multi, or why flow control holds it back now."""
+        state = await self.refresh()
+        ops: list[Op] = [Check(self._paths.flow("state"), state.version)]
+        if not state.active:
+            return Gate(ops)
+        if state.paused.covers(posting.name):
+            return HeldBack(f"job {job_id} ({posting.name}) is paused", why="paused")
+        limit = state.limit(posting.group)
+        if limit is None or posting.group is None:
+            return Gate(ops)
+        permit = None
+        if limit.sequence or limit.concurrency is not None:
+            capped = await self._capped(job_id, posting.group, limit, owner)
+            if isinstance(capped, HeldBack):
+                return capped
+            ops += capped
+            permit = self._paths.permit(posting.group, job_id)
+        if limit.rate is not None:
+            rated = await self._rated(job_id, posting.group, limit.rate)
+            if isinstance(rated, HeldBack):
+                return rated
+            ops.append(rated)
+        return Gate(ops, permit)
+
+    async def _capped(self, job_id: str, group: str, limit: LimitSpec, owner: str) -> list[Op] | HeldBack:
+        """A permit's ops, or why the group's permits hold ``job_id`` back (its running count, or not a
+        sequence's head). A refusal is judged again on a fresh read (the cache may be behind)."""
+        parent = self._paths.permits(group)
+        for fresh in (False, True):
+            seen = self._permits.get(parent) if not fresh else None
+            if seen is None:
+                fresh, seen = True, await self._read_permits(parent)
+            held = await self._refusal(job_id, group, limit, seen)
+            if held is None and seen is not None:
+                return [SetData(parent, b"", seen[0]),
+                        Create(self._paths.permit(group, job_id), owner.encode(), ephemeral=True)]
+            if fresh:
+                break
+        assert held is not None
+        return held
+
+    async def _read_permits(self, parent: str) -> list[int] | None:
+        """The group's permits (data version, count) as read now, cached: the watch's events keep them."""
+        found = await self._session().get(parent)
+        if found is None:
+            self._permits.pop(parent, None)
+            return None
+        seen = self._permits[parent] = [found[1].version, found[1].num_children]
+        return seen
+
+    async def _refusal(self, job_id: str, group: str, limit: LimitSpec, seen: list[int] | None) -> HeldBack | None:
+        running = 0 if seen is None else seen[1]
+        if limit.sequence and (running or not await self._head(job_id, group)):
+            return HeldBack(f"job {job_id}: earlier jobs of sequence {group!r} are on the board", why="sequence")
+        cap = 1 if limit.sequence and limit.concurrency is None else limit.concurrency
+        assert cap is not None
+        if running >= cap or seen is None:
+            return HeldBack(f"job {job_id}: group {group!r} has {running} of its {cap} jobs running",
+                            why="concurrency")
+        return None
+
+    async def _rated(self, job_id: str, group: str, rate: Rate) -> Op | HeldBack:
+        """The window's update, or why the group's rate holds ``job_id`` back (read now)."""
+        path = self._paths.rate(group)
+        node = await self._session().get(path)
+        recent = [at for at in window_of(node) if at > time.time() - rate.period]
+        if len(recent) >= rate.count:
+            due = max(0.001, recent[-rate.count] + rate.period - time.time())
+            return HeldBack(f"job {job_id}: group {group!r} used its rate of {rate}; next permit in {due:.3f}s",
+                            why="rate", retry_after=due)
+        earlier = recent[-(rate.count - 1):] if rate.count > 1 else []
+        return SetData(path, window_data(earlier, granted=True), -1 if node is None else node[1].version)
+
+    async def _head(self, job_id: str, group: str) -> bool:
+        """Whether no job of ``group`` posted before ``job_id`` is on the board (listed now)."""
+        zk, mine = self._session(), sequence_of(job_id)
+        earlier: list[str] = []
+        for directory in ("jobs", "waiting"):
+            for path in self._paths.listed_dirs(directory):
+                listed = await zk.children(path)
+                earlier += [f"{path}/{name}" for name in (listed[0] if listed else [])
+                            if is_job_id(name) and sequence_of(name) < mine]
+        unknown = [path for path in earlier if path.rsplit("/", 1)[1] not in self.groups]
+        if len(self.groups) > 100_000:
+            self.groups.clear()
+        for path, node in zip(unknown, await zk.get_many(unknown) if unknown else [], strict=True):
+            if node is not None:
+                self.groups[path.rsplit("/", 1)[1]] = group_of(node[0])
+        return not any(self.groups.get(path.rsplit("/", 1)[1]) == group for path in earlier)
+
+
+def group_of(raw: bytes) -> str | None:
+    try:
+        return decode_posting(raw).group
+    except MalformedEntry:
+        return None
+
+
+def hold_group(held: set[str], group: str | None, refusal: HeldBack) -> None:
+    """Pass over the rest of ``group``'s jobs in one pass when its concurrency or rate holds it (a sequence
+    holds all but its head, a pause a name: those are judged job by job)."""
+    if group is not None and refusal.why in ("concurrency", "rate"):
+        held.add(group)
+
+
+class Skips:
+    """What one pass of ``wait`` over the candidates learnt: the groups held back, the next rate permit."""
+
+    def __init__(self, flow: Flow) -> None:
+        self._flow = flow
+        self.groups: set[str] = set()
+        self.due: float | None = None
+        """Seconds until the earliest rate permit a held-back job waits for."""
+
+    async def held(self, job_id: str, posting: Posting) -> bool:
+        """Whether flow control holds ``job_id`` back now (read as a claim's gate is, without claiming)."""
+        if posting.group is not None and posting.group in self.groups:
+            return True
+        gate = await self._flow.gate(job_id, posting, "")
+        if not isinstance(gate, HeldBack):
+            return False
+        if gate.retry_after is not None:
+            self.due = gate.retry_after if self.due is None else min(self.due, gate.retry_after)
+        hold_group(self.groups, posting.group, gate)
+        return True

@@ -1,0 +1,112 @@
+"""Flow control on zookeeper:// (issue 27) beyond the conformance cases: a dead holder's permit, many
+claimers on several boards, and what a claim costs with a limit that does not concern it. Real server."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import anyio
+import pytest
+
+from jobboard import ClaimLost, JobBoard, NewJob, open_board
+from jobboard_zookeeper import ZooKeeperBackend
+from tests.support.tcpproxy import TcpProxy
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def board_url(hosts: str, session_timeout: float = 2.0) -> str:
+    return f"zookeeper://{hosts}/flow/{uuid.uuid4().hex}?session_timeout={session_timeout}"
+
+
+@pytest.fixture
+async def proxy(zk_hosts: str) -> AsyncIterator[TcpProxy]:
+    host, port = zk_hosts.rsplit(":", 1)
+    async with TcpProxy(host, int(port)) as running:
+        yield running
+
+
+async def running(board: JobBoard, group: str) -> int:
+    return next(limit.running for limit in await board.limits() if limit.group == group)
+
+
+async def test_a_dead_holders_permit_returns_within_the_session_timeout(proxy: TcpProxy, zk_hosts: str) -> None:
+    url = board_url(proxy.hosts, session_timeout=2)
+    with anyio.fail_after(30):
+        async with open_board(url) as owner, open_board(url.replace(proxy.hosts, zk_hosts)) as rival:
+            await owner.set_limit("g", concurrency=1)
+            first, second = await owner.post("work", group="g"), await owner.post("work", group="g")
+            stale = await owner.claim(first, "owner")
+            assert await rival.claim_next("rival") is None  # the one permit is taken
+            proxy.pause()  # no bytes either way: the server expires the owner's session
+            paused_at = time.monotonic()
+            woken = await rival.wait()  # the permit returns with the claim: the job is free again
+            returned_after = time.monotonic() - paused_at
+            assert {job.id for job in woken} <= {first.id, second.id} and returned_after < 2 + 1
+            taken = await rival.claim_next("rival")
+            assert taken is not None and await rival.claim_next("rival") is None  # one permit, not two
+            proxy.resume()
+            with pytest.raises(ClaimLost):
+                await owner.consume(stale)
+            assert await running(rival, "g") == 1
+            await rival.consume(taken)
+            assert await running(rival, "g") == 0
+
+
+async def test_a_concurrency_limit_holds_over_claimers_on_four_boards(zk_hosts: str) -> None:
+    url, limit, jobs = board_url(zk_hosts, session_timeout=4), 2, 24
+    live, most, done = 0, 0, list[str]()
+    with anyio.fail_after(40):
+        async with open_board(url) as first:
+            await first.set_limit("g", concurrency=limit)
+            posted = {job.id for job in await first.post_many([NewJob("w", group="g") for _ in range(jobs)])}
+            boards = [first] + [await open_board(url).__aenter__() for _ in range(3)]
+            try:
+
+                async def worker(board: JobBoard, owner: str) -> None:
+                    nonlocal live, most
+                    while len(done) < jobs:
+                        claim = await board.claim_next(owner)
+                        if claim is None:
+                            await anyio.sleep(0.005)
+                            continue
+                        live += 1
+                        most = max(most, live)
+                        await anyio.sleep(0.01)
+                        live -= 1
+                        await board.consume(claim)
+                        done.append(claim.job.id)
+
+                async with anyio.create_task_group() as group:
+                    for index in range(8):
+                        group.start_soon(worker, boards[index % 4], f"w{index}")
+            finally:
+                for board in boards[1:]:
+                    await board.__aexit__(None, None, None)
+    assert sorted(done) == sorted(posted) and most == limit
+
+
+async def test_a_claim_no_limit_concerns_reads_nothing_more(zk_hosts: str) -> None:
+    """A limit on another group and a pause of another name: a claim + consume of an ungrouped job sends
+    the same requests as without flow control (the state is cached, kept by the watch)."""
+    url = board_url(zk_hosts, session_timeout=4)
+    async with open_board(url) as board:
+        backend = board.backend
+        assert isinstance(backend, ZooKeeperBackend)
+
+        async def requests_per_cycle() -> int:
+            await board.post("work")
+            before = backend.zk.requests_sent
+            claim = await board.claim_next("w")
+            assert claim is not None
+            await board.consume(claim)
+            return backend.zk.requests_sent - before
+
+        await requests_per_cycle()  # (the first claim reads ahead, and more)
+        plain = await requests_per_cycle()
+        await board.set_limit("other", concurrency=1)
+        await board.pause("another-name")
+        await requests_per_cycle()  # (the first claim after a change reads the state once)
+        assert await requests_per_cycle() == plain
