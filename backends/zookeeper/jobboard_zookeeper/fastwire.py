@@ -154,10 +154,12 @@ class Written:
 
 
 class Version:
-    __slots__ = ("version",)
+    __slots__ = ("modified", "version")
 
-    def __init__(self, version: int) -> None:
+    def __init__(self, version: int, modified: int) -> None:
         self.version = version
+        self.modified = modified
+        """The node's mtime: the server's clock at the write, in ms (as aiozk names it)."""
 
 
 class MultiReply:
@@ -186,7 +188,8 @@ def decode_multi(frame: bytes, at: int) -> MultiReply:
                 at += _STAT.size
             responses.append(Written())
         elif kind == 5:
-            responses.append(Written(Version(_STAT.unpack_from(frame, at)[4])))
+            stat = _STAT.unpack_from(frame, at)
+            responses.append(Written(Version(stat[4], stat[3])))
             at += _STAT.size
         else:
             responses.append(Written())

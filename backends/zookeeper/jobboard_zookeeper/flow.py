@@ -45,7 +45,7 @@ from jobboard.board.codec import MalformedEntry, Posting, decode_posting, decode
 from jobboard.board.limits import LimitSpec, Paused, Rate, limit_from, limit_record
 from jobboard.errors import HeldBack
 from jobboard_zookeeper.layout import Paths, is_job_id, sequence_of
-from jobboard_zookeeper.ops import Check, Create, Op, SetData, Stat
+from jobboard_zookeeper.ops import Check, Create, Op, SetData, Stat, TxnResult
 from jobboard_zookeeper.reading import Session
 from jobboard_zookeeper.zk import CHANGED, CREATED, DELETED, ZooKeeper
 
@@ -97,6 +97,8 @@ class Gate:
 
     ops: list[Op]
     permit: str | None = None
+    granted: Callable[[TxnResult], None] | None = None
+    """Told the claim's result once its multi applied (a rate's window as written)."""
 
 
 def window_of(found: tuple[bytes, Stat] | None) -> list[float]:
@@ -123,6 +125,9 @@ class Flow:
         self._stale = True
         self.groups: dict[str, str | None] = {}
         """Each job's group as read (a group never changes), for the sequences' heads."""
+        self._windows: dict[str, tuple[int, list[float]]] = {}
+        """Per rated group's window node: (version, grant times) as this board last wrote it; a change
+        reported by the watch drops it (this board's own write too: its reply sets it again)."""
         self._permits: dict[str, list[int]] = {}
         """Per permits parent: [data version, permits], as last read and moved by the watch's events since;
         a grant is checked at that version in its multi, so a cache behind only makes a claim retry."""
@@ -132,6 +137,7 @@ class Flow:
         await zk.create_missing(self._paths.flow("state"))
         await zk.watch_tree(self._paths.dir("flow"), self._on_event)
         self._permits.clear()  # (events may have been missed while disconnected)
+        self._windows.clear()
         self._stale = False  # (an event while it is read sets it again)
         self._read(await zk.get(self._paths.flow("state")))
 
@@ -139,6 +145,7 @@ class Flow:
         """Read the state and the permits again before their next use (a claim conflicted on them)."""
         self._stale = True
         self._permits.clear()
+        self._windows.clear()
 
     def _on_event(self, kind: int, path: str) -> None:
         parent = path.rpartition("/")[0]
@@ -150,6 +157,7 @@ class Flow:
                 self._permits[path][0] += 1
             elif kind == DELETED:
                 self._permits.pop(path, None)
+            self._windows.pop(path, None)
         elif kind in (CREATED, DELETED):  # a permit taken or returned
             if (seen := self._permits.get(parent)) is not None:
                 seen[1] += 1 if kind == CREATED else -1
@@ -183,7 +191,7 @@ class Flow:
         limit = state.limit(posting.group)
         if limit is None or posting.group is None:
             return Gate(ops)
-        permit = None
+        permit, granted = None, None
         if limit.sequence or limit.concurrency is not None:
             capped = await self._capped(job_id, posting.group, limit, owner)
             if isinstance(capped, HeldBack):
@@ -194,8 +202,9 @@ class Flow:
             rated = await self._rated(job_id, posting.group, limit.rate)
             if isinstance(rated, HeldBack):
                 return rated
-            ops.append(rated)
-        return Gate(ops, permit)
+            ops.append(rated[0])
+            granted = rated[1]
+        return Gate(ops, permit, granted)
 
     async def _capped(self, job_id: str, group: str, limit: LimitSpec, owner: str) -> list[Op] | HeldBack:
         """A permit's ops, or why the group's permits hold ``job_id`` back (its running count, or not a
@@ -234,17 +243,31 @@ class Flow:
                             why="concurrency")
         return None
 
-    async def _rated(self, job_id: str, group: str, rate: Rate) -> Op | HeldBack:
-        """The window's update, or why the group's rate holds ``job_id`` back (read now)."""
+    async def _rated(self, job_id: str, group: str, rate: Rate) -> tuple[Op, Callable[[TxnResult], None]] | HeldBack:
+        """The window's update and what to remember once it applied, or why the group's rate holds
+        ``job_id`` back. The window is this board's last grant's if no other board wrote it since (its
+        watch event drops it), else read: a window behind only makes the claim's multi fail and retry."""
         path = self._paths.rate(group)
-        node = await self._session().get(path)
-        recent = [at for at in window_of(node) if at > time.time() - rate.period]
+        cached = self._windows.get(path)
+        if cached is None:
+            node = await self._session().get(path)
+            cached = (-1 if node is None else node[1].version, window_of(node))
+        version, times = cached
+        recent = [at for at in times if at > time.time() - rate.period]
         if len(recent) >= rate.count:
             due = max(0.001, recent[-rate.count] + rate.period - time.time())
             return HeldBack(f"job {job_id}: group {group!r} used its rate of {rate}; next permit in {due:.3f}s",
                             why="rate", retry_after=due)
         earlier = recent[-(rate.count - 1):] if rate.count > 1 else []
-        return SetData(path, window_data(earlier, granted=True), -1 if node is None else node[1].version)
+        op = SetData(path, window_data(earlier, granted=True), version)
+
+        def granted(result: TxnResult) -> None:
+            index = result.ops.index(op)
+            written, mtime = result.versions[index], result.mtimes[index] if result.mtimes else None
+            if written is not None and mtime is not None:
+                self._windows[path] = (written, [*earlier, mtime])
+
+        return op, granted
 
     async def _head(self, job_id: str, group: str) -> bool:
         """Whether no job of ``group`` posted before ``job_id`` is on the board (listed now)."""

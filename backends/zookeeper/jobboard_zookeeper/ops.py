@@ -70,6 +70,8 @@ class TxnResult:
     zxid: int
     ok: bool
     """Every operation applied (``errors`` all ``None``): told once, by the session that decoded the reply."""
+    mtimes: tuple[float | None, ...] = ()
+    """For each successful ``SetData``: the node's new mtime (the server's clock at the write, seconds)."""
 
     def failure(self) -> tuple[Op, str] | None:
         """The operation that made the multi fail, with its error name."""

@@ -173,6 +173,8 @@ class Settler:
                 return "flow"
             return why_not(result)
         generation = stored.version + 1
+        if gate.granted is not None and result is not None:
+            gate.granted(result)
         self.lost.pop(job_id, None)  # whatever this board held of the job before, it is gone
         self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0, claimed.key,
                                  gate.permit)

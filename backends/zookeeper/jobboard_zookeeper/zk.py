@@ -287,13 +287,15 @@ class ZooKeeper:
         :raises OutcomeUnknown: the reply was lost (unless ``retry_safe``).
         """
         zxid, response = await self._call(MultiRequest(ops, self._acl_bytes, self.acl), retry=retry_safe)
-        errors, versions = [], []
+        errors, versions, mtimes = [], [], []
         for item in response.responses:
             failed = isinstance(item, BaseException) or (isinstance(item, type) and issubclass(item, Exception))
             errors.append((item.__name__ if isinstance(item, type) else type(item).__name__) if failed else None)
             stat = None if failed else getattr(item, "stat", None)
             versions.append(int(stat.version) if stat is not None else None)
-        return TxnResult(tuple(ops), tuple(errors), tuple(versions), zxid, ok=errors.count(None) == len(errors))
+            mtimes.append(int(stat.modified) / 1000 if stat is not None else None)
+        return TxnResult(tuple(ops), tuple(errors), tuple(versions), zxid, ok=errors.count(None) == len(errors),
+                         mtimes=tuple(mtimes))
 
     # -- watches -----------------------------------------------------------------
 
