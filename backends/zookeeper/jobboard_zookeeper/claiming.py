@@ -3,7 +3,8 @@
 ``claim_next`` takes the candidates from the live view in board order (priority, then age),
 reads them ahead several at a time (:class:`ReadAhead`: one ``multiRead`` serves several
 claims), and claims the first it can, not held back by flow control (:mod:`jobboard_zookeeper.flow`:
-a group at its concurrency or rate is passed over for the rest of the call), with the claim multi of
+a group at its concurrency or rate, or a sequence's jobs but its head, are passed over for the rest of
+the call: :class:`~jobboard_zookeeper.flow.Skips`), with the claim multi of
 :meth:`Settler.claim <jobboard_zookeeper.settle.Settler.claim>` (``set_data(job, attempts + 1,
 version)`` + ``create(lock, ephemeral)``: atomic; the job's new version is the claim's
 generation). After a lost race it picks at random among the next few candidates for a while
@@ -23,7 +24,7 @@ from jobboard.board.codec import MalformedEntry, decode_posting
 from jobboard.errors import AlreadyClaimed, HeldBack, NotClaimable
 from jobboard.job import Claim, wanted
 from jobboard_zookeeper.fleet import Fleet
-from jobboard_zookeeper.flow import Flow, hold_group
+from jobboard_zookeeper.flow import Flow, Skips
 from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.reading import Reader, Session, Stored
 from jobboard_zookeeper.refusals import claim_refused, not_found
@@ -137,7 +138,8 @@ class Claimer:
             raise AlreadyClaimed(f"job {job_id} is claimed by {await self._reader.owner(job_id)}")
         raise claim_refused(job_id, outcome)
 
-    async def _try_claim(self, job: str, stored: Stored, owner: str) -> Claim | str | HeldBack:
+    async def _try_claim(self, job: str, stored: Stored, owner: str,
+                         skips: Skips | None = None) -> Claim | str | HeldBack:
         """Claim a job as read, or say why not (``delayed``, ``changed`` ..., or flow control's refusal)."""
         posting = stored.posting
         if posting.not_before is not None and posting.not_before > time.time():
@@ -147,7 +149,7 @@ class Claimer:
                 return "exhausted (moved to the trash)"
             return "changed"  # held by someone, or changed meanwhile
         for _ in range(FLOW_RETRIES):  # a flow-control node changed meanwhile: read the gate again
-            gate = await self._flow.gate(job, stored.posting, owner)
+            gate = await self._flow.gate(job, stored.posting, owner, skips)
             if isinstance(gate, HeldBack):
                 return gate
             outcome = await self._settler.claim(job, stored, owner, gate)
@@ -166,30 +168,29 @@ class Claimer:
             return await self._claim_in_board_order(fleet, owner, names)
         picker = CandidatePicker(self._view.candidates(self._inflight, names))
         picker.contended = time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
-        held: set[str] = set()
-        """Groups flow control holds back (at their concurrency or rate) for this call."""
+        skips = Skips(self._flow)  # what flow control holds back, judged once per group in this call
         while (job := picker.next(self._view.locks)) is not None:
             conflicts = self.claim_conflicts
             self._inflight.add(job)
             try:
-                outcome = await self._claim_candidate(job, owner, names, held)
+                outcome = await self._claim_candidate(job, owner, names, skips)
             finally:
                 self._inflight.discard(job)
             if outcome is not None:
                 return outcome
             picker.contended |= self.claim_conflicts > conflicts  # only a lost race spreads out
-        return await self._steal(fleet, owner, names, held) if fleet is not None else None
+        return await self._steal(fleet, owner, names, skips) if fleet is not None else None
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None,
-                               held: set[str]) -> Claim | None:
+                               skips: Skips) -> Claim | None:
         stored = await self._ahead.candidate(job)
         if stored is None:
             return None
-        if not wanted(stored.posting.name, names) or stored.posting.group in held:
+        if not wanted(stored.posting.name, names) or skips.passes_over(job, stored.posting):
             return None
-        outcome = await self._try_claim(job, stored, owner)
+        outcome = await self._try_claim(job, stored, owner, skips)
         if isinstance(outcome, HeldBack):
-            hold_group(held, stored.posting.group, outcome)
+            skips.note(stored.posting.group, outcome)
             return None
         if outcome == "delayed" and stored.posting.not_before is not None:
             self._view.skip_until(job, stored.posting.not_before)
@@ -199,10 +200,10 @@ class Claimer:
         return outcome if isinstance(outcome, Claim) else None
 
     async def _steal(self, fleet: Fleet, owner: str, names: Collection[str] | None,
-                     held: set[str]) -> Claim | None:
+                     skips: Skips) -> Claim | None:
         """Claim the best unclaimed job of the partitions this board does not watch, if any."""
         for job in await fleet.unclaimed():
-            if (claim := await self._claim_foreign(fleet, job, owner, names, held)) is not None:
+            if (claim := await self._claim_foreign(fleet, job, owner, names, skips)) is not None:
                 return claim
         return None
 
@@ -210,7 +211,7 @@ class Claimer:
         """On a partitioned board where flow control was ever set: the best job of every partition, this
         member's and the others' merged in board order, so that the order flow control keeps (and a resumed
         name's) is the board's (one listing of the other partitions per call, as a steal)."""
-        held: set[str] = set()
+        skips = Skips(self._flow)
         own = self._view.candidates(self._inflight, names)
         for job in heapq.merge(own, await fleet.unclaimed()):
             if job in self._inflight:
@@ -218,30 +219,30 @@ class Claimer:
             if self._view.watches(job) and job in self._view.jobs:
                 self._inflight.add(job)
                 try:
-                    claim = await self._claim_candidate(job, owner, names, held)
+                    claim = await self._claim_candidate(job, owner, names, skips)
                 finally:
                     self._inflight.discard(job)
             else:
-                claim = await self._claim_foreign(fleet, job, owner, names, held)
+                claim = await self._claim_foreign(fleet, job, owner, names, skips)
             if claim is not None:
                 return claim
         return None
 
     async def _claim_foreign(self, fleet: Fleet, job: str, owner: str, names: Collection[str] | None,
-                             held: set[str]) -> Claim | None:
+                             skips: Skips) -> Claim | None:
         """Claim ``job`` of a partition this board does not watch (read first), if it can."""
         if job in self._inflight:
             return None
         self._inflight.add(job)
         try:
             found = await self._reader.readable(job, names)
-            if found is None or found.posting.group in held:
+            if found is None or skips.passes_over(job, found.posting):
                 return None
-            outcome = await self._try_claim(job, found, owner)
+            outcome = await self._try_claim(job, found, owner, skips)
         finally:
             self._inflight.discard(job)
         if isinstance(outcome, HeldBack):
-            hold_group(held, found.posting.group, outcome)
+            skips.note(found.posting.group, outcome)
         if isinstance(outcome, Claim):
             self.steals += 1
             fleet.found()

@@ -180,8 +180,9 @@ class Flow:
                          self._paths.root)
             self.state = FlowState(found[1].version)
 
-    async def gate(self, job_id: str, posting: Posting, owner: str) -> Gate | HeldBack:
-        """The ops a claim of ``job_id`` adds to its multi, or why flow control holds it back now."""
+    async def gate(self, job_id: str, posting: Posting, owner: str, skips: Skips | None = None) -> Gate | HeldBack:
+        """The ops a claim of ``job_id`` adds to its multi, or why flow control holds it back now (a sequence's
+        head, or its running, noted in ``skips`` for the rest of its pass)."""
         state = await self.refresh()
         ops: list[Op] = [Check(self._paths.flow("state"), state.version)]
         if not state.active:
@@ -193,7 +194,7 @@ class Flow:
             return Gate(ops)
         permit, granted = None, None
         if limit.sequence or limit.concurrency is not None:
-            capped = await self._capped(job_id, posting.group, limit, owner)
+            capped = await self._capped(job_id, posting.group, limit, owner, skips)
             if isinstance(capped, HeldBack):
                 return capped
             ops += capped
@@ -206,7 +207,8 @@ class Flow:
             granted = rated[1]
         return Gate(ops, permit, granted)
 
-    async def _capped(self, job_id: str, group: str, limit: LimitSpec, owner: str) -> list[Op] | HeldBack:
+    async def _capped(self, job_id: str, group: str, limit: LimitSpec, owner: str,
+                      skips: Skips | None) -> list[Op] | HeldBack:
         """A permit's ops, or why the group's permits hold ``job_id`` back (its running count, or not a
         sequence's head). A refusal is judged again on a fresh read (the cache may be behind)."""
         parent = self._paths.permits(group)
@@ -214,7 +216,7 @@ class Flow:
             seen = self._permits.get(parent) if not fresh else None
             if seen is None:
                 fresh, seen = True, await self._read_permits(parent)
-            held = await self._refusal(job_id, group, limit, seen)
+            held = await self._refusal(job_id, group, limit, seen, skips)
             if held is None and seen is not None:
                 return [SetData(parent, b"", seen[0]),
                         Create(self._paths.permit(group, job_id), owner.encode(), ephemeral=True)]
@@ -232,9 +234,15 @@ class Flow:
         seen = self._permits[parent] = [found[1].version, found[1].num_children]
         return seen
 
-    async def _refusal(self, job_id: str, group: str, limit: LimitSpec, seen: list[int] | None) -> HeldBack | None:
+    async def _refusal(self, job_id: str, group: str, limit: LimitSpec, seen: list[int] | None,
+                       skips: Skips | None) -> HeldBack | None:
         running = 0 if seen is None else seen[1]
-        if limit.sequence and (running or not await self._head(job_id, group)):
+        if limit.sequence and (running or (head := await self._head(job_id, group)) != job_id):
+            if skips is not None:
+                if running:
+                    skips.groups.add(group)
+                else:
+                    skips.heads[group] = head
             return HeldBack(f"job {job_id}: earlier jobs of sequence {group!r} are on the board", why="sequence")
         cap = 1 if limit.sequence and limit.concurrency is None else limit.concurrency
         assert cap is not None
@@ -269,8 +277,8 @@ class Flow:
 
         return op, granted
 
-    async def _head(self, job_id: str, group: str) -> bool:
-        """Whether no job of ``group`` posted before ``job_id`` is on the board (listed now)."""
+    async def _head(self, job_id: str, group: str) -> str:
+        """The first job of ``group`` on the board (listed now), ``job_id`` if none was posted before it."""
         zk, mine = self._session(), sequence_of(job_id)
         earlier: list[str] = []
         for directory in ("jobs", "waiting"):
@@ -284,7 +292,8 @@ class Flow:
         for path, node in zip(unknown, await zk.get_many(unknown) if unknown else [], strict=True):
             if node is not None:
                 self.groups[path.rsplit("/", 1)[1]] = group_of(node[0])
-        return not any(self.groups.get(path.rsplit("/", 1)[1]) == group for path in earlier)
+        ours = [name for path in earlier if self.groups.get(name := path.rsplit("/", 1)[1]) == group]
+        return min(ours, key=sequence_of) if ours else job_id
 
 
 def group_of(raw: bytes) -> str | None:
@@ -294,30 +303,36 @@ def group_of(raw: bytes) -> str | None:
         return None
 
 
-def hold_group(held: set[str], group: str | None, refusal: HeldBack) -> None:
-    """Pass over the rest of ``group``'s jobs in one pass when its concurrency or rate holds it (a sequence
-    holds all but its head, a pause a name: those are judged job by job)."""
-    if group is not None and refusal.why in ("concurrency", "rate"):
-        held.add(group)
-
-
 class Skips:
-    """What one pass of ``wait`` over the candidates learnt: the groups held back, the next rate permit."""
+    """What one pass over the candidates (a ``claim_next`` call, a round of ``wait``) learnt of flow control:
+    the groups it holds back (at their concurrency or rate, or a sequence running), each sequence's head
+    (its other jobs wait), and the next rate permit due. Judged once per group, not per job."""
 
     def __init__(self, flow: Flow) -> None:
         self._flow = flow
         self.groups: set[str] = set()
+        self.heads: dict[str, str] = {}
         self.due: float | None = None
         """Seconds until the earliest rate permit a held-back job waits for."""
 
+    def passes_over(self, job_id: str, posting: Posting) -> bool:
+        """Whether this pass already knows flow control holds ``job_id`` back (no I/O)."""
+        group = posting.group
+        return group is not None and (group in self.groups or self.heads.get(group, job_id) != job_id)
+
+    def note(self, group: str | None, refusal: HeldBack) -> None:
+        """Remember a refusal of a job of ``group``."""
+        if refusal.retry_after is not None:
+            self.due = refusal.retry_after if self.due is None else min(self.due, refusal.retry_after)
+        if group is not None and refusal.why in ("concurrency", "rate"):
+            self.groups.add(group)
+
     async def held(self, job_id: str, posting: Posting) -> bool:
         """Whether flow control holds ``job_id`` back now (read as a claim's gate is, without claiming)."""
-        if posting.group is not None and posting.group in self.groups:
+        if self.passes_over(job_id, posting):
             return True
-        gate = await self._flow.gate(job_id, posting, "")
+        gate = await self._flow.gate(job_id, posting, "", self)
         if not isinstance(gate, HeldBack):
             return False
-        if gate.retry_after is not None:
-            self.due = gate.retry_after if self.due is None else min(self.due, gate.retry_after)
-        hold_group(self.groups, posting.group, gate)
+        self.note(posting.group, gate)
         return True
