@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS jb_limit(
 CREATE TABLE IF NOT EXISTS jb_grant(board INTEGER NOT NULL, grp TEXT NOT NULL, at REAL NOT NULL);
 CREATE INDEX IF NOT EXISTS jb_grant_at ON jb_grant(board, grp, at);
 CREATE TABLE IF NOT EXISTS jb_pause(board INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY(board, name));
-CREATE INDEX IF NOT EXISTS jb_job_grp ON jb_job(board, grp, seq) WHERE grp IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jb_job_grp ON jb_job(board, grp, state, seq) WHERE grp IS NOT NULL;
 """
 """The flow-control tables (schema version 2; a version 1 file gains them, and the columns
 ``jb_job.grp``, ``jb_board.flow`` and ``jb_board.paused``, when a board of this version opens it)."""
@@ -153,13 +153,16 @@ class Gate:
                 self.held[group] = ("concurrency", None)
                 return
         if limit.sequence:
-            head = conn.execute("SELECT seq, state FROM jb_job WHERE board=? AND grp=? AND state IN (0,1,2)"
-                                " ORDER BY seq LIMIT 1", (scope.board, group)).fetchone()
-            if head is not None and head[1] != 0:
+            firsts = conn.execute(  # each a seek in jb_job_grp: the group's first job in each live state
+                "SELECT (SELECT min(seq) FROM jb_job WHERE board=?1 AND grp=?2 AND state=0),"
+                " (SELECT min(seq) FROM jb_job WHERE board=?1 AND grp=?2 AND state=1),"
+                " (SELECT min(seq) FROM jb_job WHERE board=?1 AND grp=?2 AND state=2)", (scope.board, group)).fetchone()
+            live = [seq for seq in firsts if seq is not None]
+            if live and min(live) != firsts[0]:
                 self.held[group] = ("sequence", None)
                 return
-            if head is not None:
-                self.heads[group] = int(head[0])
+            if live:
+                self.heads[group] = int(firsts[0])
         if limit.rate is not None:
             due = self._rate_due(conn, scope, group, limit.rate)
             if due is not None:
