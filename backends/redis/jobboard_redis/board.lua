@@ -293,8 +293,13 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   if st == 'u' then ready_add({id = id, name = name, sc = sc}) end
   if st == 'd' then redis.call('ZADD', P .. 'delayed', nb, id) end
   if st ~= 'w' then wake(name, 1) end  -- a delayed one: the board woken learns when it is due
+  local far = false
   for _, dep in ipairs(deps) do
-    if not foreign(dep) then redis.call('SADD', P .. 'dents:' .. dep, id) end
+    if foreign(dep) then far = true else redis.call('SADD', P .. 'dents:' .. dep, id) end
+  end
+  if far then  -- linked after this call (links.lua): pending until then, for a sweep if its poster dies
+    redis.call('ZADD', P .. 'lkp', now(), id)
+    redis.call('HSET', P .. 'lkn', id, NONCE)
   end
   if key ~= '' then redis.call('SET', P .. 'k:' .. key, id) end
   done(id)

@@ -2,8 +2,9 @@
 -- over a Redis Cluster (jobboard_redis/spread.py, spread_links.py). A dependent lives in one partition and
 -- each of its dependencies in its own; a script touches one partition only, so a link across two is made
 -- and kept by calls on each side, every one idempotent:
---   post (the dependent, counting every dependency in 'pend'), then link on each other partition (the
---   dependency's 'dents' names the dependent), or, if a dependency is gone, unlink and unpost;
+--   post (the dependent, counting every dependency in 'pend', pending in 'lkp'), then link on each other
+--   partition (the dependency's 'dents' names the dependent) and linked; or, if a dependency is gone, unpost
+--   and unlink; a pending dependent older than the retry window is linked by a sweep (its poster died);
 --   a consume or trash of a dependency with a dependent elsewhere writes to its partition's outbox in the
 --   same call (board.lua), and a board forwards each entry with deliver or cascade, then removes it.
 
@@ -20,8 +21,14 @@ function ops.unlink(id, d)
 end
 
 -- A dependent posted here whose dependency elsewhere was gone before it was linked: removed again, with
--- its key (if it still names it), its post's nonce record and its links to this partition's dependencies.
+-- its key (if it still names it), its post's nonce record and its links to this partition's dependencies;
+-- 'linked' if its links were all made meanwhile (by a sweep): it stays.
 function ops.unpost(id, post_nonce, ...)
+  if not redis.call('ZSCORE', P .. 'lkp', id) then  -- linked by a sweep, or undone already (a resent call)
+    return reply(redis.call('EXISTS', jk(id)) == 1 and 'linked' or 'ok')
+  end
+  redis.call('ZREM', P .. 'lkp', id)
+  redis.call('HDEL', P .. 'lkn', id)
   local j = get(id)
   if not j or j.st ~= 'w' then return reply('ok') end
   unindex(j)
@@ -44,4 +51,22 @@ function ops.cascade(d, why, retention)
   local j = get(d)
   if j and j.st == 'w' then to_trash(j, why, tonumber(retention)) end
   return reply('ok')
+end
+
+-- Every link of the dependent id across partitions made: no longer pending.
+function ops.linked(id)
+  redis.call('ZREM', P .. 'lkp', id)
+  redis.call('HDEL', P .. 'lkn', id)
+  return reply('ok')
+end
+
+-- Dependents posted here more than ms ago whose links were not all made (their poster died, or is very
+-- late): {id, its post's nonce, ...}, 50 at most.
+function ops.unlinked(ms)
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'lkp', '-inf', now() - tonumber(ms), 'LIMIT', 0, 50)) do
+    out[#out + 1] = id
+    out[#out + 1] = redis.call('HGET', P .. 'lkn', id) or ''
+  end
+  return reply('ok', out)
 end

@@ -7,7 +7,8 @@ trash of a dependency with dependents elsewhere writes entries to its partition'
 :class:`Forwarder` sends each one to the dependent's partition (``deliver``: the result, once; ``cascade``:
 to the trash) and then removes it: at least once, applied once. The board whose call wrote the entries
 forwards them before that call returns; every board also sweeps the outboxes every :data:`SWEEP` seconds,
-for entries whose writer died before forwarding them.
+for entries whose writer died before forwarding them, and links (or undoes) the dependents still pending
+past the retry window (their poster died between the post and its links).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import anyio
 import msgpack
 
 from jobboard.backend import Prepared
-from jobboard.errors import DependencyMissing, JobBoardError
+from jobboard.errors import DependencyMissing, JobBoardError, JobNotFound
 from jobboard.job import Job
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.posting import arguments, job_from_reply
@@ -55,37 +56,62 @@ class Forwarder:
                 await part.client.command("LREM", key, 1, entry)
 
     async def sweep_forever(self) -> None:
-        """Forward what others left in the outboxes (a board that died between a call and its forwarding)."""
+        """Forward what others left in the outboxes (a board that died between a call and its forwarding), and
+        finish the links of dependents whose poster died before it linked them."""
         while True:
             await anyio.sleep(SWEEP)
             for part in self.parts:
                 try:
                     if await part.client.command("LLEN", part.options.prefix + "out"):
                         await self.forward(part)
+                    await self.relink(part, part.options.nonce_ms)  # the poster's retries are over by then
                 except JobBoardError as error:
                     logger.warning("%s: forwarding its outbox failed (%s); again in %g s", part.url, error, SWEEP)
 
     async def post_linked(self, part: RedisBackend, prepared: Prepared) -> Job:
         """Post ``prepared`` in ``part``, then link its dependencies of other partitions.
 
-        Not atomic across partitions: between the post and the last link the dependent is listed, waiting;
-        a board that dies there leaves it waiting for a dependency that will not tell it (not swept yet).
+        Not atomic across partitions: until its last link the dependent is listed, waiting, and pending in
+        ``part`` (a sweep links it, or undoes it, if this board dies before).
         :raises DependencyMissing: a dependency was not on the board (the post undone)."""
         posting, nonce = prepared.posting, f"{prepared.posting.token}:{part.options.nonce_ms}"
         status, data = await part._call("post", nonce, *arguments(posting, prepared.raw))
         job = job_from_reply(posting, status, data)
         if status == "keyed":  # an existing job: its own post linked it
             return job
-        local = [dep for dep in posting.depends_on if self.part_of(dep) is part]
+        missing = await self.link(part, job.id, posting.depends_on, nonce)
+        if missing is not None:
+            raise DependencyMissing.of(posting.name, missing)
+        return job
+
+    async def link(self, part: RedisBackend, job_id: str, deps: Sequence[str], nonce: str) -> str | None:
+        """Link ``job_id`` (posted in ``part``) to its dependencies elsewhere. ``None`` once linked (or found
+        linked by another); else the dependency that was gone, the dependent removed (``unpost``)."""
         linked: list[str] = []
-        for dep in posting.depends_on:
+        for dep in deps:
             if self.part_of(dep) is part:
                 continue
-            reply, _ = await self.part_of(dep)._call("link", "", dep, job.id)
+            reply, _ = await self.part_of(dep)._call("link", "", dep, job_id)
             if reply == "nodep":
+                undone, _ = await part._call("unpost", "", job_id, nonce,
+                                             *(local for local in deps if self.part_of(local) is part))
+                if undone == "linked":  # a sweep finished it first: it stays, linked
+                    return None
                 for done in linked:
-                    await self.part_of(done)._call("unlink", "", done, job.id)
-                await part._call("unpost", "", job.id, nonce, *local)
-                raise DependencyMissing.of(posting.name, dep)
+                    await self.part_of(done)._call("unlink", "", done, job_id)
+                return dep
             linked.append(dep)
-        return job
+        await part._call("linked", "", job_id)
+        return None
+
+    async def relink(self, part: RedisBackend, older_than_ms: int) -> int:
+        """Finish the links of ``part``'s dependents pending longer than ``older_than_ms``; how many."""
+        _, data = await part._call("unlinked", "", older_than_ms)
+        for job_id, nonce in zip(data[::2], data[1::2], strict=True):
+            try:
+                job = await part.get(text(job_id))
+            except JobNotFound:  # trashed (or consumed) meanwhile: nothing to link
+                await part._call("linked", "", job_id)
+                continue
+            await self.link(part, job.id, job.depends_on, text(nonce))
+        return len(data) // 2

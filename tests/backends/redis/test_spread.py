@@ -13,7 +13,7 @@ import redis
 import tests.backends.redis.test_cluster as one_slot
 from jobboard import open_board
 from jobboard.board.contract import JobBoard
-from jobboard.errors import BoardConflict, DependencyMissing, InvalidURL
+from jobboard.errors import BoardConflict, DependencyMissing, InvalidURL, JobNotFound
 from jobboard.job import JobState
 from jobboard.testing.stateful import run_model_test
 from jobboard_redis.cluster import key_slot
@@ -150,3 +150,37 @@ def test_a_spread_board_follows_the_model(cluster_seeds: str, order: str) -> Non
     the partitioned zookeeper:// board does), with ``order=exact`` only the board's best."""
     run_model_test(lambda: f"redis://{cluster_seeds}/0/model-{uuid.uuid4().hex}?cluster=1&partitions=3"
                            f"&session_timeout=4&order={order}", examples=8, claim_next_best_first=order == "exact")
+
+
+@pytest.mark.timeout(60)
+async def test_a_dependent_whose_poster_died_before_linking_it_is_linked_or_undone_by_a_sweep(
+        cluster_seeds: str, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """Posted in its partition but not linked to its dependency elsewhere (its poster died between the two
+    calls): a sweep links it, and it runs once both dependencies are consumed; one whose dependency elsewhere
+    was consumed meanwhile is removed by the sweep."""
+    url = f"redis://{cluster_seeds}/0/sweep-{uuid.uuid4().hex}?cluster=1&partitions=3"
+    async with open_board(url) as a, open_board(url) as b:
+        assert isinstance(a.backend, SpreadBackend)
+        spread = a.backend
+
+        async def dies_before_linking(*args: object) -> None:
+            return None
+
+        posted = []
+        for name in ("linked-late", "undone"):
+            dep, other = await a.post(f"{name}-dep"), await b.post(f"{name}-other")
+            assert spread.part_of(dep.id) is not spread.part_of(other.id)
+            with monkeypatch.context() as patch:
+                patch.setattr(spread.links, "link", dies_before_linking)
+                posted.append((await a.post(name, depends_on=[dep, other]), dep, other))
+        (late, late_dep, late_other), (undone, _, undone_other) = posted
+        await b.consume(await b.claim(undone_other.id, "w"), 0)  # gone before any link
+        part = spread.part_of(late.id)
+        assert part is spread.part_of(undone.id)
+        assert await spread.links.relink(part, 0) == 2
+        assert await spread.links.relink(part, 0) == 0
+        with pytest.raises(JobNotFound):
+            await a.get(undone.id)
+        for dep, result in ((late_dep, 1), (late_other, 2)):
+            await a.consume(await a.claim(dep.id, "w"), result)
+        assert (await a.claim(late.id, "w")).dependency_results == (1, 2)
