@@ -3,8 +3,10 @@
 Stored in the file, so every board of every process reads the same: ``jb_limit`` (a group's limit),
 ``jb_pause`` (paused names), ``jb_board.paused`` (the whole board) and ``jb_grant`` (the times of a
 rated group's grants: a sliding window log on the host's ``CLOCK_MONOTONIC``, which every process of
-the host shares). ``jb_board.flow`` counts the limits and pauses: a claim whose board has none runs
-the plain claim (one subquery more), and only otherwise reads a :class:`Gate`.
+the host shares). ``jb_board.flow`` is positive while the board has a limit or a pause, and takes a new
+value at every change of them (negative or 0 while there is none): a claim on a board without any runs
+the plain claim (one subquery more); otherwise it reads a :class:`Gate` first, the limits and pauses
+from the board's cache while ``flow`` has not changed.
 
 **One atomic step.** A claim reads its gate and claims in the same ``BEGIN IMMEDIATE`` transaction: the
 file's write lock serializes them, so no two claimers take a group's last permit and a limit or pause
@@ -46,17 +48,41 @@ def clock() -> float:
     return time.monotonic()
 
 
-def active(conn: sqlite3.Connection, scope: Scope) -> bool:
-    """Whether the board has any limit or pause."""
-    row = conn.execute("SELECT flow FROM jb_board WHERE id=?", (scope.board,)).fetchone()
-    return bool(row and row[0])
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The limits and pauses of a board, read at ``jb_board.flow`` = ``version``."""
+
+    version: int
+    board_paused: bool
+    names: frozenset[str]
+    limits: tuple[LimitSpec, ...]
+
+
+def gate(conn: sqlite3.Connection, scope: Scope) -> Gate | None:
+    """The board's gate now, or ``None`` when it has no limit nor pause (one ``SELECT`` then); sets
+    ``scope.gated``. The limits and pauses are read again only when ``jb_board.flow`` changed."""
+    row = conn.execute("SELECT flow, paused FROM jb_board WHERE id=?", (scope.board,)).fetchone()
+    version = int(row[0]) if row is not None else 0
+    scope.gated = version > 0
+    if version <= 0:
+        return None
+    stored = scope.stored
+    if not isinstance(stored, Stored) or stored.version != version:
+        names = frozenset(name for (name,) in conn.execute("SELECT name FROM jb_pause WHERE board=?", (scope.board,)))
+        stored = scope.stored = Stored(version, bool(row[1]), names, tuple(_limits(conn, scope).values()))
+    found = Gate(stored.board_paused, stored.names, now=clock())
+    if not found.board_paused:
+        for limit in stored.limits:
+            found._look(conn, scope, limit)
+    return found
 
 
 def changed(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
     """(The last step of a write that changed a limit or a pause.) Recount the board's limits and pauses;
     every waiting session of the board is popped and rung (what it waits for may be free now)."""
-    conn.execute("UPDATE jb_board SET flow=(SELECT count(*) FROM jb_limit WHERE board=?1)"
-                 " + (SELECT count(*) FROM jb_pause WHERE board=?1) + paused WHERE id=?1", (scope.board,))
+    conn.execute("UPDATE jb_board SET flow=(abs(flow) + 1) * (CASE WHEN (SELECT count(*) FROM jb_limit WHERE board=?1)"
+                 " + (SELECT count(*) FROM jb_pause WHERE board=?1) + paused > 0 THEN 1 ELSE -1 END) WHERE id=?1",
+                 (scope.board,))
     fx.wake += [(session, address) for session, address in conn.execute(
         "UPDATE jb_session SET waiting=NULL WHERE board=? AND waiting IS NOT NULL RETURNING id, addr", (scope.board,))]
 
@@ -134,14 +160,6 @@ class Gate:
     rates: dict[str, Rate] = field(default_factory=dict)
     now: float = 0.0
 
-    @classmethod
-    def read(cls, conn: sqlite3.Connection, scope: Scope) -> Gate:
-        state = paused(conn, scope)
-        gate = cls(state.board, state.names, now=clock())
-        for limit in _limits(conn, scope).values():
-            gate._look(conn, scope, limit)
-        return gate
-
     def _look(self, conn: sqlite3.Connection, scope: Scope, limit: LimitSpec) -> None:
         group = limit.group
         if limit.rate is not None:
@@ -170,12 +188,14 @@ class Gate:
 
     def _rate_due(self, conn: sqlite3.Connection, scope: Scope, group: str, rate: Rate) -> float | None:
         """Seconds until the group's next permit, or ``None`` when one is free now."""
-        times = [row[0] for row in conn.execute(
-            "SELECT at FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=? ORDER BY at DESC LIMIT ?",
-            (scope.board, group, self.now - rate.period, self.now, rate.count))]
-        if len(times) < rate.count:
+        window = (scope.board, group, self.now - rate.period, self.now)
+        (granted,) = conn.execute("SELECT count(*) FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=?",
+                                  window).fetchone()
+        if granted < rate.count:
             return None
-        return max(1e-3, float(times[-1]) + rate.period - self.now)
+        (oldest,) = conn.execute("SELECT at FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=? ORDER BY at DESC"
+                                 " LIMIT 1 OFFSET ?", (*window, rate.count - 1)).fetchone()
+        return max(1e-3, float(oldest) + rate.period - self.now)
 
     def condition(self) -> tuple[str, list[Any]]:
         """The SQL condition (and its parameters) of a ``jb_job`` row not held back."""

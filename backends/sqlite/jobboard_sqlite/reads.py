@@ -134,7 +134,7 @@ def claimable(conn: sqlite3.Connection, scope: Scope, names: Collection[str] | N
               malformed: list[str], limit: int = 100) -> Claimable:
     """The jobs a claim could take now (none that flow control holds back): see :class:`Claimable`."""
     condition, params = name_filter(names)
-    gate = flow.Gate.read(conn, scope) if flow.active(conn, scope) else None
+    gate = flow.gate(conn, scope)
     held, held_params = ("1", []) if gate is None else gate.condition()
     rows = conn.execute(
         f"SELECT {JOB_COLUMNS} FROM jb_job WHERE board=? AND state=0 AND (not_before IS NULL OR not_before<=?)"

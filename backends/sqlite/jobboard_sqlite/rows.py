@@ -28,6 +28,10 @@ class Scope:
     trash_ttl: float
     log_events: bool = False
     """Whether writes log their events for the other sessions (someone reads them: ``observed_until``)."""
+    gated: bool = False
+    """Whether the board had a limit or a pause when this board last looked (its claims read the gate first)."""
+    stored: Any = None
+    """The limits and pauses as this board last read them, with the ``jb_board.flow`` they were read at."""
 
 
 @dataclass(slots=True)

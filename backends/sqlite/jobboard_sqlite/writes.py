@@ -173,7 +173,7 @@ def claim(conn: sqlite3.Connection, scope: Scope, seq: int | None, owner: str, n
         raise AlreadyClaimed(f"job {job_id(seq)} is claimed by {row[7]}")
     if row[3] is not None and row[3] > now:
         raise NotClaimable(f"job {job_id(seq)} is delayed for {row[3] - now:.1f}s")
-    gate = flow.Gate.read(conn, scope) if flow.active(conn, scope) else None
+    gate = flow.gate(conn, scope)
     if gate is not None:
         name, group = conn.execute("SELECT name, grp FROM jb_job WHERE board=? AND seq=?", (scope.board, seq)).fetchone()
         refusal = gate.refusal(seq, name, group)
@@ -232,35 +232,36 @@ def claim_next(conn: sqlite3.Connection, scope: Scope, owner: str, names: Collec
     """
     condition, params = name_filter(names)
     while True:
-        row = conn.execute(
-            f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=(SELECT seq FROM jb_job WHERE board=? AND state=0"
-            f" AND (not_before IS NULL OR not_before<=?) AND {condition} ORDER BY rank, seq LIMIT 1)"
-            f" AND EXISTS (SELECT 1 FROM jb_session WHERE id=?) AND (SELECT flow FROM jb_board WHERE id=?)=0"
-            f" RETURNING {CLAIMED_COLUMNS}",
-            (owner, scope.session, scope.board, scope.board, now, *params, scope.session, scope.board)).fetchone()
+        gate = flow.gate(conn, scope) if scope.gated else None
+        row = None
+        if gate is None:
+            row = conn.execute(
+                f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=(SELECT seq FROM jb_job WHERE board=? AND state=0"
+                f" AND (not_before IS NULL OR not_before<=?) AND {condition} ORDER BY rank, seq LIMIT 1)"
+                f" AND EXISTS (SELECT 1 FROM jb_session WHERE id=?) AND (SELECT flow FROM jb_board WHERE id=?)<=0"
+                f" RETURNING {CLAIMED_COLUMNS}",
+                (owner, scope.session, scope.board, scope.board, now, *params, scope.session, scope.board)).fetchone()
+            gate = None if row is not None else flow.gate(conn, scope)
+        if row is None and gate is not None:
+            row = _claim_gated(conn, scope, owner, now, condition, params, gate)
         if row is None:
             if not alive(conn, scope):
                 raise SessionGone("session ended")
-            if not flow.active(conn, scope):
-                return None
-            row = _claim_gated(conn, scope, owner, now, condition, params)
-            if row is None:
-                return None
+            return None
         claimed = _claimed(conn, scope, row, owner, now, fx)
         if claimed is not None:
             return claimed
 
 
 def _claim_gated(conn: sqlite3.Connection, scope: Scope, owner: str, now: float, condition: str,
-                 params: list[Any]) -> Any:
-    """The claim of the best job that flow control does not hold back (its row), or ``None``."""
-    gate = flow.Gate.read(conn, scope)
+                 params: list[Any], gate: flow.Gate) -> Any:
+    """The claim of the best job that ``gate`` does not hold back (its row), or ``None``."""
     held, held_params = gate.condition()
     row = conn.execute(
         f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=(SELECT seq FROM jb_job WHERE board=? AND state=0"
         f" AND (not_before IS NULL OR not_before<=?) AND {condition} AND {held} ORDER BY rank, seq LIMIT 1)"
-        f" RETURNING {CLAIMED_COLUMNS}",
-        (owner, scope.session, scope.board, scope.board, now, *params, *held_params)).fetchone()
+        f" AND EXISTS (SELECT 1 FROM jb_session WHERE id=?) RETURNING {CLAIMED_COLUMNS}",
+        (owner, scope.session, scope.board, scope.board, now, *params, *held_params, scope.session)).fetchone()
     if row is not None:
         gate.granted(conn, scope, row[9])
     return row
