@@ -84,3 +84,24 @@ def _peers_at_one_w(output: dict[str, Any]) -> list[str]:
         lines.append(f"| {name} | {span(figures['post_many_per_s'])} | {span(figures['cycles_per_s'])} | "
                      f"{ratio:.2f}× |")
     return lines
+
+
+def postgresql_before_after_part(run: Run) -> list[str]:
+    """``benchmarks.postgresql_before_after``: per W, the base tree's and the head tree's cycles/s (median and
+    range), CPU per cycle and statements per cycle (medians)."""
+    output = run["output"]
+    runs, medians = output["runs"], output["medians"]
+    lines = [(f"| W | cycles/s, {output['base']} | cycles/s, {output['head']} | client µs per cycle | "
+              "server µs per cycle | statements per cycle |"), "|---|---|---|---|---|---|"]
+    for w in medians["base"]:
+        base, head = medians["base"][w], medians["head"][w]
+
+        def figure(tree: str, key: str, w: str = w) -> dict[str, Any]:
+            return {"median": medians[tree][w][key], "runs": [item[w][key] for item in runs[tree]]}
+
+        lines.append(f"| {w.removeprefix('w')} | {span(figure('base', 'cycles_per_s'))} | "
+                     f"{span(figure('head', 'cycles_per_s'))} | {base['client_us_per_cycle']:.0f} → "
+                     f"{head['client_us_per_cycle']:.0f} | {base['server_us_per_cycle']:.0f} → "
+                     f"{head['server_us_per_cycle']:.0f} | {base['round_trips_per_cycle']:.2f} → "
+                     f"{head['round_trips_per_cycle']:.2f} |")
+    return [*lines, "", f"{len(runs['base'])} runs of each tree, alternated; medians (ranges)."]

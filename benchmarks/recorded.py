@@ -16,7 +16,12 @@ from typing import Any
 
 from benchmarks.analysis import CLOCK_CHANGE, POST_CONCURRENCY_BEFORE_RECORDED
 from benchmarks.instructions import recorded_part as instructions_part
-from benchmarks.postgresql_report import postgresql_bloat_part, postgresql_cycle_part, postgresql_peers_part
+from benchmarks.postgresql_report import (
+    postgresql_before_after_part,
+    postgresql_bloat_part,
+    postgresql_cycle_part,
+    postgresql_peers_part,
+)
 from benchmarks.recorded_fleet import fleet_part, raw_fleet_part
 from benchmarks.redis_fleet import recorded_part as redis_fleet_part
 from benchmarks.sqlite_report import sqlite_part
@@ -161,7 +166,7 @@ PER_RUN: dict[str, Callable[[Run], list[str]]] = {
     "backlog": backlog_part, "before_after": before_after_part, "posts_ratio": posts_ratio_part,
     "redis_cycle_cost": redis_cycle_cost_part, "raw_fleet": raw_fleet_part, "redis_fleet": redis_fleet_part}
 PER_RUN.update(postgresql_cycle=postgresql_cycle_part, postgresql_bloat=postgresql_bloat_part,
-               postgresql_peers=postgresql_peers_part)
+               postgresql_peers=postgresql_peers_part, postgresql_before_after=postgresql_before_after_part)
 PER_RUN.update(sqlite=sqlite_part, instructions=instructions_part)
 
 
