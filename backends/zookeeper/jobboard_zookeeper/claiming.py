@@ -8,7 +8,8 @@ the call: :class:`~jobboard_zookeeper.flow.Skips`), with the claim multi of
 :meth:`Settler.claim <jobboard_zookeeper.settle.Settler.claim>` (``set_data(job, attempts + 1,
 version)`` + ``create(lock, ephemeral)``: atomic; the job's new version is the claim's
 generation). After a lost race it picks at random among the next few candidates for a while
-(:class:`~jobboard_zookeeper.view.CandidatePicker`), so claimers on other boards spread out. A
+(:class:`~jobboard_zookeeper.view.CandidatePicker`), so claimers on other boards spread out
+(not while a limit or pause exists: flow control keeps board order, as on every backend). A
 member of a partitioned board's fleet that finds nothing claimable in its own partitions
 steals from the others (:mod:`jobboard_zookeeper.fleet`).
 """
@@ -164,10 +165,12 @@ class Claimer:
         fleet = self._fleet  # None: a flat board
         if fleet is not None and fleet.must_join:  # a partitioned board's first claim (see .fleet)
             await fleet.join()
-        if fleet is not None and (await self._flow.refresh()).used:
+        state = await self._flow.refresh()
+        if fleet is not None and state.used:
             return await self._claim_in_board_order(fleet, owner, names)
+        spread = not state.active  # flow control keeps board order: no random pick after a lost race
         picker = CandidatePicker(self._view.candidates(self._inflight, names))
-        picker.contended = time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
+        picker.contended = spread and time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
         skips = Skips(self._flow)  # what flow control holds back, judged once per group in this call
         while (job := picker.next(self._view.locks)) is not None:
             conflicts = self.claim_conflicts
@@ -178,7 +181,7 @@ class Claimer:
                 self._inflight.discard(job)
             if outcome is not None:
                 return outcome
-            picker.contended |= self.claim_conflicts > conflicts  # only a lost race spreads out
+            picker.contended |= spread and self.claim_conflicts > conflicts  # only a lost race spreads out
         return await self._steal(fleet, owner, names, skips) if fleet is not None else None
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None,
