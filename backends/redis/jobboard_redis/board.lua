@@ -247,8 +247,6 @@ local function write_job(id, posting, name, sc, st, deps, maxa, keep, rttl, tttl
   redis.call('HSET', P .. 'job:' .. id, unpack(f))
 end
 
--- delay: milliseconds from the server's now() before the job is claimable ('0': at once).
--- rttl, tttl: the job's own result and trash lifetimes in ms ('': the board's).
 -- n new job ids: the first, the step between them, and the weight of a priority rank in an order score
 -- (rank * weight + id). Any board but a spread one: 1, 2, ... (a counter), weight 2^44. A partition of a board
 -- spread over a Redis Cluster (prefix 'jb:{<root>#jbp<k>/<K>/<salt>}:', jobboard_redis/spread.py): the server's
@@ -265,6 +263,8 @@ local function next_ids(n)
   return first, step, 1125899906842624
 end
 
+-- delay: milliseconds from the server's now() before the job is claimable ('0': at once).
+-- rttl, tttl: the job's own result and trash lifetimes in ms ('': the board's).
 function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   local deps = {...}
   if RETRY then
@@ -307,10 +307,11 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   return reply('ok', {id})
 end
 
--- Posts without dependency, key or delay, all at once: one INCRBY (next_ids), one HSET per job, one ZADD per index, one
--- 'posted' event per run of consecutive jobs of one name (its job: '<first id>+<count>' when count > 1, which
--- readers expand to one event per job); one nonce record for the chunk (on its first post's nonce:
--- '<first id>+<count>'). {first id, count}.
+-- Posts without dependency, key or delay, all at once: one INCRBY (next_ids), one HSET per job, one ZADD per
+-- index, one 'posted' event per run of consecutive jobs of one name (its job: '<first id>+<count>' when
+-- count > 1, which readers expand to one event per job; a spread board's ids are not consecutive: one event
+-- per job); one nonce record for the chunk (on its first post's nonce: '<first id>+<count>', and '*<step>'
+-- on a spread board). {first id, count, step}.
 local function post_simple(a)
   local n = #a / 11
   local first, step, weight = next_ids(n)
