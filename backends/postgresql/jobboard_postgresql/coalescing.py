@@ -5,8 +5,9 @@ queued here. A dispatcher task sends the queue as ``jb.cycle`` calls (:class:`~j
 cycles.Cycles`), at most ``in_flight`` at a time: the requests that arrive while one is in flight
 go together in the next (every queued request, up to ``limit``), each consume still fenced by its own claim's generation and owner, each
 claim asking for at most one job (a statement claims no more jobs than it has requests wanting one:
-nothing is hoarded). Callers woken together (a batch's answers) join one statement: the dispatcher
-lets the loop turn once before it takes the queue. Ownership: the dispatcher and the statements'
+nothing is hoarded). Callers woken together (a batch's answers) join one statement: their wake-ups are
+scheduled before the dispatcher's (which the first of them triggers), so all of them have queued when it
+takes the queue. Ownership: the dispatcher and the statements'
 tasks are this object's; a request's answer is its caller's. A request not yet sent can be
 withdrawn (its caller was cancelled: nothing happened); one sent is answered even if its caller has
 gone (:attr:`Request.landed`), so that the caller can give back a claim it did not take.
@@ -107,7 +108,6 @@ class Coalescer:
         while not self._closed:
             await self._wakeup.wait()
             self._wakeup.clear()
-            await asyncio.sleep(0)  # the callers woken with this one submit in this turn: one statement
             while self._pending and len(self._running) < self.in_flight:
                 batch = self._take(self.limit)
                 task = asyncio.get_running_loop().create_task(self._run(batch))
