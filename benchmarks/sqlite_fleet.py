@@ -7,8 +7,9 @@ Each run posts ``--jobs`` jobs on a fresh file, then starts the claiming process
 the phase of ``benchmarks.cycle``: ``claim_next`` -> ``consume``), waits until every board is open, and times
 from the go to the last consume. Per run: cycles/s, and per cycle, summed over the processes: write
 transactions, transactions run on the board's thread, blocking waits for the file's write turn (and the
-milliseconds spent in them), turns taken (hand-overs), busy retries, context switches (voluntary and
-not) and CPU milliseconds. Each round runs every process count once; the report gives per process count
+milliseconds spent in them), the milliseconds from a waiter's turn to its event loop running the queue
+(``grant_delay``) and the turn held, turns taken (hand-overs), busy retries, context switches (voluntary
+and not) and CPU milliseconds. Each round runs every process count once; the report gives per process count
 the median and range of each figure, and per round the ratio of each fleet to one process.
 """
 
@@ -30,7 +31,8 @@ import anyio
 from benchmarks.cycle import Tally, drain, post_jobs
 from jobboard import open_board
 
-COUNTERS = ("writes", "thread_calls", "turn_waits", "turn_wait_s", "turns", "queued", "busy_retries")
+COUNTERS = ("writes", "thread_calls", "turn_waits", "turn_wait_s", "grant_delay_s", "held_s", "turns", "queued",
+            "busy_retries")
 
 
 def _usage() -> tuple[float, int, int]:
@@ -83,9 +85,10 @@ async def one_run(directory: str, run: int, jobs: int, workers: int, processes: 
         await anyio.to_thread.run_sync(child.join)
     cycles = float(shared[0].value)
     summed = {key: sum(part[key] for part in parts) for key in parts[0]}
-    per_cycle = {f"{key}_per_cycle": round(value / cycles, 3) for key, value in summed.items()
-                 if key not in ("turn_wait_s", "cpu_s")}
-    per_cycle["turn_wait_ms_per_cycle"] = round(1000 * summed["turn_wait_s"] / cycles, 3)
+    seconds = ("turn_wait_s", "grant_delay_s", "held_s", "cpu_s")
+    per_cycle = {f"{key}_per_cycle": round(value / cycles, 3) for key, value in summed.items() if key not in seconds}
+    for key in seconds[:-1]:
+        per_cycle[f"{key[:-2]}_ms_per_cycle"] = round(1000 * summed[key] / cycles, 3)
     counted = {key: value for key, value in per_cycle.items() if not math.isnan(value)}  # what the tree counts
     return {"cycles_per_s": round(cycles / (shared[1].value - started), 1), **counted,
             "cpu_ms_per_cycle": round(1000 * summed["cpu_s"] / cycles, 3)}
