@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from jobboard.board.contract import JobBoard
 from jobboard_redis.board import RedisBackend
+from jobboard_redis.spread import SpreadBackend
+
+RedisBackend.spread = SpreadBackend
 
 
 class RedisBoard(JobBoard):
@@ -15,4 +18,4 @@ class RedisBoard(JobBoard):
         super().__init__(RedisBackend(url))
 
 
-__all__ = ["RedisBackend", "RedisBoard"]
+__all__ = ["RedisBackend", "RedisBoard", "SpreadBackend"]

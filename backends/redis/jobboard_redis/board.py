@@ -11,11 +11,12 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Coroutine, Sequence
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import anyio
 
 from jobboard.backend import (
+    Backend,
     Claim,
     Event,
     EventKind,
@@ -60,11 +61,12 @@ class RedisBackend(KeepingRedis):
 
     _client: RedisClient  # set by open()
 
+    spread: ClassVar[Callable[[str], Backend] | None] = None  # .spread.SpreadBackend, set by the package
+
     def __new__(cls, url: str = "", root: str | None = None) -> RedisBackend:  # noqa: PYI034 (not always a cls)
-        """``?cluster=1&partitions=K`` (K > 1) makes a :class:`~jobboard_redis.spread.SpreadBackend` instead."""
-        if cls is RedisBackend and url and root is None and parse_redis_url(url).partitions > 1:
-            from jobboard_redis.spread import SpreadBackend
-            return cast(RedisBackend, SpreadBackend(url))
+        """``?cluster=1&partitions=K`` (K > 1) makes a :attr:`spread` board instead."""
+        if cls is RedisBackend and url and root is None and cls.spread and parse_redis_url(url).partitions > 1:
+            return cast(RedisBackend, cls.spread(url))
         return super().__new__(cls)
 
     def __init__(self, url: str, root: str | None = None) -> None:
