@@ -95,7 +95,8 @@ class GroupLimit:
     running: int
     """Jobs of the group claimed now (the permits in use)."""
     waiting: int
-    """Jobs of the group on the board and not claimed (held back, delayed or about to run)."""
+    """Jobs of the group on the board and not claimed (held back, delayed or about to run; not those still
+    waiting for dependencies)."""
 
     @classmethod
     def of(cls, limit: LimitSpec, running: int, waiting: int) -> GroupLimit:

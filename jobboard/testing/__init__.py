@@ -32,6 +32,7 @@ from jobboard.testing._failures import FailuresConformance
 from jobboard.testing._ids import IdsConformance
 from jobboard.testing._keeping import KeepingConformance
 from jobboard.testing._keys import KeysConformance
+from jobboard.testing._limit_edges import LimitEdgesConformance
 from jobboard.testing._limits import LimitsConformance
 from jobboard.testing._linked import LinkedConformance
 from jobboard.testing._listing import ListingConformance
@@ -43,7 +44,8 @@ from jobboard.testing._watching import WatchingConformance
 class JobBoardConformance(
     BasicsConformance, BatchesConformance, ClaimsConformance, DelayedConformance, FailuresConformance,
     IdsConformance, KeepingConformance,
-    KeysConformance, LimitsConformance, LinkedConformance, ListingConformance, PacingConformance, RoutingConformance,
+    KeysConformance, LimitEdgesConformance, LimitsConformance, LinkedConformance, ListingConformance,
+    PacingConformance, RoutingConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

@@ -90,12 +90,10 @@ def changed(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
 # -- what is stored ------------------------------------------------------------
 
 def set_limit(conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, fx: Effects) -> None:
-    """Store ``limit``, replacing its group's (the rate's window kept if the rate is the same)."""
-    old = conn.execute("SELECT rate_count, rate_period FROM jb_limit WHERE board=? AND grp=?",
-                       (scope.board, limit.group)).fetchone()
+    """Store ``limit``, replacing its group's. The group's recent grants are kept whatever the rate was (a
+    rate cleared and set again, or changed, still sees them: no window holds more than its count), as
+    on memory:// and zookeeper://; at most the last window's are kept (:meth:`Gate.granted` prunes)."""
     rate = limit.rate
-    if old is None or rate is None or (old[0], old[1]) != (rate.count, rate.period):
-        conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=?", (scope.board, limit.group))
     conn.execute("INSERT OR REPLACE INTO jb_limit(board, grp, concurrency, sequence, rate_count, rate_period)"
                  " VALUES (?,?,?,?,?,?)", (scope.board, limit.group, limit.concurrency, int(limit.sequence),
                                            None if rate is None else rate.count, None if rate is None else rate.period))
@@ -104,7 +102,6 @@ def set_limit(conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, fx: Effe
 
 def clear_limit(conn: sqlite3.Connection, scope: Scope, group: str, fx: Effects) -> bool:
     found = conn.execute("DELETE FROM jb_limit WHERE board=? AND grp=?", (scope.board, group)).rowcount > 0
-    conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=?", (scope.board, group))
     changed(conn, scope, fx)
     return found
 
@@ -127,11 +124,12 @@ def paused(conn: sqlite3.Connection, scope: Scope) -> Paused:
 
 
 def limits(conn: sqlite3.Connection, scope: Scope) -> list[GroupLimit]:
-    """Every limit by group, with the group's claimed and unclaimed (waiting or ready) jobs."""
+    """Every limit by group, with the group's claimed jobs and its unclaimed ones (ready, held back or delayed;
+    not those waiting for dependencies, as on every backend)."""
     listed = []
     for limit in _limits(conn, scope).values():
         running, waiting = conn.execute(
-            "SELECT count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state IN (0,2)) FROM jb_job"
+            "SELECT count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state=0) FROM jb_job"
             " WHERE board=? AND grp=?", (scope.board, limit.group)).fetchone()
         listed.append(GroupLimit.of(limit, int(running), int(waiting)))
     return listed
@@ -176,7 +174,7 @@ class Gate:
                 " (SELECT min(seq) FROM jb_job WHERE board=?1 AND grp=?2 AND state=1),"
                 " (SELECT min(seq) FROM jb_job WHERE board=?1 AND grp=?2 AND state=2)", (scope.board, group)).fetchone()
             live = [seq for seq in firsts if seq is not None]
-            if live and min(live) != firsts[0]:
+            if live and (firsts[1] is not None or min(live) != firsts[0]):  # one running, or the head not ready
                 self.held[group] = ("sequence", None)
                 return
             if live:

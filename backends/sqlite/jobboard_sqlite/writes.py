@@ -192,10 +192,13 @@ def _take(conn: sqlite3.Connection, scope: Scope, row: Any, owner: str, now: flo
     seq, attempts = row[0], row[2]
     taken = conn.execute(f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=? RETURNING {CLAIMED_COLUMNS}",
                          (owner, scope.session, scope.board, seq)).fetchone()
-    if gate is not None:
+    claimed = _claimed(conn, scope, taken, owner, now, fx)
+    if claimed is None:
+        return JobNotFound(
+            f"job {job_id(seq)} used its {attempts} attempts and was moved to the trash, or is not a valid posting")
+    if gate is not None:  # only a claim that was taken counts in its group's rate
         gate.granted(conn, scope, taken[9])
-    return _claimed(conn, scope, taken, owner, now, fx) or JobNotFound(
-        f"job {job_id(seq)} used its {attempts} attempts and was moved to the trash, or is not a valid posting")
+    return claimed
 
 
 def _claimed(conn: sqlite3.Connection, scope: Scope, row: Any, owner: str, now: float,
@@ -250,6 +253,8 @@ def claim_next(conn: sqlite3.Connection, scope: Scope, owner: str, names: Collec
             return None
         claimed = _claimed(conn, scope, row, owner, now, fx)
         if claimed is not None:
+            if gate is not None:  # only a claim that was taken counts in its group's rate
+                gate.granted(conn, scope, row[9])
             return claimed
 
 
@@ -262,8 +267,6 @@ def _claim_gated(conn: sqlite3.Connection, scope: Scope, owner: str, now: float,
         f" AND (not_before IS NULL OR not_before<=?) AND {condition} AND {held} ORDER BY rank, seq LIMIT 1)"
         f" AND EXISTS (SELECT 1 FROM jb_session WHERE id=?) RETURNING {CLAIMED_COLUMNS}",
         (owner, scope.session, scope.board, scope.board, now, *params, *held_params, scope.session)).fetchone()
-    if row is not None:
-        gate.granted(conn, scope, row[9])
     return row
 
 
