@@ -164,3 +164,20 @@ async def test_concurrent_claimers_cancelled_at_random_leave_no_orphan_claim(boa
         await run.check_then_drain()
     assert len(run.consumed - run.uncertain) > 50, "too few consumes: the run exercised little"
     assert statements(board) < run.calls, "nothing was coalesced"
+
+
+async def test_a_job_named_twice_or_gone_in_a_batch_is_consumed_once(board: JobBoard) -> None:
+    await board.post_many([NewJob("t", {"n": n}) for n in range(4)])
+    async with asyncio.timeout(30):
+        claims = [c for c in await asyncio.gather(*(board.claim_next(f"w{n}") for n in range(4))) if c is not None]
+        await board.consume(claims[0])  # gone before the batch
+        before = statements(board)
+        outcomes = await asyncio.gather(board.consume(claims[0]), board.consume(claims[1]), board.consume(claims[1]),
+                                        board.consume_and_claim_next(claims[2]), board.consume(claims[2]),
+                                        return_exceptions=True)
+        sent = statements(board) - before
+    assert sent == 1, f"5 concurrent consumes took {sent} statements"
+    assert isinstance(outcomes[0], ClaimLost), outcomes
+    assert outcomes[1] is None and isinstance(outcomes[2], ClaimLost), outcomes
+    assert outcomes[3] is None and isinstance(outcomes[4], ClaimLost), outcomes  # board empty: nothing claimed
+    assert await board.job_count() == 1 and await claimed_on_server(board) == {claims[3].job.id: "w3"}
