@@ -535,7 +535,7 @@ function ops.consume_next(id, gen, owner, result, retention, sess, claim_nonce, 
   return {claimed[1], claimed[2], EV}
 end
 
--- A spread board compares its partitions' heads before claiming (jobboard_redis/spread_claims.py): due
+-- A spread board compares its partitions' heads before claiming (jobboard_redis/spread/claims.py): due
 -- delayed jobs are made ready first where there are some.
 function ops.promote() return reply('ok', {promote()}) end
 

@@ -77,7 +77,7 @@ class RedisBackend(KeepingRedis):
         self.use_options(self.options)
         self._retention_ms = str(int(self.key_retention * 1000))
         self._claims: dict[str, tuple[int, str]] = {}  # claims made here: job -> (generation, session)
-        self.forward: Callable[[RedisBackend], Awaitable[None]] | None = None  # a partition's (.spread_links)
+        self.forward: Callable[[RedisBackend], Awaitable[None]] | None = None  # a partition's (spread.links)
 
     # -- lifecycle -----------------------------------------------------------
 

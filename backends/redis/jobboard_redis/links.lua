@@ -1,5 +1,5 @@
 -- jobboard redis://, continued from board.lua (one library): links between the partitions of a board spread
--- over a Redis Cluster (jobboard_redis/spread.py, spread_links.py). A dependent lives in one partition and
+-- over a Redis Cluster (jobboard_redis/spread/backend.py, spread/links.py). A dependent lives in one partition and
 -- each of its dependencies in its own; a script touches one partition only, so a link across two is made
 -- and kept by calls on each side, every one idempotent:
 --   post (the dependent, counting every dependency in 'pend', pending in 'lkp'), then link on each other

@@ -25,7 +25,7 @@ import pytest
 
 from jobboard_redis.cluster import key_slot
 from jobboard_redis.options import parse_redis_url
-from jobboard_redis.spread_layout import open_layout
+from jobboard_redis.spread.layout import open_layout
 from tests.backends.redis.test_failover import History
 from tests.backends.redis.test_failover import under_load as load_while
 from tests.support.rediscluster import RedisCluster

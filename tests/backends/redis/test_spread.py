@@ -19,7 +19,7 @@ from jobboard.testing.stateful import run_model_test
 from jobboard_redis.cluster import key_slot
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.spread import SpreadBackend
-from jobboard_redis.spread_layout import choose_salts, partition_root
+from jobboard_redis.spread.layout import choose_salts, partition_root
 from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
 
 PARTITIONS = 3

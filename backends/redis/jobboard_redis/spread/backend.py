@@ -1,7 +1,7 @@
 """A ``redis://`` board spread over the masters of a Redis Cluster: ``?cluster=1&partitions=K``.
 
 The board is K partitions, each a whole board of its own (the same layout, scripts and session) under its
-own hash tag, so in its own slot, on a master chosen for an even spread (:mod:`.spread_layout`); every script
+own hash tag, so in its own slot, on a master chosen for an even spread (:mod:`.layout`); every script
 still runs inside one slot. A job's id names its partition (id mod K), so every call about a job goes to one
 partition. Where a job goes when posted:
 
@@ -11,12 +11,12 @@ partition. Where a job goes when posted:
   next partition in turn, so that one poster spreads its jobs over every master (a ``post_many`` call's plain
   jobs go to one partition together).
 
-A dependency in another partition than its dependent is linked across partitions (:mod:`.spread_links`).
+A dependency in another partition than its dependent is linked across partitions (:mod:`.links`).
 A job's id is the server's clock in microseconds when it was posted (above its partition's last id, and
 rounded up to k mod K: it names its partition k), so ages compare across partitions as far as the masters'
 clocks agree (exactly on one host).
 
-Claims (:mod:`.spread_claims`) look in the home partition first, then steal from the others in turn: order is
+Claims (:mod:`.claims`) look in the home partition first, then steal from the others in turn: order is
 priority then age exactly within a partition, and a board takes its home's jobs before better ones elsewhere;
 ``order=exact`` takes the best of the partitions' heads instead (priority then age across the board, for a
 head read from every partition at each claim). Each partition keeps its own session for the board (a heartbeat per partition); listings, counts,
@@ -53,9 +53,9 @@ from jobboard.errors import DependencyMissing
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.cluster import crc16
 from jobboard_redis.options import parse_redis_url
-from jobboard_redis.spread_claims import HomeClaims, SpreadClaims, score_of
-from jobboard_redis.spread_layout import open_layout
-from jobboard_redis.spread_links import Forwarder
+from jobboard_redis.spread.claims import HomeClaims, SpreadClaims, score_of
+from jobboard_redis.spread.layout import open_layout
+from jobboard_redis.spread.links import Forwarder
 
 __all__ = ["SpreadBackend"]
 
