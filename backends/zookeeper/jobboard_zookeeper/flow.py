@@ -3,16 +3,17 @@
 ::
 
     <root>/flow/state          limits and pauses (one map); its data version is checked by EVERY claim
-    <root>/flow/p-<group>      a limited group's permits; its data version moves with every grant
+    <root>/flow/p-<group>      a group's permits; its data version moves with every capped grant
     <root>/flow/p-<group>/<id> ephemeral: the permit of the claim of job <id> (data: its owner)
     <root>/flow/r-<group>      a rated group's window: the earlier grant times as data, the latest its mtime
 
 **One atomic step, a permit is a claim.** A claim's multi (:meth:`Settler.claim
 <jobboard_zookeeper.settle.Settler.claim>`) carries the :class:`Gate`'s ops with its own: ``check(state,
 version)`` (a limit or pause written since this board read it fails the claim, which reads it again and
-retries), and for a group with a concurrency limit or a sequence ``set_data(p-<group>, version)`` +
-``create(p-<group>/<id>, ephemeral)``. Every grant moves the parent's version, so two claimers that read the
-same count cannot both take the last permit; the permit is an ephemeral node of the claimer's session,
+retries), and for a job with a group ``create(p-<group>/<id>, ephemeral)``: every live claim of a group is a
+permit (a limit set later counts them). A group with a concurrency limit or a sequence adds
+``set_data(p-<group>, version)`` (its count read just before): every capped grant moves the parent's
+version, so two claimers that read the same count cannot both take the last permit; the permit is an ephemeral node of the claimer's session,
 deleted by the same multi as the lock by every settle, cancel and release (:attr:`Held.permit
 <jobboard_zookeeper.settle.Held>`), and by the server with the session: it returns with its claim, a dead
 owner's within the session timeout. A stale holder's settle fails on the job's version (its claim's
@@ -31,7 +32,7 @@ edge by as much.
 
 **Cost when unused.** The state is read at open and again only when its watch fires (a persistent
 recursive watch on ``flow/``): a claim of a job no limit or pause concerns adds one ``check`` op to its
-multi and no read.
+multi and no read (with a group, its permit's ``create``, and the settle its ``delete``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from jobboard.errors import HeldBack
 from jobboard_zookeeper.layout import Paths, is_job_id, sequence_of
 from jobboard_zookeeper.ops import Check, Create, Op, SetData, Stat, TxnResult
 from jobboard_zookeeper.reading import Session
-from jobboard_zookeeper.zk import CHANGED, CREATED, DELETED, ZooKeeper
+from jobboard_zookeeper.zk import DELETED, ZooKeeper
 
 logger = logging.getLogger(__name__)
 NOT_PAUSED = Paused()
@@ -125,26 +126,23 @@ class Flow:
         self._stale = True
         self.groups: dict[str, str | None] = {}
         """Each job's group as read (a group never changes), for the sequences' heads."""
+        self._parents: set[str] = set()
+        """Permits parents known to exist."""
         self._windows: dict[str, tuple[int, list[float]]] = {}
         """Per rated group's window node: (version, grant times) as this board last wrote it; a change
         reported by the watch drops it (this board's own write too: its reply sets it again)."""
-        self._permits: dict[str, list[int]] = {}
-        """Per permits parent: [data version, permits], as last read and moved by the watch's events since;
-        a grant is checked at that version in its multi, so a cache behind only makes a claim retry."""
 
     async def open(self, zk: ZooKeeper) -> None:
         """Create ``flow/state`` if missing, watch ``flow/`` and read the state (again after a reconnect)."""
         await zk.create_missing(self._paths.flow("state"))
         await zk.watch_tree(self._paths.dir("flow"), self._on_event)
-        self._permits.clear()  # (events may have been missed while disconnected)
-        self._windows.clear()
+        self._windows.clear()  # (events may have been missed while disconnected)
         self._stale = False  # (an event while it is read sets it again)
         self._read(await zk.get(self._paths.flow("state")))
 
     def stale(self) -> None:
-        """Read the state and the permits again before their next use (a claim conflicted on them)."""
+        """Read the state and the rate windows again before their next use (a claim conflicted on them)."""
         self._stale = True
-        self._permits.clear()
         self._windows.clear()
 
     def _on_event(self, kind: int, path: str) -> None:
@@ -152,17 +150,10 @@ class Flow:
         if path == self._paths.flow("state"):
             self._stale = True  # read again by the next gate (the claim's check catches any miss)
             self._notify()
-        elif parent == self._paths.dir("flow"):  # a group's node: its permits' version moves with each grant
-            if kind == CHANGED and path in self._permits:
-                self._permits[path][0] += 1
-            elif kind == DELETED:
-                self._permits.pop(path, None)
+        elif parent == self._paths.dir("flow"):  # a group's node: a rate window written by some board
             self._windows.pop(path, None)
-        elif kind in (CREATED, DELETED):  # a permit taken or returned
-            if (seen := self._permits.get(parent)) is not None:
-                seen[1] += 1 if kind == CREATED else -1
-            if kind == DELETED:
-                self._notify()
+        elif kind == DELETED:  # a permit returned
+            self._notify()
 
     async def refresh(self) -> FlowState:
         """The state, read again if it changed since it was last read."""
@@ -185,21 +176,20 @@ class Flow:
         head, or its running, noted in ``skips`` for the rest of its pass)."""
         state = await self.refresh()
         ops: list[Op] = [Check(self._paths.flow("state"), state.version)]
-        if not state.active:
-            return Gate(ops)
-        if state.paused.covers(posting.name):
+        if state.active and state.paused.covers(posting.name):
             return HeldBack(f"job {job_id} ({posting.name}) is paused", why="paused")
-        limit = state.limit(posting.group)
-        if limit is None or posting.group is None:
+        if posting.group is None:
             return Gate(ops)
-        permit, granted = None, None
-        if limit.sequence or limit.concurrency is not None:
+        limit, permit, granted = state.limit(posting.group), self._paths.permit(posting.group, job_id), None
+        if limit is not None and (limit.sequence or limit.concurrency is not None):
             capped = await self._capped(job_id, posting.group, limit, owner, skips)
             if isinstance(capped, HeldBack):
                 return capped
             ops += capped
-            permit = self._paths.permit(posting.group, job_id)
-        if limit.rate is not None:
+        else:  # every claim of a group is a permit, counted by a limit set later (no version: nothing caps it)
+            await self._ensure_parent(posting.group)
+            ops.append(Create(permit, owner.encode(), ephemeral=True))
+        if limit is not None and limit.rate is not None:
             rated = await self._rated(job_id, posting.group, limit.rate)
             if isinstance(rated, HeldBack):
                 return rated
@@ -207,34 +197,28 @@ class Flow:
             granted = rated[1]
         return Gate(ops, permit, granted)
 
+    async def _ensure_parent(self, group: str) -> None:
+        """Create the group's permits parent unless this board knows it exists (it is never deleted)."""
+        parent = self._paths.permits(group)
+        if parent not in self._parents:
+            await self._session().create_missing(parent)
+            self._parents.add(parent)
+
     async def _capped(self, job_id: str, group: str, limit: LimitSpec, owner: str,
                       skips: Skips | None) -> list[Op] | HeldBack:
         """A permit's ops, or why the group's permits hold ``job_id`` back (its running count, or not a
-        sequence's head). A refusal is judged again on a fresh read (the cache may be behind)."""
+        sequence's head). The count is read now (one ``get``): unlike the version, it moves without a write
+        of the parent when a permit returns, so no cache of it could be checked by the claim's multi."""
         parent = self._paths.permits(group)
-        for fresh in (False, True):
-            seen = self._permits.get(parent) if not fresh else None
-            if seen is None:
-                fresh, seen = True, await self._read_permits(parent)
-            held = await self._refusal(job_id, group, limit, seen, skips)
-            if held is None and seen is not None:
-                return [SetData(parent, b"", seen[0]),
-                        Create(self._paths.permit(group, job_id), owner.encode(), ephemeral=True)]
-            if fresh:
-                break
-        assert held is not None
-        return held
-
-    async def _read_permits(self, parent: str) -> list[int] | None:
-        """The group's permits (data version, count) as read now, cached: the watch's events keep them."""
         found = await self._session().get(parent)
-        if found is None:
-            self._permits.pop(parent, None)
-            return None
-        seen = self._permits[parent] = [found[1].version, found[1].num_children]
-        return seen
+        seen = None if found is None else (found[1].version, found[1].num_children)
+        held = await self._refusal(job_id, group, limit, seen, skips)
+        if held is not None:
+            return held
+        assert seen is not None
+        return [SetData(parent, b"", seen[0]), Create(self._paths.permit(group, job_id), owner.encode(), ephemeral=True)]
 
-    async def _refusal(self, job_id: str, group: str, limit: LimitSpec, seen: list[int] | None,
+    async def _refusal(self, job_id: str, group: str, limit: LimitSpec, seen: tuple[int, int] | None,
                        skips: Skips | None) -> HeldBack | None:
         running = 0 if seen is None else seen[1]
         if limit.sequence and (running or (head := await self._head(job_id, group)) != job_id):

@@ -2,7 +2,7 @@
 
 Each write is one multi checked at the version of ``flow/state`` read just before: ``set_data(state)``
 plus, for a limit, ``create`` of the group's permits parent and rate window when missing (a rate's window
-is emptied when the rate changes). A write that conflicts (another one came between) reads again and
+outlives its limit cleared and set again). A write that conflicts (another one came between) reads again and
 retries. Every board's watch on ``flow/`` sees it, and every claim checks the state's version: a limit or
 pause written before a claim begins is honoured by it. Clearing a limit keeps the group's nodes (the
 permits of running claims go with their claims; a limit set again counts them).
@@ -35,10 +35,9 @@ class FlowAdmin:
 
     async def set_limit(self, limit: LimitSpec) -> None:
         async def change(state: FlowState) -> tuple[FlowState, list[Op]]:
-            old = state.limit(limit.group)
             limits = tuple(sorted([*(each for each in state.limits if each.group != limit.group), limit],
                                   key=lambda each: each.group))
-            return replace(state, limits=limits), await self._nodes(limit, old)
+            return replace(state, limits=limits), await self._nodes(limit)
 
         await self._write(change)
 
@@ -91,19 +90,16 @@ class FlowAdmin:
         self._flow.stale()
         return await self._flow.refresh()
 
-    async def _nodes(self, limit: LimitSpec, old: LimitSpec | None) -> list[Op]:
-        """The group's nodes this limit needs and lacks (a rate's window emptied when the rate changes)."""
+    async def _nodes(self, limit: LimitSpec) -> list[Op]:
+        """The group's nodes this limit needs and lacks. A rate's window is kept: it outlives its limit
+        cleared or changed (the grants were made; a new count reads the times it holds)."""
         zk, ops = self._session(), list[Op]()
         permits, rate = self._paths.permits(limit.group), self._paths.rate(limit.group)
         found = await asyncio.gather(zk.exists(permits), zk.exists(rate))
-        if found[0] is None and (limit.sequence or limit.concurrency is not None):
+        if found[0] is None:
             ops.append(Create(permits))
-        if limit.rate is not None:
-            empty = window_data([], granted=False)
-            if found[1] is None:
-                ops.append(Create(rate, empty))
-            elif old is None or old.rate != limit.rate:
-                ops.append(SetData(rate, empty, -1))
+        if limit.rate is not None and found[1] is None:
+            ops.append(Create(rate, window_data([], granted=False)))
         return ops
 
     async def _write(self, change: Change) -> None:
