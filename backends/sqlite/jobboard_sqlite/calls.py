@@ -44,8 +44,8 @@ T = TypeVar("T")
 HOLD_FOR = 0.010
 """Seconds a board keeps the write turn at most while it goes on writing (then it gives it back). Each hand-over
 between processes costs wake-ups and context switches; 10 ms rather than 2 ms: with 4 processes of 4 claimers,
-3.3x fewer turns a cycle, half the voluntary switches and 4-22 % less CPU a cycle in 4 interleaved sets (load
-6-12; docs/backends/sqlite.md). The price: a process that waits behind k busy writers waits up to k x 10 ms."""
+3.3-4.7x fewer turns a cycle, half the voluntary switches and 4-33 % less CPU a cycle in 5 paired interleaved sets
+(load 6-12; docs/backends/sqlite.md). The price: a process that waits behind k busy writers waits up to k x 10 ms."""
 TURN_PATIENCE = 0.5
 """Seconds a board waits for the write turn before it writes without it (the turn only spares busy retries:
 SQLite's lock is what serializes the writers; a holder stopped between two writes must not stop the file)."""
