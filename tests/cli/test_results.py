@@ -44,6 +44,19 @@ async def cli(url: str, *argv: str) -> subprocess.CompletedProcess[str]:
     return await anyio.to_thread.run_sync(jobboard, *argv, "--board", url)
 
 
+async def clis(url: str, *commands: tuple[str, ...]) -> list[subprocess.CompletedProcess[str]]:
+    """Each of ``commands`` as :func:`cli`, side by side (for commands that only read), in their order."""
+    done: dict[int, subprocess.CompletedProcess[str]] = {}
+
+    async def one(index: int, argv: tuple[str, ...]) -> None:
+        done[index] = await cli(url, *argv)
+
+    async with anyio.create_task_group() as group:
+        for index, argv in enumerate(commands):
+            group.start_soon(one, index, argv)
+    return [done[index] for index in range(len(commands))]
+
+
 def fields(out: str) -> dict[str, str]:
     return dict(line.split(None, 1) if " " in line else (line, "") for line in out.splitlines()
                 if line and not line.startswith(" "))
@@ -67,28 +80,28 @@ async def test_show_result_and_wait_of_finished_jobs(url: str) -> None:
     with anyio.fail_after(60):
         async with open_board(url) as board:
             done, failed, pending = await finished_jobs(board)
-        shown = await cli(url, "show", done)
+        # Reads only: the processes run side by side, their outputs are checked in this order.
+        shown, shown_failed, result, result_json, result_failed, unfinished, timed_out, shown_pending = await clis(
+            url, ("show", done), ("show", failed, "--json"), ("result", done), ("result", done, "--json"),
+            ("result", failed), ("result", pending), ("wait", pending, "--timeout", "0.5", "--json"),
+            ("show", pending, "--json"))
         assert shown.returncode == 0, shown.stderr
         assert fields(shown.stdout)["state:"] == "complete"
         assert json.loads(fields(shown.stdout)["result:"]) == {"width": 64, "ratio": "Infinity"}
-        trashed: Any = strict_json((await cli(url, "show", failed, "--json")).stdout)
+        trashed: Any = strict_json(shown_failed.stdout)
         assert (trashed["state"], trashed["trash_reason"]) == ("trashed", "failed: not CSV")
         assert trashed["last_error"]["type"] == "ValueError" and "not CSV" in trashed["last_error"]["message"]
-        result = await cli(url, "result", done)
         assert (result.returncode, fields(result.stdout)["outcome:"]) == (0, "complete")
-        record: Any = strict_json((await cli(url, "result", done, "--json")).stdout)
+        record: Any = strict_json(result_json.stdout)
         assert {key: record[key] for key in ("id", "state", "finished", "result")} == {
             "id": done, "state": "complete", "finished": True, "result": {"width": 64, "ratio": "Infinity"}}
-        result = await cli(url, "result", failed)
-        assert result.returncode == 1
-        assert fields(result.stdout)["reason:"] == "failed: not CSV"
-        assert fields(result.stdout)["last_error:"].startswith("ValueError: notes.txt is not CSV")
-        unfinished = await cli(url, "result", pending)
+        assert result_failed.returncode == 1
+        assert fields(result_failed.stdout)["reason:"] == "failed: not CSV"
+        assert fields(result_failed.stdout)["last_error:"].startswith("ValueError: notes.txt is not CSV")
         assert (unfinished.returncode, unfinished.stdout) == (1, "")
         assert unfinished.stderr == f"jobboard: {pending} is not finished: unclaimed\n"
-        timed_out = await cli(url, "wait", pending, "--timeout", "0.5", "--json")
         assert timed_out.returncode == 1
-        assert strict_json(timed_out.stdout) == strict_json((await cli(url, "show", pending, "--json")).stdout)
+        assert strict_json(timed_out.stdout) == strict_json(shown_pending.stdout)
 
 
 async def test_a_mistyped_id_is_an_error_not_a_complete_job(url: str) -> None:
