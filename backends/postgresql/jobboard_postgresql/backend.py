@@ -17,7 +17,6 @@ import logging
 from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
 from typing import Any
 
-import anyio
 import asyncpg
 
 from jobboard.backend import (
@@ -38,7 +37,7 @@ from jobboard.backend import (
 )
 from jobboard.errors import JobBoardError
 from jobboard_postgresql import schema
-from jobboard_postgresql.claiming import Claiming
+from jobboard_postgresql.claiming import Claiming, given_back
 from jobboard_postgresql.cycles import Cycles
 from jobboard_postgresql.database import Database
 from jobboard_postgresql.feed import Feed
@@ -201,11 +200,7 @@ class PostgresBackend(Backend):
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
-            settling = asyncio.ensure_future(self._give_back(task))
-            with anyio.CancelScope(shield=True):  # an anyio scope re-cancels every loop turn: not in here
-                while not settling.done():  # a plain asyncio cancel comes once more at most: wait on
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.shield(settling)
+            await given_back(self._give_back(task))
             raise
 
     async def _give_back(self, task: asyncio.Future[Claim | None]) -> None:

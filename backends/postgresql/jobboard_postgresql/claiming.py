@@ -27,6 +27,15 @@ GiveBack = Callable[[int, int, str], Awaitable[None]]
 """``give_back(job id, generation, owner)``: a claim nobody took, made claimable again (errors logged)."""
 
 
+async def given_back(giving_back: Awaitable[None]) -> None:
+    """Run ``giving_back`` to its end although the caller is being cancelled (the cancel goes through after)."""
+    settling = asyncio.ensure_future(giving_back)
+    with anyio.CancelScope(shield=True):  # an anyio scope re-cancels every loop turn: not in here
+        while not settling.done():  # a plain asyncio cancel comes once more at most: wait on
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(settling)
+
+
 class Claiming:
     """The coalesced claims and consumes of one board; the coalescer and its statements are this object's."""
 
@@ -94,11 +103,7 @@ class Claiming:
         except asyncio.CancelledError:
             if self.coalescer.withdraw(request):
                 raise
-            settling = asyncio.ensure_future(self._give_back(request))
-            with anyio.CancelScope(shield=True):  # an anyio scope re-cancels every loop turn: not in here
-                while not settling.done():  # a plain asyncio cancel comes once more at most: wait on
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await asyncio.shield(settling)
+            await given_back(self._give_back(request))
             raise
 
     async def _give_back(self, request: Request) -> None:
