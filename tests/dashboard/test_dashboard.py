@@ -16,7 +16,6 @@ import anyio
 import pytest
 
 from jobboard.board.contract import JobBoard
-from jobboard.board.registry import open_board
 from jobboard.dashboard.html import h, mermaid_graph, pretty
 from jobboard.dashboard.model import JobFilter
 from jobboard.dashboard.pages import jobs as jobs_body
@@ -45,12 +44,6 @@ async def shows(base: str, path: str, text: str) -> None:
         return text in (await ahttp("GET", base + path))[2]
 
     await eventually(check)
-
-
-@pytest.fixture
-async def board() -> Any:
-    async with open_board(f"memory://dash-{uuid.uuid4().hex}") as opened:
-        yield opened
 
 
 async def test_every_page_loads_and_escapes_what_jobs_say(board: JobBoard) -> None:

@@ -6,24 +6,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
 
 import anyio
 import pytest
 
 from jobboard.backend import Backend
 from jobboard.board.contract import JobBoard
-from jobboard.board.registry import open_board
 from jobboard_memory import MemoryBackend
 from tests.support.dashboard import TOKEN, ahttp, dashboard_in_loop
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def board() -> Any:
-    async with open_board(f"memory://dash-flow-{uuid.uuid4().hex}") as opened:
-        yield opened
 
 
 async def test_limits_are_read_and_pauses_are_guarded_actions(board: JobBoard) -> None:
