@@ -12,7 +12,7 @@ import pytest
 from jobboard.board.contract import JobBoard
 from jobboard.board.inputs import NewJob
 from jobboard.errors import ClaimLost, HeldBack, InvalidJob, NotClaimable, Unsupported
-from jobboard.job import Claim, Priority
+from jobboard.job import Claim, Job, Priority
 from jobboard.testing._base import BoardOpener, ConformanceBase, bounded, listed
 
 
@@ -22,6 +22,14 @@ class FlowControlBase(ConformanceBase):
         self.skip_if_unsupported("flow_control")
         if not board.backend.flow_control:
             pytest.skip(f"{type(board.backend).__name__} does not implement flow control yet")
+
+    @staticmethod
+    async def held_back(board: JobBoard, job: Job, why: str) -> HeldBack:
+        """``board.claim(job)`` is refused with :class:`HeldBack` for ``why``: the error (its ``retry_after``)."""
+        with pytest.raises(HeldBack) as held:
+            await board.claim(job, "held")
+        assert held.value.why == why, held.value
+        return held.value
 
     @staticmethod
     async def running(board: JobBoard, group: str) -> tuple[int, int]:
@@ -90,9 +98,7 @@ class LimitsConformance(FlowControlBase):
         third, fourth = await other.claim_next("w3"), await board.claim_next("w4")
         assert [c.job.id for c in (third, fourth) if c is not None] == [calm.id, free.id]
         assert await board.claim_next("w5") is None
-        with pytest.raises(HeldBack) as held:
-            await other.claim(busy[2], "w6")
-        assert held.value.why == "concurrency" and held.value.retry_after is None
+        assert (await self.held_back(other, busy[2], "concurrency")).retry_after is None
         assert await self.running(board, "busy") == (2, 2)
         assert first is not None
         await board.consume(first)

@@ -35,9 +35,7 @@ class PacingConformance(FlowControlBase):
         second = await other.claim_next("w")
         assert second is not None and second.job.id == outsider.id
         assert await board.claim_next("w") is None
-        with pytest.raises(HeldBack) as held:
-            await other.claim(jobs[1], "w")
-        assert held.value.why == "sequence"
+        await self.held_back(other, jobs[1], "sequence")
         await board.abandon(first)  # still the head: it runs again before the others
         again = await other.claim_next("w")
         assert again is not None and again.job.id == jobs[0].id
@@ -65,10 +63,8 @@ class PacingConformance(FlowControlBase):
         assert first is not None and second is not None
         await board.consume(first)  # a settle gives no rate permit back: claims are counted
         assert await other.claim_next("w") is None
-        with pytest.raises(HeldBack) as held:
-            await board.claim(jobs[2], "w")
-        due = held.value.retry_after
-        assert held.value.why == "rate" and due is not None and 0 < due <= period
+        due = (await self.held_back(board, jobs[2], "rate")).retry_after
+        assert due is not None and 0 < due <= period
         assert await waited(other, period / 6) is None  # wait offers no job only the rate holds back ...
         woke = await waited(other, period + 5)  # ... and wakes when its next permit is due
         assert woke and {job.id for job in woke} <= {jobs[2].id, jobs[3].id}
@@ -90,9 +86,7 @@ class PacingConformance(FlowControlBase):
         claimed = await other.claim_next("w")
         assert claimed is not None and claimed.job.id == other_job.id
         assert await other.claim_next("w") is None
-        with pytest.raises(HeldBack) as held:
-            await other.claim(exports[0], "w")
-        assert held.value.why == "paused"
+        await self.held_back(other, exports[0], "paused")
         await board.consume(running)  # running jobs finish
         await other.resume("export")
         assert (await board.paused()).names == frozenset()
