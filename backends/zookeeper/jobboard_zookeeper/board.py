@@ -126,6 +126,7 @@ class ZooKeeperBackend(Backend):
         self._grouper = batches.grouper
         self._reader = reader = Reader(session, zk, paths, view, self.report_malformed)
         self._flow = flow = Flow(session, paths, lambda: view.notify(WORK))
+        settler.permit_returned = flow.returned
         self._flow_admin = FlowAdmin(session, paths, flow, reader)
         self._claimer = Claimer(session, paths, view, settler, reader, fleet, flow)
         self._watcher = Watcher(session, view, settler, poster, reader, fleet, flow, self.ensure_open)

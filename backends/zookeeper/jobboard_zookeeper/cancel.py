@@ -15,7 +15,7 @@ from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.linked import LinkedOps
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Delete, OutcomeUnknown
-from jobboard_zookeeper.orphans import held_permit
+from jobboard_zookeeper.orphans import held_permit, returned
 from jobboard_zookeeper.reading import Reader, Stored
 from jobboard_zookeeper.refusals import not_found
 from jobboard_zookeeper.settle import check_request_size
@@ -79,7 +79,7 @@ class Canceller:
         if revoke:
             ops.append(Delete(lock))  # after the job, so that watchers see a trash, not a release
             permit = await held_permit(self._zk, self._paths, job_id, stored.posting.group)
-            ops += [] if permit is None else [Delete(permit)]  # the claim's flow-control permit goes with it
+            ops += returned(permit)  # the claim's flow-control permit goes with it
         elif stored.path == self._paths.job(job_id):  # nobody may hold it meanwhile
             ops[:0] = [Create(lock, ephemeral=True), Delete(lock)]
         marker = self._markers.new()

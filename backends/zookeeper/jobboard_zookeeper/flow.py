@@ -3,17 +3,18 @@
 ::
 
     <root>/flow/state          limits and pauses (one map); its data version is checked by EVERY claim
-    <root>/flow/p-<group>      a group's permits; its data version moves with every capped grant
+    <root>/flow/p-<group>      a group's permits; its data version moves with every permit taken or returned
     <root>/flow/p-<group>/<id> ephemeral: the permit of the claim of job <id> (data: its owner)
     <root>/flow/r-<group>      a rated group's window: the earlier grant times as data, the latest its mtime
 
 **One atomic step, a permit is a claim.** A claim's multi (:meth:`Settler.claim
 <jobboard_zookeeper.settle.Settler.claim>`) carries the :class:`Gate`'s ops with its own: ``check(state,
 version)`` (a limit or pause written since this board read it fails the claim, which reads it again and
-retries), and for a job with a group ``create(p-<group>/<id>, ephemeral)``: every live claim of a group is a
-permit (a limit set later counts them). A group with a concurrency limit or a sequence adds
-``set_data(p-<group>, version)`` (its count read just before): every capped grant moves the parent's
-version, so two claimers that read the same count cannot both take the last permit; the permit is an ephemeral node of the claimer's session,
+retries), and for a job with a group ``create(p-<group>/<id>, ephemeral)`` + ``set_data(p-<group>)``: every
+live claim of a group is a permit (a limit set later counts them). A group with a concurrency limit or a
+sequence checks that ``set_data`` at the version its count was read at; every permit taken or returned
+moves the parent's version, so two claimers that read the same count cannot both take the last permit,
+and a count this board cached is checked by its grant's multi (:meth:`Flow._capped`); the permit is an ephemeral node of the claimer's session,
 deleted by the same multi as the lock by every settle, cancel and release (:attr:`Held.permit
 <jobboard_zookeeper.settle.Held>`), and by the server with the session: it returns with its claim, a dead
 owner's within the session timeout. A stale holder's settle fails on the job's version (its claim's
@@ -98,8 +99,8 @@ class Gate:
 
     ops: list[Op]
     permit: str | None = None
-    granted: Callable[[TxnResult], None] | None = None
-    """Told the claim's result once its multi applied (a rate's window as written)."""
+    granted: tuple[Callable[[TxnResult], None], ...] = ()
+    """Told the claim's result once its multi applied (the permits' count, a rate's window, as written)."""
 
 
 def window_of(found: tuple[bytes, Stat] | None) -> list[float]:
@@ -128,6 +129,11 @@ class Flow:
         """Each job's group as read (a group never changes), for the sequences' heads."""
         self._parents: set[str] = set()
         """Permits parents known to exist."""
+        self._counts: dict[str, tuple[int, int]] = {}
+        """Per permits parent: (data version, permits at most) as this board last wrote or read them."""
+        self._dirty: set[str] = set()
+        """Permits parents written since (by a watch event): their pair is read again unless the write was
+        this board's own (its reply moves the pair)."""
         self._windows: dict[str, tuple[int, list[float]]] = {}
         """Per rated group's window node: (version, grant times) as this board last wrote it; a change
         reported by the watch drops it (this board's own write too: its reply sets it again)."""
@@ -136,22 +142,27 @@ class Flow:
         """Create ``flow/state`` if missing, watch ``flow/`` and read the state (again after a reconnect)."""
         await zk.create_missing(self._paths.flow("state"))
         await zk.watch_tree(self._paths.dir("flow"), self._on_event)
-        self._windows.clear()  # (events may have been missed while disconnected)
+        self.stale()  # (events may have been missed while disconnected)
         self._stale = False  # (an event while it is read sets it again)
         self._read(await zk.get(self._paths.flow("state")))
 
     def stale(self) -> None:
-        """Read the state and the rate windows again before their next use (a claim conflicted on them)."""
+        """Read the state, the permits' counts and the rate windows again before their next use (a claim
+        conflicted on them, or the state changed: a count is only checked against grants of its state)."""
         self._stale = True
         self._windows.clear()
+        self._counts.clear()
+        self._dirty.clear()
 
     def _on_event(self, kind: int, path: str) -> None:
         parent = path.rpartition("/")[0]
         if path == self._paths.flow("state"):
-            self._stale = True  # read again by the next gate (the claim's check catches any miss)
+            self.stale()  # read again by the next gate (the claim's check catches any miss)
             self._notify()
-        elif parent == self._paths.dir("flow"):  # a group's node: a rate window written by some board
+        elif parent == self._paths.dir("flow"):  # a group's node: its permits or rate window written
             self._windows.pop(path, None)
+            if path in self._counts:  # read again before its next use, unless it was this board's write
+                self._dirty.add(path)
         elif kind == DELETED:  # a permit returned
             self._notify()
 
@@ -180,22 +191,41 @@ class Flow:
             return HeldBack(f"job {job_id} ({posting.name}) is paused", why="paused")
         if posting.group is None:
             return Gate(ops)
-        limit, permit, granted = state.limit(posting.group), self._paths.permit(posting.group, job_id), None
+        limit, permit = state.limit(posting.group), self._paths.permit(posting.group, job_id)
+        granted: list[Callable[[TxnResult], None]] = []
         if limit is not None and (limit.sequence or limit.concurrency is not None):
             capped = await self._capped(job_id, posting.group, limit, owner, skips)
             if isinstance(capped, HeldBack):
                 return capped
-            ops += capped
-        else:  # every claim of a group is a permit, counted by a limit set later (no version: nothing caps it)
+            ops += capped[0]
+            granted.append(capped[1])
+        else:  # every claim of a group is a permit, counted by a limit set later (nothing caps it now)
             await self._ensure_parent(posting.group)
-            ops.append(Create(permit, owner.encode(), ephemeral=True))
+            ops += [Create(permit, owner.encode(), ephemeral=True), SetData(self._paths.permits(posting.group), b"", -1)]
         if limit is not None and limit.rate is not None:
             rated = await self._rated(job_id, posting.group, limit.rate)
             if isinstance(rated, HeldBack):
                 return rated
             ops.append(rated[0])
-            granted = rated[1]
-        return Gate(ops, permit, granted)
+            granted.append(rated[1])
+        return Gate(ops, permit, tuple(granted))
+
+    def returned(self, permit: str, result: TxnResult) -> None:
+        """A settle of this board that returned ``permit`` applied (``result``): its count follows."""
+        parent = permit.rpartition("/")[0]
+        written = next((version for op, version in zip(result.ops, result.versions, strict=True)
+                        if isinstance(op, SetData) and op.path == parent), None)
+        self._moved(parent, written, -1)
+
+    def _moved(self, parent: str, written: int | None, delta: int) -> None:
+        """This board's write moved ``parent`` to version ``written``: the cached pair follows if that write
+        was the only one since it (the version says so), else it goes."""
+        cached = self._counts.get(parent)
+        if cached is not None and written is not None and written == cached[0] + 1:
+            self._counts[parent] = (written, cached[1] + delta)
+            self._dirty.discard(parent)  # (the watch's event of this very write)
+        else:
+            self._counts.pop(parent, None)
 
     async def _ensure_parent(self, group: str) -> None:
         """Create the group's permits parent unless this board knows it exists (it is never deleted)."""
@@ -205,18 +235,35 @@ class Flow:
             self._parents.add(parent)
 
     async def _capped(self, job_id: str, group: str, limit: LimitSpec, owner: str,
-                      skips: Skips | None) -> list[Op] | HeldBack:
-        """A permit's ops, or why the group's permits hold ``job_id`` back (its running count, or not a
-        sequence's head). The count is read now (one ``get``): unlike the version, it moves without a write
-        of the parent when a permit returns, so no cache of it could be checked by the claim's multi."""
+                      skips: Skips | None) -> tuple[list[Op], Callable[[TxnResult], None]] | HeldBack:
+        """A permit's ops and what to remember once they applied, or why the group's permits hold ``job_id``
+        back (its running count, or not a sequence's head).
+
+        The (version, count) pair is this board's last (its last grant's or settle's, or read), read again
+        when the watch reports another board's write of the parent. Every permit taken or returned moves the parent's version (a session's
+        end only lowers the count), so the claim's ``set_data(parent, version)`` checks the pair: one behind
+        makes the multi fail and the claim read again; a refusal is judged again on a fresh read."""
         parent = self._paths.permits(group)
-        found = await self._session().get(parent)
-        seen = None if found is None else (found[1].version, found[1].num_children)
-        held = await self._refusal(job_id, group, limit, seen, skips)
+        for fresh in (False, True):
+            seen = None if fresh or parent in self._dirty else self._counts.get(parent)
+            if seen is None:
+                fresh, found = True, await self._session().get(parent)
+                seen = None if found is None else (found[1].version, found[1].num_children)
+                self._dirty.discard(parent)
+                if seen is not None:
+                    self._counts[parent] = seen
+            held = await self._refusal(job_id, group, limit, seen, skips)
+            if held is None or fresh:
+                break
         if held is not None:
             return held
         assert seen is not None
-        return [SetData(parent, b"", seen[0]), Create(self._paths.permit(group, job_id), owner.encode(), ephemeral=True)]
+        op = SetData(parent, b"", seen[0])
+
+        def granted(result: TxnResult) -> None:
+            self._moved(parent, result.versions[result.ops.index(op)], +1)
+
+        return [op, Create(self._paths.permit(group, job_id), owner.encode(), ephemeral=True)], granted
 
     async def _refusal(self, job_id: str, group: str, limit: LimitSpec, seen: tuple[int, int] | None,
                        skips: Skips | None) -> HeldBack | None:

@@ -37,8 +37,12 @@ async def release_lock(zk: ZooKeeper, paths: Paths, job_id: str, nonce: str, gua
     with ``guard`` (an op on the job node at the claim's generation); True if released."""
     if not await lock_is(zk, paths, job_id, nonce):
         return False
-    ends = [Delete(paths.lock(job_id))] + ([] if permit is None else [Delete(permit)])
-    return (await zk.multi([guard, *ends], retry_safe=True)).ok
+    return (await zk.multi([guard, Delete(paths.lock(job_id)), *returned(permit)], retry_safe=True)).ok
+
+
+def returned(permit: str | None) -> list[Op]:
+    """A claim's permit deleted, and its group's permits version moved (what a grant's check reads)."""
+    return [] if permit is None else [Delete(permit), SetData(permit.rpartition("/")[0], b"", -1)]
 
 
 async def held_permit(zk: ZooKeeper, paths: Paths, job_id: str, group: str | None) -> str | None:

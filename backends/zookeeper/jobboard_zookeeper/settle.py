@@ -45,7 +45,7 @@ from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
 from jobboard_zookeeper.linked import LinkedOps
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
-from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, held_permit, lock_is, release_lock
+from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, held_permit, lock_is, release_lock, returned
 from jobboard_zookeeper.reading import Stored, read_stored
 from jobboard_zookeeper.refusals import lost_claim, why_not
 from jobboard_zookeeper.retention import pack_result
@@ -77,8 +77,7 @@ class Held:
 
     def ends(self, lock: str) -> list[Op]:
         """Delete the claim's lock and its permit, if any (the last ops of a settle)."""
-        ends: list[Op] = [Delete(lock)]
-        return ends if self.permit is None else [*ends, Delete(self.permit)]
+        return [Delete(lock), *returned(self.permit)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +110,8 @@ class Settler:
         self.given_up = GivenUpClaims(zk, paths)
         self.on_given_up: Callable[[], object] = lambda: None
         """Called when a release of :attr:`given_up` must start (the board's)."""
+        self.permit_returned: Callable[[str, TxnResult], None] = lambda permit, result: None
+        """Told a settle that returned a flow-control permit applied (the board's flow follows its count)."""
 
     def expire(self) -> None:
         """The session is gone: every claim it held is lost."""
@@ -173,8 +174,9 @@ class Settler:
                 return "flow"
             return why_not(result)
         generation = stored.version + 1
-        if gate.granted is not None and result is not None:
-            gate.granted(result)
+        if result is not None:
+            for tell in gate.granted:
+                tell(result)
         self.lost.pop(job_id, None)  # whatever this board held of the job before, it is gone
         self.held[job_id] = Held(owner, generation, lock.nonce, raw, stored.num_children > 0, claimed.key,
                                  gate.permit)
@@ -300,6 +302,8 @@ class Settler:
             if result.ok:
                 self._markers.done(marker)
                 self.held.pop(job_id, None)
+                if held.permit is not None:
+                    self.permit_returned(held.permit, result)
                 return
             self._refuse(result, claim)
         raise BackendUnavailable(
