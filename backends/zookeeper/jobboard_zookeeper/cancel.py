@@ -11,11 +11,12 @@ resolved by the marker, now or by the caller's retry.
 from __future__ import annotations
 
 from jobboard.errors import BackendUnavailable, BoardConflict
+from jobboard_zookeeper.flow import returned
 from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.linked import LinkedOps
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Create, Delete, OutcomeUnknown
-from jobboard_zookeeper.orphans import held_permit, returned
+from jobboard_zookeeper.orphans import held_permit
 from jobboard_zookeeper.reading import Reader, Stored
 from jobboard_zookeeper.refusals import not_found
 from jobboard_zookeeper.settle import check_request_size

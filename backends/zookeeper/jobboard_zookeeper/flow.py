@@ -47,7 +47,7 @@ from jobboard.board.codec import MalformedEntry, Posting, decode_posting, decode
 from jobboard.board.limits import LimitSpec, Paused, Rate, limit_from, limit_record
 from jobboard.errors import HeldBack
 from jobboard_zookeeper.layout import Paths, is_job_id, sequence_of
-from jobboard_zookeeper.ops import Check, Create, Op, SetData, Stat, TxnResult
+from jobboard_zookeeper.ops import Check, Create, Delete, Op, SetData, Stat, TxnResult
 from jobboard_zookeeper.reading import Session
 from jobboard_zookeeper.zk import DELETED, ZooKeeper
 
@@ -101,6 +101,11 @@ class Gate:
     permit: str | None = None
     granted: tuple[Callable[[TxnResult], None], ...] = ()
     """Told the claim's result once its multi applied (the permits' count, a rate's window, as written)."""
+
+
+def returned(permit: str | None) -> list[Op]:
+    """A claim's permit deleted, and its group's permits version moved (what a grant's check reads)."""
+    return [] if permit is None else [Delete(permit), SetData(permit.rpartition("/")[0], b"", -1)]
 
 
 def window_of(found: tuple[bytes, Stat] | None) -> list[float]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from jobboard.board.codec import MalformedEntry
 from jobboard.errors import BackendUnavailable
+from jobboard_zookeeper.flow import returned
 from jobboard_zookeeper.layout import LockRecord, Paths
 from jobboard_zookeeper.ops import Delete, Op, SetData
 from jobboard_zookeeper.zk import ZooKeeper
@@ -38,11 +39,6 @@ async def release_lock(zk: ZooKeeper, paths: Paths, job_id: str, nonce: str, gua
     if not await lock_is(zk, paths, job_id, nonce):
         return False
     return (await zk.multi([guard, Delete(paths.lock(job_id)), *returned(permit)], retry_safe=True)).ok
-
-
-def returned(permit: str | None) -> list[Op]:
-    """A claim's permit deleted, and its group's permits version moved (what a grant's check reads)."""
-    return [] if permit is None else [Delete(permit), SetData(permit.rpartition("/")[0], b"", -1)]
 
 
 async def held_permit(zk: ZooKeeper, paths: Paths, job_id: str, group: str | None) -> str | None:

@@ -39,13 +39,13 @@ from jobboard.errors import (
     NotOwner,
 )
 from jobboard.job import Claim, LastError
-from jobboard_zookeeper.flow import Gate
+from jobboard_zookeeper.flow import Gate, returned
 from jobboard_zookeeper.keys import key_settled
 from jobboard_zookeeper.layout import LockRecord, Paths, sequence_of
 from jobboard_zookeeper.linked import LinkedOps
 from jobboard_zookeeper.markers import Marker, Markers
 from jobboard_zookeeper.ops import Check, Create, Delete, Op, OutcomeUnknown, SetData, TxnResult
-from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, held_permit, lock_is, release_lock, returned
+from jobboard_zookeeper.orphans import GivenUp, GivenUpClaims, held_permit, lock_is, release_lock
 from jobboard_zookeeper.reading import Stored, read_stored
 from jobboard_zookeeper.refusals import lost_claim, why_not
 from jobboard_zookeeper.retention import pack_result
