@@ -143,6 +143,14 @@ class SentinelGroup:
                 return False
         return True
 
+    def failovers_made(self) -> list[str]:
+        """The failovers the Sentinels made (the ``+switch-master`` lines of the Sentinel that logged most): the
+        ones this group performed, plus any the Sentinels started on their own (a primary that looked down
+        for ``DOWN_AFTER_MS``, e.g. stalled on a loaded host). Read before the group is closed."""
+        return max(([line.partition("# ")[2] for line in (sentinel.dir / "sentinel.log").read_text(
+                        errors="replace").splitlines() if "+switch-master" in line]
+                    for sentinel in self.sentinels if sentinel.dir is not None), key=len)
+
     def replica_ready(self) -> bool:
         """The primary's replica is synchronised and every Sentinel sees it up."""
         replica = self.other(self.primary())

@@ -78,7 +78,8 @@ class Replication:
         elif not replicas and not self._alone:
             self._alone = True
             logger.warning("%s (%s) has no replica: durability=strict writes are fsynced on the primary alone, and "
-                           "survive its restart but not the loss of its disk", self.server, address)
+                           "survive its restart, but not a failover before a replica has caught up, nor the loss of its disk",
+                           self.server, address)
 
     async def unreplicated(self, wire: Wire) -> None:
         """After a write answered by a primary with no replica (as last seen): look again (:meth:`look_again`)

@@ -200,8 +200,17 @@ async def test_three_failovers_in_a_row_under_load(durability: str) -> None:
             await under_load(url, history, [(pause, timed(group, step)) for pause, step in steps])
         assert len(group.failovers) == 3, group.failovers
         assert group.primary().port == int(group.failovers[-1].rsplit(" ", 1)[1])
+        made = group.failovers_made()
     lost, twice = history.tally(f"failovers ({durability})")
     assert len(history.acknowledged) >= 100  # the load ran across the failovers
+    if durability == "strict" and len(made) > len(group.failovers):
+        # The Sentinels failed over on their own too (a primary stalled past DOWN_AFTER_MS on a loaded host):
+        # what a primary acknowledged alone (no replica in sync) is not promised to survive a failover to a
+        # server that never received it (docs/backends/redis.md, durability=strict), so this run cannot
+        # check the guarantee it is about.
+        pytest.skip(f"the Sentinels made {len(made)} failovers, {len(made) - len(group.failovers)} of them "
+                    f"unplanned ({made}; performed: {group.failovers}): {len(lost)} lost, {len(twice)} twice, "
+                    "not judged")
     if durability == "strict":
         assert lost == [], f"acknowledged posts lost under durability=strict: {lost} ({history.stories(lost)})"
         assert twice == [], f"consumes reported twice under durability=strict: {twice} ({history.stories(twice)})"
