@@ -45,10 +45,11 @@ def default_board_url() -> str:
     return f"sqlite://{path}"
 
 
-CREATING_COMMANDS = frozenset({"post", "worker", "schedule", "dashboard", "metrics"})
-"""The commands that may create the board they are given (they post, or serve a board that work will come
-to); the others (they read, or change jobs already posted) open a ``sqlite://`` board with ``create=0``: a
-board that does not exist is said so, nothing made."""
+CREATING_COMMANDS = frozenset({"post", "worker", "schedule", "dashboard", "metrics", "limit", "pause", "resume"})
+"""The commands that may create the board they are given (they post, serve a board that work will come
+to, or store a setting of the board: a limit or a pause set before the first post); the others (they read,
+or change jobs already posted) open a ``sqlite://`` board with ``create=0``: a board that does not exist
+is said so, nothing made."""
 
 
 def for_command(command: str, url: str) -> str:

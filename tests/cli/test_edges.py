@@ -236,6 +236,16 @@ def test_a_read_command_on_a_sqlite_board_that_does_not_exist_says_so_and_create
     assert not (tmp_path / "nowhere").exists()
 
 
+def test_a_limit_set_before_the_first_post_creates_the_sqlite_board(capsys: Capture, tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path / 'fresh' / 'jobs.db'}?board=shop"
+    status, _, err = run(capsys, "--board", url, "limit", "tenant-42", "--concurrency", "2")
+    assert status == 0, err
+    status, _, err = run(capsys, "--board", url, "pause", "resize")
+    assert status == 0, err
+    status, out, _ = run(capsys, "--board", url, "limit")
+    assert status == 0 and "tenant-42" in out
+
+
 def test_a_post_creates_the_sqlite_board_a_read_command_then_finds(capsys: Capture, tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path / 'new' / 'jobs.db'}?board=shop"
     job_id = post(capsys, url, "resize")
