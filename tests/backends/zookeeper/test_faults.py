@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -42,13 +42,6 @@ async def next_kind(stream: EventStream, *kinds: EventKind) -> float:
         if event.kind in kinds:
             return time.monotonic()
     raise AssertionError("event stream ended")
-
-
-@pytest.fixture
-async def proxy(zk_hosts: str) -> AsyncIterator[TcpProxy]:
-    host, port = zk_hosts.rsplit(":", 1)
-    async with TcpProxy(host, int(port)) as running:
-        yield running
 
 
 async def test_expired_owner_loses_its_claim(proxy: TcpProxy, zk_hosts: str) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
 
 import anyio
 import pytest
@@ -19,13 +18,6 @@ pytestmark = pytest.mark.timeout(60)
 
 def board_url(hosts: str, session_timeout: float = 2.0) -> str:
     return f"zookeeper://{hosts}/flow/{uuid.uuid4().hex}?session_timeout={session_timeout}"
-
-
-@pytest.fixture
-async def proxy(zk_hosts: str) -> AsyncIterator[TcpProxy]:
-    host, port = zk_hosts.rsplit(":", 1)
-    async with TcpProxy(host, int(port)) as running:
-        yield running
 
 
 async def running(board: JobBoard, group: str) -> int:
