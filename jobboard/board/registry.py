@@ -9,7 +9,9 @@ installs (``jobboard_redis``, for ``redis://`` and ``rediss://``: ``jobboard[red
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Hashable
 from importlib.metadata import EntryPoint, PackageNotFoundError, distribution, entry_points
 from typing import cast
 
@@ -22,10 +24,32 @@ ENTRY_POINT_GROUP = "jobboard.backends"
 
 BackendFactory = Callable[[str], Backend]
 
+_found: tuple[Hashable, tuple[EntryPoint, ...]] | None = None
+"""The last scan of the group, and the state of ``sys.path`` it was made in (see :func:`_backends`)."""
+
 
 def installed_schemes() -> list[str]:
     """The URL schemes of every installed backend, sorted."""
-    return sorted({entry.name for entry in entry_points(group=ENTRY_POINT_GROUP)})
+    return sorted({entry.name for entry in _backends()})
+
+
+def _backends() -> tuple[EntryPoint, ...]:
+    """The group's entry points. Scanning every distribution's metadata takes milliseconds, so the
+    last scan is kept while ``sys.path``, the current directory and the modification time of each
+    directory on it are unchanged (what installing or removing a distribution changes, as for
+    importlib's own directory caches). Not locked: two threads may both scan, with the same result."""
+    global _found
+    key = (entry_points, os.getcwd(), tuple((entry, _mtime(entry or ".")) for entry in sys.path))
+    if _found is None or _found[0] != key:
+        _found = (key, tuple(entry_points(group=ENTRY_POINT_GROUP)))
+    return _found[1]
+
+
+def _mtime(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:  # not there (yet): a scan finds nothing in it either
+        return None
 
 
 def open_board(url: str) -> JobBoard:
@@ -37,7 +61,7 @@ def open_board(url: str) -> JobBoard:
         ``pip install`` that fixes it).
     """
     scheme = parse_url(url).scheme
-    matches = [entry for entry in entry_points(group=ENTRY_POINT_GROUP) if entry.name == scheme]
+    matches = [entry for entry in _backends() if entry.name == scheme]
     if not matches:
         installed = ", ".join(installed_schemes()) or "none"
         raise BackendNotFound(f"no job-board backend for {scheme}:// (installed: {installed})")

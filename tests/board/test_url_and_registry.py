@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from importlib.metadata import EntryPoint
+from pathlib import Path
 
 import anyio
 import pytest
@@ -125,6 +127,21 @@ async def test_memory_backend_options_take_effect() -> None:
             with pytest.raises(InvalidJob, match="limit of 200 bytes"):
                 await board.post("big", {"blob": "x" * 300})
             assert await board.job_count() == 1
+
+
+def test_a_distribution_installed_or_removed_while_running_is_seen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The registry keeps its scan of the entry points only while no directory on ``sys.path`` changed: a
+    dist-info written into (then removed from) a directory already on it is seen at the next lookup."""
+    from tests.backends.test_third_party import write_dist_info
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert "dict" not in installed_schemes()
+    info = write_dist_info(tmp_path)
+    assert "dict" in installed_schemes()
+    shutil.rmtree(info)
+    assert "dict" not in installed_schemes()
 
 
 def fake_entry_points(*entries: EntryPoint) -> object:
