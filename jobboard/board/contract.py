@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -36,7 +37,7 @@ from jobboard.board.events import DEFAULT_EVENT_BUFFER, EventHub, EventStream
 from jobboard.board.inputs import JobRef, NewJob, job_id_of
 from jobboard.board.limits import GroupLimit, Paused, Rate, limit_spec
 from jobboard.board.propagation import OPENTELEMETRY_TRACE, with_trace_context
-from jobboard.errors import BoardClosed, InvalidJob
+from jobboard.errors import BoardClosed, HeldBack, InvalidJob
 from jobboard.job import (
     Claim,
     Entity,
@@ -75,6 +76,10 @@ class JobBoard:
         self.services = backend.services
         """The event hub, malformed-entry reporting and background tasks the board lends its backend
         (a backend wrapper shares its inner backend's)."""
+        self.held_back: Counter[str] = Counter()
+        """Claims of this board that flow control refused (:meth:`claim` raising :class:`HeldBack`), by
+        ``why``. Counted in this process, where the refusal is raised: no read. ``claim_next`` refuses
+        nothing (it skips a held-back job for the next), so it counts nothing here."""
 
     def __repr__(self) -> str:
         return f"<JobBoard {self.url} over {type(self.backend).__name__}>"
@@ -285,7 +290,11 @@ class JobBoard:
             for exceeding its attempts).
         """
         self._ensure_open()
-        return await self.backend.claim(job_id_of(job), check_owner(owner))
+        try:
+            return await self.backend.claim(job_id_of(job), check_owner(owner))
+        except HeldBack as held:
+            self.held_back[held.why] += 1
+            raise
 
     async def claim_next(self, owner: str, *, names: Collection[str] | None = None) -> Claim | None:
         """Claim the best claimable job (priority, then age), or return ``None`` if none.

@@ -3,8 +3,8 @@
 * :class:`WorkerMetrics`: worker middleware (jobs started and finished by name
   and handler result, a duration histogram, attempts, jobs in flight) plus the
   worker's own counters read at scrape time (settled outcomes, claims, claim
-  races, claim losses, backend errors): ``Worker(..., middleware=[m.middleware])``
-  then ``m.watch(worker)``.
+  races, claim losses, backend errors, claims flow control refused):
+  ``Worker(..., middleware=[m.middleware])`` then ``m.watch(worker)``.
 * :class:`BoardCollector`: gauges of a whole board computed at scrape time from a
   :class:`~jobboard.observe.live.LiveBoard` (no I/O: the live view is kept by events).
 * :func:`serve_metrics`: an HTTP endpoint on the event loop (so collectors read
@@ -43,6 +43,8 @@ ATTEMPT_BUCKETS = (1, 2, 3, 5, 10, 20)
 ANSWER_TIMEOUT = 30.0
 """Seconds one scrape's connection may take (a client that sends nothing is dropped)."""
 TEXT = "text/plain; charset=utf-8"
+HELD_BACK_WHYS = ("paused", "concurrency", "sequence", "rate")
+"""Every ``HeldBack.why``: each is exported, 0 until counted."""
 logger = logging.getLogger(__name__)
 
 
@@ -143,6 +145,16 @@ class _WorkerCollector:
             yield CounterMetricFamily(f"jobboard_worker_{name}", text, value=self._total(field))
         yield GaugeMetricFamily("jobboard_worker_concurrency", "Jobs the worker may run at once",
                                 value=sum(worker.config.concurrency for worker in self.workers))
+        yield self._held_back()
+
+    def _held_back(self) -> Metric:
+        """``claim(job)`` refusals by flow control on the watched workers' boards (each board once)."""
+        boards = list({id(worker.board): worker.board for worker in self.workers}.values())
+        held = CounterMetricFamily("jobboard_worker_claims_held_back", "Claims refused by flow control on this "
+                                   "process's boards (claim(job) raising HeldBack), by why", labels=["why"])
+        for why in HELD_BACK_WHYS:
+            held.add_metric([why], sum(board.held_back[why] for board in boards))
+        return held
 
 
 class BoardCollector:
