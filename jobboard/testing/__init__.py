@@ -29,6 +29,7 @@ from jobboard.testing._batches import BatchesConformance
 from jobboard.testing._claims import ClaimsConformance
 from jobboard.testing._delayed import DelayedConformance
 from jobboard.testing._failures import FailuresConformance
+from jobboard.testing._flow_waking import FlowWakingConformance
 from jobboard.testing._ids import IdsConformance
 from jobboard.testing._keeping import KeepingConformance
 from jobboard.testing._keys import KeysConformance
@@ -43,7 +44,7 @@ from jobboard.testing._watching import WatchingConformance
 
 class JobBoardConformance(
     BasicsConformance, BatchesConformance, ClaimsConformance, DelayedConformance, FailuresConformance,
-    IdsConformance, KeepingConformance,
+    FlowWakingConformance, IdsConformance, KeepingConformance,
     KeysConformance, LimitEdgesConformance, LimitsConformance, LinkedConformance, ListingConformance,
     PacingConformance, RoutingConformance,
     WatchingConformance,

@@ -1,5 +1,6 @@
 """The mutants: each breaks one guarantee of ``memory://``, in its package or in the board's front
 (``jobboard/board/contract.py``: the checks and encodings every backend shares); the first checks the run itself.
+``FLOW_CONTROL`` breaks the guarantees of flow control (issue 27, :mod:`jobboard.board.limits`) one at a time.
 
 Anchors are exact text; when the code moves, ``bash scripts/mutate --check`` names the mutants to update.
 """
@@ -11,6 +12,7 @@ from tests.mutation.mutating import Mutant
 STORE = "backends/memory/jobboard_memory/store.py"
 BOARD = "backends/memory/jobboard_memory/board.py"
 KEEP = "backends/memory/jobboard_memory/keep.py"
+FLOW = "backends/memory/jobboard_memory/flow.py"
 FRONT = "jobboard/board/contract.py"
 """The board's front, shared by every backend: what it checks and encodes before a backend's hook."""
 NONE = 'b"\\xc0"'
@@ -80,8 +82,8 @@ SETTLING = [
     Mutant("claim-next-takes-stale-items", "claim_next offers only unclaimed jobs", STORE,
            "if entry is None or entry.state() is not JobState.UNCLAIMED:", "if entry is None:"),
     Mutant("abandoned-job-not-offered", "an abandoned job is offered by claim_next again", STORE,
-           "        entry.owner, entry.holder = None, None\n        self._make_ready(entry)",
-           "        entry.owner, entry.holder = None, None"),
+           "            self.flow.released(entry)\n        self._make_ready(entry)\n",
+           "            self.flow.released(entry)\n"),
     Mutant("trash-drops-last-error", "trash keeps the error it is given with the trashed job", BOARD,
            "        entry.posting = entry.posting.failed(settle.error)\n",
            "        if settle.action is SettleAction.ABANDON:\n"
@@ -197,4 +199,105 @@ RECORDS = [
            "return not self.could_be_job_id(job_id)"),
 ]
 
-MUTANTS: list[Mutant] = [SANITY, *SETTLING, *DEPENDENCIES, *WAKE_UPS, *ORDER, *SELECTION, *RECORDS]
+
+def _permit_kept(by: str, anchor: str, indent: str, entry: str = "entry") -> Mutant:
+    """The claim ends ``by`` this path but its group's permit is taken again at once (never returns)."""
+    return Mutant(
+        f"permit-kept-by-{by}", f"a permit returns when its claim ends by {by}", BOARD, anchor,
+        f"{anchor}{indent}if {entry}.posting.group is not None:\n"
+        f"{indent}    {'shared.' if by == 'close' else ''}store.flow.running[{entry}.posting.group] += 1\n",
+    )
+
+
+PERMITS = [
+    Mutant("concurrency-off-by-one", "at most concurrency jobs of a group are claimed at once", FLOW,
+           "if limit.concurrency is not None and running >= limit.concurrency:",
+           "if limit.concurrency is not None and running > limit.concurrency:"),
+    _permit_kept("abandon", '            store.release(entry, not_before, f"abandoned by {claim.owner}")\n',
+                 "            "),
+    _permit_kept("close", '            shared.store.release(entry, None, f"owner {entry.owner} closed its board")\n',
+                 "            "),
+    Mutant("permit-kept-by-cancel", "a permit returns when its claim ends by cancel", BOARD,
+           "        self._store.cancel(job_id, reason, wall_clock())\n",
+           "        entry = self._store.jobs.get(job_id)\n"
+           "        held = entry is not None and entry.owner is not None\n"
+           "        self._store.cancel(job_id, reason, wall_clock())\n"
+           "        if entry is not None and held and entry.posting.group is not None:\n"
+           "            self._store.flow.running[entry.posting.group] += 1\n"),
+    Mutant("permit-kept-when-job-leaves", "a permit returns when its claim ends by consume or trash", FLOW,
+           "        if entry.owner is not None:\n            self.running[group] -= 1\n",
+           "        if entry.owner is not None:\n            self.running[group] -= 0\n"),
+    Mutant("permit-return-leaves-jobs-parked", "a permit returned frees the group's other jobs at once", FLOW,
+           '        self.running[group] -= 1\n        self._unpark(("group", group))\n\n    # -- claiming',
+           "        self.running[group] -= 1\n\n    # -- claiming"),
+    Mutant("claim-next-blocks-on-full-group", "claim_next takes another group's job when one group is full",
+           STORE, "if flow.active and flow.park(entry, item):\n                    continue",
+           "if flow.active and flow.park(entry, item):\n                    return None"),
+    Mutant("limit-change-leaves-jobs-parked", "a raised limit lets claim_next take the group's jobs at once",
+           FLOW, '        self.limits[limit.group] = limit\n        self._changed(("group", limit.group))',
+           "        self.limits[limit.group] = limit\n        self._changed(None)"),
+    Mutant("clear-limit-not-clearing", "clear_limit removes the group's limit", FLOW,
+           "found = self.limits.pop(group, None) is not None", "found = self.limits.get(group) is not None"),
+]
+
+PAUSES = [
+    Mutant("claim-ignores-pause", "claim(job) of a paused name raises HeldBack", STORE,
+           "if self.flow.active and (held := self.flow.refusal(entry)) is not None:\n            raise held",
+           'if self.flow.active and (held := self.flow.refusal(entry)) is not None and held.why != "paused":\n'
+           "            raise held"),
+    Mutant("pause-of-one-name-pauses-all", "a pause of one name holds back only that name", FLOW,
+           "if self.paused_board or name in self.paused_names:", "if self.paused_board or self.paused_names:"),
+    Mutant("board-pause-ignored-by-claim", "a pause of the whole board holds back every claim", FLOW,
+           "if self.paused_board or name in self.paused_names:", "if name in self.paused_names:"),
+    Mutant("name-pause-alone-ignored", "a pause of one name holds even with no limit set", FLOW,
+           "self.active = bool(self.limits or self.paused_board or self.paused_names)",
+           "self.active = bool(self.limits or self.paused_board)"),
+    Mutant("resume-leaves-jobs-parked", "a resumed name's jobs are claimable at once", FLOW,
+           'self._changed(None if name is None else ("name", name))', "self._changed(None)"),
+    Mutant("wake-up-lost-on-resume", "wait() wakes when a pause is lifted", BOARD,
+           "        self._store.flow.resume(name)\n        self._shared.notify()",
+           "        self._store.flow.resume(name)"),
+    Mutant("wake-up-lost-on-set-limit", "wait() wakes when a limit is raised", BOARD,
+           "        self._store.flow.set_limit(limit)\n        self._shared.notify()",
+           "        self._store.flow.set_limit(limit)"),
+    Mutant("wake-up-lost-on-clear-limit", "wait() wakes when a limit is cleared", BOARD,
+           "        found = self._store.flow.clear_limit(group)\n        self._shared.notify()",
+           "        found = self._store.flow.clear_limit(group)"),
+]
+
+SEQUENCES = [
+    Mutant("sequence-second-beside-first", "a sequence runs one job at a time (none beside a claimed head)",
+           FLOW, "if limit.sequence and (running or next(iter(self.members[group])) != entry.job_id):",
+           "if limit.sequence and next(e.job_id for e in self.members[group].values() if e.owner is None)"
+           " != entry.job_id:"),
+    Mutant("sequence-ignores-order", "a sequence runs in posting order, whatever the priorities", FLOW,
+           "if limit.sequence and (running or next(iter(self.members[group])) != entry.job_id):",
+           "if limit.sequence and running:"),
+    Mutant("trashed-job-stops-sequence", "a trashed job does not stop its sequence", STORE,
+           "            self.flow.left(entry)\n        self._settled(entry)\n        entry.progress = None",
+           "            self.flow.left(entry)\n"
+           "            self.flow.members.setdefault(entry.posting.group, {})[entry.job_id] = entry\n"
+           "        self._settled(entry)\n        entry.progress = None"),
+]
+
+RATES = [
+    Mutant("rate-burst-of-twice-the-count", "no window of period seconds holds more than count claims", FLOW,
+           "return window[0] + rate.period - now if len(window) >= rate.count else None",
+           "return window[0] + rate.period - now if len(window) >= 2 * rate.count else None"),
+    Mutant("rate-window-not-sliding", "the window slides: a grant leaves it period seconds after it was made",
+           FLOW, "        while window and window[0] <= now - rate.period:\n            window.popleft()",
+           "        if window and window[0] <= now - rate.period:\n            window.clear()"),
+    Mutant("rate-grants-not-counted", "every claim of a rated group counts in its window", FLOW,
+           "            self._windows.setdefault(group, deque()).append(time.monotonic())",
+           "            self._windows.setdefault(group, deque())"),
+    Mutant("retry-after-wrong", "HeldBack.retry_after says when the next rate permit is due", FLOW,
+           'why="rate", retry_after=due)', 'why="rate", retry_after=2 * due)'),
+    Mutant("rate-parked-jobs-never-unparked", "claim_next takes a rated group's job once its permit is due",
+           STORE, "            flow.unpark_due()\n", "            pass\n"),
+    Mutant("wake-up-lost-when-rate-permit-due", "wait() wakes when the next rate permit is due", STORE,
+           "            delays.append(permit)", "            delays.append(permit + 3600)"),
+]
+
+FLOW_CONTROL = [*PERMITS, *PAUSES, *SEQUENCES, *RATES]
+
+MUTANTS: list[Mutant] = [SANITY, *SETTLING, *DEPENDENCIES, *WAKE_UPS, *ORDER, *SELECTION, *RECORDS, *FLOW_CONTROL]
