@@ -26,6 +26,21 @@ from jobboard_postgresql.options import Options
 
 logger = logging.getLogger("jobboard_postgresql")
 
+
+class OneLineRetries(logging.Filter):
+    """asyncpg's pool logs each failed attempt to restore its floor with a whole traceback (one a second
+    while the server is down): keep the warning, on one line, naming the error."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and str(record.msg).startswith("Failed to restore the pool connection floor"):
+            error = record.exc_info[1]
+            record.msg, record.args = "%s (%s: %s)", (record.getMessage(), type(error).__name__, error)
+            record.exc_info = record.exc_text = None
+        return True
+
+
+logging.getLogger("asyncpg.pool").addFilter(OneLineRetries())
+
 T = TypeVar("T")
 
 TRANSIENT_STATES = {"40001", "40P01", "53300", "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001",
