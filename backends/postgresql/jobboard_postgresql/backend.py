@@ -35,12 +35,14 @@ from jobboard.backend import (
     SettleAction,
     TrashedJob,
 )
+from jobboard.board.limits import GroupLimit, LimitSpec, Paused
 from jobboard.errors import JobBoardError
 from jobboard_postgresql import schema
 from jobboard_postgresql.claiming import Claiming, given_back
 from jobboard_postgresql.cycles import Cycles
 from jobboard_postgresql.database import Database
 from jobboard_postgresql.feed import Feed
+from jobboard_postgresql.flow import Flow
 from jobboard_postgresql.keeper import Keeper
 from jobboard_postgresql.options import parse
 from jobboard_postgresql.reads import Reader
@@ -74,6 +76,7 @@ class PostgresBackend(Backend):
         self.claiming = Claiming(Cycles(self.db, options.board, options.schema, options.ns, self.writer.session_of),
                                  self.waiting, self.writer, self._unclaim, self.report_malformed)
         self.feed: Feed | None = None
+        self.flow = Flow(self.db, options.board, options.schema)
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -312,3 +315,27 @@ class PostgresBackend(Backend):
 
     async def entities(self) -> list[Entity]:
         return await self.reader.entities()
+
+    # -- flow control (jobboard_postgresql.flow) ---------------------------------------
+
+    async def set_limit(self, limit: LimitSpec) -> None:
+        await self.flow.set_limit(limit)
+        self.waiting.work()
+
+    async def clear_limit(self, group: str) -> bool:
+        found = await self.flow.clear_limit(group)
+        self.waiting.work()
+        return found
+
+    async def limits(self) -> list[GroupLimit]:
+        return await self.flow.limits()
+
+    async def pause(self, name: str | None) -> None:
+        await self.flow.pause(name, True)
+
+    async def resume(self, name: str | None) -> None:
+        await self.flow.pause(name, False)
+        self.waiting.work()
+
+    async def paused(self) -> Paused:
+        return await self.flow.paused()

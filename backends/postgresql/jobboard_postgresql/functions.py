@@ -41,7 +41,7 @@ CREATE OR REPLACE FUNCTION jb.alive(p_ns int, p_session bigint) RETURNS boolean 
 CREATE OR REPLACE FUNCTION jb.post(
   p_board text, p_name text, p_rank smallint, p_max int, p_not_before float8, p_key text, p_token uuid,
   p_keep boolean, p_rttl float8, p_tttl float8, p_deps bigint[], p_posting bytea, p_retention float8,
-  p_retry boolean)
+  p_retry boolean, p_grp text)
 RETURNS TABLE (r_id bigint, r_state smallint, r_attempts int, r_not_before float8, r_posting bytea,
                r_last_error bytea, r_progress bytea, r_key text, r_missing text)
 LANGUAGE plpgsql AS $$
@@ -81,9 +81,9 @@ BEGIN
   END LOOP;
   v_state := CASE WHEN v_n > 0 THEN 2 WHEN p_not_before > jb.now() THEN 3 ELSE 0 END;
   INSERT INTO jb.job (id, board, name, rank, state, max_attempts, not_before, pending, key, token, keep_result,
-                      result_ttl, trash_ttl, posting, parents)
+                      result_ttl, trash_ttl, posting, parents, grp)
   VALUES (v_id, p_board, p_name, p_rank, v_state, p_max, p_not_before, v_n, p_key, p_token, p_keep, p_rttl,
-          p_tttl, p_posting, v_n > 0);
+          p_tttl, p_posting, v_n > 0, p_grp);
   IF v_n > 0 THEN
     INSERT INTO jb.dep (parent, child) SELECT d, v_id FROM unnest(p_deps) d;
     UPDATE jb.job SET children = true WHERE id = ANY(p_deps) AND NOT children;
@@ -95,17 +95,18 @@ END $$;
 
 CREATE OR REPLACE FUNCTION jb.post_plain(
   p_board text, p_names text[], p_ranks smallint[], p_maxes int[], p_not_befores float8[], p_tokens uuid[],
-  p_keeps boolean[], p_rttls float8[], p_tttls float8[], p_postings bytea[]) RETURNS bigint[]
+  p_keeps boolean[], p_rttls float8[], p_tttls float8[], p_postings bytea[], p_groups text[]) RETURNS bigint[]
 LANGUAGE plpgsql AS $$  -- a batch without keys or links: one INSERT, ids in the batch's order
 DECLARE v_ids bigint[]; v_ready int;
 BEGIN
   WITH ins AS (
       INSERT INTO jb.job (id, board, name, rank, state, max_attempts, not_before, token, keep_result, result_ttl,
-                          trash_ttl, posting)
+                          trash_ttl, posting, grp)
       SELECT nextval('jb.job_id'), p_board, u.name, u.rank, CASE WHEN u.nb > jb.now() THEN 3 ELSE 0 END, u.max,
-             u.nb, u.token, u.keep, u.rttl, u.tttl, u.posting
-        FROM unnest(p_names, p_ranks, p_maxes, p_not_befores, p_tokens, p_keeps, p_rttls, p_tttls, p_postings)
-             WITH ORDINALITY AS u(name, rank, max, nb, token, keep, rttl, tttl, posting, ord) ORDER BY u.ord
+             u.nb, u.token, u.keep, u.rttl, u.tttl, u.posting, u.grp
+        FROM unnest(p_names, p_ranks, p_maxes, p_not_befores, p_tokens, p_keeps, p_rttls, p_tttls, p_postings,
+                    p_groups) WITH ORDINALITY AS u(name, rank, max, nb, token, keep, rttl, tttl, posting, grp, ord)
+       ORDER BY u.ord
       RETURNING id, name),
     ev AS (INSERT INTO jb.event (board, kind, job, detail) SELECT p_board, 'posted', ins.id, ins.name FROM ins)
   SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
@@ -117,7 +118,7 @@ END $$;
 CREATE OR REPLACE FUNCTION jb.post_many(
   p_board text, p_names text[], p_ranks smallint[], p_maxes int[], p_not_befores float8[], p_keys text[],
   p_tokens uuid[], p_keeps boolean[], p_rttls float8[], p_tttls float8[], p_deps text[], p_postings bytea[],
-  p_retention float8, p_retry boolean)
+  p_retention float8, p_retry boolean, p_groups text[])
 RETURNS TABLE (r_id bigint, r_state smallint, r_attempts int, r_not_before float8, r_posting bytea,
                r_last_error bytea, r_progress bytea, r_key text, r_missing text)
 LANGUAGE plpgsql AS $$  -- keys, links or a retry: each posting as jb.post does it
@@ -126,7 +127,7 @@ BEGIN
   FOR i IN 1 .. coalesce(cardinality(p_names), 0) LOOP
     SELECT * INTO p FROM jb.post(p_board, p_names[i], p_ranks[i], p_maxes[i], p_not_befores[i], p_keys[i],
       p_tokens[i], p_keeps[i], p_rttls[i], p_tttls[i], string_to_array(p_deps[i], ',')::bigint[], p_postings[i],
-      p_retention, p_retry);
+      p_retention, p_retry, p_groups[i]);
     r_id := p.r_id; r_state := p.r_state; r_attempts := p.r_attempts; r_not_before := p.r_not_before;
     r_posting := p.r_posting; r_last_error := p.r_last_error; r_progress := p.r_progress; r_key := p.r_key;
     r_missing := p.r_missing;
@@ -181,6 +182,10 @@ BEGIN
   END IF;
   UPDATE jb.job SET state = 0 WHERE id IN (SELECT d.id FROM jb.job d WHERE d.board = p_board AND d.state = 3
                                            AND d.not_before <= jb.now() FOR UPDATE SKIP LOCKED);
+  IF jb.gated(p_board) THEN  -- limits or pauses: jb.flow_next (flow_sql.py)
+    RETURN QUERY SELECT * FROM jb.flow_next(p_board, p_session, p_owner, p_names, p_nonce);
+    RETURN;
+  END IF;
   LOOP
     SELECT j.id, j.attempts, j.max_attempts INTO v_id, v_attempts, v_max FROM jb.job j
      WHERE j.board = p_board AND j.state = 0
@@ -232,6 +237,14 @@ BEGIN
   END IF;
   UPDATE jb.job SET state = 0 WHERE id IN (SELECT d.id FROM jb.job d WHERE d.board = p_board AND d.state = 3
                                            AND d.not_before <= jb.now() FOR UPDATE SKIP LOCKED);
+  IF jb.gated(p_board) THEN  -- limits or pauses: one item at a time through jb.flow_next
+    FOREACH k IN ARRAY v_want LOOP
+      RETURN QUERY SELECT k, 0::smallint, NULL::text, t.* FROM jb.flow_next(p_board, p_session, p_owners[k], p_names,
+                                                                           p_nonces[k]) t;
+      EXIT WHEN NOT FOUND;
+    END LOOP;
+    RETURN;
+  END IF;
   WHILE v_at <= cardinality(v_want) LOOP  -- at most one job per item still wanting one: nothing hoarded
     v_k := cardinality(v_want) - v_at + 1;
     SELECT array_agg(q.id ORDER BY q.rank, q.id), array_agg(q.attempts ORDER BY q.rank, q.id),
@@ -270,7 +283,7 @@ CREATE OR REPLACE FUNCTION jb.claim(p_board text, p_ns int, p_session bigint, p_
 RETURNS TABLE (r_status smallint, r_detail text, r_gen bigint, r_attempts int, r_posting bytea,
                r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[])
 LANGUAGE plpgsql AS $$
-DECLARE j jb.job%ROWTYPE;
+DECLARE j jb.job%ROWTYPE; v_why text; v_due float8;
 BEGIN
   r_status := 0;
   IF p_retry THEN
@@ -297,8 +310,14 @@ BEGIN
     PERFORM jb.trash_job(p_board, p_id, 'max attempts exceeded (' || j.max_attempts || ')', p_session);
     r_status := 5; r_detail := j.max_attempts::text;
   ELSE
-    SELECT * INTO r_gen, r_attempts, r_posting, r_last_error, r_key, r_parents, r_results
-      FROM jb.take(p_id, p_session, p_owner, p_nonce);
+    IF jb.gated(p_board) THEN  -- limits or pauses: status 6, 'why [seconds until the next rate permit]'
+      SELECT a.o_why, a.o_due INTO v_why, v_due FROM jb.flow_admit(p_board, p_id, j.name, j.grp) a;
+    END IF;
+    IF v_why IS NOT NULL THEN r_status := 6; r_detail := v_why || ' ' || coalesce(v_due::text, '');
+    ELSE
+      SELECT * INTO r_gen, r_attempts, r_posting, r_last_error, r_key, r_parents, r_results
+        FROM jb.take(p_id, p_session, p_owner, p_nonce);
+    END IF;
   END IF;
   RETURN NEXT;
 END $$;

@@ -24,6 +24,7 @@ from jobboard.backend import (
 )
 from jobboard.errors import JobNotFound
 from jobboard_postgresql.database import Database
+from jobboard_postgresql.flow import GATE
 from jobboard_postgresql.rows import row_job
 from jobboard_postgresql.writes import is_job_id
 
@@ -141,17 +142,20 @@ class Reader:
         return Outcome(job_id, JobState.COMPLETE, result=None if result is None else decode_value(result))
 
     async def claimable(self, names: Collection[str] | None) -> tuple[list[Job], float | None]:
-        """Claimable jobs in board order (at most a page), and seconds until the next delayed one is due."""
+        """Claimable jobs that flow control does not hold back, in board order (at most a page), and seconds
+        until the next delayed job or rate permit is due (``jb.gate``: one call, nothing more without limits)."""
         wanted = None if names is None else list(names)
-        rows = await self.fetch("wait", f"SELECT {JOB_COLUMNS} FROM {self.s}.job WHERE board = $1 AND "
-                                        f"{CLAIMABLE.format(s=self.s)} AND {NAMES} ORDER BY rank, id LIMIT {PAGE}",
-                                self.board, wanted)
-        jobs = [job for row in rows if (job := self.decoded(row)) is not None]
-        if rows:
+        rows = await self.fetch("wait", f"SELECT {JOB_COLUMNS.replace('id,', 'j.id,')}, g.o_due FROM "
+                                        f"{self.s}.gate($1) g LEFT JOIN LATERAL (SELECT * FROM {self.s}.job j "
+                                        f"WHERE j.board = $1 AND {CLAIMABLE.format(s=self.s)} AND {NAMES} AND {GATE} "
+                                        f"ORDER BY rank, id LIMIT {PAGE}) j ON true ORDER BY j.rank, j.id", self.board, wanted)
+        jobs = [job for row in rows if row["id"] is not None and (job := self.decoded(row)) is not None]
+        if jobs or rows[0]["id"] is not None:
             return jobs, None
         due = await self.fetch("wait", f"SELECT min(not_before) - {self.s}.now() AS due FROM {self.s}.job "
                                        f"WHERE board = $1 AND state = 3 AND {NAMES}", self.board, wanted)
-        return jobs, (None if due[0]["due"] is None else max(0.0, due[0]["due"]))
+        dues = [value for value in (due[0]["due"], rows[0]["o_due"]) if value is not None]
+        return jobs, (max(0.0, min(dues)) if dues else None)
 
     async def entities(self) -> list[Entity]:
         rows = await self.fetch("entities", f"SELECT name, metadata FROM {self.s}.entity WHERE board = $1 ORDER BY name",

@@ -18,10 +18,13 @@ opening together do not race; the functions are in :mod:`jobboard_postgresql.fun
 
 from __future__ import annotations
 
+from jobboard_postgresql.flow_sql import FLOW_FUNCTIONS, FLOW_TABLES
 from jobboard_postgresql.functions import FUNCTIONS
 from jobboard_postgresql.settles import SETTLES
 
-VERSION = 14
+VERSION = 15
+"""14: before flow control; 15: flow control (:mod:`~jobboard_postgresql.flow_sql`: ``job.grp``, ``trash.grp``
+and the ``flow*`` tables, added to a version 14 schema by its first open at version 15)."""
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;
@@ -119,6 +122,6 @@ END $$;
 
 def ddl(schema: str) -> str:
     """Everything to create or update the schema, as one script (run under the schema's install lock)."""
-    functions = render(FUNCTIONS, schema) + render(SETTLES, schema)
-    return render(TABLES, schema) + render(DROP_FUNCTIONS, schema) + functions + (
+    functions = render(FUNCTIONS, schema) + render(SETTLES, schema) + render(FLOW_FUNCTIONS, schema)
+    return render(TABLES + FLOW_TABLES, schema) + render(DROP_FUNCTIONS, schema) + functions + (
         f'DELETE FROM "{schema}".meta; INSERT INTO "{schema}".meta VALUES ({VERSION});')

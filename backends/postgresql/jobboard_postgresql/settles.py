@@ -61,15 +61,17 @@ BEGIN
   DELETE FROM jb.job WHERE id = p_id RETURNING * INTO j;
   IF NOT FOUND THEN RETURN; END IF;
   INSERT INTO jb.trash (id, board, name, rank, attempts, not_before, pending, key, token, trash_ttl, posting,
-                        last_error, reason, trashed_at, max_attempts, keep_result, result_ttl, gen, parents)
+                        last_error, reason, trashed_at, max_attempts, keep_result, result_ttl, gen, parents, grp)
   VALUES (j.id, j.board, j.name, j.rank, j.attempts, j.not_before, j.pending, j.key, j.token, j.trash_ttl,
-          j.posting, j.last_error, p_reason, jb.now(), j.max_attempts, j.keep_result, j.result_ttl, j.gen, j.parents)
+          j.posting, j.last_error, p_reason, jb.now(), j.max_attempts, j.keep_result, j.result_ttl, j.gen, j.parents,
+          j.grp)
   ON CONFLICT (id) DO NOTHING;
   IF j.key IS NOT NULL THEN
     PERFORM jb.settle_key(p_board, j.key, p_id, j.posting, j.attempts, j.not_before, j.last_error);
   END IF;
   INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'trashed', p_id, p_reason);
   IF j.state = 1 THEN PERFORM jb.tell(j.session, p_caller, p_id); END IF;
+  IF j.grp IS NOT NULL AND jb.gated(p_board) THEN PERFORM jb.wake(p_board); END IF;  -- a permit, or a sequence's turn
   IF j.parents THEN DELETE FROM jb.dep WHERE child = p_id; END IF;
   IF j.children THEN
     FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
@@ -100,6 +102,7 @@ BEGIN
   IF j.parents THEN DELETE FROM jb.result WHERE child = p_id; END IF;
   INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'consumed', p_id, j.name);
   IF j.session <> p_session THEN PERFORM jb.tell(j.session, p_session, p_id); END IF;
+  IF j.grp IS NOT NULL AND jb.gated(p_board) THEN PERFORM jb.wake(p_board); END IF;  -- its permit returns
   IF j.children THEN
     FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
       PERFORM jb.deliver(p_board, c.child, p_id, p_result);
@@ -116,6 +119,7 @@ LANGUAGE plpgsql AS $$
 -- for the batch, the others go through jb.consume; a job named twice is consumed once (the later ones: lost)
 DECLARE n int := coalesce(cardinality(p_ids), 0); i int; j record; c record; v_alive bigint[] := '{}';
         v_plain bigint[] := '{}'; v_gens bigint[] := '{}'; v_names text[] := '{}'; v_rest int[] := '{}';
+        v_grouped boolean := false;
 BEGIN
   o_status := array_fill(NULL::smallint, ARRAY[n]); o_detail := array_fill(NULL::text, ARRAY[n]);
   PERFORM 1 FROM jb.job x WHERE x.id = ANY(p_ids) AND x.board = p_board ORDER BY x.id FOR UPDATE;
@@ -124,7 +128,7 @@ BEGIN
     IF p_retry AND EXISTS (SELECT 1 FROM jb.done d WHERE d.id = p_ids[i] AND d.gen = p_gens[i] AND d.action = 'c') THEN
       o_status[i] := 0; CONTINUE;  -- a first attempt that committed left its evidence
     END IF;
-    SELECT x.state, x.gen, x.owner, x.session, x.name,
+    SELECT x.state, x.gen, x.owner, x.session, x.name, x.grp,
            x.key IS NULL AND NOT x.keep_result AND NOT x.parents AND NOT x.children AS plain
       INTO j FROM jb.job x WHERE x.id = p_ids[i] AND x.board = p_board;
     o_detail[i] := j.owner;
@@ -137,6 +141,7 @@ BEGIN
       IF j.plain THEN
         o_status[i] := 0;
         v_plain := v_plain || p_ids[i]; v_gens := v_gens || p_gens[i]; v_names := v_names || j.name;
+        v_grouped := v_grouped OR j.grp IS NOT NULL;
         IF j.session <> p_session THEN PERFORM jb.tell(j.session, p_session, p_ids[i]); END IF;
       ELSE
         v_rest := v_rest || i;
@@ -148,6 +153,7 @@ BEGIN
     INSERT INTO jb.done (id, gen, action) SELECT u.id, u.gen, 'c' FROM unnest(v_plain, v_gens) AS u(id, gen);
     INSERT INTO jb.event (board, kind, job, detail)
     SELECT p_board, 'consumed', u.id, u.name FROM unnest(v_plain, v_names) AS u(id, name);
+    IF v_grouped AND jb.gated(p_board) THEN PERFORM jb.wake(p_board); END IF;  -- permits return
   END IF;
   FOREACH i IN ARRAY v_rest LOOP
     SELECT * INTO c FROM jb.consume(p_board, p_ns, p_session, p_ids[i], p_gens[i], p_owners[i], p_results[i], false);
@@ -290,9 +296,9 @@ BEGIN
   END IF;
   r_attempts := CASE WHEN p_reset THEN 0 ELSE t.attempts END;
   INSERT INTO jb.job (id, board, name, rank, state, gen, attempts, max_attempts, not_before, pending, key, token,
-                      keep_result, result_ttl, trash_ttl, posting, last_error, parents)
+                      keep_result, result_ttl, trash_ttl, posting, last_error, parents, grp)
   VALUES (t.id, t.board, t.name, t.rank, 0, t.gen, r_attempts, t.max_attempts, NULL, 0, r_key, t.token,
-          t.keep_result, t.result_ttl, t.trash_ttl, t.posting, t.last_error, t.parents);
+          t.keep_result, t.result_ttl, t.trash_ttl, t.posting, t.last_error, t.parents, t.grp);
   INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'posted', p_id, t.name);
   PERFORM jb.wake(p_board);
   r_status := 0; r_posting := t.posting; r_last_error := t.last_error;

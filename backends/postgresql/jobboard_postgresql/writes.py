@@ -35,14 +35,15 @@ from jobboard.errors import (
     Unsupported,
 )
 from jobboard_postgresql.database import Database
+from jobboard_postgresql.flow import held_back
 from jobboard_postgresql.rows import claim_of, encode_error, encode_progress, job_of, post_arguments
 from jobboard_postgresql.transactional import fetch_on
 
 PLAIN_QUERY = ("SELECT jb.post_plain($1::text, $2::text[], $3::smallint[], $4::int[], $5::float8[], $6::uuid[], "
-               "$7::boolean[], $8::float8[], $9::float8[], $10::bytea[]) AS ids")
+               "$7::boolean[], $8::float8[], $9::float8[], $10::bytea[], $11::text[]) AS ids")
 MANY_QUERY = ("SELECT * FROM jb.post_many($1::text, $2::text[], $3::smallint[], $4::int[], $5::float8[], $6::text[], "
               "$7::uuid[], $8::boolean[], $9::float8[], $10::float8[], $11::text[], $12::bytea[], $13::float8, "
-              "$14::boolean)")
+              "$14::boolean, $15::text[])")
 
 CLAIM_COLUMNS = "r_gen, r_attempts, r_posting, r_last_error, r_key, r_parents, r_results"
 
@@ -73,10 +74,12 @@ class Writer:
 
     def post_call(self) -> str:
         return (f"SELECT * FROM {self.s}.post($1::text, $2::text, $3::smallint, $4::int, $5::float8, $6::text, "
-                "$7::uuid, $8::boolean, $9::float8, $10::float8, $11::bigint[], $12::bytea, $13::float8, $14::boolean)")
+                "$7::uuid, $8::boolean, $9::float8, $10::float8, $11::bigint[], $12::bytea, $13::float8, $14::boolean, "
+                "$15::text)")
 
     def post_args(self, prepared: Prepared, retry: bool) -> tuple[Any, ...]:
-        return (self.board, *post_arguments(prepared.posting), prepared.raw, self.key_retention, retry)
+        return (self.board, *post_arguments(prepared.posting), prepared.raw, self.key_retention, retry,
+                prepared.posting.group)
 
     async def post(self, prepared: Prepared) -> tuple[Job, bool]:
         """Write one posting; returns the job and whether it was written now (not found by its key or token)."""
@@ -106,24 +109,26 @@ class Writer:
             return []
         columns = [list(column) for column in zip(*(post_arguments(p.posting) for p in batch), strict=True)]
         raws = [p.raw for p in batch]
+        groups = [p.posting.group for p in batch]
         if all(key is None for key in columns[4]) and all(deps is None for deps in columns[9]):
-            plain = (self.board, *columns[:4], *columns[5:9], raws)
+            plain = (self.board, *columns[:4], *columns[5:9], raws, groups)
             if batch[0].connection is not None:
                 rows = await fetch_on(batch[0].connection, "post_many", self._plain_query, plain)
                 return [(p.posting.to_job(str(i), i), True) for p, i in zip(batch, rows[0]["ids"], strict=True)]
 
             async def plain_call(connection: asyncpg.Connection, retry: bool) -> list[Any]:
                 if retry:  # the first attempt may have committed: look for each posting's token
-                    return self._posted_rows(batch, await self._post_many_rows(connection, columns, raws, True))
+                    return self._posted_rows(batch, await self._post_many_rows(connection, columns, raws, groups, True))
                 return [(p.posting.to_job(str(i), i), True)
                         for p, i in zip(batch, await connection.fetchval(self._plain_query, *plain), strict=True)]
 
             return await self.db.run("post_many", plain_call)
         if batch[0].connection is not None:
-            rows = await fetch_on(batch[0].connection, "post_many", self._many_query, self._many_args(columns, raws, False))
+            rows = await fetch_on(batch[0].connection, "post_many", self._many_query,
+                                  self._many_args(columns, raws, groups, False))
         else:
             rows = await self.db.run("post_many", lambda connection, retry: self._post_many_rows(
-                connection, columns, raws, retry))
+                connection, columns, raws, groups, retry))
         return self._posted_rows(batch, rows)
 
     @property
@@ -134,13 +139,14 @@ class Writer:
     def _many_query(self) -> str:
         return MANY_QUERY.replace("jb.", f"{self.s}.")
 
-    def _many_args(self, columns: list[list[Any]], raws: list[bytes], retry: bool) -> tuple[Any, ...]:
+    def _many_args(self, columns: list[list[Any]], raws: list[bytes], groups: list[str | None],
+                   retry: bool) -> tuple[Any, ...]:
         deps = [",".join(map(str, d)) if d else None for d in columns[9]]
-        return (self.board, *columns[:9], deps, raws, self.key_retention, retry)
+        return (self.board, *columns[:9], deps, raws, self.key_retention, retry, groups)
 
     async def _post_many_rows(self, connection: asyncpg.Connection, columns: list[list[Any]], raws: list[bytes],
-                              retry: bool) -> list[Any]:
-        return list(await connection.fetch(self._many_query, *self._many_args(columns, raws, retry)))
+                              groups: list[str | None], retry: bool) -> list[Any]:
+        return list(await connection.fetch(self._many_query, *self._many_args(columns, raws, groups, retry)))
 
     @staticmethod
     def _posted_rows(batch: Sequence[Prepared], rows: list[Any]) -> list[tuple[Job, bool]]:
@@ -178,6 +184,8 @@ class Writer:
             raise NotClaimable(f"job {job_id} is delayed for {detail}s")
         if status == 5:
             raise JobNotFound(f"job {job_id} used its {detail} attempts and was moved to the trash")
+        if status == 6:
+            raise held_back(job_id, detail)
         return claim_of(int(job_id), owner, row), used[0]
 
     async def set_aside(self, job_id: int) -> None:
