@@ -62,7 +62,7 @@ async def main():
 anyio.run(main)
 """
 
-SESSION_TIMEOUT = {"sqlite": 1.0, "zookeeper": 2.0}
+SESSION_TIMEOUT = {"sqlite": 1.0, "zookeeper": 2.0, "postgresql": 1.0}
 """Seconds after which a stopped worker's claims are taken from it (the fastest each backend allows here)."""
 LIMITS = {"k1": 1, "k2": 2, "k5": 5, "seq": 1}
 
@@ -158,12 +158,15 @@ def check_history(events: list[list[str]], posted_order: list[str],
     return dict(most), starts, stale
 
 
-@pytest.fixture(params=("sqlite", "zookeeper"))
+@pytest.fixture(params=("sqlite", "zookeeper", "postgresql"))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, float]:
     """A fresh board's URL on each backend, and its session timeout."""
     timeout, name = SESSION_TIMEOUT[request.param], f"flow-{uuid.uuid4().hex}"
     if request.param == "sqlite":
         return f"sqlite://{tmp_path}/jobs.db?board={name}&session_timeout={timeout}&reap_interval=0.1", timeout
+    if request.param == "postgresql":
+        from tests.support.pgserver import shared_url
+        return f"{shared_url()}?board={name}&session_timeout={timeout}&reap_interval=0.2", timeout
     return f"zookeeper://{request.getfixturevalue('zk_hosts')}/flow-faults/{name}?session_timeout={timeout}", timeout
 
 
