@@ -12,6 +12,17 @@ local P, OP, NONCE, RETRY, NOW, NOW_US, EV, ALIVE
 -- session's board that its claim of job id ended by another's call. CALLER: the calling board's session
 -- (a settle's), which needs no notice. WAITING: how many boards wait (read once per call, when needed).
 local wake, notice, CALLER, WAITING
+-- flow.lua: flow control. FLOW: whether any limit or pause is stored (read once per call, when needed);
+-- PAUSED_ALL: the board is paused; LIMITS: the groups' limits read in this call.
+local FLOW, PAUSED_ALL, LIMITS
+local held, park, refill, flow_due, granted, ended, left, admitted
+local function flowing()
+  if FLOW == nil then
+    FLOW = redis.call('EXISTS', P .. 'lim', P .. 'pz', P .. 'pzall') > 0
+    PAUSED_ALL = FLOW and redis.call('EXISTS', P .. 'pzall') == 1
+  end
+  return FLOW
+end
 
 local function now()
   if not NOW then
@@ -27,17 +38,18 @@ local function now_us() now() return NOW_US end
 local MAXLEN = 100000
 -- 'err': the last failed attempt's error (msgpack; absent until an abandon or trash with one).
 -- 'nd': the number of dependencies the job was posted with (absent on jobs posted before it was added).
-local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err', 'nd'}
+-- 'g': the job's flow-control group (absent: none).
+local FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err', 'nd', 'g'}
 -- A claim reads the posting in the same HMGET.
 local CLAIM_FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'owner', 'sess', 'pend', 'nb', 'key', 'keep', 'err', 'nd',
-  'p'}
+  'p', 'g'}
 -- The hot paths read only what they use: each field read costs the bridge a string and the job's
 -- table an entry (an HMGET of 15 fields cost 2.1 us against 1.0 for 7, and building the table
 -- about as much again). 'sc' and 'st' are always read: get() tells a malformed hash by them.
 -- claim_next: its head job, claimed or (exhausted: read again in full) trashed.
-local NEXT_FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'err', 'nd', 'p'}
+local NEXT_FIELDS = {'name', 'sc', 'st', 'gen', 'att', 'maxa', 'err', 'nd', 'p', 'g'}
 -- consume: the fence and what settling reads.
-local CONSUME_FIELDS = {'sc', 'st', 'gen', 'owner', 'sess', 'keep', 'key', 'nd'}
+local CONSUME_FIELDS = {'sc', 'st', 'gen', 'owner', 'sess', 'keep', 'key', 'nd', 'g'}
 
 local function ev(kind, job, detail)
   job, detail = job or '', detail or ''
@@ -95,6 +107,7 @@ local function unindex(j)
   redis.call('ZREM', P .. 'delayed', j.id)
   redis.call('ZREM', P .. 'all', j.id)
   if j.sess ~= '' then redis.call('SREM', P .. 'claims:' .. j.sess, j.id) end
+  if j.g and j.g ~= '' then left(j) end
 end
 
 local function quarantine(id)
@@ -191,12 +204,13 @@ local function do_claim(j, owner, sess, popped)
   local att = (tonumber(j.att) or 0) + 1
   redis.call('HSET', jk(j.id), 'gen', gen, 'att', att, 'st', 'c', 'owner', owner, 'sess', sess, 'nb', '', 'cn', NONCE)
   redis.call('SADD', P .. 'claims:' .. sess, j.id)
+  if j.g ~= '' then granted(j) end
   ev('claimed', j.id, owner)
   return reply('ok', {j.id, j.p, att, gen, results(j.id, j.nd), j.err})
 end
 
 -- Make due delayed jobs ready; the milliseconds until the next one is due (-1: none).
-local function promote()
+local function promote_delayed()
   local next = redis.call('ZRANGE', P .. 'delayed', 0, 0, 'WITHSCORES')
   if #next == 0 then return -1 end
   if tonumber(next[2]) > now() then return tonumber(next[2]) - now() end
@@ -213,6 +227,16 @@ local function promote()
   if #next == 0 then return -1 end
   return math.max(0, tonumber(next[2]) - now())
 end
+
+-- The sooner of two waits in ms (-1: none).
+local function sooner(a, b)
+  if a < 0 then return b end
+  if b < 0 then return a end
+  return math.min(a, b)
+end
+
+-- Due delayed jobs made ready and groups whose rate permits are due refilled; the ms until the next (-1: none).
+local function promote() return sooner(promote_delayed(), flow_due()) end
 
 -- A retried claim that had applied: the session's claim holding its nonce (nil: none, claim now; a claim
 -- since released or settled holds it no longer, and nothing was reported to the caller).
@@ -236,8 +260,12 @@ local ops = {}
 
 -- A new job's hash. Empty fields ('owner', 'sess', 'nb', 'key', 'maxa', 'rttl', 'tttl', 'keep' '0') are not
 -- written: every reader takes an absent field for an empty one (fewer fields: a cheaper HSET).
-local function write_job(id, posting, name, sc, st, deps, maxa, keep, rttl, tttl, nb, key)
+local function write_job(id, posting, name, sc, st, deps, maxa, keep, rttl, tttl, nb, key, g)
   local f = {'p', posting, 'name', name, 'sc', sc, 'st', st, 'gen', 0, 'att', 0, 'pend', deps, 'nd', deps}
+  if g ~= '' then
+    f[#f + 1] = 'g'; f[#f + 1] = g
+    redis.call('ZADD', P .. 'gm:' .. g, id, id)  -- the group's jobs in posting order (flow.lua)
+  end
   if maxa ~= '' then f[#f + 1] = 'maxa'; f[#f + 1] = maxa end
   if keep == '1' then f[#f + 1] = 'keep'; f[#f + 1] = keep end
   if rttl ~= '' then f[#f + 1] = 'rttl'; f[#f + 1] = rttl end
@@ -264,8 +292,8 @@ local function next_ids(n)
 end
 
 -- delay: milliseconds from the server's now() before the job is claimable ('0': at once).
--- rttl, tttl: the job's own result and trash lifetimes in ms ('': the board's).
-function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
+-- rttl, tttl: the job's own result and trash lifetimes in ms ('': the board's). g: its group ('': none).
+function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, g, ...)
   local deps = {...}
   if RETRY then
     local id = redis.call('GET', P .. 'n:' .. NONCE)
@@ -288,7 +316,7 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, ...)
   local sc = string.format('%.0f', tonumber(rank) * weight + seq)
   local nb = (tonumber(delay) > 0) and (now() + tonumber(delay)) or ''
   local st = (#deps > 0) and 'w' or ((nb ~= '') and 'd' or 'u')
-  write_job(id, posting, name, sc, st, #deps, maxa, keep, rttl, tttl, nb, key)
+  write_job(id, posting, name, sc, st, #deps, maxa, keep, rttl, tttl, nb, key, g)
   redis.call('ZADD', P .. 'all', sc, id)
   if st == 'u' then ready_add({id = id, name = name, sc = sc}) end
   if st == 'd' then redis.call('ZADD', P .. 'delayed', nb, id) end
@@ -313,7 +341,7 @@ end
 -- per job); one nonce record for the chunk (on its first post's nonce: '<first id>+<count>', and '*<step>'
 -- on a spread board). {first id, count, step}.
 local function post_simple(a)
-  local n = #a / 11
+  local n = #a / 12
   local first, step, weight = next_ids(n)
   local all, ready, named = {}, {}, {}
   local run_first, run_name = first, a[4]
@@ -322,11 +350,11 @@ local function post_simple(a)
     ev('posted', count > 1 and (run_first .. '+' .. count) or string.format('%.0f', run_first), run_name)
   end
   for k = 0, n - 1 do
-    local b, nid = k * 11, first + k * step
+    local b, nid = k * 12, first + k * step
     local id = step > 1 and string.format('%.0f', nid) or nid  -- a spread board's: 15 digits, not 1.5e+14
     local rank, name = a[b + 3], a[b + 4]
     local sc = string.format('%.0f', tonumber(rank) * weight + nid)
-    write_job(id, a[b + 5], name, sc, 'u', 0, a[b + 6], a[b + 7], a[b + 10], a[b + 11], '', '')
+    write_job(id, a[b + 5], name, sc, 'u', 0, a[b + 6], a[b + 7], a[b + 10], a[b + 11], '', '', a[b + 12])
     all[#all + 1] = sc; all[#all + 1] = id
     if not internal(name) then ready[#ready + 1] = sc; ready[#ready + 1] = id end
     local rn = named[name]
@@ -348,11 +376,11 @@ local function post_simple(a)
   return reply('range', {first, n, step})
 end
 
--- Whether every group has 10 post arguments (no dependency), no key and no delay; n: the number of groups.
+-- Whether every group has 11 post arguments (no dependency), no key and no delay; n: the number of groups.
 local function simple(a)
-  if #a % 11 ~= 0 or #a > 11 * 200 then return false end
-  for b = 0, #a - 11, 11 do
-    if a[b + 1] ~= '10' or a[b + 8] ~= '' or a[b + 9] ~= '0' then return false end
+  if #a % 12 ~= 0 or #a > 12 * 200 then return false end
+  for b = 0, #a - 12, 12 do
+    if a[b + 1] ~= '11' or a[b + 8] ~= '' or a[b + 9] ~= '0' then return false end
   end
   return true
 end
@@ -388,6 +416,8 @@ function ops.claim(owner, sess, retention, id)  -- as claim_next's, then the job
   if j.st == 'w' then return reply('waiting', {j.pend}) end
   if j.st == 'c' then return reply('claimed', {j.owner}) end
   if j.st == 'd' and j.nb ~= '' and tonumber(j.nb) > now() then return reply('delayed', {j.nb}) end
+  local why, due = held(j)
+  if why then return reply('held', {why, due or ''}) end
   if j.st == 'd' then redis.call('ZREM', P .. 'delayed', id) end
   if exhausted(j) then
     to_trash(j, 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
@@ -400,7 +430,15 @@ function ops.claim_next(owner, sess, retention, ...)
   if RETRY then local r = replayed_claim(sess) if r then return r end end
   if not session_alive(sess) then return reply('nosession') end
   local names = {...}
-  local wait_ms = promote()
+  local wait_ms, parked = promote(), false
+  if flowing() then  -- nothing for the board paused; only the names not paused
+    local free = {}
+    for _, name in ipairs(names) do
+      if redis.call('HEXISTS', P .. 'pz', name) == 0 then free[#free + 1] = name end
+    end
+    if PAUSED_ALL or (#names > 0 and #free == 0) then return reply('none', {wait_ms}) end
+    names = free
+  end
   for _ = 1, 100 do
     local best, best_sc, popped = nil, nil, nil
     if #names == 0 then  -- the head leaves 'ready' whatever it turns out to be (as below)
@@ -415,7 +453,7 @@ function ops.claim_next(owner, sess, retention, ...)
         if #head > 0 and (not best_sc or tonumber(head[2]) < best_sc) then best, best_sc = head[1], tonumber(head[2]) end
       end
     end
-    if not best then return reply('none', {wait_ms}) end
+    if not best then return reply('none', {parked and sooner(wait_ms, flow_due()) or wait_ms}) end
     local j = get(best, NEXT_FIELDS)
     if not j or j.st ~= 'u' then
       if popped ~= 'ready' then redis.call('ZREM', P .. 'ready', best) end
@@ -424,10 +462,13 @@ function ops.claim_next(owner, sess, retention, ...)
     elseif exhausted(j) then
       to_trash(get(best), 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
     else
-      return do_claim(j, owner, sess, popped)
+      local why, due = held(j)
+      if not why then return do_claim(j, owner, sess, popped) end
+      park(j, why, due)  -- held back: out of the way until a permit may be free (flow.lua)
+      parked = true
     end
   end
-  return reply('none', {0})
+  return reply(parked and 'again' or 'none', {0})
 end
 
 -- Dependency dep's result delivered to the waiting job d (read as dj): readied when it was the last.
@@ -454,6 +495,7 @@ function ops.consume(id, gen, owner, result, retention, caller)
   if j.sess ~= caller then notice(j.sess, id) end
   redis.call('ZREM', P .. 'all', id) -- a claimed job is in no other index but its session's claims
   redis.call('SREM', P .. 'claims:' .. j.sess, id)
+  if j.g ~= '' then left(j) end
   if j.keep == '1' then
     redis.call('SET', P .. 'kept:' .. id, result)
     index_expiry('k', id, redis.call('HGET', jk(id), 'rttl'))
@@ -498,6 +540,7 @@ function ops.abandon(id, gen, owner, retry_ms, err, caller)
     redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '')
     ready_add(j)
   end
+  if j.g ~= '' then ended(j) end
   wake(j.name, 1)
   done('1')
   ev('released', id, 'abandoned by ' .. owner)

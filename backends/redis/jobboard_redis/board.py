@@ -32,7 +32,7 @@ from jobboard.backend import (
 )
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
 from jobboard_redis.client import RedisClient
-from jobboard_redis.keep import KeepingRedis
+from jobboard_redis.flow import FlowingRedis
 from jobboard_redis.notices import POLL, Notices
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
@@ -56,7 +56,7 @@ logger = logging.getLogger(__name__)
 READ_BATCH, PEEK_LIMIT = 256, 100
 
 
-class RedisBackend(KeepingRedis):
+class RedisBackend(FlowingRedis):
     """A job board stored under one key prefix of one Redis database; see the module docstring."""
 
     _client: RedisClient  # set by open()

@@ -60,7 +60,7 @@ function ops.requeue(id, reset)
   end
   local tr = P .. 'tr:' .. id
   if redis.call('EXISTS', tr) == 0 then return reply('notfound') end
-  local f = redis.call('HMGET', tr, 'pend', 'name', 'sc', 'key')
+  local f = redis.call('HMGET', tr, 'pend', 'name', 'sc', 'key', 'g')
   if tonumber(f[1] or '0') > 0 then return reply('waiting', {f[1]}) end
   if redis.call('EXISTS', jk(id)) == 1 then return reply('conflict') end
   for _, z in ipairs({'trash', 'tdef', 'texp'}) do redis.call('ZREM', P .. z, id) end
@@ -78,6 +78,7 @@ function ops.requeue(id, reset)
     end
   end
   redis.call('ZADD', P .. 'all', f[3], id)
+  if f[5] and f[5] ~= '' then redis.call('ZADD', P .. 'gm:' .. f[5], id, id) end  -- back at its place (flow.lua)
   ready_add({id = id, name = f[2], sc = f[3]})
   wake(f[2], 1)
   done(id)

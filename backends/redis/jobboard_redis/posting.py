@@ -25,7 +25,7 @@ def arguments(posting: Posting, raw: bytes) -> list[Any]:
     maxa = "" if posting.max_attempts is None else str(posting.max_attempts)
     return [posting.priority.rank, posting.name, raw, maxa, "1" if posting.keep_result else "0",
             posting.key or "", _delay_ms(posting), ttl_ms(posting.result_ttl), ttl_ms(posting.trash_ttl),
-            *posting.depends_on]
+            posting.group or "", *posting.depends_on]
 
 
 def _delay_ms(posting: Posting) -> int:

@@ -14,7 +14,7 @@ from jobboard.backend import (
     last_error_from,
     last_error_record,
 )
-from jobboard.errors import AlreadyClaimed, ClaimLost, JobNotFound, NotClaimable, NotOwner
+from jobboard.errors import AlreadyClaimed, ClaimLost, HeldBack, JobNotFound, NotClaimable, NotOwner
 from jobboard.job import Entity, Job, LastError
 
 JOB_FIELDS = ("p", "att", "nb", "st", "owner")
@@ -101,6 +101,10 @@ def claim_refused(status: str, job_id: str, data: list[Any]) -> Exception:
         return NotClaimable(f"job {job_id} is waiting for {text(data[0]) if data else 'its'} dependencies")
     if status == "delayed":
         return NotClaimable(f"job {job_id} is delayed (retry_after)")
+    if status == "held":  # flow control (flow.lua): why, and for a rate the ms until its next permit
+        why, due = text(data[0]), text(data[1])
+        return HeldBack(f"job {job_id} is held back by flow control ({why})", why=why,
+                        retry_after=int(due) / 1000 if due else None)
     if status == "exhausted":
         return JobNotFound(f"job {job_id} exceeded its max attempts and was moved to the trash")
     return JobNotFound(f"job {job_id} is not on the board")

@@ -8,6 +8,7 @@ local function reap(sess, why)
     if j and j.st == 'c' and j.sess == sess then
       redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '')
       ready_add(j)
+      if j.g ~= '' then ended(j) end
       wake(j.name, 1)
       ev('released', id, why .. ' (owner ' .. j.owner .. ')')
     end
@@ -43,6 +44,7 @@ function ops.unclaim(sess)
       redis.call('HDEL', jk(id), 'cn')
       redis.call('SREM', P .. 'claims:' .. sess, id)
       ready_add(j)
+      if j.g ~= '' then ended(j) end
       wake(j.name, 1)
       ev('released', id, 'claim given up before its reply (owner ' .. j.owner .. ')')
       return reply('ok', {id})
@@ -82,6 +84,7 @@ end
 
 local function dispatch(keys, args)
   P, OP, NONCE, NOW, EV, ALIVE, CALLER, WAITING, OUTBOX = keys[1], args[1], args[2], nil, {}, nil, nil, nil, nil
+  FLOW, PAUSED_ALL, LIMITS = nil, nil, nil
   RETRY = string.sub(NONCE, 1, 1) == '!'
   if RETRY then NONCE = string.sub(NONCE, 2) end
   local op = ops[OP]

@@ -97,17 +97,23 @@ function ops.peek(limit, sess, reg, others, any, nreg, ...)
   end
   local wait_ms = promote()
   local found = {}
-  if #names == 0 then
-    found = redis.call('ZRANGE', P .. 'ready', 0, tonumber(limit) - 1)
-  else
+  for _ = 1, 10 do  -- flow control parks what it holds back (flow.lua): look again while it did
     local seen = {}
-    for _, name in ipairs(names) do
-      local head = redis.call('ZRANGE', P .. 'rn:' .. name, 0, tonumber(limit) - 1, 'WITHSCORES')
-      for i = 1, #head, 2 do seen[#seen + 1] = {tonumber(head[i + 1]), head[i]} end
+    if #names == 0 then
+      seen = redis.call('ZRANGE', P .. 'ready', 0, tonumber(limit) - 1)
+    else
+      local heads = {}
+      for _, name in ipairs(names) do
+        local head = redis.call('ZRANGE', P .. 'rn:' .. name, 0, tonumber(limit) - 1, 'WITHSCORES')
+        for i = 1, #head, 2 do heads[#heads + 1] = {tonumber(head[i + 1]), head[i]} end
+      end
+      table.sort(heads, function(a, b) return a[1] < b[1] end)
+      for i = 1, math.min(#heads, tonumber(limit)) do seen[i] = heads[i][2] end
     end
-    table.sort(seen, function(a, b) return a[1] < b[1] end)
-    for i = 1, math.min(#seen, tonumber(limit)) do found[i] = seen[i][2] end
+    found = admitted(seen)
+    if #found > 0 or #found == #seen or PAUSED_ALL then break end
   end
+  if FLOW then wait_ms = promote() end  -- a rate's next permit, if one was parked
   if #found == 0 or others == '1' then
     register(sess, reg, any, regnames)
   else

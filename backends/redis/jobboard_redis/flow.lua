@@ -1,0 +1,227 @@
+-- jobboard redis://, continued from board.lua and wake.lua (one library): flow control (docs/flow-control.md).
+-- A permit is a claim: 'gr:<g>' is the set of the group's claimed jobs, kept by every claim of a grouped job
+-- (limit or not) and by every end of one, in the same call (do_claim, consume, abandon, to_trash, reap,
+-- unclaim). Other keys:
+-- 'lim' hash: group -> '<concurrency>|<sequence 1/0>|<rate count>|<rate period ms>' ('' for none);
+-- 'pz' hash: paused job name -> '1'; 'pzall': the whole board is paused;
+-- 'gm:<g>' zset: the group's jobs on the board, scored by id (a sequence's posting order);
+-- 'hg:<g>' zset (order scores): unclaimed jobs parked because the group's limit held them back, out of
+-- 'ready' and 'rn:<name>' until a permit may be free (refill); 'hn:<name>': the same for a paused name;
+-- 'rl:<g>' zset: the group's grant times (ms; member: the call's us clock), a sliding window log;
+-- 'rdue' zset: group -> when its rate's next permit is due (ms), for a group with jobs parked by its rate.
+-- A claim parks what it finds held back and goes on with the next job: each job is parked once per refill,
+-- so a group at its limit costs no scan. A board with no limit and no pause pays one EXISTS per claim call.
+
+local function limit_of(g)
+  LIMITS = LIMITS or {}
+  local cached = LIMITS[g]
+  if cached ~= nil then return cached end
+  local raw = redis.call('HGET', P .. 'lim', g)
+  local lim = false
+  if raw then
+    local conc, seq, count, period = string.match(raw, '^([^|]*)|([^|]*)|([^|]*)|([^|]*)$')
+    lim = {conc = tonumber(conc), seq = seq == '1', count = tonumber(count), period = tonumber(period)}
+  end
+  LIMITS[g] = lim
+  return lim
+end
+
+-- Grants of g's rate now in its window, and when the next one is due (ms from now; 0 if one is free).
+local function rate_state(g, lim)
+  local from = '(' .. (now() - lim.period)
+  local used = redis.call('ZCOUNT', P .. 'rl:' .. g, from, '+inf')
+  if used < lim.count then return lim.count - used, 0 end
+  local oldest = redis.call('ZRANGEBYSCORE', P .. 'rl:' .. g, from, '+inf', 'WITHSCORES', 'LIMIT', used - lim.count, 1)
+  return 0, math.max(1, math.ceil(tonumber(oldest[2]) + lim.period - now()))
+end
+
+-- Why job j (fields name, g) is held back: nil, or 'paused' / 'concurrency' / 'sequence' / 'rate' and for a
+-- rate the ms until its next permit.
+held = function(j)
+  if not flowing() then return nil end
+  if PAUSED_ALL or redis.call('HEXISTS', P .. 'pz', j.name) == 1 then return 'paused' end
+  if j.g == '' then return nil end
+  local lim = limit_of(j.g)
+  if not lim then return nil end
+  local running = (lim.conc or lim.seq) and redis.call('SCARD', P .. 'gr:' .. j.g) or 0
+  if lim.conc and running >= lim.conc then return 'concurrency' end
+  if lim.seq and (running > 0 or redis.call('ZRANGE', P .. 'gm:' .. j.g, 0, 0)[1] ~= j.id) then return 'sequence' end
+  if lim.count then
+    local free, due = rate_state(j.g, lim)
+    if free == 0 then return 'rate', due end
+  end
+  return nil
+end
+
+-- j, held back for why (due: a rate's ms), leaves the claim indexes for its group's (or name's) parking.
+park = function(j, why, due)
+  redis.call('ZREM', P .. 'ready', j.id)
+  redis.call('ZREM', P .. 'rn:' .. j.name, j.id)
+  redis.call('ZADD', P .. (why == 'paused' and ('hn:' .. j.name) or ('hg:' .. j.g)), j.sc, j.id)
+  if why == 'rate' then redis.call('ZADD', P .. 'rdue', 'LT', now() + due, j.g) end
+end
+
+local function unpark(key, id, sc)
+  redis.call('ZREM', key, id)
+  local name = redis.call('HGET', jk(id), 'name')
+  if name then
+    ready_add({id = id, name = name, sc = sc})
+    wake(name, 1)
+  end
+end
+
+-- Parked jobs of g back in the claim indexes, as many as may be granted now (all without a limit).
+refill = function(g)
+  local key = P .. 'hg:' .. g
+  if redis.call('EXISTS', key) == 0 then return end
+  local lim, free = limit_of(g), 100
+  if not lim then  -- a limit cleared: all of them, 100 at a time
+    for _ = 1, 10000 do
+      local best = redis.call('ZRANGE', key, 0, 99, 'WITHSCORES')
+      if #best == 0 then return end
+      for i = 1, #best, 2 do unpark(key, best[i], best[i + 1]) end
+    end
+    return
+  end
+  local running = redis.call('SCARD', P .. 'gr:' .. g)
+  if lim.conc then free = math.min(free, lim.conc - running) end
+  if lim.seq then
+    local head = redis.call('ZRANGE', P .. 'gm:' .. g, 0, 0)[1]
+    local sc = head and running == 0 and redis.call('ZSCORE', key, head)
+    if sc then unpark(key, head, sc) end
+    return
+  end
+  if lim.count and free > 0 then
+    local permits, due = rate_state(g, lim)
+    if permits == 0 then redis.call('ZADD', P .. 'rdue', 'LT', now() + due, g) end
+    free = math.min(free, permits)
+  end
+  if free <= 0 then return end
+  local best = redis.call('ZRANGE', key, 0, free - 1, 'WITHSCORES')
+  for i = 1, #best, 2 do unpark(key, best[i], best[i + 1]) end
+end
+
+-- Groups whose rate's next permit is due: refilled. The ms until the next one (-1: none).
+flow_due = function()
+  if not flowing() then return -1 end
+  for _, g in ipairs(redis.call('ZRANGEBYSCORE', P .. 'rdue', '-inf', now(), 'LIMIT', 0, 100)) do
+    redis.call('ZREM', P .. 'rdue', g)
+    refill(g)
+  end
+  local next = redis.call('ZRANGE', P .. 'rdue', 0, 0, 'WITHSCORES')
+  return #next == 0 and -1 or math.max(0, tonumber(next[2]) - now())
+end
+
+-- A claim of j granted (do_claim): its permit, and its grant in the group's rate window.
+granted = function(j)
+  redis.call('SADD', P .. 'gr:' .. j.g, j.id)
+  redis.call('ZREM', P .. 'hg:' .. j.g, j.id)
+  local lim = flowing() and limit_of(j.g)
+  if lim and lim.count then
+    local log = P .. 'rl:' .. j.g
+    redis.call('ZADD', log, now(), now_us())
+    redis.call('ZREMRANGEBYSCORE', log, '-inf', now() - lim.period)
+    redis.call('PEXPIRE', log, math.ceil(lim.period) + 1000)
+  end
+end
+
+-- The claim of grouped job j ended (it stays on the board): its permit returns.
+ended = function(j)
+  if redis.call('SREM', P .. 'gr:' .. j.g, j.id) == 1 and flowing() then refill(j.g) end
+end
+
+-- Grouped job j leaves the board (consumed, trashed, cancelled, set aside): its permit if claimed, its place.
+left = function(j)
+  redis.call('SREM', P .. 'gr:' .. j.g, j.id)
+  redis.call('ZREM', P .. 'gm:' .. j.g, j.id)
+  redis.call('ZREM', P .. 'hg:' .. j.g, j.id)
+  if flowing() then refill(j.g) end
+end
+
+-- Every waiting board woken (a resume of the board).
+local function wake_everyone()
+  local flat = redis.call('HGETALL', P .. 'wait')
+  for i = 1, #flat, 2 do
+    local sess = flat[i]
+    if string.sub(sess, -2) ~= ':l' then
+      unlist(sess, redis.call('HMGET', P .. 'wait', sess, sess .. ':l'))
+      redis.call('RPUSH', P .. 'wk:' .. sess, 'w')
+    end
+  end
+end
+
+-- The ids among found (peek's, in claim order) that nothing holds back; the others are parked.
+admitted = function(found)
+  if not flowing() then return found end
+  if PAUSED_ALL then return {} end
+  local kept = {}
+  for _, id in ipairs(found) do
+    local j = get(id, {'name', 'sc', 'st', 'g'})
+    local why, due
+    if j and j.st == 'u' then why, due = held(j) end
+    if why then park(j, why, due) else kept[#kept + 1] = id end
+  end
+  return kept
+end
+
+function ops.set_limit(g, spec)
+  redis.call('HSET', P .. 'lim', g, spec)
+  FLOW, LIMITS = nil, nil
+  refill(g)
+  return reply('ok')
+end
+
+function ops.clear_limit(g)
+  local had = redis.call('HDEL', P .. 'lim', g)
+  FLOW, LIMITS = nil, nil
+  redis.call('ZREM', P .. 'rdue', g)
+  refill(g)
+  return reply('ok', {had})
+end
+
+-- {group, spec, running, waiting, ...}: waiting counts the group's unclaimed jobs but those waiting for
+-- dependencies (one read per job of a limited group: an operator's call).
+function ops.limits()
+  local flat, out = redis.call('HGETALL', P .. 'lim'), {}
+  for i = 1, #flat, 2 do
+    local g, waiting = flat[i], 0
+    for _, id in ipairs(redis.call('ZRANGE', P .. 'gm:' .. g, 0, -1)) do
+      local st = redis.pcall('HGET', jk(id), 'st')
+      if st == 'u' or st == 'd' then waiting = waiting + 1 end
+    end
+    out[#out + 1] = {g, flat[i + 1], redis.call('SCARD', P .. 'gr:' .. g), waiting}
+  end
+  return reply('ok', out)
+end
+
+-- name '': the whole board.
+function ops.pause(name)
+  if name == '' then redis.call('SET', P .. 'pzall', '1') else redis.call('HSET', P .. 'pz', name, '1') end
+  return reply('ok')
+end
+
+function ops.resume(name)
+  if name == '' then
+    redis.call('DEL', P .. 'pzall')
+    wake_everyone()
+    return reply('ok')
+  end
+  redis.call('HDEL', P .. 'pz', name)
+  FLOW = nil
+  local key = P .. 'hn:' .. name
+  for _ = 1, 1000 do  -- every parked job of the name, 100 at a time (an operator's call)
+    local best = redis.call('ZRANGE', key, 0, 99, 'WITHSCORES')
+    if #best == 0 then break end
+    for i = 1, #best, 2 do
+      redis.call('ZREM', key, best[i])
+      local j = get(best[i], {'name', 'sc', 'st', 'g'})
+      if j and j.st == 'u' then ready_add(j) end
+    end
+    wake(name, #best / 2)
+  end
+  return reply('ok')
+end
+
+function ops.paused()
+  return reply('ok', {redis.call('EXISTS', P .. 'pzall'), redis.call('HKEYS', P .. 'pz')})
+end
