@@ -62,7 +62,7 @@ async def main():
 anyio.run(main)
 """
 
-SESSION_TIMEOUT = {"sqlite": 1.0, "zookeeper": 2.0, "postgresql": 1.0}
+SESSION_TIMEOUT = {"sqlite": 1.0, "zookeeper": 2.0, "postgresql": 1.0, "redis": 1.0}
 """Seconds after which a stopped worker's claims are taken from it (the fastest each backend allows here)."""
 LIMITS = {"k1": 1, "k2": 2, "k5": 5, "seq": 1}
 
@@ -158,7 +158,7 @@ def check_history(events: list[list[str]], posted_order: list[str],
     return dict(most), starts, stale
 
 
-@pytest.fixture(params=("sqlite", "zookeeper", "postgresql"))
+@pytest.fixture(params=("sqlite", "zookeeper", "postgresql", "redis"))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, float]:
     """A fresh board's URL on each backend, and its session timeout."""
     timeout, name = SESSION_TIMEOUT[request.param], f"flow-{uuid.uuid4().hex}"
@@ -167,6 +167,8 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, float]
     if request.param == "postgresql":
         from tests.support.pgserver import shared_url
         return f"{shared_url()}?board={name}&session_timeout={timeout}&reap_interval=0.2", timeout
+    if request.param == "redis":
+        return f"{request.getfixturevalue('redis_url')}/0/{name}?session_timeout={timeout}", timeout
     return f"zookeeper://{request.getfixturevalue('zk_hosts')}/flow-faults/{name}?session_timeout={timeout}", timeout
 
 
