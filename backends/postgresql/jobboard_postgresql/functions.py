@@ -171,18 +171,19 @@ CREATE OR REPLACE FUNCTION jb.claim_next(p_board text, p_ns int, p_session bigin
 RETURNS TABLE (r_id bigint, r_gen bigint, r_attempts int, r_posting bytea, r_last_error bytea, r_key text,
                r_parents bigint[], r_results bytea[])
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_sort = off AS $$
-DECLARE v_id bigint; v_attempts int; v_max int;
+DECLARE v_id bigint; v_attempts int; v_max int; v_alive boolean; v_gated boolean;
 BEGIN
   IF p_retry THEN
     RETURN QUERY SELECT * FROM jb.retaken(p_session, p_nonce) t WHERE t.r_id IS NOT NULL;
     IF FOUND THEN RETURN; END IF;
   END IF;
-  IF NOT jb.alive(p_ns, p_session) THEN
+  SELECT jb.alive(p_ns, p_session), jb.gated(p_board) INTO v_alive, v_gated;  -- one statement for both
+  IF NOT v_alive THEN
     RAISE EXCEPTION 'jobboard session % is gone', p_session USING ERRCODE = 'JB001';
   END IF;
   UPDATE jb.job SET state = 0 WHERE id IN (SELECT d.id FROM jb.job d WHERE d.board = p_board AND d.state = 3
                                            AND d.not_before <= jb.now() FOR UPDATE SKIP LOCKED);
-  IF jb.gated(p_board) THEN  -- limits or pauses: jb.flow_next (flow_sql.py)
+  IF v_gated THEN  -- limits or pauses: jb.flow_next (flow_sql.py)
     RETURN QUERY SELECT * FROM jb.flow_next(p_board, p_session, p_owner, p_names, p_nonce);
     RETURN;
   END IF;
@@ -210,6 +211,7 @@ LANGUAGE plpgsql SET enable_seqscan = off SET enable_sort = off SET plan_cache_m
 -- the coalesced calls of one process: item i consumes p_ids[i] (fenced, jb.consume_many) unless it is NULL,
 -- then claims the next job for p_owners[i] if p_claims[i] (and its consume was applied, as jb.consume_next)
 DECLARE i int; k int; c record; v_want int[] := '{}'; v_plain boolean := false; v_at int := 1; v_k int;
+        v_alive boolean; v_gated boolean;
         v_ids bigint[]; v_atts int[]; v_maxes int[]; v_take bigint[]; v_ords int[];
 BEGIN
   SELECT * INTO c FROM jb.consume_many(p_board, p_ns, p_session, p_retry, p_ids, p_gens, p_owners, p_results);
@@ -223,7 +225,8 @@ BEGIN
     END IF;
   END LOOP;
   IF cardinality(v_want) = 0 THEN RETURN; END IF;
-  IF NOT jb.alive(p_ns, p_session) THEN
+  SELECT jb.alive(p_ns, p_session), jb.gated(p_board) INTO v_alive, v_gated;  -- one statement for both
+  IF NOT v_alive THEN
     IF v_plain THEN RAISE EXCEPTION 'jobboard session % is gone', p_session USING ERRCODE = 'JB001'; END IF;
     RETURN;
   END IF;
@@ -237,7 +240,7 @@ BEGIN
   END IF;
   UPDATE jb.job SET state = 0 WHERE id IN (SELECT d.id FROM jb.job d WHERE d.board = p_board AND d.state = 3
                                            AND d.not_before <= jb.now() FOR UPDATE SKIP LOCKED);
-  IF jb.gated(p_board) THEN  -- limits or pauses: one item at a time through jb.flow_next
+  IF v_gated THEN  -- limits or pauses: one item at a time through jb.flow_next
     FOREACH k IN ARRAY v_want LOOP
       RETURN QUERY SELECT k, 0::smallint, NULL::text, t.* FROM jb.flow_next(p_board, p_session, p_owners[k], p_names,
                                                                            p_nonces[k]) t;
