@@ -10,7 +10,9 @@ their board's name. Tables:
 - ``dep`` and ``result``: links to dependents and the results delivered to them;
 - ``trash``, ``kept`` (consume results kept for ``wait_for_completion``), ``key`` (idempotency keys and
   the job they found when it was settled), ``done`` (settles' evidence, for a retried settle whose
-  reply was lost), ``entity`` (dies with its session), ``event`` (UNLOGGED: a hint for ``events()``).
+  reply was lost), ``entity`` (dies with its session), ``event`` (UNLOGGED: a hint for ``events()``);
+- flow control's ``flow``, ``flow_limit``, ``flow_pause``, ``flow_grant`` and ``job.grp``
+  (:mod:`jobboard_postgresql.flow_sql`).
 
 Installed at open, once per schema version, under a transaction-level advisory lock so that boards
 opening together do not race; the functions are in :mod:`jobboard_postgresql.functions`.
