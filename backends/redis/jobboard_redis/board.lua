@@ -430,7 +430,7 @@ function ops.claim_next(owner, sess, retention, ...)
   if RETRY then local r = replayed_claim(sess) if r then return r end end
   if not session_alive(sess) then return reply('nosession') end
   local names = {...}
-  local wait_ms, parked = promote(), false
+  local wait_ms, parked, tries = promote(), false, 0
   if flowing() then  -- nothing for the board paused; only the names not paused
     local free = {}
     for _, name in ipairs(names) do
@@ -439,7 +439,8 @@ function ops.claim_next(owner, sess, retention, ...)
     if PAUSED_ALL or (#names > 0 and #free == 0) then return reply('none', {wait_ms}) end
     names = free
   end
-  for _ = 1, 100 do
+  for _ = 1, 1000 do  -- at most 100 entries set aside or trashed; up to 1000 parked (flow.lua)
+    if tries == 100 then break end
     local best, best_sc, popped = nil, nil, nil
     if #names == 0 then  -- the head leaves 'ready' whatever it turns out to be (as below)
       local head = redis.call('ZPOPMIN', P .. 'ready')
@@ -459,8 +460,10 @@ function ops.claim_next(owner, sess, retention, ...)
       if popped ~= 'ready' then redis.call('ZREM', P .. 'ready', best) end
       if popped ~= 'rn' then for _, name in ipairs(names) do redis.call('ZREM', P .. 'rn:' .. name, best) end end
       if j == false then quarantine(best) end
+      tries = tries + 1
     elseif exhausted(j) then
       to_trash(get(best), 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
+      tries = tries + 1
     else
       local why, due = held(j)
       if not why then return do_claim(j, owner, sess, popped) end

@@ -119,7 +119,7 @@ granted = function(j)
   local lim = flowing() and limit_of(j.g)
   if lim and lim.count then
     local log = P .. 'rl:' .. j.g
-    redis.call('ZADD', log, now(), now_us())
+    redis.call('ZADD', log, now(), string.format('%.0f', now_us()))  -- one grant per call: a unique member
     redis.call('ZREMRANGEBYSCORE', log, '-inf', now() - lim.period)
     redis.call('PEXPIRE', log, math.ceil(lim.period) + 1000)
   end

@@ -97,7 +97,7 @@ function ops.peek(limit, sess, reg, others, any, nreg, ...)
   end
   local wait_ms = promote()
   local found = {}
-  for _ = 1, 10 do  -- flow control parks what it holds back (flow.lua): look again while it did
+  for _ = 1, 100 do  -- flow control parks what it holds back (flow.lua): look again while it did
     local seen = {}
     if #names == 0 then
       seen = redis.call('ZRANGE', P .. 'ready', 0, tonumber(limit) - 1)

@@ -92,18 +92,33 @@ async def test_a_group_at_its_limit_is_parked_once_not_scanned_by_every_claim(re
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url)) as board:
             await board.set_limit("busy", concurrency=1)
-            await board.post_many([NewJob("w", group="busy", priority=Priority.HIGH) for _ in range(500)])
+            for _ in range(5):
+                await board.post_many([NewJob("w", group="busy", priority=Priority.HIGH) for _ in range(500)])
             plain = [await board.post("w", priority=Priority.LOW) for _ in range(2)]
             held = await board.claim_next("w")
             assert held is not None and held.job.group == "busy"
-            taken = [await board.claim_next("w") for _ in range(2)]  # 499 parked on the way, over 'again' replies
+            offered = await board.wait()  # its peek parks what the limit holds back, and offers the rest
+            assert offered and offered[0].id == plain[0].id
+            assert int(await command(board, "ZCARD", key(board, "hg:busy"))) == 2499
+            assert int(await command(board, "ZCARD", key(board, "ready"))) == 2  # no claim looks at them again
+            taken = [await board.claim_next("w") for _ in range(2)]
             assert [claim.job.id for claim in taken if claim is not None] == [job.id for job in plain]
-            assert int(await command(board, "ZCARD", key(board, "hg:busy"))) == 499
-            assert int(await command(board, "ZCARD", key(board, "ready"))) == 0  # no claim looks at them again
             assert await board.claim_next("w") is None
             await board.consume(held)  # one permit back: one parked job back in the claim indexes
             assert int(await command(board, "ZCARD", key(board, "ready"))) == 1
             assert (running := await board.claim_next("w")) is not None and running.job.group == "busy"
+
+
+async def test_claim_next_goes_past_more_held_back_jobs_than_one_call_parks(redis_url: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(board_url(redis_url)) as board:
+            await board.set_limit("busy", concurrency=0)
+            for _ in range(5):
+                await board.post_many([NewJob("w", group="busy", priority=Priority.HIGH) for _ in range(500)])
+            plain = await board.post("w", priority=Priority.LOW)
+            claim = await board.claim_next("w")  # 2500 parked over three calls (1000 a call, 'again' between)
+            assert claim is not None and claim.job.id == plain.id
+            assert int(await command(board, "ZCARD", key(board, "hg:busy"))) == 2500
 
 
 async def test_clearing_a_limit_or_resuming_a_name_frees_every_parked_job(redis_url: str) -> None:
