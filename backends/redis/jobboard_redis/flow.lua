@@ -171,8 +171,13 @@ function ops.set_limit(g, spec)
   return reply('ok')
 end
 
-function ops.clear_limit(g)
+function ops.clear_limit(g)  -- a retried call answers what the first one found (its nonce's record)
+  if RETRY then
+    local had = redis.call('GET', P .. 'n:' .. NONCE)
+    if had then return reply('ok', {tonumber(had)}) end
+  end
   local had = redis.call('HDEL', P .. 'lim', g)
+  done(tostring(had))
   FLOW, LIMITS = nil, nil
   redis.call('ZREM', P .. 'rdue', g)
   refill(g)

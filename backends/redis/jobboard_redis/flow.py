@@ -40,7 +40,7 @@ class FlowingRedis(KeepingRedis):
         await self._call("set_limit", "", limit.group, spec_text(limit))
 
     async def clear_limit(self, group: str) -> bool:
-        _, data = await self._call("clear_limit", "", group)
+        _, data = await self._call("clear_limit", self._nonce(), group)  # a resend answers the first call's
         return int(data[0]) > 0
 
     async def limits(self) -> list[GroupLimit]:

@@ -187,6 +187,19 @@ async def test_resuming_the_board_wakes_every_board_waiting(redis_url: str) -> N
             assert await command(board, "HLEN", key(board, "wait")) == 0
 
 
+async def test_a_resent_clear_limit_answers_what_the_first_call_found(redis_url: str) -> None:
+    """As after a lost reply: the client resends with the nonce marked (``!``), the limit is gone already."""
+    with anyio.fail_after(30):
+        async with open_board(board_url(redis_url)) as board:
+            assert isinstance(board.backend, RedisBackend)
+            await board.set_limit("g", concurrency=1)
+            nonce = board.backend.client.nonce()
+            first = await board.backend.client.call("clear_limit", nonce, "g")
+            resent = await board.backend.client.call("clear_limit", "!" + nonce, "g")
+            assert first[:2] == resent[:2] == ("ok", [1])
+            assert await board.clear_limit("g") is False
+
+
 def test_the_spread_board_declares_flow_control_unsupported() -> None:
     assert SpreadBackend.set_limit is Backend.set_limit  # so flow_control is False and the cases skip
     assert RedisBackend.set_limit is not Backend.set_limit
