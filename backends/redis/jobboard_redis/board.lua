@@ -13,13 +13,18 @@ local P, OP, NONCE, RETRY, NOW, NOW_US, EV, ALIVE
 -- (a settle's), which needs no notice. WAITING: how many boards wait (read once per call, when needed).
 local wake, notice, CALLER, WAITING
 -- flow.lua: flow control. FLOW: whether any limit or pause is stored (read once per call, when needed);
--- PAUSED_ALL: the board is paused; LIMITS: the groups' limits read in this call.
-local FLOW, PAUSED_ALL, LIMITS
+-- PAUSED: the paused names (name -> true; '' the board: PAUSED_ALL); LIMITS: the groups' limits read in this call.
+local FLOW, PAUSED, PAUSED_ALL, LIMITS
+local NONE = {}  -- PAUSED when nothing is (never written)
 local held, park, refill, flow_due, granted, ended, left, admitted
 local function flowing()
   if FLOW == nil then
-    FLOW = redis.call('EXISTS', P .. 'lim', P .. 'pz', P .. 'pzall') > 0
-    PAUSED_ALL = FLOW and redis.call('EXISTS', P .. 'pzall') == 1
+    FLOW, PAUSED, PAUSED_ALL = redis.call('EXISTS', P .. 'lim', P .. 'pz') > 0, NONE, false
+    if FLOW then
+      PAUSED = {}
+      for _, name in ipairs(redis.call('HKEYS', P .. 'pz')) do PAUSED[name] = true end
+      PAUSED_ALL = PAUSED[''] == true
+    end
   end
   return FLOW
 end
@@ -204,7 +209,7 @@ local function do_claim(j, owner, sess, popped)
   local att = (tonumber(j.att) or 0) + 1
   redis.call('HSET', jk(j.id), 'gen', gen, 'att', att, 'st', 'c', 'owner', owner, 'sess', sess, 'nb', '', 'cn', NONCE)
   redis.call('SADD', P .. 'claims:' .. sess, j.id)
-  if j.g ~= '' then granted(j) end
+  if j.g ~= '' then granted(j, popped) end
   ev('claimed', j.id, owner)
   return reply('ok', {j.id, j.p, att, gen, results(j.id, j.nd), j.err})
 end
@@ -434,7 +439,7 @@ function ops.claim_next(owner, sess, retention, ...)
   if flowing() then  -- nothing for the board paused; only the names not paused
     local free = {}
     for _, name in ipairs(names) do
-      if redis.call('HEXISTS', P .. 'pz', name) == 0 then free[#free + 1] = name end
+      if not PAUSED[name] then free[#free + 1] = name end
     end
     if PAUSED_ALL or (#names > 0 and #free == 0) then return reply('none', {wait_ms}) end
     names = free

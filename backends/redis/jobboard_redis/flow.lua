@@ -3,7 +3,7 @@
 -- (limit or not) and by every end of one, in the same call (do_claim, consume, abandon, to_trash, reap,
 -- unclaim). Other keys:
 -- 'lim' hash: group -> '<concurrency>|<sequence 1/0>|<rate count>|<rate period ms>' ('' for none);
--- 'pz' hash: paused job name -> '1'; 'pzall': the whole board is paused;
+-- 'pz' hash: paused job name -> '1' (the name '': the whole board);
 -- 'gm:<g>' zset: the group's jobs on the board, scored by id (a sequence's posting order);
 -- 'hg:<g>' zset (order scores): unclaimed jobs parked because the group's limit held them back, out of
 -- 'ready' and 'rn:<name>' until a permit may be free (refill); 'hn:<name>': the same for a paused name;
@@ -39,7 +39,7 @@ end
 -- rate the ms until its next permit.
 held = function(j)
   if not flowing() then return nil end
-  if PAUSED_ALL or redis.call('HEXISTS', P .. 'pz', j.name) == 1 then return 'paused' end
+  if PAUSED_ALL or PAUSED[j.name] then return 'paused' end
   if j.g == '' then return nil end
   local lim = limit_of(j.g)
   if not lim then return nil end
@@ -104,18 +104,22 @@ end
 -- Groups whose rate's next permit is due: refilled. The ms until the next one (-1: none).
 flow_due = function()
   if not flowing() then return -1 end
+  local next = redis.call('ZRANGE', P .. 'rdue', 0, 0, 'WITHSCORES')
+  if #next == 0 then return -1 end
+  if tonumber(next[2]) > now() then return tonumber(next[2]) - now() end
   for _, g in ipairs(redis.call('ZRANGEBYSCORE', P .. 'rdue', '-inf', now(), 'LIMIT', 0, 100)) do
     redis.call('ZREM', P .. 'rdue', g)
     refill(g)
   end
-  local next = redis.call('ZRANGE', P .. 'rdue', 0, 0, 'WITHSCORES')
+  next = redis.call('ZRANGE', P .. 'rdue', 0, 0, 'WITHSCORES')
   return #next == 0 and -1 or math.max(0, tonumber(next[2]) - now())
 end
 
--- A claim of j granted (do_claim): its permit, and its grant in the group's rate window.
-granted = function(j)
+-- A claim of j granted (do_claim): its permit, and its grant in the group's rate window. popped: the index
+-- claim_next took it from (nil: claimed by id, perhaps parked).
+granted = function(j, popped)
   redis.call('SADD', P .. 'gr:' .. j.g, j.id)
-  redis.call('ZREM', P .. 'hg:' .. j.g, j.id)
+  if not popped then redis.call('ZREM', P .. 'hg:' .. j.g, j.id) end
   local lim = flowing() and limit_of(j.g)
   if lim and lim.count then
     local log = P .. 'rl:' .. j.g
@@ -132,10 +136,9 @@ end
 
 -- Grouped job j leaves the board (consumed, trashed, cancelled, set aside): its permit if claimed, its place.
 left = function(j)
-  redis.call('SREM', P .. 'gr:' .. j.g, j.id)
+  if j.st == 'c' then redis.call('SREM', P .. 'gr:' .. j.g, j.id) else redis.call('ZREM', P .. 'hg:' .. j.g, j.id) end
   redis.call('ZREM', P .. 'gm:' .. j.g, j.id)
-  redis.call('ZREM', P .. 'hg:' .. j.g, j.id)
-  if flowing() then refill(j.g) end
+  if flowing() then refill(j.g) end  -- a permit back, or a sequence's next head
 end
 
 -- Every waiting board woken (a resume of the board).
@@ -201,17 +204,16 @@ end
 
 -- name '': the whole board.
 function ops.pause(name)
-  if name == '' then redis.call('SET', P .. 'pzall', '1') else redis.call('HSET', P .. 'pz', name, '1') end
+  redis.call('HSET', P .. 'pz', name, '1')
   return reply('ok')
 end
 
 function ops.resume(name)
+  redis.call('HDEL', P .. 'pz', name)
   if name == '' then
-    redis.call('DEL', P .. 'pzall')
     wake_everyone()
     return reply('ok')
   end
-  redis.call('HDEL', P .. 'pz', name)
   FLOW = nil
   local key = P .. 'hn:' .. name
   for _ = 1, 1000 do  -- every parked job of the name, 100 at a time (an operator's call)
@@ -228,5 +230,9 @@ function ops.resume(name)
 end
 
 function ops.paused()
-  return reply('ok', {redis.call('EXISTS', P .. 'pzall'), redis.call('HKEYS', P .. 'pz')})
+  local names, board = {}, 0
+  for _, name in ipairs(redis.call('HKEYS', P .. 'pz')) do
+    if name == '' then board = 1 else names[#names + 1] = name end
+  end
+  return reply('ok', {board, names})
 end

@@ -148,7 +148,7 @@ async def test_a_board_without_limits_or_pauses_writes_no_flow_control_key(redis
             left = {name.decode().removeprefix(key(board, ""))
                     for name in await command(board, "KEYS", key(board, "*"))}
             assert not {name for name in left if name.split(":")[0] in
-                        {"lim", "pz", "pzall", "gr", "gm", "hg", "hn", "rl", "rdue"}}, left
+                        {"lim", "pz", "gr", "gm", "hg", "hn", "rl", "rdue"}}, left
 
 
 async def test_a_requeued_job_of_a_sequence_is_back_at_its_place(redis_url: str) -> None:
