@@ -1,0 +1,85 @@
+"""postgresql:// flow control, an independent review (issue 27): each bug found is a test marked
+``xfail(strict=True)`` naming it; the others check a guarantee that holds."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import anyio
+import asyncpg
+import pytest
+
+from jobboard import open_board
+from jobboard.errors import HeldBack
+from jobboard.job import JobState
+from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def url(postgresql_url: str) -> str:  # noqa: F811
+    return f"{postgresql_url}?board=review-{uuid.uuid4().hex}&reap_interval=0.2"
+
+
+@pytest.mark.xfail(strict=True, reason="pg jb.flow_check records a rate grant at statement_timestamp() (the client "
+                   "statement's start), not when the group is checked: a claim(job) that waited for its job's row "
+                   "lock is logged in the past, so the next claim is granted less than a period after it")
+async def test_a_claim_that_waited_for_a_row_lock_counts_in_its_rate_window_from_its_grant(url: str) -> None:
+    period = 2.0
+    with anyio.fail_after(30):
+        async with open_board(url) as board, open_board(url) as worker:
+            await board.set_limit("g", rate=(1, period))
+            first, second = await board.post("w", group="g"), await board.post("w", group="g")
+            connection: asyncpg.Connection = await asyncpg.connect(url.split("?")[0])
+            try:
+                async with anyio.create_task_group() as tasks:
+                    async with connection.transaction():  # the application posts a dependent of `first` in its
+                        await board.post("after", depends_on=[first], connection=connection)  # own transaction
+                        tasks.start_soon(worker.claim, first, "w1")  # waits for first's row until that commits
+                        await anyio.sleep(period + 0.5)
+                    released = time.monotonic()  # the claim of `first` is granted after this moment
+            finally:
+                await connection.close()
+            try:
+                await worker.claim(second, "w2")
+            except HeldBack as held:
+                assert held.why == "rate"
+            else:  # granted: two claims of a 1-per-period group within less than a period
+                pytest.fail(f"two grants {time.monotonic() - released:.2f} s apart with a rate of 1 per {period} s")
+
+
+@pytest.mark.xfail(strict=True, reason="pg jb.claim trashes a job with max_attempts used up before it asks "
+                   "jb.flow_admit: claim(job) of a paused name's job moves it to the trash during the pause "
+                   "(memory:// and redis:// raise HeldBack('paused') and leave it)")
+async def test_claim_of_a_paused_job_with_its_attempts_used_up_is_held_back_not_trashed(url: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            job = await board.post("w", max_attempts=1)
+            claim = await board.claim(job, "w1")
+            await board.abandon(claim)
+            await board.pause("w")
+            with pytest.raises(HeldBack) as held:
+                await board.claim(job, "w2")
+            assert held.value.why == "paused"
+            assert await board.state(job) is JobState.UNCLAIMED
+
+
+@pytest.mark.xfail(strict=True, reason="pg jb.claim trashes a job with max_attempts used up before it asks "
+                   "jb.flow_admit: claim(job) of a sequence's later job trashes it ahead of its turn (memory:// and "
+                   "redis:// raise HeldBack('sequence'))")
+async def test_claim_of_a_later_job_of_a_sequence_with_its_attempts_used_up_is_held_back(url: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            await board.set_limit("s", sequence=True)
+            head, later = await board.post("w", group="s"), await board.post("w", group="s", max_attempts=1)
+            claim = await board.claim(head, "w1")
+            await board.trash(claim, "bad")  # a trashed job does not stop the sequence
+            claim = await board.claim(later, "w1")
+            await board.abandon(claim)  # its one attempt used
+            await board.requeue(head.id)  # back at its place: the head again
+            with pytest.raises(HeldBack) as held:
+                await board.claim(later, "w2")
+            assert held.value.why == "sequence"
+            assert await board.state(later) is JobState.UNCLAIMED

@@ -1,0 +1,89 @@
+"""redis:// flow control, an independent review (issue 27): the parked held-back jobs (flow.lua's hg:<group>)
+against every way a job refilled for a free permit can leave the board unclaimed. Each bug found is a test
+marked ``xfail(strict=True)`` naming it; the others check a guarantee that holds (an intermediate version of
+flow.lua's left(), refilling only after a claimed job or a sequence's, failed the first two)."""
+
+from __future__ import annotations
+
+import uuid
+
+import anyio
+import pytest
+
+from jobboard import open_board
+from jobboard.board.contract import JobBoard
+from jobboard.job import Claim
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def board_url(base: str) -> str:
+    return f"{base}/0/review-{uuid.uuid4().hex}?session_timeout=10"
+
+
+async def claimed_within(board: JobBoard, seconds: float) -> Claim | None:
+    """``claim_next`` retried (with ``wait()`` between) until a claim or ``seconds`` pass."""
+    with anyio.move_on_after(seconds):
+        while True:
+            claim = await board.claim_next("w")
+            if claim is not None:
+                return claim
+            with anyio.move_on_after(0.1):
+                await board.wait()
+    return None
+
+
+async def test_a_refilled_job_cancelled_before_its_claim_strands_no_parked_job(redis_url: str) -> None:
+    """refill() moves back as many parked jobs as permits are free: one that leaves unclaimed (a cancel) must
+    refill again (left()), or the group's other parked jobs stay in hg:<group> for good."""
+    with anyio.fail_after(30):
+        async with open_board(board_url(redis_url)) as board:
+            await board.set_limit("g", concurrency=1)
+            jobs = [await board.post("w", group="g") for _ in range(3)]
+            claim = await board.claim_next("w")
+            assert claim is not None and claim.job.id == jobs[0].id
+            assert await board.claim_next("w") is None  # the two others parked (the group is at its limit)
+            await board.consume(claim)  # the permit returns: one parked job refilled (jobs[1])
+            await board.cancel(jobs[1], "not wanted")  # it leaves before anyone claims it
+            [limit] = await board.limits()
+            assert (limit.running, limit.waiting) == (0, 1)  # no permit in use, one job waiting: it must run
+            last = await claimed_within(board, 2.0)
+            assert last is not None and last.job.id == jobs[2].id
+
+
+async def test_a_rate_refilled_job_cancelled_before_its_claim_strands_no_parked_job(redis_url: str) -> None:
+    """The same for a rate: its refill drops the group's 'rdue' entry; the rest must not be left parked."""
+    with anyio.fail_after(30):
+        async with open_board(board_url(redis_url)) as board:
+            await board.set_limit("g", rate=(1, 0.3))
+            jobs = [await board.post("w", group="g") for _ in range(3)]
+            claim = await board.claim_next("w")
+            assert claim is not None and claim.job.id == jobs[0].id
+            await board.consume(claim)
+            assert await board.claim_next("w") is None  # the rate is used: the two others parked
+            await anyio.sleep(0.4)
+            offered = await board.wait()  # the next permit is due: one parked job refilled and offered
+            assert [job.id for job in offered] == [jobs[1].id]
+            await board.cancel(jobs[1], "not wanted")
+            last = await claimed_within(board, 2.0)  # the rate allows one claim per 0.3 s: due long since
+            assert last is not None and last.job.id == jobs[2].id
+
+
+async def test_a_refilled_job_claimed_by_another_group_first_is_parked_again_not_lost(redis_url: str) -> None:
+    """A refilled job that meets its group full again (the permit taken by a job never parked) is parked
+    again, and comes back when that claim ends."""
+    with anyio.fail_after(30):
+        async with open_board(board_url(redis_url)) as board:
+            await board.set_limit("g", concurrency=1)
+            first, parked = await board.post("w", group="g"), await board.post("w", group="g")
+            claim = await board.claim_next("w")
+            assert claim is not None and claim.job.id == first.id
+            assert await board.claim_next("w") is None
+            late = await board.post("w", group="g", priority="high")
+            await board.consume(claim)  # refills `parked`, but `late` is ahead of it
+            taken = await board.claim_next("w")
+            assert taken is not None and taken.job.id == late.id
+            assert await board.claim_next("w") is None  # parked again behind the limit
+            await board.consume(taken)
+            again = await claimed_within(board, 2.0)
+            assert again is not None and again.job.id == parked.id
