@@ -133,17 +133,20 @@ def check_details(name: str, details: Mapping[str, Any] | None) -> dict[str, Any
 
     :raises InvalidJob: naming the first offending key path.
     """
+    if type(details) is dict and flat_details(details):  # the common case: no ABC check, no walk
+        if TIMEOUT_KEY in details:
+            _check_timeout(name, details[TIMEOUT_KEY])
+        return details.copy()
     if details is None:
         return {}
     if not isinstance(details, Mapping):
         raise InvalidJob(f"job {name!r}: details must be a mapping, not {type(details).__name__}")
-    if not (type(details) is dict and _plain(details)):
-        for key in details:
-            if not isinstance(key, str):
-                raise InvalidJob(f"job {name!r}: details key {key!r} is not a string")
-        problem = find_unencodable(details, "details")
-        if problem:
-            raise InvalidJob(f"job {name!r}: {problem}")
+    for key in details:
+        if not isinstance(key, str):
+            raise InvalidJob(f"job {name!r}: details key {key!r} is not a string")
+    problem = find_unencodable(details, "details")
+    if problem:
+        raise InvalidJob(f"job {name!r}: {problem}")
     if TIMEOUT_KEY in details:
         _check_timeout(name, details[TIMEOUT_KEY])
     return dict(details)
@@ -159,8 +162,9 @@ def _check_timeout(name: str, value: Any) -> None:
 _SCALARS = frozenset({str, float, bool, bytes, type(None)})
 
 
-def _plain(details: dict[Any, Any]) -> bool:
-    """Whether ``details`` is flat: string keys, scalar values msgpack carries (the common case, checked fast)."""
+def flat_details(details: Mapping[Any, Any]) -> bool:
+    """Whether ``details`` is flat: string keys, scalar values msgpack carries (the common case, checked fast;
+    a copy of flat details is what decoding their encoding makes)."""
     for key, value in details.items():
         if type(key) is not str:
             return False

@@ -213,7 +213,7 @@ class JobBoard:
         self._ensure_open()
         return await self.backend.post(self._prepare(
             name, details, priority, depends_on, max_attempts, keep_result, key, delay, not_before,
-            result_ttl, trash_ttl, connection, group))
+            result_ttl, trash_ttl, connection, group, time.time()))
 
     async def post_many(self, jobs: Sequence[NewJob], *, connection: Any = None) -> list[Job]:
         """Post several jobs; returns them in the order given.
@@ -229,14 +229,14 @@ class JobBoard:
         the batch in fewer round trips.
         """
         self._ensure_open()
-        batch = []
+        batch, prepare, now = [], self._prepare, time.time()  # one clock reading: the batch is posted at one time
         for index, job in enumerate(jobs):
             if not isinstance(job, NewJob):
                 raise InvalidJob(f"jobs[{index}] is a {type(job).__name__}, not a NewJob")
             try:
-                batch.append(self._prepare(
+                batch.append(prepare(
                     job.name, job.details, job.priority, job.depends_on, job.max_attempts, job.keep_result,
-                    job.key, job.delay, job.not_before, job.result_ttl, job.trash_ttl, connection, job.group))
+                    job.key, job.delay, job.not_before, job.result_ttl, job.trash_ttl, connection, job.group, now))
             except InvalidJob as error:
                 raise InvalidJob(f"jobs[{index}]: {error}") from None
         return await self.backend.post_many(batch)
@@ -245,25 +245,23 @@ class JobBoard:
         self, name: str, details: Mapping[str, Any] | None, priority: Priority | int | str,
         depends_on: Sequence[JobRef], max_attempts: int | None, keep_result: bool, key: str | None,
         delay: float | None, not_before: When | None, result_ttl: float | None, trash_ttl: float | None,
-        connection: Any, group: str | None,
+        connection: Any, group: str | None, now: float,
     ) -> Prepared:
-        """Validate a posting, apply the board's defaults, encode, check the size.
+        """Validate a posting, apply the board's defaults, encode, check the size (``now``: the post's time).
 
         :raises InvalidJob: as ``post`` documents.
         """
-        now = time.time()
-        due = due_time(name, delay, not_before, now)
         backend = self.backend
         posting = build_posting(
-            name, details, priority=priority, depends_on=[job_id_of(d) for d in depends_on],
+            name, details, priority=priority, depends_on=depends_on,
             max_attempts=backend.default_max_attempts if max_attempts is None else max_attempts,
             keep_result=keep_result, created_at=now, key=key, result_ttl=result_ttl, trash_ttl=trash_ttl,
             group=group,
+            not_before=None if delay is None and not_before is None else due_time(name, delay, not_before, now),
         )
-        if due is not None:
-            posting = posting.delayed(due)
         raw = encode_posting(posting)
-        check_size(name, raw, backend.max_posting_bytes)
+        if len(raw) > backend.max_posting_bytes:
+            check_size(name, raw, backend.max_posting_bytes)
         if OPENTELEMETRY_TRACE in sys.modules:  # else no span can be current: nothing to carry
             posting, raw = with_trace_context(posting, raw, backend.max_posting_bytes)
         return Prepared(posting, raw, connection)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -25,6 +25,7 @@ from jobboard.backend import (
     COMMON_OPTIONS,
     Backend,
     Claim,
+    DependencyMissing,
     Entity,
     Event,
     GroupLimit,
@@ -121,11 +122,32 @@ class MemoryBackend(Backend):
         shared.notify()
 
     async def post(self, prepared: Prepared) -> Job:
+        store = self._swept_store()
+        existing = store.keyed(prepared.posting.key, self.key_retention)
+        return existing if existing is not None else store.admit(prepared.raw, prepared.posting)
+
+    async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
+        """Each posting as by :meth:`post`, without awaiting between them (atomic on the event loop, as a
+        whole: the batch is admitted in one step). :raises DependencyMissing: with ``index`` and ``posted``."""
+        store = self._swept_store()
+        store.keyed(None, self.key_retention)  # drops the keys settled too long ago, once for the batch
+        posted: list[Job] = []
+        for index, prepared in enumerate(batch):
+            key = prepared.posting.key
+            existing = None if key is None else store.keyed(key, self.key_retention)
+            try:
+                posted.append(existing if existing is not None else store.admit(prepared.raw, prepared.posting))
+            except DependencyMissing as error:
+                raise error.in_batch(index, posted) from None
+        return posted
+
+    def _swept_store(self) -> Store:
+        """The store, after sweeping its expired results and trash if the last sweep is a second old."""
+        store = self._store
         if (now := time.monotonic()) >= self._next_sweep:
             self._next_sweep = now + SWEEP_INTERVAL
-            self._keeper.sweep(self._store)
-        existing = self._store.keyed(prepared.posting.key, self.key_retention)
-        return existing if existing is not None else self._store.admit(prepared.raw)
+            self._keeper.sweep(store)
+        return store
 
     async def get(self, job_id: str) -> Job:
         return self._store.entry(job_id).job()

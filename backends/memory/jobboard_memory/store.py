@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field, replace
 
+from jobboard.board.checks import flat_details
 from jobboard.board.codec import MalformedEntry, Posting, decode_posting, decode_value
 from jobboard.board.events import Event, EventKind
 from jobboard.errors import (
@@ -29,7 +30,7 @@ from jobboard_memory.flow import Flow
 MAX_ATTEMPTS_REASON = "max attempts exceeded"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Entry:
     """One job on the board, with its claim and link state."""
 
@@ -109,20 +110,23 @@ class Store:
             return None
         return self.jobs[record.job_id].job() if record.settled is None else record.settled
 
-    def admit(self, raw: bytes) -> Job:
-        """Add an encoded posting; an undecodable one is kept aside as malformed.
+    def admit(self, raw: bytes, posting: Posting | None = None) -> Job:
+        """Add an encoded posting; an undecodable one is kept aside as malformed. ``posting``: what ``raw``
+        encodes, kept as it is when its details are flat (its own copy of scalars: decoding ``raw`` would
+        make an equal one), else ``raw`` is decoded, as a remote backend reads its entries.
 
         :raises InvalidJob: a dependency is not on the board (nothing is added).
         :raises MalformedEntry: ``raw`` is not a posting (it is kept in ``malformed``).
         """
         self.last_sequence += 1
         sequence = self.last_sequence
-        job_id = f"job-{sequence:010d}"
-        try:
-            posting = decode_posting(raw)
-        except MalformedEntry:
-            self.malformed[job_id] = raw
-            raise
+        job_id = "job-%010d" % sequence  # noqa: UP031 - a third cheaper than the f-string's format spec
+        if posting is None or not flat_details(posting.details):
+            try:
+                posting = decode_posting(raw)
+            except MalformedEntry:
+                self.malformed[job_id] = raw
+                raise
         missing = [dep for dep in posting.depends_on if dep not in self.jobs]
         if missing:
             raise DependencyMissing.of(posting.name, ", ".join(missing))
