@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Awaitable
 
 import anyio
 import asyncpg
 import pytest
 
-from jobboard import open_board
+from jobboard import NewJob, open_board
 from jobboard.errors import HeldBack
-from jobboard.job import JobState
+from jobboard.job import Claim, JobState
 from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.timeout(60)
@@ -110,3 +111,72 @@ async def test_a_pause_racing_the_last_limit_cleared_is_never_ignored(url: str) 
                 assert claim is None, f"a job of the paused name 'x' was claimed (gates = {gates})"
             finally:
                 await connection.close()
+
+
+async def test_one_coalesced_cycle_counts_each_requests_permit_and_grant(url: str) -> None:
+    """Concurrent claim_next calls of one board share a jb.cycle: a concurrency of 2 and a rate of 3 per minute
+    are counted request by request inside it."""
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            await board.set_limit("c", concurrency=2)
+            await board.set_limit("r", rate=(3, 60.0))
+            await board.post_many([NewJob("w", group=group) for group in ("c", "r") for _ in range(8)]
+                                  + [NewJob("w") for _ in range(4)])
+            claims: list[Claim | None] = []
+
+            async def claimer(index: int) -> None:
+                claims.append(await board.claim_next(f"w{index}"))
+
+            async with anyio.create_task_group() as tasks:
+                for index in range(16):
+                    tasks.start_soon(claimer, index)
+            groups = sorted(str(claim.job.group) for claim in claims if claim is not None)
+            assert groups == ["None"] * 4 + ["c"] * 2 + ["r"] * 3
+            [c, r] = await board.limits()
+            assert (c.running, c.waiting, r.running, r.waiting) == (2, 6, 3, 5)
+
+
+async def test_a_limit_lowered_below_running_revokes_nothing_and_grants_nothing_until_under(url: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(url) as board, open_board(url) as other:
+            await board.set_limit("g", concurrency=3)
+            await board.post_many([NewJob("w", group="g") for _ in range(5)])
+            held = [await board.claim_next("w") for _ in range(3)]
+            await other.set_limit("g", concurrency=1)
+            for claim in held[:2]:
+                assert claim is not None and await other.claim_next("w") is None
+                await board.consume(claim)  # still 2, then 1 running: at the limit
+            assert await other.claim_next("w") is None
+            assert held[2] is not None
+            await board.consume(held[2])
+            assert await other.claim_next("w") is not None
+
+
+async def test_a_resume_or_a_permit_returned_wakes_a_waiter_of_another_board(url: str) -> None:
+    """idle_poll=30: the waiter returns by the wake-up, not by its fallback look."""
+    with anyio.fail_after(30):
+        async with open_board(url) as board, open_board(f"{url}&idle_poll=30") as waiter:
+            await board.pause("p")
+            await board.post("p")
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(board_later, board.resume("p"))
+                with anyio.fail_after(5):
+                    assert [job.name for job in await waiter.wait(names=["p"])] == ["p"]
+                tasks.cancel_scope.cancel()
+            await board.set_limit("g", concurrency=1)
+            await board.post("g", group="g")
+            holder = await board.claim_next("o", names=["p"])  # the resumed job (not grouped)
+            claim = await board.claim_next("o", names=["g"])
+            assert holder is not None and claim is not None
+            await board.post("g", group="g")
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(board_later, board.consume(claim))
+                with anyio.fail_after(5):
+                    assert [job.name for job in await waiter.wait(names=["g"])] == ["g"]
+                tasks.cancel_scope.cancel()
+
+
+async def board_later(call: Awaitable[object]) -> None:
+    """``call`` awaited after 0.3 s (the other side waits by then)."""
+    await anyio.sleep(0.3)
+    await call
