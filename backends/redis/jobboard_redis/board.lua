@@ -12,21 +12,25 @@ local P, OP, NONCE, RETRY, NOW, NOW_US, EV, ALIVE
 -- session's board that its claim of job id ended by another's call. CALLER: the calling board's session
 -- (a settle's), which needs no notice. WAITING: how many boards wait (read once per call, when needed).
 local wake, notice, CALLER, WAITING
--- flow.lua: flow control. FLOW: whether any limit or pause is stored (read once per call, when needed);
--- PAUSED: the paused names (name -> true; '' the board: PAUSED_ALL); LIMITS: the groups' limits read in this call.
-local FLOW, PAUSED, PAUSED_ALL, LIMITS
+-- flow.lua: flow control. FLOW: whether any limit or pause is stored (one EXISTS per call, when needed).
+-- PAUSED: the paused names (name -> true; '' the board), read when needed; LIMITS: the limits read in this call.
+local FLOW, PAUSED, LIMITS
 local NONE = {}  -- PAUSED when nothing is (never written)
 local held, park, refill, flow_due, granted, ended, left, admitted
 local function flowing()
-  if FLOW == nil then
-    FLOW, PAUSED, PAUSED_ALL = redis.call('EXISTS', P .. 'lim', P .. 'pz') > 0, NONE, false
-    if FLOW then
-      PAUSED = {}
-      for _, name in ipairs(redis.call('HKEYS', P .. 'pz')) do PAUSED[name] = true end
-      PAUSED_ALL = PAUSED[''] == true
+  if FLOW == nil then FLOW = redis.call('EXISTS', P .. 'lim', P .. 'pz') > 0 end
+  return FLOW
+end
+local function paused_names()
+  if PAUSED == nil then
+    PAUSED = NONE
+    if flowing() then
+      local names = redis.call('HKEYS', P .. 'pz')
+      if #names > 0 then PAUSED = {} end
+      for _, name in ipairs(names) do PAUSED[name] = true end
     end
   end
-  return FLOW
+  return PAUSED
 end
 
 local function now()
@@ -437,11 +441,11 @@ function ops.claim_next(owner, sess, retention, ...)
   local names = {...}
   local wait_ms, parked, tries = promote(), false, 0
   if flowing() then  -- nothing for the board paused; only the names not paused
-    local free = {}
+    local free, paused = {}, paused_names()
     for _, name in ipairs(names) do
-      if not PAUSED[name] then free[#free + 1] = name end
+      if not paused[name] then free[#free + 1] = name end
     end
-    if PAUSED_ALL or (#names > 0 and #free == 0) then return reply('none', {wait_ms}) end
+    if paused[''] or (#names > 0 and #free == 0) then return reply('none', {wait_ms}) end
     names = free
   end
   for _ = 1, 1000 do  -- at most 100 entries set aside or trashed; up to 1000 parked (flow.lua)

@@ -39,7 +39,8 @@ end
 -- rate the ms until its next permit.
 held = function(j)
   if not flowing() then return nil end
-  if PAUSED_ALL or PAUSED[j.name] then return 'paused' end
+  local paused = paused_names()
+  if paused[''] or paused[j.name] then return 'paused' end
   if j.g == '' then return nil end
   local lim = limit_of(j.g)
   if not lim then return nil end
@@ -53,12 +54,15 @@ held = function(j)
   return nil
 end
 
+-- g's rate has its next permit due at ms t.
+local function due_at(g, t) redis.call('ZADD', P .. 'rdue', 'LT', t, g) end
+
 -- j, held back for why (due: a rate's ms), leaves the claim indexes for its group's (or name's) parking.
 park = function(j, why, due)
   redis.call('ZREM', P .. 'ready', j.id)
   redis.call('ZREM', P .. 'rn:' .. j.name, j.id)
   redis.call('ZADD', P .. (why == 'paused' and ('hn:' .. j.name) or ('hg:' .. j.g)), j.sc, j.id)
-  if why == 'rate' then redis.call('ZADD', P .. 'rdue', 'LT', now() + due, j.g) end
+  if why == 'rate' then due_at(j.g, now() + due) end
 end
 
 local function unpark(key, id, sc)
@@ -93,7 +97,7 @@ refill = function(g)
   end
   if lim.count and free > 0 then
     local permits, due = rate_state(g, lim)
-    if permits == 0 then redis.call('ZADD', P .. 'rdue', 'LT', now() + due, g) end
+    if permits == 0 then due_at(g, now() + due) end
     free = math.min(free, permits)
   end
   if free <= 0 then return end
@@ -156,7 +160,7 @@ end
 -- The ids among found (peek's, in claim order) that nothing holds back; the others are parked.
 admitted = function(found)
   if not flowing() then return found end
-  if PAUSED_ALL then return {} end
+  if paused_names()[''] then return {} end
   local kept = {}
   for _, id in ipairs(found) do
     local j = get(id, {'name', 'sc', 'st', 'g'})
@@ -210,11 +214,11 @@ end
 
 function ops.resume(name)
   redis.call('HDEL', P .. 'pz', name)
+  FLOW, PAUSED = nil, nil
   if name == '' then
     wake_everyone()
     return reply('ok')
   end
-  FLOW = nil
   local key = P .. 'hn:' .. name
   for _ = 1, 1000 do  -- every parked job of the name, 100 at a time (an operator's call)
     local best = redis.call('ZRANGE', key, 0, 99, 'WITHSCORES')

@@ -84,7 +84,7 @@ end
 
 local function dispatch(keys, args)
   P, OP, NONCE, NOW, EV, ALIVE, CALLER, WAITING, OUTBOX = keys[1], args[1], args[2], nil, {}, nil, nil, nil, nil
-  FLOW, PAUSED, PAUSED_ALL, LIMITS = nil, nil, nil, nil
+  FLOW, PAUSED, LIMITS = nil, nil, nil
   RETRY = string.sub(NONCE, 1, 1) == '!'
   if RETRY then NONCE = string.sub(NONCE, 2) end
   local op = ops[OP]

@@ -111,9 +111,9 @@ function ops.peek(limit, sess, reg, others, any, nreg, ...)
       for i = 1, math.min(#heads, tonumber(limit)) do seen[i] = heads[i][2] end
     end
     found = admitted(seen)
-    if #found > 0 or #found == #seen or PAUSED_ALL then break end
+    if #found > 0 or #found == #seen or paused_names()[''] then break end
   end
-  if FLOW then wait_ms = promote() end  -- a rate's next permit, if one was parked
+  if flowing() then wait_ms = promote() end  -- a rate's next permit, if one was parked
   if #found == 0 or others == '1' then
     register(sess, reg, any, regnames)
   else
