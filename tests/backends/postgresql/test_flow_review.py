@@ -12,8 +12,9 @@ import asyncpg
 import pytest
 
 from jobboard import NewJob, open_board
+from jobboard.board.contract import JobBoard
 from jobboard.errors import HeldBack
-from jobboard.job import Claim, JobState
+from jobboard.job import Claim, Job, JobState
 from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.timeout(60)
@@ -180,3 +181,42 @@ async def board_later(call: Awaitable[object]) -> None:
     """``call`` awaited after 0.3 s (the other side waits by then)."""
     await anyio.sleep(0.3)
     await call
+
+
+async def held_back_exhausted_job(board: JobBoard, case: str) -> Job:
+    """A job whose attempts are used up, held back by ``case`` ('paused', 'sequence', 'concurrency')."""
+    group = None if case == "paused" else "g"
+    if case == "sequence":
+        await board.set_limit("g", sequence=True)
+        head = await board.post("w", group="g")
+        await board.trash(await board.claim(head, "o"), "bad")  # a trashed job does not stop the sequence
+    elif case == "concurrency":
+        await board.set_limit("g", concurrency=1)
+        head = await board.post("w", group="g")
+    job = await board.post("w", group=group, max_attempts=1)
+    await board.abandon(await board.claim(job, "o"))  # its one attempt used
+    if case == "paused":
+        await board.pause("w")
+    elif case == "sequence":
+        await board.requeue(head.id)  # back at its place, ahead of `job`
+        await board.claim(head, "o")
+    else:
+        await board.claim(head, "o")  # the group's one permit
+    return job
+
+
+@pytest.mark.parametrize("case", [
+    "paused",
+    pytest.param("sequence", marks=pytest.mark.xfail(strict=True, reason=(
+        "pg jb.flow_next trashes a job whose max_attempts are used up before its group is checked: claim_next "
+        "trashes a sequence's later job ahead of its turn (memory:// and sqlite:// leave it)"))),
+    pytest.param("concurrency", marks=pytest.mark.xfail(strict=True, reason=(
+        "pg jb.flow_next trashes a job whose max_attempts are used up before its group is checked: claim_next "
+        "trashes a job of a group at its limit (memory:// and sqlite:// leave it)"))),
+])
+async def test_claim_next_trashes_no_held_back_job_whose_attempts_are_used_up(url: str, case: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            job = await held_back_exhausted_job(board, case)
+            assert await board.claim_next("o2") is None
+            assert await board.state(job) is JobState.UNCLAIMED
