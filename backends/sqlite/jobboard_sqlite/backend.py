@@ -128,8 +128,9 @@ class SqliteBackend(Backend):
             ring(session, address)
         if not fx.events:
             return
+        publish = self.hub.publish
         for event in fx.events:
-            self.hub.publish(event)
+            publish(event)
         touched = [event.job_id for event in fx.events]
         for board in list(_LOCAL_BOARDS.get(self.options.path, ())):
             board.signals.touched(touched)

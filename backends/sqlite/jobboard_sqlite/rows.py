@@ -51,8 +51,31 @@ class Effects:
         self.events.append(Event(kind, job_id, detail))
 
 
+class Sequences:
+    """Hands out the board's job sequences in one transaction: one ``UPDATE ... RETURNING`` per post, or
+    for a batch the counter read once and written back once (:meth:`close`)."""
+
+    def __init__(self, conn: sqlite3.Connection, scope: Scope, batch: bool = False) -> None:
+        self.conn, self.scope, self.batch = conn, scope, batch
+        self.last: int | None = None
+
+    def take(self) -> int:
+        if not self.batch:
+            return int(self.conn.execute("UPDATE jb_board SET last_seq=last_seq+1 WHERE id=? RETURNING last_seq",
+                                         (self.scope.board,)).fetchone()[0])
+        if self.last is None:
+            self.last = int(self.conn.execute("SELECT last_seq FROM jb_board WHERE id=?",
+                                              (self.scope.board,)).fetchone()[0])
+        self.last += 1
+        return self.last
+
+    def close(self) -> None:
+        if self.batch and self.last is not None:
+            self.conn.execute("UPDATE jb_board SET last_seq=? WHERE id=?", (self.last, self.scope.board))
+
+
 def job_id(seq: int) -> str:
-    return f"job-{seq:010d}"
+    return "job-%010d" % seq  # noqa: UP031 - a third cheaper than the f-string's format spec
 
 
 def seq_of(job_id: str) -> int | None:
