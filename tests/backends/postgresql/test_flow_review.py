@@ -220,3 +220,31 @@ async def test_claim_next_trashes_no_held_back_job_whose_attempts_are_used_up(ur
             job = await held_back_exhausted_job(board, case)
             assert await board.claim_next("o2") is None
             assert await board.state(job) is JobState.UNCLAIMED
+
+
+async def sequence_in_posting_order(board: JobBoard) -> None:
+    """A sequence's jobs run in posting order: a later job of a higher priority waits, a delayed head holds the
+    group until it is due, an abandoned head runs again first."""
+    await board.set_limit("s", sequence=True)
+    head = await board.post("w", group="s", delay=0.4)
+    urgent = await board.post("w", group="s", priority="high")
+    plain = await board.post("w")
+    first = await board.claim_next("o")
+    assert first is not None and first.job.id == plain.id  # the delayed head holds its group
+    with pytest.raises(HeldBack):
+        await board.claim(urgent, "o")
+    await anyio.sleep(0.5)
+    claim = await board.claim_next("o")
+    assert claim is not None and claim.job.id == head.id
+    await board.abandon(claim)
+    again = await board.claim_next("o")
+    assert again is not None and again.job.id == head.id
+    await board.consume(again)
+    last = await board.claim_next("o")
+    assert last is not None and last.job.id == urgent.id
+
+
+async def test_a_sequence_runs_in_posting_order_past_priorities_delays_and_abandons(url: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            await sequence_in_posting_order(board)

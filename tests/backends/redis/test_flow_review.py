@@ -10,8 +10,9 @@ import uuid
 import anyio
 import pytest
 
-from jobboard import open_board
+from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
+from jobboard.errors import HeldBack
 from jobboard.job import Claim, Job, JobState
 from jobboard_redis import RedisBackend
 
@@ -144,3 +145,47 @@ async def test_claim_next_trashes_no_held_back_job_whose_attempts_are_used_up(re
             job = await held_back_exhausted_job(board, case)
             assert await board.claim_next("o2") is None
             assert await board.state(job) is JobState.UNCLAIMED
+
+
+async def sequence_in_posting_order(board: JobBoard) -> None:
+    """A sequence's jobs run in posting order: a later job of a higher priority waits, a delayed head holds the
+    group until it is due, an abandoned head runs again first."""
+    await board.set_limit("s", sequence=True)
+    head = await board.post("w", group="s", delay=0.4)
+    urgent = await board.post("w", group="s", priority="high")
+    plain = await board.post("w")
+    first = await board.claim_next("o")
+    assert first is not None and first.job.id == plain.id  # the delayed head holds its group
+    with pytest.raises(HeldBack):
+        await board.claim(urgent, "o")
+    await anyio.sleep(0.5)
+    claim = await board.claim_next("o")
+    assert claim is not None and claim.job.id == head.id
+    await board.abandon(claim)
+    again = await board.claim_next("o")
+    assert again is not None and again.job.id == head.id
+    await board.consume(again)
+    last = await board.claim_next("o")
+    assert last is not None and last.job.id == urgent.id
+
+
+async def test_a_sequence_runs_in_posting_order_past_priorities_delays_and_abandons(redis_url: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(board_url(redis_url)) as board:
+            await sequence_in_posting_order(board)
+
+
+async def test_a_claim_resent_after_a_lost_reply_counts_once_in_its_rate_window(redis_url: str) -> None:
+    """The resend (its nonce marked '!') finds the first attempt's claim: no second grant is logged."""
+    with anyio.fail_after(30):
+        async with open_board(board_url(redis_url)) as board:
+            assert isinstance(board.backend, RedisBackend)
+            client, prefix, session = board.backend.client, board.backend.options.prefix, board.backend.session.id
+            await board.set_limit("g", rate=(2, 60.0))
+            await board.post_many([NewJob("w", group="g") for _ in range(3)])
+            first = await client.call("claim_next", "lost-reply:60000", "o", session, "1000")
+            again = await client.call("claim_next", "!lost-reply:60000", "o", session, "1000")
+            assert first[0] == again[0] == "ok" and first[1][0] == again[1][0]
+            assert int(await client.command("ZCARD", f"{prefix}rl:g")) == 1
+            assert await board.claim_next("o") is not None  # the rate's second grant
+            assert await board.claim_next("o") is None
