@@ -248,3 +248,25 @@ async def test_a_sequence_runs_in_posting_order_past_priorities_delays_and_aband
     with anyio.fail_after(30):
         async with open_board(url) as board:
             await sequence_in_posting_order(board)
+
+
+async def exhausted_at_claim_takes_no_grant(board: JobBoard) -> None:
+    """A job trashed at claim_next for its used-up attempts takes no permit and no rate grant."""
+    spent = await board.post("w", group="g", max_attempts=1, priority="high")
+    await board.abandon(await board.claim(spent, "o"))
+    await board.set_limit("g", concurrency=1, rate=(1, 60.0))
+    plain = await board.post("w", group="g")
+    await board.post("w", group="g")
+    claim = await board.claim_next("o")
+    assert claim is not None and claim.job.id == plain.id
+    assert await board.state(spent) is JobState.TRASHED
+    [limit] = await board.limits()
+    assert (limit.running, limit.waiting) == (1, 1)
+    await board.consume(claim)
+    assert await board.claim_next("o") is None  # the rate's one grant went to `plain`
+
+
+async def test_a_job_trashed_at_claim_for_its_attempts_takes_no_permit_nor_rate_grant(url: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            await exhausted_at_claim_takes_no_grant(board)

@@ -189,3 +189,25 @@ async def test_a_claim_resent_after_a_lost_reply_counts_once_in_its_rate_window(
             assert int(await client.command("ZCARD", f"{prefix}rl:g")) == 1
             assert await board.claim_next("o") is not None  # the rate's second grant
             assert await board.claim_next("o") is None
+
+
+async def exhausted_at_claim_takes_no_grant(board: JobBoard) -> None:
+    """A job trashed at claim_next for its used-up attempts takes no permit and no rate grant."""
+    spent = await board.post("w", group="g", max_attempts=1, priority="high")
+    await board.abandon(await board.claim(spent, "o"))
+    await board.set_limit("g", concurrency=1, rate=(1, 60.0))
+    plain = await board.post("w", group="g")
+    await board.post("w", group="g")
+    claim = await board.claim_next("o")
+    assert claim is not None and claim.job.id == plain.id
+    assert await board.state(spent) is JobState.TRASHED
+    [limit] = await board.limits()
+    assert (limit.running, limit.waiting) == (1, 1)
+    await board.consume(claim)
+    assert await board.claim_next("o") is None  # the rate's one grant went to `plain`
+
+
+async def test_a_job_trashed_at_claim_for_its_attempts_takes_no_permit_nor_rate_grant(redis_url: str) -> None:
+    with anyio.fail_after(30):
+        async with open_board(board_url(redis_url)) as board:
+            await exhausted_at_claim_takes_no_grant(board)
