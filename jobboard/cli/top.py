@@ -58,9 +58,12 @@ def top_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def frame_lines(live: LiveBoard, url: str, *, max_jobs: int | None, height: int | None = None,
-                flow: list[str] | None = None) -> list[str]:
+                flow: list[str] | None = None, watched: float = float("inf")) -> list[str]:
     """One screen: a title, the board's figures (and ``flow``: pauses and limits), the last minute's
-    throughput, and the first jobs (``max_jobs`` of them, else as many as fit in ``height`` lines, else all)."""
+    throughput, and the first jobs (``max_jobs`` of them, else as many as fit in ``height`` lines, else all).
+
+    The throughput counts the events seen, so with ``watched`` (seconds since the view opened) under a
+    minute the line says it covers only that time, not the last minute (``--once``: 0 s)."""
     stats = live.stats()
     recent = live.throughput()[-THROUGHPUT_BUCKETS:]
     posted, consumed, trashed = (sum(bucket[column] for bucket in recent) for column in (1, 2, 3))
@@ -70,7 +73,8 @@ def frame_lines(live: LiveBoard, url: str, *, max_jobs: int | None, height: int 
     lines += stats_lines(stats, max_names=NAMES_SHOWN)
     if flow:
         lines += ["", *flow]
-    lines += ["", f"last minute: {posted} posted, {consumed} consumed, {trashed} trashed", ""]
+    window = "last minute" if watched >= 60 else f"since top started ({watched:.0f}s ago)"
+    lines += ["", f"{window}: {posted} posted, {consumed} consumed, {trashed} trashed", ""]
     jobs = live.jobs()
     if max_jobs is None and height is not None:
         max_jobs = max(height - len(lines) - 3, 1)  # the table's header, "... more", the cursor's line
@@ -101,14 +105,16 @@ async def top(board: JobBoard, args: argparse.Namespace) -> int:
     terminal = stream.isatty()
     frames = 1 if args.once else args.iterations
     async with LiveBoard(board) as live:
-        drawn, flow, flow_read = 0, await _flow(board, []), time.monotonic()
+        opened = time.monotonic()
+        drawn, flow, flow_read = 0, await _flow(board, []), opened
         while True:
             started, version = time.monotonic(), live.version
             if flow is not None and started - flow_read >= args.interval:  # one read an interval at most
                 flow, flow_read = await _flow(board, flow), started
             max_jobs = args.jobs if args.jobs is not None or terminal else JOBS_WHEN_NOT_A_TERMINAL
             height = shutil.get_terminal_size().lines if terminal else None
-            draw(frame_lines(live, board.url, max_jobs=max_jobs, height=height, flow=flow), stream, terminal)
+            draw(frame_lines(live, board.url, max_jobs=max_jobs, height=height, flow=flow,
+                             watched=time.monotonic() - opened), stream, terminal)
             drawn += 1
             if frames is not None and drawn >= frames:
                 return 0
