@@ -177,7 +177,8 @@ BEGIN
     RETURN QUERY SELECT * FROM jb.retaken(p_session, p_nonce) t WHERE t.r_id IS NOT NULL;
     IF FOUND THEN RETURN; END IF;
   END IF;
-  SELECT jb.alive(p_ns, p_session), jb.gated(p_board) INTO v_alive, v_gated;  -- one statement for both
+  SELECT jb.alive(p_ns, p_session), coalesce((SELECT f.gates > 0 FROM jb.flow f WHERE f.board = p_board), false)
+    INTO v_alive, v_gated;  -- one statement for both (jb.gated, inline)
   IF NOT v_alive THEN
     RAISE EXCEPTION 'jobboard session % is gone', p_session USING ERRCODE = 'JB001';
   END IF;
@@ -225,7 +226,8 @@ BEGIN
     END IF;
   END LOOP;
   IF cardinality(v_want) = 0 THEN RETURN; END IF;
-  SELECT jb.alive(p_ns, p_session), jb.gated(p_board) INTO v_alive, v_gated;  -- one statement for both
+  SELECT jb.alive(p_ns, p_session), coalesce((SELECT f.gates > 0 FROM jb.flow f WHERE f.board = p_board), false)
+    INTO v_alive, v_gated;  -- one statement for both (jb.gated, inline)
   IF NOT v_alive THEN
     IF v_plain THEN RAISE EXCEPTION 'jobboard session % is gone', p_session USING ERRCODE = 'JB001'; END IF;
     RETURN;
@@ -286,7 +288,7 @@ CREATE OR REPLACE FUNCTION jb.claim(p_board text, p_ns int, p_session bigint, p_
 RETURNS TABLE (r_status smallint, r_detail text, r_gen bigint, r_attempts int, r_posting bytea,
                r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[])
 LANGUAGE plpgsql AS $$
-DECLARE j jb.job%ROWTYPE; v_why text; v_due float8;
+DECLARE j jb.job%ROWTYPE; v_why text; v_due float8; v_spent boolean;
 BEGIN
   r_status := 0;
   IF p_retry THEN
@@ -309,14 +311,15 @@ BEGIN
   ELSIF j.state = 2 THEN r_status := 2; r_detail := j.pending::text;
   ELSIF j.state = 1 THEN r_status := 3; r_detail := j.owner;
   ELSIF j.not_before > jb.now() THEN r_status := 4; r_detail := round((j.not_before - jb.now())::numeric, 1)::text;
-  ELSIF j.max_attempts IS NOT NULL AND j.attempts >= j.max_attempts THEN
-    PERFORM jb.trash_job(p_board, p_id, 'max attempts exceeded (' || j.max_attempts || ')', p_session);
-    r_status := 5; r_detail := j.max_attempts::text;
   ELSE
+    v_spent := j.max_attempts IS NOT NULL AND j.attempts >= j.max_attempts;
     IF jb.gated(p_board) THEN  -- limits or pauses: status 6, 'why [seconds until the next rate permit]'
-      SELECT a.o_why, a.o_due INTO v_why, v_due FROM jb.flow_admit(p_board, p_id, j.name, j.grp) a;
+      SELECT a.o_why, a.o_due INTO v_why, v_due FROM jb.flow_admit(p_board, p_id, j.name, j.grp, NOT v_spent) a;
     END IF;
     IF v_why IS NOT NULL THEN r_status := 6; r_detail := v_why || ' ' || coalesce(v_due::text, '');
+    ELSIF v_spent THEN
+      PERFORM jb.trash_job(p_board, p_id, 'max attempts exceeded (' || j.max_attempts || ')', p_session);
+      r_status := 5; r_detail := j.max_attempts::text;
     ELSE
       SELECT * INTO r_gen, r_attempts, r_posting, r_last_error, r_key, r_parents, r_results
         FROM jb.take(p_id, p_session, p_owner, p_nonce);

@@ -71,7 +71,7 @@ BEGIN
   END IF;
   INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'trashed', p_id, p_reason);
   IF j.state = 1 THEN PERFORM jb.tell(j.session, p_caller, p_id); END IF;
-  IF j.grp IS NOT NULL AND jb.gated(p_board) THEN PERFORM jb.wake(p_board); END IF;  -- a permit, or a sequence's turn
+  IF j.grp IS NOT NULL THEN PERFORM jb.permit_back(p_board); END IF;  -- a permit, or a sequence's turn
   IF j.parents THEN DELETE FROM jb.dep WHERE child = p_id; END IF;
   IF j.children THEN
     FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
@@ -102,7 +102,7 @@ BEGIN
   IF j.parents THEN DELETE FROM jb.result WHERE child = p_id; END IF;
   INSERT INTO jb.event (board, kind, job, detail) VALUES (p_board, 'consumed', p_id, j.name);
   IF j.session <> p_session THEN PERFORM jb.tell(j.session, p_session, p_id); END IF;
-  IF j.grp IS NOT NULL AND jb.gated(p_board) THEN PERFORM jb.wake(p_board); END IF;  -- its permit returns
+  IF j.grp IS NOT NULL THEN PERFORM jb.permit_back(p_board); END IF;  -- its permit returns
   IF j.children THEN
     FOR c IN SELECT d.child FROM jb.dep d WHERE d.parent = p_id ORDER BY d.child LOOP
       PERFORM jb.deliver(p_board, c.child, p_id, p_result);
@@ -153,7 +153,7 @@ BEGIN
     INSERT INTO jb.done (id, gen, action) SELECT u.id, u.gen, 'c' FROM unnest(v_plain, v_gens) AS u(id, gen);
     INSERT INTO jb.event (board, kind, job, detail)
     SELECT p_board, 'consumed', u.id, u.name FROM unnest(v_plain, v_names) AS u(id, name);
-    IF v_grouped AND jb.gated(p_board) THEN PERFORM jb.wake(p_board); END IF;  -- permits return
+    IF v_grouped THEN PERFORM jb.permit_back(p_board); END IF;  -- permits return
   END IF;
   FOREACH i IN ARRAY v_rest LOOP
     SELECT * INTO c FROM jb.consume(p_board, p_ns, p_session, p_ids[i], p_gens[i], p_owners[i], p_results[i], false);

@@ -237,3 +237,25 @@ async def test_a_version_14_schema_is_upgraded_with_its_jobs(postgresql_url: str
     finally:
         await connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
         await connection.close()
+
+
+async def test_a_pause_racing_the_last_limit_cleared_keeps_the_board_gated(url: str) -> None:
+    """clear_limit (the board's last limit) racing pause(name): the board's gate count must count the pause
+    whichever commits first (the recount is a statement after the flow row's lock; an UPDATE that waited
+    for the row recounted from its own start and stored 0: every claim then ran the plain path)."""
+    board_name = url.split("board=")[1].split("&")[0]
+    async with open_board(url) as board, open_board(url) as other:
+        backend = board.backend
+        assert isinstance(backend, PostgresBackend) and backend.db.pool is not None
+        await board.post("x")
+        with anyio.fail_after(40):
+            for _ in range(400):
+                await board.set_limit("g", concurrency=1)
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(board.clear_limit, "g")
+                    tasks.start_soon(other.pause, "x")
+                gates = await backend.db.pool.fetchval(
+                    f'SELECT gates FROM "{backend.options.schema}".flow WHERE board = $1', board_name)
+                assert gates == 1, gates
+                assert await board.claim_next("w") is None  # the paused name's job stays
+                await board.resume("x")
