@@ -470,14 +470,17 @@ function ops.claim_next(owner, sess, retention, ...)
       if popped ~= 'rn' then for _, name in ipairs(names) do redis.call('ZREM', P .. 'rn:' .. name, best) end end
       if j == false then quarantine(best) end
       tries = tries + 1
-    elseif exhausted(j) then
-      to_trash(get(best), 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
-      tries = tries + 1
     else
-      local why, due = held(j)
-      if not why then return do_claim(j, owner, sess, popped) end
-      park(j, why, due)  -- held back: out of the way until a permit may be free (flow.lua)
-      parked = true
+      local why, due = held(j)  -- before exhausted(): a held-back job is not claimed, so not trashed either
+      if why then
+        park(j, why, due)  -- out of the way until a permit may be free (flow.lua)
+        parked = true
+      elseif exhausted(j) then
+        to_trash(get(best), 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
+        tries = tries + 1
+      else
+        return do_claim(j, owner, sess, popped)
+      end
     end
   end
   return reply(parked and 'again' or 'none', {0})

@@ -65,13 +65,17 @@ park = function(j, why, due)
   if why == 'rate' then due_at(j.g, now() + due) end
 end
 
+-- A parked job back in the claim indexes (one gone meanwhile is dropped, a malformed one set aside).
 local function unpark(key, id, sc)
   redis.call('ZREM', key, id)
-  local name = redis.call('HGET', jk(id), 'name')
-  if name then
-    ready_add({id = id, name = name, sc = sc})
-    wake(name, 1)
+  local j = get(id, {'name', 'sc', 'st'})
+  if j == false then quarantine(id) end
+  if j and j.st == 'u' then
+    ready_add({id = id, name = j.name, sc = sc})
+    wake(j.name, 1)
+    return true
   end
+  return false
 end
 
 -- Parked jobs of g back in the claim indexes, as many as may be granted now (all without a limit).
@@ -100,9 +104,14 @@ refill = function(g)
     if permits == 0 then due_at(g, now() + due) end
     free = math.min(free, permits)
   end
-  if free <= 0 then return end
-  local best = redis.call('ZRANGE', key, 0, free - 1, 'WITHSCORES')
-  for i = 1, #best, 2 do unpark(key, best[i], best[i + 1]) end
+  local back = 0
+  while back < free do  -- each round takes what it reads out of the parking: it ends
+    local best = redis.call('ZRANGE', key, 0, free - back - 1, 'WITHSCORES')
+    if #best == 0 then return end
+    for i = 1, #best, 2 do
+      if unpark(key, best[i], best[i + 1]) then back = back + 1 end
+    end
+  end
 end
 
 -- Groups whose rate's next permit is due: refilled. The ms until the next one (-1: none).

@@ -91,10 +91,6 @@ async def test_a_refilled_job_claimed_by_another_group_first_is_parked_again_not
             assert again is not None and again.job.id == parked.id
 
 
-@pytest.mark.xfail(strict=True, reason="redis flow.lua unpark() reads a parked job with redis.call('HGET') (no pcall): a "
-                   "parked job whose key is not a hash makes refill() raise WRONGTYPE half-way through every end of "
-                   "a claim of its group (Lua keeps the writes before the error): the holder's consume fails, its "
-                   "permit is gone from gr:<group> while its job stays claimed, the other parked jobs stay parked")
 async def test_a_malformed_parked_job_does_not_break_the_consume_of_its_groups_holder(redis_url: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url)) as board:
@@ -136,9 +132,6 @@ async def held_back_exhausted_job(board: JobBoard, case: str) -> Job:
 
 
 @pytest.mark.parametrize("case", ["paused", "sequence", "concurrency"])
-@pytest.mark.xfail(strict=True, reason="redis board.lua claim_next checks exhausted() before held(): a job whose "
-                   "max_attempts are used up is trashed by any claim_next although flow control holds it back (its "
-                   "name paused, a sequence's later job, its group at its limit); memory:// and sqlite:// leave it")
 async def test_claim_next_trashes_no_held_back_job_whose_attempts_are_used_up(redis_url: str, case: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url)) as board:
