@@ -5,6 +5,7 @@ flow.lua's left(), refilling only after a claimed job or a sequence's, failed th
 
 from __future__ import annotations
 
+import random
 import uuid
 
 import anyio
@@ -12,7 +13,7 @@ import pytest
 
 from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
-from jobboard.errors import HeldBack
+from jobboard.errors import HeldBack, JobNotFound, NotClaimable
 from jobboard.job import Claim, Job, JobState
 from jobboard_redis import RedisBackend
 
@@ -220,3 +221,52 @@ async def test_a_malformed_head_of_a_sequence_set_aside_lets_the_sequence_go_on(
             await client.command("SET", f"{prefix}job:{broken.id}", "not a job hash")  # a malformed entry
             claim = await claimed_within(board, 2.0)  # the malformed head set aside, the next job runs
             assert claim is not None and claim.job.id == nxt.id
+
+
+async def test_claimers_on_several_boards_never_hold_more_than_the_groups_last_permits(redis_url: str) -> None:
+    """16 claimers on 4 boards (claim_next, the fused consume_and_claim_next, claim(job)) over 80 jobs of a group
+    limited to 2 and 40 plain ones: at most 2 of the group held at any time, every job consumed once."""
+    rng = random.Random(11)
+    url = board_url(redis_url)
+    with anyio.fail_after(50):
+        async with open_board(url) as first:
+            await first.set_limit("g", concurrency=2)
+            jobs = await first.post_many([NewJob("w", group="g") for _ in range(80)] + [NewJob("w") for _ in range(40)])
+            grouped = [job.id for job in jobs if job.group == "g"]
+            boards = [first] + [await open_board(url).__aenter__() for _ in range(3)]
+            held, most, consumed = [0], [0], list[str]()
+            try:
+                async def claimer(index: int) -> None:
+                    board = boards[index % len(boards)]
+                    while len(consumed) < len(jobs):
+                        claim: Claim | None
+                        if rng.random() < 0.3:
+                            try:
+                                claim = await board.claim(rng.choice(grouped), f"c{index}")
+                            except (NotClaimable, JobNotFound):  # held back, claimed or consumed already
+                                claim = None
+                        else:
+                            claim = await board.claim_next(f"c{index}")
+                        while claim is not None:
+                            counted = claim.job.group == "g"
+                            held[0] += counted
+                            most[0] = max(most[0], held[0])
+                            await anyio.sleep(rng.uniform(0, 0.003))
+                            held[0] -= counted
+                            consumed.append(claim.job.id)
+                            if rng.random() < 0.5:
+                                claim = await board.consume_and_claim_next(claim)
+                            else:
+                                await board.consume(claim)
+                                claim = None
+                        with anyio.move_on_after(0.05):
+                            await board.wait()
+
+                async with anyio.create_task_group() as tasks:
+                    for index in range(16):
+                        tasks.start_soon(claimer, index)
+            finally:
+                for board in boards[1:]:
+                    await board.aclose()
+            assert most[0] == 2
+            assert sorted(consumed) == sorted(job.id for job in jobs)
