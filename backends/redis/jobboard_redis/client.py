@@ -53,7 +53,8 @@ from jobboard_redis.replication import Replication
 logger = logging.getLogger(__name__)
 
 _SOURCE = "\n".join(files("jobboard_redis").joinpath(name).read_text()
-                    for name in ("board.lua", "wake.lua", "flow.lua", "links.lua", "keep.lua", "sessions.lua"))
+                    for name in ("board.lua", "post.lua", "settle.lua", "wake.lua", "flow.lua", "links.lua",
+                                 "keep.lua", "sessions.lua"))
 FUNCTION = "jobboard_" + hashlib.sha1(_SOURCE.encode()).hexdigest()[:16]
 """The library's (and its one function's) name: each version of the code has its own."""
 LIBRARY = f"#!lua name={FUNCTION}\n" + _SOURCE.replace("JOBBOARD_FUNCTION", FUNCTION)
