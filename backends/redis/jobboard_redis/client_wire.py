@@ -1,8 +1,10 @@
 """A small pipelined RESP connection over ``hiredis``' parser (the only module that imports it).
 
-Commands issued in one event-loop iteration go out together, in writes of at most
-:data:`WRITE_EVERY` commands, so Redis starts on the first while the rest are still being
-prepared; replies are matched to their callers first in, first out. A connection whose replies stop coming
+A command sent while the connection has nothing in flight is written at once (a lone caller's call
+costs no extra loop iteration); the others issued in one event-loop iteration go out together, in
+writes of at most :data:`WRITE_EVERY` commands, so Redis starts on the first while the rest are still
+being prepared. Replies are read into one buffer per connection (:data:`READ_BUFFER`) and matched to
+their callers first in, first out. A connection whose replies stop coming
 for ``timeout`` seconds while commands wait is aborted, and every waiting command fails
 with :class:`ConnectionLost`, as does every command of a connection that drops.
 Chosen over ``redis.asyncio`` and ``coredis`` by measurement (docs/backends/redis.md).
@@ -30,6 +32,10 @@ WRITE_EVERY = 4
 client and Redis take turns (each idle while the other worked); writing every 4 commands lets them
 work at once: the full cycle at 16 in flight went from 9,100 to 15,600 cycles/s (1: 13,800; 2: 15,300;
 8: 14,100; medians of 2 interleaved rounds, docs/backends/redis.md)."""
+READ_BUFFER = 65536
+"""Bytes of the buffer each connection reads into (reused). asyncio's plain protocols receive into a new
+256 KiB ``bytes`` per read, which glibc maps and unmaps each time (``mmap``, ``mremap``, ``munmap`` and a
+page fault per reply: benchmarks/lone_claimer.py)."""
 
 
 class ConnectionLost(ConnectionError):
@@ -78,7 +84,7 @@ class ServerError(Exception):
         return str(self).split(" ", 1)[0]
 
 
-class Wire(asyncio.Protocol):
+class Wire(asyncio.BufferedProtocol):
     """One connection: commands out, replies in, FIFO."""
 
     def __init__(self, timeout: float | None) -> None:
@@ -88,6 +94,7 @@ class Wire(asyncio.Protocol):
         self.address = ""
         """The server's ``host:port``, as asked for."""
         self._parser = hiredis.Reader(replyError=ServerError)
+        self._buffer = memoryview(bytearray(READ_BUFFER))
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._out: list[bytes] = []
         self._flush_due = False
@@ -101,9 +108,12 @@ class Wire(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
         self._progress = time.monotonic()
-        self._parser.feed(data)
+        self._parser.feed(self._buffer, 0, nbytes)  # type: ignore[arg-type]  # (any buffer: the stub says bytes)
         waiting = self._waiting
         try:
             while (reply := self._parser.gets()) is not False:
@@ -125,21 +135,23 @@ class Wire(asyncio.Protocol):
     # -- commands ----------------------------------------------------------
 
     def send(self, command: Sequence[Arg]) -> asyncio.Future[Any]:
-        """Queue one command (written with the next :data:`WRITE_EVERY`, or at the end of this loop
-        iteration); its future gets the reply
+        """Queue one command (written at once if none is in flight, else with the next :data:`WRITE_EVERY`
+        or at the end of this loop iteration); its future gets the reply
         (a :class:`ServerError` for an error reply) or fails with :class:`ConnectionLost`."""
         done = self._loop.create_future()
         if self.failed is not None:
             done.set_exception(NotSent(str(self.failed)))
             return done
         packed = hiredis.pack_command(tuple(command))  # type: ignore[arg-type]
-        if not self._waiting and self.timeout is not None and self._timer is None:
+        idle = not self._waiting
+        if idle and self.timeout is not None:  # the wait for a reply starts now, not at the last reply
             self._progress = time.monotonic()
-            self._timer = self._loop.call_later(self.timeout, self._check)
+            if self._timer is None:
+                self._timer = self._loop.call_later(self.timeout, self._check)
         self._waiting.append(done)
         out = self._out
         out.append(packed)
-        if len(out) >= WRITE_EVERY:
+        if idle or len(out) >= WRITE_EVERY:
             self._write()
         elif not self._flush_due:
             self._flush_due = True

@@ -16,7 +16,7 @@ import pytest
 
 from jobboard import BackendUnavailable, JobState, NewJob, UnknownOutcome, open_board
 from jobboard_redis import RedisBackend
-from jobboard_redis.client_wire import WRITE_EVERY, ConnectionLost, NotSent, ServerError, connect
+from jobboard_redis.client_wire import READ_BUFFER, WRITE_EVERY, ConnectionLost, NotSent, ServerError, connect
 from tests.support.redisserver import RedisServer
 from tests.support.tcpproxy import TcpProxy
 
@@ -49,24 +49,66 @@ async def test_replies_come_back_in_order_errors_in_place(server: RedisServer) -
 
 
 async def test_a_busy_loop_iteration_writes_every_few_commands_at_once(server: RedisServer) -> None:
-    """Redis starts on the first commands while the client still queues the rest (one write per
-    loop iteration made the two take turns), and a command that cannot be encoded queues nothing."""
+    """A command sent with nothing in flight goes out at once (a lone caller pays no extra loop
+    iteration); then Redis starts on the first commands while the client still queues the rest (one
+    write per loop iteration made the two take turns), and a command that cannot be encoded queues nothing."""
     with anyio.fail_after(20):
         wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
         try:
             assert wire.transport is not None
             writes: list[bytes] = []
             write = wire.transport.write
-            wire.transport.write = lambda data: (writes.append(bytes(data)), write(data))[1]  # type: ignore[method-assign]
+
+            def counted(data: Any) -> None:
+                writes.append(bytes(data))
+                write(data)
+
+            wire.transport.write = counted  # type: ignore[method-assign]
             key = f"k-{uuid.uuid4().hex}"
-            sent = [wire.send(("INCR", key)) for _ in range(WRITE_EVERY)]
-            assert len(writes) == 1  # already on its way, within this iteration
+            sent = [wire.send(("INCR", key))]
+            assert len(writes) == 1  # nothing was in flight: written within the call
+            sent += [wire.send(("INCR", key)) for _ in range(WRITE_EVERY)]
+            assert len(writes) == 2  # already on its way, within this iteration
             with pytest.raises(TypeError):
                 wire.send(("INCR", key, None))  # type: ignore[arg-type]
-            sent += [wire.send(("INCR", key)) for _ in range(2 * WRITE_EVERY + 1)]
+            sent += [wire.send(("INCR", key)) for _ in range(WRITE_EVERY + 1)]
             assert len(writes) == 3
-            assert [await reply for reply in sent] == list(range(1, 3 * WRITE_EVERY + 2))
+            assert [await reply for reply in sent] == list(range(1, 2 * WRITE_EVERY + 3))
             assert len(writes) == 4  # the last command went out at the end of the iteration
+            lone = wire.send(("INCR", key))
+            assert len(writes) == 5 and await lone == 2 * WRITE_EVERY + 3  # idle again: at once
+        finally:
+            wire.close()
+
+
+async def test_a_reply_is_timed_from_its_send_not_from_the_last_reply(server: RedisServer) -> None:
+    """A command sent after an idle spell gets ``timeout`` for its reply: the connection's check, armed
+    by an earlier command, must not count the idle spell (it aborted a healthy connection)."""
+    with anyio.fail_after(20):
+        wire, _ = await connect("127.0.0.1", server.port, reply_timeout=2, connect_timeout=5, tls=None)
+        try:
+            assert await wire.send(("PING",)) == b"PONG"  # arms the check, due 2 s from now
+            await asyncio.sleep(1.5)
+            key = f"empty-{uuid.uuid4().hex}"
+            assert await wire.send(("BLPOP", key, 1)) is None  # pending when the check fires; answered in 1 s
+            assert wire.failed is None
+        finally:
+            wire.close()
+
+
+async def test_replies_larger_than_the_read_buffer_arrive_whole(server: RedisServer) -> None:
+    """Replies are read into one reused buffer: a reply several times its size, and many small ones
+    read together, come back whole and in order."""
+    with anyio.fail_after(20):
+        wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
+        try:
+            key = f"big-{uuid.uuid4().hex}"
+            value = bytes(range(256)) * (5 * READ_BUFFER // 256 + 7)
+            sent = [wire.send(("SET", key, value)), wire.send(("GET", key))]
+            sent += [wire.send(("ECHO", f"{index}")) for index in range(300)] + [wire.send(("GET", key))]
+            replies = [await reply for reply in sent]
+            assert replies[:2] == [b"OK", value] and replies[-1] == value
+            assert replies[2:-1] == [f"{index}".encode() for index in range(300)]
         finally:
             wire.close()
 
