@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import uuid
 from typing import Any
 
 import pytest
@@ -82,7 +83,7 @@ def test_bad_details_name_the_field(details: dict[Any, Any], message: str) -> No
 
 def test_post_many_reads_the_clock_once_and_applies_the_defaults_to_each() -> None:
     async def scenario() -> list[Job]:
-        async with open_board("memory://posting-fields?max_attempts=4") as board:
+        async with open_board(f"memory://fields-{uuid.uuid4().hex}?max_attempts=4") as board:
             return await board.post_many([NewJob("a", {"n": n}) for n in range(50)]
                                          + [NewJob("b", max_attempts=2, delay=60)])
 
@@ -95,7 +96,7 @@ def test_post_many_reads_the_clock_once_and_applies_the_defaults_to_each() -> No
 
 def test_post_many_names_the_index_of_a_bad_posting_and_posts_nothing() -> None:
     async def scenario() -> tuple[str, int]:
-        async with open_board("memory://posting-fields-bad") as board:
+        async with open_board(f"memory://fields-{uuid.uuid4().hex}") as board:
             with pytest.raises(InvalidJob) as raised:
                 await board.post_many([NewJob("a"), NewJob("b", {"x": {1.5: "y"}})])
             return str(raised.value), await board.job_count()
