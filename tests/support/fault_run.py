@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +50,23 @@ async def spawn_actor(logs: Path, name: str, role: str, url: str, seed: str) -> 
         line = await asyncio.wait_for(child.stdout.readline(), READY_TIMEOUT)
     except TimeoutError:
         line = b""
+    except BaseException:  # cancelled (another actor spawned beside it failed): not left running
+        child.kill()
+        raise
     if line.strip() != b"ready":
         child.kill()
         await child.wait()
         tail = (logs / f"{name}.err").read_text(errors="replace")[-2000:]
         raise RuntimeError(f"actor {name} did not start:\n{tail}")
     return child
+
+
+async def side_by_side(spawns: list[Callable[[], Coroutine[Any, Any, None]]]) -> None:
+    """Run ``spawns`` at once (each waits for its actor's ``ready``: about a second of imports on a loaded
+    machine); the first error cancels the others."""
+    async with anyio.create_task_group() as group:
+        for spawn in spawns:
+            group.start_soon(spawn)
 
 
 class Actor:
@@ -120,11 +133,14 @@ class Run:
         return f"zookeeper://{hosts}{self.root}?session_timeout={session_timeout}"
 
     async def start(self) -> None:
+        """A fault link for each actor; the producer spawned first (its board makes the board's root), then
+        the claimers side by side."""
         targets = [(HOST, member.port) for member in self.ensemble.members]
         for slot in self.config.targets:
-            actor = Actor(slot, await FaultLink(targets).start())
-            self.actors[slot] = actor
-            await actor.spawn(self)
+            self.actors[slot] = Actor(slot, await FaultLink(targets).start())
+        producer, *claimers = self.actors.values()
+        await producer.spawn(self)
+        await side_by_side([functools.partial(actor.spawn, self) for actor in claimers])
 
     async def inject(self, faults: list[Fault]) -> None:
         self.started = started = time.monotonic()

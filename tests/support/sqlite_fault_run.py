@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 
 from tests.support import history
-from tests.support.fault_run import final_state, read_events, spawn_actor, stop_actor, summarise
+from tests.support.fault_run import final_state, read_events, side_by_side, spawn_actor, stop_actor, summarise
 from tests.support.fault_schedule import PRODUCER, Config, Fault, Report, schedule
 
 PROCESS_KINDS = frozenset({"sigkill", "sigstop_short", "sigstop_long"})
@@ -96,8 +96,9 @@ async def run(config: Config) -> Report:
     injected: Counter[str] = Counter()
     began = time.monotonic()
     try:
-        for slot in slots.values():
-            await slot.spawn()
+        producer, *claimers = slots.values()
+        await producer.spawn()  # it makes the board; then the claimers side by side
+        await side_by_side([claimer.spawn for claimer in claimers])
         await inject(slots, faults, config.duration, injected)
     finally:
         await asyncio.gather(*(slot.stop() for slot in slots.values()))
