@@ -138,10 +138,16 @@ async def claim_and_consume(board: JobBoard, stop: anyio.Event, history: History
             break
 
 
-async def drain(history: History, within: float) -> None:
-    """Until every acknowledged post was consumed once (or ``within`` seconds)."""
+async def drain(history: History, board: JobBoard, within: float) -> None:
+    """Until every acknowledged post was consumed once, or ``board`` holds no job (claimed ones included: the
+    posts not consumed by then were lost in a failover, and nothing is left to consume), or ``within`` seconds."""
     with anyio.move_on_after(within):
-        while set(history.acknowledged) - set(history.consumed):  # noqa: ASYNC110 (lists: no event)
+        while set(history.acknowledged) - set(history.consumed):
+            try:
+                if await board.job_count() == 0:
+                    return
+            except BackendUnavailable:
+                pass
             await anyio.sleep(0.1)
 
 
@@ -173,7 +179,7 @@ async def under_load(url: str, history: History, steps: list[tuple[float, Callab
             await anyio.sleep(1.0)
             posting_stopped.set()
             await posted_last.wait()
-            await drain(history, 30.0)
+            await drain(history, poster, 30.0)
             claiming_stopped.set()
         await still_serving(poster, claimer)
 
