@@ -31,10 +31,17 @@ CREATE TABLE IF NOT EXISTS jb.flow (board text PRIMARY KEY, paused boolean NOT N
 CREATE TABLE IF NOT EXISTS jb.flow_limit (board text NOT NULL, grp text NOT NULL, concurrency int,
   sequence boolean NOT NULL DEFAULT false, rate_count int, rate_period float8, PRIMARY KEY (board, grp));
 CREATE TABLE IF NOT EXISTS jb.flow_pause (board text NOT NULL, name text NOT NULL, PRIMARY KEY (board, name));
+DO $$ BEGIN  -- an early version 15 build logged grant times without numbers: that log goes (windows refill)
+  IF to_regclass('jb.flow_grant') IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_attribute a
+     WHERE a.attrelid = to_regclass('jb.flow_grant') AND a.attname = 'n' AND NOT a.attisdropped) THEN
+    DROP TABLE jb.flow_grant;
+  END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS jb.flow_grant (board text NOT NULL, grp text NOT NULL, n bigint NOT NULL,
   at float8 NOT NULL, PRIMARY KEY (board, grp, n));
 """
-"""Schema version 15's additions (a version 14 schema gains them at the first open of this version)."""
+"""Flow control's tables (schema version 16; a version 14 schema gains them at the first open of this version,
+and an early version 15 one, of this session's first build, its numbered grant log)."""
 
 FLOW_FUNCTIONS = r"""
 CREATE OR REPLACE FUNCTION jb.group_key(p_board text, p_grp text) RETURNS bigint LANGUAGE sql IMMUTABLE AS

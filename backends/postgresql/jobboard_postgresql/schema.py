@@ -24,9 +24,11 @@ from jobboard_postgresql.flow_sql import FLOW_FUNCTIONS, FLOW_TABLES
 from jobboard_postgresql.functions import FUNCTIONS
 from jobboard_postgresql.settles import SETTLES
 
-VERSION = 15
-"""14: before flow control; 15: flow control (:mod:`~jobboard_postgresql.flow_sql`: ``job.grp``, ``trash.grp``
-and the ``flow*`` tables, added to a version 14 schema by its first open at version 15)."""
+VERSION = 16
+"""14: before flow control; 15: flow control's first build (rate grants at the statement's start, a gates
+recount that could miss a concurrent pause); 16: flow control (:mod:`~jobboard_postgresql.flow_sql`:
+``job.grp``, ``trash.grp`` and the ``flow*`` tables, added to a version 14 or 15 schema by its first open
+at version 16; its functions are always replaced)."""
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;

@@ -24,6 +24,7 @@ from jobboard import JobBoard, NewJob, open_board
 from jobboard.errors import JobNotFound, NotClaimable
 from jobboard.job import Claim, Job
 from jobboard_postgresql import PostgresBackend
+from jobboard_postgresql.schema import VERSION
 from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.timeout(90)
@@ -225,7 +226,7 @@ async def test_a_version_14_schema_is_upgraded_with_its_jobs(postgresql_url: str
         async with open_board(url) as board:
             backend = board.backend
             assert isinstance(backend, PostgresBackend)
-            assert await connection.fetchval(f'SELECT max(version) FROM "{schema}".meta') == 15
+            assert await connection.fetchval(f'SELECT max(version) FROM "{schema}".meta') == VERSION
             assert await connection.fetchval(f'SELECT count(*) FROM "{schema}".job WHERE grp IS NULL') == 1
             await board.set_limit("g", concurrency=1)
             jobs = [await board.post("new", group="g") for _ in range(2)]
