@@ -273,10 +273,6 @@ def early_version_15_ddl(schema: str) -> str:
     return str(ddl(schema))
 
 
-@pytest.mark.xfail(strict=True, reason="pg schema.py installs the functions once per schema VERSION: edf2351 changed "
-                   "version 15's functions and its flow_grant table (column n) without a new version, so a schema "
-                   "made by an earlier version 15 build keeps the old functions (statement_timestamp() grants, the "
-                   "gates race, trash before the flow check) and the old flow_grant")
 async def test_a_schema_made_by_an_earlier_version_15_build_gets_the_current_functions(
         postgresql_url: str) -> None:  # noqa: F811
     try:
