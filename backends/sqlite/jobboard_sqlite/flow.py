@@ -194,15 +194,14 @@ class Gate:
         rowid order; other groups' grants between them only widen the bound). Only a bound of ``count`` or
         more counts them, one by one (a count reads every grant in the window: at 4 000 grants, 0.44x the
         cycles of no limit in ``benchmarks/flow.py``, 0.80x with the bound). The group's grants are pruned
-        (:meth:`granted`) once its oldest is two periods old, or one is later than now (before a reboot of
-        the host's monotonic clock): a few deletes a period, not two statements a grant."""
+        (:meth:`granted`) once its oldest is two periods old, those later than now too (left by a boot
+        before: the host's monotonic clock restarted): two deletes a period, not two statements a grant."""
         window = (scope.board, group, self.now - rate.period, self.now)
-        first, last, oldest, newest = conn.execute(
+        first, last, oldest = conn.execute(
             "SELECT (SELECT rowid FROM jb_grant WHERE board=?1 AND grp=?2 AND at>?3 AND at<=?4 ORDER BY at LIMIT 1),"
             " (SELECT rowid FROM jb_grant WHERE board=?1 AND grp=?2 AND at>?3 AND at<=?4 ORDER BY at DESC LIMIT 1),"
-            " (SELECT min(at) FROM jb_grant WHERE board=?1 AND grp=?2),"
-            " (SELECT max(at) FROM jb_grant WHERE board=?1 AND grp=?2)", window).fetchone()
-        if oldest is not None and (oldest <= self.now - 2 * rate.period or newest > self.now):
+            " (SELECT min(at) FROM jb_grant WHERE board=?1 AND grp=?2)", window).fetchone()
+        if oldest is not None and oldest <= self.now - 2 * rate.period:
             self.prune.add(group)
         if first is None or 0 <= last - first < rate.count - 1:
             return None
