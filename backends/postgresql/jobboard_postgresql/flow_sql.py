@@ -210,6 +210,9 @@ BEGIN
         IF EXISTS (SELECT 1 FROM jb.flow_limit x WHERE x.board = p_board AND x.grp = j.grp) THEN
           v_skip := v_skip || j.grp; CONTINUE;  -- another claimer holds the group's lock: not in this call
         END IF;
+      ELSIF NOT l.sequence AND l.rate_count IS NULL THEN  -- a concurrency alone: its count, inline
+        IF l.concurrency <= (SELECT count(*) FROM jb.job y WHERE y.board = p_board AND y.grp = j.grp AND y.state = 1)
+        THEN v_skip := v_skip || j.grp; CONTINUE; END IF;
       ELSE
         SELECT * INTO c FROM jb.flow_check(p_board, l, NULL);
         IF c.o_why IS NOT NULL THEN v_skip := v_skip || j.grp; CONTINUE; END IF;
