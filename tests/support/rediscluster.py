@@ -1,13 +1,15 @@
 """A throwaway Redis Cluster on 127.0.0.1: three masters, each with one replica, and its failovers.
 
 Six ``redis-server --cluster-enabled yes`` (each with its own data dir, client port and cluster-bus port,
-``appendfsync always`` so that ``durability=strict`` boards accept them), joined by ``redis-cli --cluster
+``appendfsync always`` so that ``durability=strict`` boards accept them; ``everysec`` for the suite's shared
+cluster, whose boards are not strict), joined by ``redis-cli --cluster
 create ... --cluster-replicas 1``; :meth:`RedisCluster.start` returns once every node says
 ``cluster_state:ok`` and agrees on who serves every slot. :meth:`RedisCluster.failover` moves a slot's
 master to its replica, gracefully (``CLUSTER FAILOVER`` on the replica) or by SIGKILL;
 :meth:`RedisCluster.migrate` moves a slot to another master. The calls block:
 run them in a thread from async tests. CLI: ``python -m tests.support.rediscluster run -- CMD ARGS...``
-runs CMD with ``JOBBOARD_TEST_REDIS_CLUSTER`` naming the seed nodes (``127.0.0.1:p1,127.0.0.1:p2,...``).
+runs CMD with ``JOBBOARD_TEST_REDIS_CLUSTER`` naming the seed nodes (``127.0.0.1:p1,127.0.0.1:p2,...``) of a
+cluster with ``appendfsync everysec``.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ class ClusterNode(RedisServer):
 
     kind = "redis-cluster-node"
 
-    def __init__(self, port: int, bus_port: int) -> None:
-        super().__init__(port=port, appendfsync="always",
+    def __init__(self, port: int, bus_port: int, appendfsync: str = "always") -> None:
+        super().__init__(port=port, appendfsync=appendfsync,
                          extra=["--cluster-enabled", "yes", "--cluster-port", str(bus_port),
                                 "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
                                 "--cluster-require-full-coverage", "no"])
@@ -56,7 +58,10 @@ class ClusterNode(RedisServer):
 class RedisCluster:
     """Three masters and three replicas; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, appendfsync: str = "always") -> None:
+        """``appendfsync`` of every node: ``always`` lets ``durability=strict`` boards on it (an fsync a write,
+        about 4 ms each here); ``everysec`` for clusters whose boards are not strict."""
+        self.appendfsync = appendfsync
         self._stack = ExitStack()
         self.nodes: list[ClusterNode] = []
         self.failovers: list[str] = []
@@ -76,7 +81,7 @@ class RedisCluster:
         ensure_redis_installed()
         ports = free_ports(12)
         with ExitStack() as stack:
-            self.nodes = [stack.enter_context(ClusterNode(ports[i], ports[i + 6])) for i in range(6)]
+            self.nodes = [stack.enter_context(ClusterNode(ports[i], ports[i + 6], self.appendfsync)) for i in range(6)]
             subprocess.run(["redis-cli", "--cluster", "create", *[node.hosts for node in self.nodes],
                             "--cluster-replicas", "1", "--cluster-yes"],
                            check=True, capture_output=True, timeout=START_WITHIN)
@@ -188,8 +193,9 @@ def _masters(slots: Any) -> dict[int, int]:
 
 
 def run(cmd: Sequence[str]) -> int:
-    """Run ``cmd`` with ``JOBBOARD_TEST_REDIS_CLUSTER`` naming a fresh cluster's nodes; return its exit code."""
-    cluster = RedisCluster()
+    """Run ``cmd`` with ``JOBBOARD_TEST_REDIS_CLUSTER`` naming a fresh cluster's nodes; return its exit code.
+    The suite's boards on it are not strict (the failover tests that are start clusters of their own)."""
+    cluster = RedisCluster(appendfsync="everysec")
     try:
         return run_with(cluster, lambda: {ENV_VAR: cluster.seeds}, cmd,
                         lambda: f"rediscluster: Redis Cluster serving on {cluster.seeds}")

@@ -26,7 +26,7 @@ def cluster_seeds() -> Iterator[str]:
     if seeds := os.environ.get(ENV_VAR):
         yield seeds
         return
-    with RedisCluster() as cluster:
+    with RedisCluster(appendfsync="everysec") as cluster:  # as the CLI's: no board on it is strict
         yield cluster.seeds
 
 
