@@ -90,6 +90,17 @@ class Fleet:
             with open(self.log, "a") as out:
                 out.write(line + "\n")
 
+    def stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGSTOP ``proc`` while holding the log's lock: stopped inside its ``record`` (the lock held), it would
+        block every recorder, this test's event loop too, so that no SIGCONT ever came (seen on redis://)."""
+        import fcntl
+
+        with open(self.lock, "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            proc.send_signal(signal.SIGSTOP)
+            os.waitpid(proc.pid, os.WUNTRACED)  # stopped (at most waiting for the lock) before it is released
+        self.record(f"stopped {proc.pid}")
+
     def stop_all(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -200,8 +211,7 @@ async def test_limits_hold_through_kills_and_a_stop_past_the_session_timeout(
                     await anyio.sleep(rng.uniform(0.7, 1.4))
                     victim = rng.choice([proc for proc in fleet.procs if proc.poll() is None])
                     if step == 2:  # stopped past its session: its claims are given to others meanwhile
-                        victim.send_signal(signal.SIGSTOP)
-                        fleet.record(f"stopped {victim.pid}")
+                        fleet.stop(victim)
                         await anyio.sleep(session_timeout + 1.0)
                         assert await claims_of(board, f"w-{victim.pid}") == 0
                         victim.send_signal(signal.SIGCONT)
