@@ -3,7 +3,8 @@
 The call is one transaction: each consume fenced as ``jb.consume`` does it (its own claim's
 generation, owner and holder session, checked under its row lock), then one job claimed per request
 that wants one (``FOR UPDATE SKIP LOCKED LIMIT k``, priority then age, the best job to the earliest
-request). Retried as a whole while failures are transient (``Database.run``), marked as a retry: each
+request; on a board with limits or pauses, one request at a time through ``jb.flow_next``, each checked
+against its group's permits: :mod:`jobboard_postgresql.flow_sql`). Retried as a whole while failures are transient (``Database.run``), marked as a retry: each
 consume finds its evidence, each claim its nonce. Errors: the batch's (``BackendUnavailable``,
 ``BoardConflict``), raised to every request of it.
 """
