@@ -58,23 +58,62 @@ class Stored:
     limits: tuple[LimitSpec, ...]
 
 
+LIMITS_A_STATEMENT = 64
+"""Limits whose figures one ``SELECT`` reads (at most 7 columns each: SQLite's default cap is 2 000)."""
+
+
 def gate(conn: sqlite3.Connection, scope: Scope) -> Gate | None:
     """The board's gate now, or ``None`` when it has no limit nor pause (one ``SELECT`` then); sets
-    ``scope.gated``. The limits and pauses are read again only when ``jb_board.flow`` changed."""
-    row = conn.execute("SELECT flow, paused FROM jb_board WHERE id=?", (scope.board,)).fetchone()
+    ``scope.gated``. The limits and pauses are read again only when ``jb_board.flow`` changed; the figures
+    of the cached limits (running jobs, a sequence's heads, a rate window's bounds) are read by the same
+    ``SELECT`` as the version, and are used only if the version is the cached one (else read again)."""
+    now = clock()
+    cached = scope.stored if isinstance(scope.stored, Stored) else None
+    first = cached.limits[:LIMITS_A_STATEMENT] if cached is not None and not cached.board_paused else ()
+    columns, params = _figures(first, scope.board, now)
+    row = conn.execute(f"SELECT flow, paused{columns} FROM jb_board WHERE id=?", (*params, scope.board)).fetchone()
     version = int(row[0]) if row is not None else 0
     scope.gated = version > 0
     if version <= 0:
         return None
-    stored = scope.stored
-    if not isinstance(stored, Stored) or stored.version != version:
+    stored, values = cached, list(row[2:])
+    if stored is None or stored.version != version:
         names = frozenset(name for (name,) in conn.execute("SELECT name FROM jb_pause WHERE board=?", (scope.board,)))
         stored = scope.stored = Stored(version, bool(row[1]), names, tuple(_limits(conn, scope).values()))
-    found = Gate(stored.board_paused, stored.names, now=clock())
+        first, values = (), []
+    found = Gate(stored.board_paused, stored.names, now=now)
     if not found.board_paused:
+        rest = stored.limits[len(first):]
+        for start in range(0, len(rest), LIMITS_A_STATEMENT):
+            columns, params = _figures(rest[start:start + LIMITS_A_STATEMENT], scope.board, now)
+            values += conn.execute(f"SELECT {columns[2:]}", params).fetchone()
+        at = 0
         for limit in stored.limits:
-            found._look(conn, scope, limit)
+            at = found._look(conn, scope, limit, values, at)
     return found
+
+
+def _figures(limits: tuple[LimitSpec, ...], board: int, now: float) -> tuple[str, list[Any]]:
+    """``", (subquery), ..."`` and its parameters: what :meth:`Gate._look` reads of each of ``limits``, in order
+    (each a seek in jb_job_grp or jb_grant_at): the running jobs; a sequence's first job in each live state;
+    a rate window's oldest and newest grants' rowids and the group's oldest grant time."""
+    columns: list[str] = []
+    params: list[Any] = []
+    for limit in limits:
+        group = limit.group
+        if limit.concurrency is not None:
+            columns.append("(SELECT count(*) FROM jb_job WHERE board=? AND grp=? AND state=1)")
+            params += [board, group]
+        if limit.sequence:
+            columns += [f"(SELECT min(seq) FROM jb_job WHERE board=? AND grp=? AND state={state})" for state in (0, 1, 2)]
+            params += [board, group] * 3
+        if limit.rate is not None:
+            window = [board, group, now - limit.rate.period, now]
+            columns += ["(SELECT rowid FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=? ORDER BY at LIMIT 1)",
+                        "(SELECT rowid FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=? ORDER BY at DESC LIMIT 1)",
+                        "(SELECT min(at) FROM jb_grant WHERE board=? AND grp=?)"]
+            params += [*window, *window, board, group]
+    return "".join(f", {column}" for column in columns), params
 
 
 def changed(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
@@ -144,6 +183,11 @@ def _limits(conn: sqlite3.Connection, scope: Scope) -> dict[str, LimitSpec]:
 
 # -- the check, in the claim's transaction ---------------------------------------
 
+def _width(limit: LimitSpec) -> int:
+    """How many figures :func:`_figures` reads of ``limit``."""
+    return (limit.concurrency is not None) + 3 * limit.sequence + 3 * (limit.rate is not None)
+
+
 @dataclass(slots=True)
 class Gate:
     """What holds jobs back now (read in the claim's transaction): the pauses, the groups held and why,
@@ -160,36 +204,37 @@ class Gate:
     """Rated groups whose stale grants :meth:`granted` deletes (see :meth:`_rate_due`)."""
     now: float = 0.0
 
-    def _look(self, conn: sqlite3.Connection, scope: Scope, limit: LimitSpec) -> None:
-        group = limit.group
-        if limit.rate is not None:
-            self.rates[group] = limit.rate
+    def _look(self, conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, values: list[Any], at: int) -> int:
+        """Judge ``limit``'s group from its figures (``values[at:]``, as :func:`_figures` lists them); return
+        where the next limit's figures begin."""
+        group, rate = limit.group, limit.rate
+        mine = values[at:at + _width(limit)]
+        if rate is not None:
+            self.rates[group] = rate
         if limit.concurrency is not None:
-            (running,) = conn.execute("SELECT count(*) FROM jb_job WHERE board=? AND grp=? AND state=1",
-                                      (scope.board, group)).fetchone()
+            running, mine = mine[0], mine[1:]
             if running >= limit.concurrency:
                 self.held[group] = ("concurrency", None)
-                return
+                return at + _width(limit)
         if limit.sequence:
-            firsts = conn.execute(  # each a seek in jb_job_grp: the group's first job in each live state
-                "SELECT (SELECT min(seq) FROM jb_job WHERE board=?1 AND grp=?2 AND state=0),"
-                " (SELECT min(seq) FROM jb_job WHERE board=?1 AND grp=?2 AND state=1),"
-                " (SELECT min(seq) FROM jb_job WHERE board=?1 AND grp=?2 AND state=2)", (scope.board, group)).fetchone()
+            firsts, mine = mine[:3], mine[3:]
             live = [seq for seq in firsts if seq is not None]
             if live and (firsts[1] is not None or min(live) != firsts[0]):  # one running, or the head not ready
                 self.held[group] = ("sequence", None)
-                return
+                return at + _width(limit)
             if live:
                 self.heads[group] = int(firsts[0])
-        if limit.rate is not None:
-            due = self._rate_due(conn, scope, group, limit.rate)
+        if rate is not None:
+            due = self._rate_due(conn, scope, group, rate, mine)
             if due is not None:
                 self.held[group] = ("rate", due)
+        return at + _width(limit)
 
-    def _rate_due(self, conn: sqlite3.Connection, scope: Scope, group: str, rate: Rate) -> float | None:
+    def _rate_due(self, conn: sqlite3.Connection, scope: Scope, group: str, rate: Rate,
+                  bounds: list[Any]) -> float | None:
         """Seconds until the group's next permit, or ``None`` when one is free now.
 
-        Seeks first, one statement: the rowids of the window's oldest and newest grants of the group bound
+        Seeks first (``bounds``, read with the gate's version): the rowids of the window's oldest and newest grants of the group bound
         how many it holds (a new row's rowid is above every row's in the table, so a group's grants are in
         rowid order; other groups' grants between them only widen the bound). Only a bound of ``count`` or
         more counts them, one by one (a count reads every grant in the window: at 4 000 grants, 0.44x the
@@ -197,10 +242,7 @@ class Gate:
         (:meth:`granted`) once its oldest is two periods old, those later than now too (left by a boot
         before: the host's monotonic clock restarted): two deletes a period, not two statements a grant."""
         window = (scope.board, group, self.now - rate.period, self.now)
-        first, last, oldest = conn.execute(
-            "SELECT (SELECT rowid FROM jb_grant WHERE board=?1 AND grp=?2 AND at>?3 AND at<=?4 ORDER BY at LIMIT 1),"
-            " (SELECT rowid FROM jb_grant WHERE board=?1 AND grp=?2 AND at>?3 AND at<=?4 ORDER BY at DESC LIMIT 1),"
-            " (SELECT min(at) FROM jb_grant WHERE board=?1 AND grp=?2)", window).fetchone()
+        first, last, oldest = bounds
         if oldest is not None and oldest <= self.now - 2 * rate.period:
             self.prune.add(group)
         if first is None or 0 <= last - first < rate.count - 1:
