@@ -1,8 +1,8 @@
 """A small pipelined RESP connection over ``hiredis``' parser (the only module that imports it).
 
-A command sent while the connection has nothing in flight is written at once (a lone caller's call
-costs no extra loop iteration); the others issued in one event-loop iteration go out together, in
-writes of at most :data:`WRITE_EVERY` commands, so Redis starts on the first while the rest are still
+A command sent while the connection has nothing in flight, when its last read woke at most one caller,
+is written at once (a lone caller's call costs no extra loop iteration); the others issued in one
+event-loop iteration go out together, in writes of at most :data:`WRITE_EVERY` commands, so Redis starts on the first while the rest are still
 being prepared. Replies are read into one buffer per connection (:data:`READ_BUFFER`) and matched to
 their callers first in, first out. A connection whose replies stop coming
 for ``timeout`` seconds while commands wait is aborted, and every waiting command fails
@@ -98,6 +98,8 @@ class Wire(asyncio.BufferedProtocol):
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._out: list[bytes] = []
         self._flush_due = False
+        self._woken = 0
+        """Callers the last read woke: more than one may each send a command in this loop iteration."""
         self._progress = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
@@ -114,7 +116,7 @@ class Wire(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self._progress = time.monotonic()
         self._parser.feed(self._buffer, 0, nbytes)  # type: ignore[arg-type]  # (any buffer: the stub says bytes)
-        waiting = self._waiting
+        waiting, woken = self._waiting, 0
         try:
             while (reply := self._parser.gets()) is not False:
                 if not waiting:  # a reply nobody asked for: the stream is out of step
@@ -123,6 +125,8 @@ class Wire(asyncio.BufferedProtocol):
                 done = waiting.popleft()
                 if not done.done():
                     done.set_result(reply)
+                    woken += 1
+            self._woken = woken
         except hiredis.ProtocolError as error:  # not RESP: not a Redis server (or a broken one)
             self._fail(ConnectionLost(f"not a Redis reply: {error}"))
 
@@ -135,8 +139,8 @@ class Wire(asyncio.BufferedProtocol):
     # -- commands ----------------------------------------------------------
 
     def send(self, command: Sequence[Arg]) -> asyncio.Future[Any]:
-        """Queue one command (written at once if none is in flight, else with the next :data:`WRITE_EVERY`
-        or at the end of this loop iteration); its future gets the reply
+        """Queue one command (written at once if none is in flight and the last read woke at most one caller,
+        else with the next :data:`WRITE_EVERY` or at the end of this loop iteration); its future gets the reply
         (a :class:`ServerError` for an error reply) or fails with :class:`ConnectionLost`."""
         done = self._loop.create_future()
         if self.failed is not None:
@@ -151,7 +155,7 @@ class Wire(asyncio.BufferedProtocol):
         self._waiting.append(done)
         out = self._out
         out.append(packed)
-        if idle or len(out) >= WRITE_EVERY:
+        if (idle and self._woken <= 1) or len(out) >= WRITE_EVERY:
             self._write()
         elif not self._flush_due:
             self._flush_due = True
@@ -159,7 +163,7 @@ class Wire(asyncio.BufferedProtocol):
         return done
 
     def _flush(self) -> None:
-        self._flush_due = False
+        self._flush_due, self._woken = False, 0
         self._write()
 
     def _write(self) -> None:

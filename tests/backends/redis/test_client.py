@@ -49,8 +49,8 @@ async def test_replies_come_back_in_order_errors_in_place(server: RedisServer) -
 
 
 async def test_a_busy_loop_iteration_writes_every_few_commands_at_once(server: RedisServer) -> None:
-    """A command sent with nothing in flight goes out at once (a lone caller pays no extra loop
-    iteration); then Redis starts on the first commands while the client still queues the rest (one
+    """A command sent with nothing in flight goes out at once when the last read woke one caller at most (a
+    lone caller pays no extra loop iteration; callers woken together are written together); then Redis starts on the first commands while the client still queues the rest (one
     write per loop iteration made the two take turns), and a command that cannot be encoded queues nothing."""
     with anyio.fail_after(20):
         wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
@@ -75,8 +75,37 @@ async def test_a_busy_loop_iteration_writes_every_few_commands_at_once(server: R
             assert len(writes) == 3
             assert [await reply for reply in sent] == list(range(1, 2 * WRITE_EVERY + 3))
             assert len(writes) == 4  # the last command went out at the end of the iteration
-            lone = wire.send(("INCR", key))
-            assert len(writes) == 5 and await lone == 2 * WRITE_EVERY + 3  # idle again: at once
+            assert await wire.send(("INCR", key)) == 2 * WRITE_EVERY + 3
+            written = len(writes)
+            lone = wire.send(("INCR", key))  # nothing in flight, and the last read woke one caller: at once
+            assert len(writes) == written + 1 and await lone == 2 * WRITE_EVERY + 4
+        finally:
+            wire.close()
+
+
+async def test_callers_woken_together_are_written_together(server: RedisServer) -> None:
+    """After a read that woke several callers, a command sent with nothing in flight waits for the end of
+    the loop iteration (the others woken may send theirs in it: one write for all)."""
+    with anyio.fail_after(20):
+        wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
+        try:
+            assert wire.transport is not None
+            writes: list[bytes] = []
+            write = wire.transport.write
+
+            def counted(data: Any) -> None:
+                writes.append(bytes(data))
+                write(data)
+
+            wire.transport.write = counted  # type: ignore[method-assign]
+            key = f"k-{uuid.uuid4().hex}"
+            blocked = wire.send(("BLPOP", f"empty-{key}", 0.2))  # Redis answers the three after it, in one write
+            sent = [blocked, *[wire.send(("INCR", key)) for _ in range(3)]]
+            assert await asyncio.gather(*sent) == [None, 1, 2, 3]
+            written = len(writes)
+            after = wire.send(("INCR", key))
+            assert len(writes) == written  # not yet: the read woke four callers
+            assert await after == 4 and len(writes) == written + 1
         finally:
             wire.close()
 
