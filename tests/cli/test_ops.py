@@ -21,7 +21,7 @@ from jobboard import JobBoard, open_board
 from jobboard.cli.app import build_parser
 from tests.cli.test_cli import Capture, run
 from tests.cli.test_edges import free_port, started, strict_json
-from tests.cli.test_results import cli
+from tests.cli.test_results import cli, clis
 from tests.support.boards import fresh_board_url
 from tests.support.zkserver import ZooKeeperServer
 
@@ -133,8 +133,9 @@ async def test_every_read_command_prints_strict_json(url: str) -> None:
     with anyio.fail_after(60):
         async with open_board(url) as board:
             ids = await busy_board(board)
-            done = {name: await cli(url, *(arg.format(**ids) for arg in argv), "--json")
-                    for name, argv in READ_COMMANDS.items()}
+            # Reads only: the processes run side by side, their outputs are checked in this order.
+            outputs = await clis(url, *((*(arg.format(**ids) for arg in argv), "--json") for argv in READ_COMMANDS.values()))
+            done = dict(zip(READ_COMMANDS, outputs, strict=True))
     for name, result in done.items():
         assert result.returncode in (0, 1) and result.stderr == "", (name, result.stderr)
         strict_json(result.stdout)
