@@ -35,6 +35,17 @@ local function rate_state(g, lim)
   return 0, math.max(1, math.ceil(tonumber(oldest[2]) + lim.period - now()))
 end
 
+-- The first of g's jobs on the board (a sequence's head); an id whose job is gone or malformed (set aside)
+-- leaves gm:<g> when met.
+local function head_of(g)
+  for _ = 1, 100 do
+    local head = redis.call('ZRANGE', P .. 'gm:' .. g, 0, 0)[1]
+    if not head or get(head, {'st'}) then return head end
+    redis.call('ZREM', P .. 'gm:' .. g, head)
+  end
+  return nil
+end
+
 -- Why job j (fields name, g) is held back: nil, or 'paused' / 'concurrency' / 'sequence' / 'rate' and for a
 -- rate the ms until its next permit.
 held = function(j)
@@ -46,7 +57,7 @@ held = function(j)
   if not lim then return nil end
   local running = (lim.conc or lim.seq) and redis.call('SCARD', P .. 'gr:' .. j.g) or 0
   if lim.conc and running >= lim.conc then return 'concurrency' end
-  if lim.seq and (running > 0 or redis.call('ZRANGE', P .. 'gm:' .. j.g, 0, 0)[1] ~= j.id) then return 'sequence' end
+  if lim.seq and (running > 0 or head_of(j.g) ~= j.id) then return 'sequence' end
   if lim.count then
     local free, due = rate_state(j.g, lim)
     if free == 0 then return 'rate', due end
@@ -94,8 +105,8 @@ refill = function(g)
   local running = redis.call('SCARD', P .. 'gr:' .. g)
   if lim.conc then free = math.min(free, lim.conc - running) end
   if lim.seq then
-    local head = redis.call('ZRANGE', P .. 'gm:' .. g, 0, 0)[1]
-    local sc = head and running == 0 and redis.call('ZSCORE', key, head)
+    local head = running == 0 and head_of(g)
+    local sc = head and redis.call('ZSCORE', key, head)
     if sc then unpark(key, head, sc) end
     return
   end
@@ -137,7 +148,7 @@ granted = function(j, popped)
   if lim and lim.count then
     local log = P .. 'rl:' .. j.g
     redis.call('ZADD', log, now(), string.format('%.0f', now_us()))  -- one grant per call: a unique member
-    redis.call('ZREMRANGEBYSCORE', log, '-inf', now() - lim.period)
+    redis.call('ZREMRANGEBYRANK', log, 0, -lim.count - 1)  -- the last count grants, as the window needs
     redis.call('PEXPIRE', log, math.ceil(lim.period) + 1000)
   end
 end
@@ -183,6 +194,10 @@ end
 function ops.set_limit(g, spec)
   redis.call('HSET', P .. 'lim', g, spec)
   FLOW, LIMITS = nil, nil
+  local lim = limit_of(g)
+  if lim.count then  -- a longer period: the grants kept as long as they count
+    redis.call('PEXPIRE', P .. 'rl:' .. g, math.ceil(lim.period) + 1000, 'GT')
+  end
   refill(g)
   return reply('ok')
 end

@@ -207,9 +207,6 @@ async def test_a_job_trashed_at_claim_for_its_attempts_takes_no_permit_nor_rate_
             await exhausted_at_claim_takes_no_grant(board)
 
 
-@pytest.mark.xfail(strict=True, reason="redis quarantine() (a job key that is not a hash, met by claim_next or "
-                   "unpark) leaves the id in gm:<group>: a malformed head of a sequence stays its head for good and "
-                   "every later job of the sequence is held back ('sequence') forever")
 async def test_a_malformed_head_of_a_sequence_set_aside_lets_the_sequence_go_on(redis_url: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url)) as board:
@@ -272,10 +269,6 @@ async def test_claimers_on_several_boards_never_hold_more_than_the_groups_last_p
             assert sorted(consumed) == sorted(job.id for job in jobs)
 
 
-@pytest.mark.xfail(strict=True, reason="redis flow.lua granted() sets the rate log's expiry from the period of the "
-                   "grant's time (PEXPIRE period + 1 s) and set_limit does not extend it: a period raised at run time "
-                   "loses the grants still in its window when the log expires (memory://, sqlite://, postgresql:// "
-                   "keep them)")
 async def test_a_rate_period_raised_at_run_time_keeps_the_grants_in_its_window(redis_url: str) -> None:
     with anyio.fail_after(30):
         async with open_board(board_url(redis_url)) as board:
