@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -61,6 +62,12 @@ def transient(error: BaseException) -> bool:
                               asyncpg.exceptions.InternalClientError))
 
 
+def gone_session(error: BaseException) -> int | None:
+    """The session id of a ``JB001`` error (``jobboard session 3 is gone``), or ``None``."""
+    found = re.search(r"session (\d+) is gone", str(error))
+    return int(found.group(1)) if found else None
+
+
 def permanent(error: BaseException, what: str) -> JobBoardError:
     """The jobboard error for a permanent failure of ``what``."""
     state = str(getattr(error, "sqlstate", "") or "")
@@ -80,8 +87,9 @@ class Database:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.pool: asyncpg.Pool | None = None
-        self.on_session_gone: Callable[[], Awaitable[None]] | None = None
-        """Called when the server says this board's session is gone (the board renews it)."""
+        self.on_session_gone: Callable[[int | None], Awaitable[None]] | None = None
+        """Called with the session's id when the server says a session of this board is gone (the board renews
+        it if it is still its current one)."""
 
     async def open(self) -> None:
         idle_tx = int(self.options.session_timeout * 1000)
@@ -133,7 +141,7 @@ class Database:
                 if not transient(error):
                     raise permanent(error, what) from error
                 if str(getattr(error, "sqlstate", "")) == "JB001" and self.on_session_gone is not None:
-                    await self.on_session_gone()
+                    await self.on_session_gone(gone_session(error))
                 if time.monotonic() + delay > deadline:
                     raise BackendUnavailable(f"postgresql: {what}: {type(error).__name__}: {error}") from error
                 logger.debug("postgresql: %s failed (%s), retrying", what, error)

@@ -120,10 +120,12 @@ class Keeper:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def session_gone(self) -> None:
-        """The server says the session is gone (``JB001``): lose it here too, wait for the new one."""
+    async def session_gone(self, session_id: int | None) -> None:
+        """The server says session ``session_id`` is gone (``JB001``): lose it here too if it is still the
+        board's (a call sent under the session a renewal replaced must not lose the new one), and wait for
+        the new one."""
         session = self.session
-        if session is not None and not session.lost:
+        if session is not None and not session.lost and session_id in (None, session.id):
             session.lose("the server no longer knows it")
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.renewed.wait(), self.options.session_timeout)
