@@ -30,7 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
-from benchmarks.common import child_cpu_seconds
+from benchmarks.common import CLOCK_TICKS
 from jobboard import NewJob, open_board
 from jobboard.board.limits import parse_rate
 
@@ -55,6 +55,24 @@ def listening_pid(port: int) -> int | None:
     return None
 
 
+def server_cpu_seconds(pid: int | None) -> float:
+    """CPU seconds of the server ``pid``, its live children and its children reaped (PostgreSQL's backends are
+    children of the postmaster; Redis and ZooKeeper work in the one process), from /proc."""
+    if not pid:
+        return 0.0
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone
+            continue
+        if stat.parent.name == str(pid):
+            ticks += sum(int(field) for field in fields[11:15])  # utime, stime, cutime, cstime
+        elif fields[1] == str(pid):
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / CLOCK_TICKS
+
+
 def board_url(url: str) -> str:
     board = uuid.uuid4().hex[:12]
     return url.replace("{id}", board) if "{id}" in url else f"{url}{board}"
@@ -70,13 +88,13 @@ async def one_run(url: str, variant: str, jobs: int, rate: str, server: int | No
             await board.pause("some-other-name")
         for start in range(0, jobs, 500):
             await board.post_many([NewJob("work", group=GROUP) for _ in range(start, min(jobs, start + 500))])
-        began, cpu, served = time.perf_counter(), time.process_time(), child_cpu_seconds(server)
+        began, cpu, served = time.perf_counter(), time.process_time(), server_cpu_seconds(server)
         done = 0
         while (claim := await board.claim_next("bench")) is not None:
             await board.consume(claim)
             done += 1
         elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
-        served = child_cpu_seconds(server) - served
+        served = server_cpu_seconds(server) - served
         assert done == jobs, (variant, done)
         return jobs / elapsed, jobs / cpu, jobs / (cpu + served) if server else 0.0
 
