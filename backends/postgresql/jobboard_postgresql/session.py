@@ -42,6 +42,9 @@ class Session:
         self._heartbeat: asyncio.Task[None] | None = None
         self.lost = False
         self.idle = False
+        self._mark = 0
+        """The number of the newest idle mark asked for; a mark older than it is never written (see :meth:`set_idle`)."""
+        self._clearing: set[asyncio.Task[None]] = set()
 
     @property
     def channel(self) -> str:
@@ -95,33 +98,61 @@ class Session:
                 self.lose(f"heartbeat failed: {type(error).__name__}: {error}")
                 return
 
-    async def execute(self, query: str, *args: Any, limit: float | None = None) -> None:
-        """Run ``query`` on the session's connection (one at a time)."""
+    async def execute(self, query: str, *args: Any, limit: float | None = None,
+                      superseded: Callable[[], bool] = lambda: False) -> None:
+        """Run ``query`` on the session's connection (one at a time, in the order asked); not at all if
+        ``superseded()`` says so once its turn comes."""
         connection = self._connection
         if connection is None or self.lost:
             raise ConnectionError("session lost")
         async with self._lock:
-            await connection.execute(query, *args, timeout=limit or self.options.session_timeout)
+            if not superseded():
+                await connection.execute(query, *args, timeout=limit or self.options.session_timeout)
 
     async def set_idle(self, idle: bool) -> None:
-        """Mark the session idle (a poster's ``wake`` may choose it) or busy. Best effort: a failure is a lost session."""
+        """Mark the session idle (a poster's ``wake`` may choose it) or busy, and return once written.
+        Best effort: a failure is a lost session. Marks are written in the order asked, a superseded one
+        not at all, so the row ends with the newest mark (never an older one landing late)."""
         if idle == self.idle or self.lost:
             return
         self.idle = idle
+        self._mark += 1
+        await self._write_mark(idle, self._mark)
+
+    def clear_idle(self) -> None:
+        """Mark the session busy without waiting for the write (off a woken ``wait()``'s path). Until it
+        lands a poster may still choose this session: its ``w`` then finds no waiter and is passed on."""
+        if not self.idle or self.lost:
+            return
+        self.idle = False
+        self._mark += 1
+        task = asyncio.get_running_loop().create_task(self._write_mark(False, self._mark),
+                                                      name=f"pg-session-{self.id}-busy")
+        self._clearing.add(task)
+        task.add_done_callback(self._clearing.discard)
+
+    async def marks_written(self) -> None:
+        """Return once the marks asked for so far have been written (or skipped, superseded)."""
+        while self._clearing:
+            await asyncio.gather(*self._clearing, return_exceptions=True)
+
+    async def _write_mark(self, idle: bool, mark: int) -> None:
         schema = self.options.schema
         try:
             await self.execute(f'UPDATE "{schema}".session SET idle_since = {"clock_timestamp()" if idle else "NULL"} '
-                               "WHERE id = $1", self.id)
+                               "WHERE id = $1", self.id, superseded=lambda: mark != self._mark)
         except asyncpg.LockNotAvailableError:
-            self.idle = False  # a poster holds our row: it is choosing us, its NOTIFY comes at its commit
+            if mark == self._mark:
+                self.idle = False  # a poster holds our row: it is choosing us, its NOTIFY comes at its commit
         except Exception as error:  # noqa: BLE001 - any other failure: the session cannot be vouched for
-            self.lose(f"marking it idle failed: {type(error).__name__}: {error}")
+            self.lose(f"marking it {'idle' if idle else 'busy'} failed: {type(error).__name__}: {error}")
 
     async def close(self) -> None:
         """Stop the heartbeat and close the connection (the server drops the lock)."""
         self.lost = True
-        task, self._heartbeat = self._heartbeat, None
-        if task is not None:
+        tasks = [*self._clearing, *([self._heartbeat] if self._heartbeat is not None else [])]
+        self._heartbeat = None
+        for task in tasks:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task

@@ -52,8 +52,9 @@ class Signal:
 
 
 async def sleep_on(event: asyncio.Event, limit: float | None) -> None:
-    with contextlib.suppress(asyncio.TimeoutError):
-        await asyncio.wait_for(event.wait(), limit)
+    with contextlib.suppress(TimeoutError):  # asyncio.timeout: no task of its own, one hop less on a wake-up
+        async with asyncio.timeout(limit):
+            await event.wait()
 
 
 class Waiting:
@@ -137,7 +138,7 @@ class Waiting:
                 jobs, due = await self._claimable(names)
             if jobs:
                 if self.work_signal.waiting <= 1:
-                    await self._session().set_idle(False)
+                    self._session().clear_idle()  # written behind our return, ordered before any later mark
                 return jobs
             await sleep_on(woken, self.idle_poll if due is None else min(due + 0.001, self.idle_poll))
 
