@@ -11,7 +11,11 @@ published once, as soon as its transaction committed, whatever runs beside it.
 The feed runs only while someone subscribed or waits for a completion (it costs what it reads: one
 query per :data:`POLL` seconds, plus one after each of this board's own writes, so a board's own events
 come in order before its call returns). It starts from the events of the last second, so a subscriber
-also sees another board's write that raced its subscription.
+also sees another board's write that raced its subscription. While it runs, the reader keeps its board's
+``observed`` row at least :data:`OBSERVED_FOR` seconds ahead (renewed every third of that, before its first
+read): ``post_plain`` (a bulk post) writes its ``posted`` events only then, so they cost nothing while
+nobody reads them. Every event of a post that starts after the reader's first read is written; a bulk post
+racing the subscription may have written none (the other events are never gated).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 import asyncpg
@@ -29,6 +34,8 @@ from jobboard_postgresql.database import Database
 logger = logging.getLogger("jobboard_postgresql")
 
 POLL = 0.05
+OBSERVED_FOR = 30.0
+"""How long the ``observed`` mark a reader renews holds (a reader that dies stops the events within that)."""
 KINDS = {kind.value: kind for kind in EventKind}
 
 
@@ -66,8 +73,13 @@ class Feed:
     async def _run(self) -> None:
         try:
             await self._init()
+            marked = time.monotonic()
             while self._wanted():
                 await asyncio.sleep(POLL)
+                if time.monotonic() - marked > OBSERVED_FOR / 3:
+                    with contextlib.suppress(Exception):  # tried again at the next poll
+                        await self.db.run("events", self._mark)
+                        marked = time.monotonic()
                 try:
                     await self.catch_up()
                 except Exception as error:  # noqa: BLE001 - a transient outage: the next poll reads on from the cursor
@@ -78,8 +90,14 @@ class Feed:
             if self._wanted() and not asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 self.start()  # a subscriber came while this reader was stopping
 
+    async def _mark(self, connection: asyncpg.Connection, retry: bool) -> None:
+        await connection.execute(
+            f"INSERT INTO {self.s}.observed AS o (board, until) VALUES ($1, {self.s}.now() + $2) ON CONFLICT (board) "
+            "DO UPDATE SET until = greatest(o.until, excluded.until)", self.board, OBSERVED_FOR)
+
     async def _init(self) -> None:
         async def call(connection: asyncpg.Connection, retry: bool) -> int:
+            await self._mark(connection, retry)
             return int(await connection.fetchval(
                 f"SELECT least((pg_snapshot_xmin(pg_current_snapshot())::text)::bigint, (SELECT (min(xid)::text)::bigint "
                 f"FROM {self.s}.event WHERE at >= now() - interval '1 second' AND board = $1))", self.board))

@@ -96,20 +96,23 @@ END $$;
 CREATE OR REPLACE FUNCTION jb.post_plain(
   p_board text, p_names text[], p_ranks smallint[], p_maxes int[], p_not_befores float8[], p_tokens uuid[],
   p_keeps boolean[], p_rttls float8[], p_tttls float8[], p_postings bytea[], p_groups text[]) RETURNS bigint[]
-LANGUAGE plpgsql AS $$  -- a batch without keys or links: one INSERT, ids in the batch's order
-DECLARE v_ids bigint[]; v_ready int;
+LANGUAGE plpgsql AS $$  -- a batch without keys or links: one INSERT, ids in the batch's order; a NULL column
+DECLARE v_ids bigint[]; v_ready int; v_now float8 := jb.now();  -- (not an array) is NULL for every posting
 BEGIN
   WITH ins AS (
       INSERT INTO jb.job (id, board, name, rank, state, max_attempts, not_before, token, keep_result, result_ttl,
                           trash_ttl, posting, grp)
-      SELECT nextval('jb.job_id'), p_board, u.name, u.rank, CASE WHEN u.nb > jb.now() THEN 3 ELSE 0 END, u.max,
-             u.nb, u.token, u.keep, u.rttl, u.tttl, u.posting, u.grp
+      SELECT nextval('jb.job_id'), p_board, u.name, u.rank, CASE WHEN u.nb > v_now THEN 3 ELSE 0 END, u.max,
+             u.nb, u.token, coalesce(u.keep, false), u.rttl, u.tttl, u.posting, u.grp
         FROM unnest(p_names, p_ranks, p_maxes, p_not_befores, p_tokens, p_keeps, p_rttls, p_tttls, p_postings,
                     p_groups) WITH ORDINALITY AS u(name, rank, max, nb, token, keep, rttl, tttl, posting, grp, ord)
        ORDER BY u.ord
-      RETURNING id, name),
-    ev AS (INSERT INTO jb.event (board, kind, job, detail) SELECT p_board, 'posted', ins.id, ins.name FROM ins)
+      RETURNING id)
   SELECT array_agg(ins.id ORDER BY ins.id) INTO v_ids FROM ins;
+  IF EXISTS (SELECT 1 FROM jb.observed o WHERE o.board = p_board AND o.until > v_now) THEN  -- events() runs
+    INSERT INTO jb.event (board, kind, job, detail) SELECT p_board, 'posted', e.id, e.name
+      FROM unnest(v_ids, p_names) AS e(id, name);
+  END IF;
   v_ready := coalesce(cardinality(v_ids), 0);
   WHILE v_ready > 0 AND jb.wake(p_board) LOOP v_ready := v_ready - 1; END LOOP;
   RETURN v_ids;

@@ -10,7 +10,8 @@ their board's name. Tables:
 - ``dep`` and ``result``: links to dependents and the results delivered to them;
 - ``trash``, ``kept`` (consume results kept for ``wait_for_completion``), ``key`` (idempotency keys and
   the job they found when it was settled), ``done`` (settles' evidence, for a retried settle whose
-  reply was lost), ``entity`` (dies with its session), ``event`` (UNLOGGED: a hint for ``events()``);
+  reply was lost), ``entity`` (dies with its session), ``event`` (UNLOGGED: a hint for ``events()``),
+  ``observed`` (until when a board's events are read: a bulk post writes its events only before then);
 - flow control's ``flow``, ``flow_limit``, ``flow_pause``, ``flow_grant`` and ``job.grp``
   (:mod:`jobboard_postgresql.flow_sql`).
 
@@ -24,11 +25,12 @@ from jobboard_postgresql.flow_sql import FLOW_FUNCTIONS, FLOW_TABLES
 from jobboard_postgresql.functions import FUNCTIONS
 from jobboard_postgresql.settles import SETTLES
 
-VERSION = 16
+VERSION = 17
 """14: before flow control; 15: flow control's first build (rate grants at the statement's start, a gates
 recount that could miss a concurrent pause); 16: flow control (:mod:`~jobboard_postgresql.flow_sql`:
 ``job.grp``, ``trash.grp`` and the ``flow*`` tables, added to a version 14 or 15 schema by its first open
-at version 16; its functions are always replaced)."""
+at version 16; its functions are always replaced); 17: ``observed`` (``post_plain`` writes its ``posted``
+events only while a board of the same name reads events; created by an older schema's first open at 17)."""
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;
@@ -104,6 +106,7 @@ CREATE UNLOGGED TABLE IF NOT EXISTS jb.event (
   at timestamptz NOT NULL DEFAULT now())
   WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000);
 CREATE INDEX IF NOT EXISTS event_board ON jb.event (board, xid);
+CREATE TABLE IF NOT EXISTS jb.observed (board text PRIMARY KEY, until float8 NOT NULL);
 """
 
 

@@ -20,6 +20,7 @@ from jobboard.backend import (
     Claim,
     DependencyMissing,
     Job,
+    Posting,
     Prepared,
     Progress,
     Settle,
@@ -107,22 +108,11 @@ class Writer:
                 raise missing.in_batch(index, [job for job, _ in before])
         if not batch:
             return []
-        columns = [list(column) for column in zip(*(post_arguments(p.posting) for p in batch), strict=True)]
-        raws = [p.raw for p in batch]
-        groups = [p.posting.group for p in batch]
-        if all(key is None for key in columns[4]) and all(deps is None for deps in columns[9]):
-            plain = (self.board, *columns[:4], *columns[5:9], raws, groups)
-            if batch[0].connection is not None:
-                rows = await fetch_on(batch[0].connection, "post_many", self._plain_query, plain)
-                return [(p.posting.to_job(str(i), i), True) for p, i in zip(batch, rows[0]["ids"], strict=True)]
-
-            async def plain_call(connection: asyncpg.Connection, retry: bool) -> list[Any]:
-                if retry:  # the first attempt may have committed: look for each posting's token
-                    return self._posted_rows(batch, await self._post_many_rows(connection, columns, raws, groups, True))
-                return [(p.posting.to_job(str(i), i), True)
-                        for p, i in zip(batch, await connection.fetchval(self._plain_query, *plain), strict=True)]
-
-            return await self.db.run("post_many", plain_call)
+        postings = [p.posting for p in batch]
+        if all(p.key is None and not p.depends_on for p in postings):
+            return await self._post_plain(batch, postings)
+        columns = [list(column) for column in zip(*(post_arguments(p) for p in postings), strict=True)]
+        raws, groups = [p.raw for p in batch], [p.group for p in postings]
         if batch[0].connection is not None:
             rows = await fetch_on(batch[0].connection, "post_many", self._many_query,
                                   self._many_args(columns, raws, groups, False))
@@ -130,6 +120,26 @@ class Writer:
             rows = await self.db.run("post_many", lambda connection, retry: self._post_many_rows(
                 connection, columns, raws, groups, retry))
         return self._posted_rows(batch, rows)
+
+    async def _post_plain(self, batch: Sequence[Prepared], postings: list[Posting]) -> list[tuple[Job, bool]]:
+        """A batch without keys or links: one ``jb.post_plain`` call (a retry goes through ``jb.post_many``)."""
+        plain = (self.board, [p.name for p in postings], [p.priority.rank for p in postings],
+                 nulls([p.max_attempts for p in postings]), nulls([p.not_before for p in postings]),
+                 [p.token for p in postings], [p.keep_result for p in postings] if any(
+                     p.keep_result for p in postings) else None, nulls([p.result_ttl for p in postings]),
+                 nulls([p.trash_ttl for p in postings]), [p.raw for p in batch], nulls([p.group for p in postings]))
+        if batch[0].connection is not None:
+            rows = await fetch_on(batch[0].connection, "post_many", self._plain_query, plain)
+            return written(postings, rows[0]["ids"])
+
+        async def plain_call(connection: asyncpg.Connection, retry: bool) -> list[tuple[Job, bool]]:
+            if retry:  # the first attempt may have committed: look for each posting's token
+                columns = [list(column) for column in zip(*(post_arguments(p) for p in postings), strict=True)]
+                return self._posted_rows(batch, await self._post_many_rows(
+                    connection, columns, plain[9], [p.group for p in postings], True))
+            return written(postings, await connection.fetchval(self._plain_query, *plain))
+
+        return await self.db.run("post_many", plain_call)
 
     @property
     def _plain_query(self) -> str:
@@ -260,6 +270,16 @@ class Writer:
             return int(await connection.fetchval(f"SELECT {self.s}.purge($1, $2)", self.board, older_than))
 
         return await self.db.run("purge", call)
+
+
+def nulls(column: list[Any]) -> list[Any] | None:
+    """``column``, or None (one NULL parameter, not an array of them) when every value is None."""
+    return None if all(value is None for value in column) else column
+
+
+def written(postings: list[Posting], ids: list[int]) -> list[tuple[Job, bool]]:
+    """The jobs ``jb.post_plain`` wrote, with their ids in the batch's order."""
+    return [(p.to_job(str(i), i), True) for p, i in zip(postings, ids, strict=True)]
 
 
 def posted(prepared: Prepared, row: Any) -> tuple[Job, bool]:
