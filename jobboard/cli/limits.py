@@ -18,7 +18,7 @@ from jobboard.errors import InvalidJob, Unsupported
 def rate_text(text: str) -> Rate:
     """An argparse type: ``20/s``, ``100/m``, ``5/h``, ``3/2.5s``."""
     try:
-        return parse_rate(text, "--rate")
+        return parse_rate(text, "rate")  # argparse names the option: "argument --rate: rate must look like ..."
     except InvalidJob as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 

@@ -42,7 +42,8 @@ def test_limits_are_set_listed_shown_and_cleared(capsys: Capture) -> None:
 
 def test_bad_input_is_refused_in_one_line(capsys: Capture) -> None:
     url = memory_url()
-    for argv, status, words in [(("limit", "g", "--rate", "abc"), 2, "--rate must look like 20/s"),
+    for argv, status, words in [(("limit", "g", "--rate", "abc"), 2, "argument --rate: rate must look like 20/s"),
+                                (("limit", "g", "--rate", "0/s"), 2, "argument --rate: rate: the count must be"),
                                 (("limit", "g", "--concurrency", "-1"), 2, "must be 0 or more"),
                                 (("limit", "g", "--concurrency", "2", "--sequence"), 1, "one job at a time"),
                                 (("limit", "--concurrency", "2"), 2, "name the GROUP"),
