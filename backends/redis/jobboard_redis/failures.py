@@ -3,7 +3,7 @@ once), and whether an attempt that failed may have run (sent, then the connectio
 
 from __future__ import annotations
 
-from jobboard.errors import BackendUnavailable, JobBoardError
+from jobboard.errors import BackendUnavailable, InvalidURL, JobBoardError
 from jobboard_redis.client_wire import ConnectionLost, NotSent, ServerError
 
 __all__ = [
@@ -36,7 +36,12 @@ class RetryExhausted(BackendUnavailable):
 
 
 def permanent_error(error: BaseException) -> JobBoardError:
-    """A one-line error for a failure that retrying cannot fix."""
+    """A one-line error for a failure that retrying cannot fix (:class:`InvalidURL` when the URL's own
+    database number or password is what the server refused)."""
+    if isinstance(error, ServerError) and "DB index is out of range" in str(error):
+        return InvalidURL(f"redis: the URL's database number is not on this server (its `databases` setting): {error}")
+    if isinstance(error, ServerError) and error.code == "WRONGPASS":
+        return InvalidURL(f"redis: the URL's user name or password was refused: {error}")
     if isinstance(error, ServerError) and error.code in PERMANENT_CODES:
         return JobBoardError(f"Redis refused the board's command (check the user's ACL and password): {error}")
     return JobBoardError(f"Redis error: {error}")

@@ -268,3 +268,15 @@ async def test_a_lost_wait_after_a_sent_write_is_not_taken_for_unsent(server: Re
             with pytest.raises(ConnectionLost) as caught:
                 await client._fcall(keys=[client.prefix], args=["ping", ""])
             assert not isinstance(caught.value, NotSent)
+
+
+
+async def test_a_database_number_the_server_lacks_is_a_wrong_url(redis_url: str) -> None:
+    """A database number past the server's ``databases`` (seen by hand: exit 1, 'Redis error: ERR DB index is
+    out of range') is a wrong URL: ``InvalidURL`` (the CLI's exit 2), in one line."""
+    from jobboard.errors import InvalidURL
+
+    with anyio.fail_after(20), pytest.raises(InvalidURL) as refused:
+        async with open_board(f"{redis_url}/99/b?connect_timeout=2"):
+            pass
+    assert "database number" in str(refused.value) and "\n" not in str(refused.value)
