@@ -1,9 +1,9 @@
 """Flow control on a ``sqlite://`` board (issue 27; the rules: :mod:`jobboard.board.limits`).
 
 Stored in the file, so every board of every process reads the same: ``jb_limit`` (a group's limit),
-``jb_pause`` (paused names), ``jb_board.paused`` (the whole board) and ``jb_grant`` (the times of a
-rated group's grants: a sliding window log on the host's ``CLOCK_MONOTONIC``, which every process of
-the host shares). ``jb_board.flow`` is positive while the board has a limit or a pause, and takes a new
+``jb_pause`` (paused names), ``jb_board.paused`` (the whole board) and ``jb_grant`` (a rated group's
+last ``count`` grant times, a ring on the host's ``CLOCK_MONOTONIC``, which every process of the host
+shares: slot ``n mod count`` holds grant ``n``'s time, slot -1 the group's grant number ``n``). ``jb_board.flow`` is positive while the board has a limit or a pause, and takes a new
 value at every change of them (negative or 0 while there is none): a claim on a board without any runs
 the plain claim (one subquery more); otherwise it reads a :class:`Gate` first, the limits and pauses
 from the board's cache while ``flow`` has not changed.
@@ -29,18 +29,56 @@ from jobboard_sqlite.rows import Effects, Scope, job_id
 DDL = """
 CREATE TABLE IF NOT EXISTS jb_limit(
     board INTEGER NOT NULL, grp TEXT NOT NULL, concurrency INTEGER, sequence INTEGER NOT NULL DEFAULT 0,
-    rate_count INTEGER, rate_period REAL, PRIMARY KEY(board, grp));
-CREATE TABLE IF NOT EXISTS jb_grant(board INTEGER NOT NULL, grp TEXT NOT NULL, at REAL NOT NULL);
-CREATE INDEX IF NOT EXISTS jb_grant_at ON jb_grant(board, grp, at);
+    rate_count INTEGER, rate_period REAL, ring INTEGER, PRIMARY KEY(board, grp));
+CREATE TABLE IF NOT EXISTS jb_grant(
+    board INTEGER NOT NULL, grp TEXT NOT NULL, slot INTEGER NOT NULL, at REAL NOT NULL,
+    PRIMARY KEY(board, grp, slot)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jb_pause(board INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY(board, name));
 CREATE INDEX IF NOT EXISTS jb_job_grp ON jb_job(board, grp, state, seq) WHERE grp IS NOT NULL;
 """
-"""The flow-control tables (schema version 2; a version 1 file gains them, and the columns
+"""The flow-control tables (schema version 3; a version 1 file gains them, and the columns
 ``jb_job.grp``, ``jb_board.flow`` and ``jb_board.paused``, when a board of this version opens it)."""
 
 UPGRADE_1_TO_2 = ("ALTER TABLE jb_job ADD COLUMN grp TEXT",
                   "ALTER TABLE jb_board ADD COLUMN flow INTEGER NOT NULL DEFAULT 0",
                   "ALTER TABLE jb_board ADD COLUMN paused INTEGER NOT NULL DEFAULT 0")
+UPGRADE_2_TO_3 = ("ALTER TABLE jb_grant RENAME TO jb_grant_log", "DROP INDEX jb_grant_at",
+                  "ALTER TABLE jb_limit ADD COLUMN ring INTEGER")
+
+
+def upgrade_grants(conn: sqlite3.Connection) -> None:
+    """(Version 2 to 3, in the opening's write transaction, after :data:`UPGRADE_2_TO_3` and :data:`DDL`.) Each
+    group's logged grants (none later than now) become its ring; a rated group's is then rebuilt (:func:`_rebuild`)."""
+    now = clock()
+    logged: dict[tuple[int, str], list[float]] = {}
+    for board, grp, at in conn.execute("SELECT board, grp, at FROM jb_grant_log WHERE at<=? ORDER BY board, grp, at DESC",
+                                       (now,)):
+        logged.setdefault((board, grp), []).append(float(at))
+    for (board, grp), times in logged.items():
+        _ring(conn, board, grp, times)
+    rates = list(conn.execute("SELECT board, grp, rate_count, rate_period FROM jb_limit WHERE rate_count IS NOT NULL"))
+    for board, grp, count, period in rates:
+        _rebuild(conn, board, grp, Rate(int(count), float(period)), now)
+    conn.execute("DROP TABLE jb_grant_log")
+
+
+def _rebuild(conn: sqlite3.Connection, board: int, group: str, rate: Rate, now: float) -> None:
+    """Write ``group``'s ring anew for ``rate`` (in a write transaction): its latest ``count`` grants and every
+    later one of the last ``period`` (a count made smaller still sees the window's grants), in ``ring =
+    max(count, kept)`` slots; grants later than now (a boot before's: the monotonic clock restarted) dropped."""
+    times = [float(at) for (at,) in conn.execute(
+        "SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot>=0 AND at<=? ORDER BY at DESC", (board, group, now))]
+    kept = [at for index, at in enumerate(times) if index < rate.count or at > now - rate.period]
+    _ring(conn, board, group, kept)
+    conn.execute("UPDATE jb_limit SET ring=? WHERE board=? AND grp=?", (max(rate.count, len(kept)), board, group))
+
+
+def _ring(conn: sqlite3.Connection, board: int, group: str, newest_first: list[float]) -> None:
+    """Write ``group``'s ring anew: its grants ``newest_first`` in slots 0.., oldest first; the number after them."""
+    conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=?", (board, group))
+    rows = [(board, group, slot, at) for slot, at in enumerate(reversed(newest_first))]
+    conn.executemany("INSERT INTO jb_grant(board, grp, slot, at) VALUES (?,?,?,?)",
+                     [*rows, (board, group, -1, float(len(rows)))])
 
 
 def clock() -> float:
@@ -56,6 +94,8 @@ class Stored:
     board_paused: bool
     names: frozenset[str]
     limits: tuple[LimitSpec, ...]
+    rings: dict[str, int]
+    """A rated group -> its ring's slots (``jb_limit.ring``: at least the rate's count)."""
 
 
 LIMITS_A_STATEMENT = 64
@@ -65,12 +105,12 @@ LIMITS_A_STATEMENT = 64
 def gate(conn: sqlite3.Connection, scope: Scope) -> Gate | None:
     """The board's gate now, or ``None`` when it has no limit nor pause (one ``SELECT`` then); sets
     ``scope.gated``. The limits and pauses are read again only when ``jb_board.flow`` changed; the figures
-    of the cached limits (running jobs, a sequence's heads, a rate window's bounds) are read by the same
+    of the cached limits (running jobs, a sequence's heads, a rated group's oldest permit) are read by the same
     ``SELECT`` as the version, and are used only if the version is the cached one (else read again)."""
     now = clock()
     cached = scope.stored if isinstance(scope.stored, Stored) else None
     first = cached.limits[:LIMITS_A_STATEMENT] if cached is not None and not cached.board_paused else ()
-    columns, params = _figures(first, scope.board, now)
+    columns, params = _figures(first, scope.board, now, cached.rings if cached is not None else {})
     row = conn.execute(f"SELECT flow, paused{columns} FROM jb_board WHERE id=?", (*params, scope.board)).fetchone()
     version = int(row[0]) if row is not None else 0
     scope.gated = version > 0
@@ -79,24 +119,25 @@ def gate(conn: sqlite3.Connection, scope: Scope) -> Gate | None:
     stored, values = cached, list(row[2:])
     if stored is None or stored.version != version:
         names = frozenset(name for (name,) in conn.execute("SELECT name FROM jb_pause WHERE board=?", (scope.board,)))
-        stored = scope.stored = Stored(version, bool(row[1]), names, tuple(_limits(conn, scope).values()))
+        rings = dict(conn.execute("SELECT grp, ring FROM jb_limit WHERE board=? AND ring IS NOT NULL", (scope.board,)))
+        stored = scope.stored = Stored(version, bool(row[1]), names, tuple(_limits(conn, scope).values()), rings)
         first, values = (), []
-    found = Gate(stored.board_paused, stored.names, now=now)
+    found = Gate(stored.board_paused, stored.names, now=now, rings=stored.rings)
     if not found.board_paused:
         rest = stored.limits[len(first):]
         for start in range(0, len(rest), LIMITS_A_STATEMENT):
-            columns, params = _figures(rest[start:start + LIMITS_A_STATEMENT], scope.board, now)
+            columns, params = _figures(rest[start:start + LIMITS_A_STATEMENT], scope.board, now, stored.rings)
             values += conn.execute(f"SELECT {columns[2:]}", params).fetchone()
         at = 0
         for limit in stored.limits:
-            at = found._look(conn, scope, limit, values, at)
+            at = found._look(limit, values, at)
     return found
 
 
-def _figures(limits: tuple[LimitSpec, ...], board: int, now: float) -> tuple[str, list[Any]]:
+def _figures(limits: tuple[LimitSpec, ...], board: int, now: float, rings: dict[str, int]) -> tuple[str, list[Any]]:
     """``", (subquery), ..."`` and its parameters: what :meth:`Gate._look` reads of each of ``limits``, in order
-    (each a seek in jb_job_grp or jb_grant_at): the running jobs; a sequence's first job in each live state;
-    a rate window's oldest and newest grants' rowids and the group's oldest grant time."""
+    (each a seek in jb_job_grp or jb_grant's key): the running jobs; a sequence's first job in each live state;
+    a rated group's grant number ``n`` and the time of its grant ``n - count`` (slot ``(n - count) mod ring``)."""
     columns: list[str] = []
     params: list[Any] = []
     for limit in limits:
@@ -108,11 +149,11 @@ def _figures(limits: tuple[LimitSpec, ...], board: int, now: float) -> tuple[str
             columns += [f"(SELECT min(seq) FROM jb_job WHERE board=? AND grp=? AND state={state})" for state in (0, 1, 2)]
             params += [board, group] * 3
         if limit.rate is not None:
-            window = [board, group, now - limit.rate.period, now]
-            columns += ["(SELECT rowid FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=? ORDER BY at LIMIT 1)",
-                        "(SELECT rowid FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=? ORDER BY at DESC LIMIT 1)",
-                        "(SELECT min(at) FROM jb_grant WHERE board=? AND grp=?)"]
-            params += [*window, *window, board, group]
+            columns += ["(SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot=-1)",
+                        ("(SELECT g.at FROM jb_grant n, jb_grant g WHERE n.board=? AND n.grp=? AND n.slot=-1"
+                         " AND n.at>=? AND g.board=n.board AND g.grp=n.grp AND g.slot=(CAST(n.at AS INTEGER) - ?) % ?)")]
+            count = limit.rate.count
+            params += [board, group, board, group, count, count, rings.get(group, count)]
     return "".join(f", {column}" for column in columns), params
 
 
@@ -131,11 +172,13 @@ def changed(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
 def set_limit(conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, fx: Effects) -> None:
     """Store ``limit``, replacing its group's. The group's recent grants are kept whatever the rate was (a
     rate cleared and set again, or changed, still sees them: no window holds more than its count), as
-    on memory:// and zookeeper://; the last two windows' at most are kept (:meth:`Gate.granted` prunes)."""
+    on memory:// and zookeeper://: a rate's ring is written anew (:func:`_rebuild`, a read of its rows)."""
     rate = limit.rate
     conn.execute("INSERT OR REPLACE INTO jb_limit(board, grp, concurrency, sequence, rate_count, rate_period)"
                  " VALUES (?,?,?,?,?,?)", (scope.board, limit.group, limit.concurrency, int(limit.sequence),
                                            None if rate is None else rate.count, None if rate is None else rate.period))
+    if rate is not None:
+        _rebuild(conn, scope.board, limit.group, rate, clock())
     changed(conn, scope, fx)
 
 
@@ -185,7 +228,7 @@ def _limits(conn: sqlite3.Connection, scope: Scope) -> dict[str, LimitSpec]:
 
 def _width(limit: LimitSpec) -> int:
     """How many figures :func:`_figures` reads of ``limit``."""
-    return (limit.concurrency is not None) + 3 * limit.sequence + 3 * (limit.rate is not None)
+    return (limit.concurrency is not None) + 3 * limit.sequence + 2 * (limit.rate is not None)
 
 
 @dataclass(slots=True)
@@ -200,11 +243,13 @@ class Gate:
     heads: dict[str, int] = field(default_factory=dict)
     """A sequence group not held -> the sequence of the one job it may run."""
     rates: dict[str, Rate] = field(default_factory=dict)
-    prune: set[str] = field(default_factory=set)
-    """Rated groups whose stale grants :meth:`granted` deletes (see :meth:`_rate_due`)."""
+    numbers: dict[str, int] = field(default_factory=dict)
+    """A rated group with a permit free -> its grant number (the next grant's, see :meth:`granted`)."""
+    rings: dict[str, int] = field(default_factory=dict)
+    """A rated group -> its ring's slots (:class:`Stored`)."""
     now: float = 0.0
 
-    def _look(self, conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, values: list[Any], at: int) -> int:
+    def _look(self, limit: LimitSpec, values: list[Any], at: int) -> int:
         """Judge ``limit``'s group from its figures (``values[at:]``, as :func:`_figures` lists them); return
         where the next limit's figures begin."""
         group, rate = limit.group, limit.rate
@@ -225,35 +270,24 @@ class Gate:
             if live:
                 self.heads[group] = int(firsts[0])
         if rate is not None:
-            due = self._rate_due(conn, scope, group, rate, mine)
+            due = self._rate_due(group, rate, mine)
             if due is not None:
                 self.held[group] = ("rate", due)
         return at + _width(limit)
 
-    def _rate_due(self, conn: sqlite3.Connection, scope: Scope, group: str, rate: Rate,
-                  bounds: list[Any]) -> float | None:
+    def _rate_due(self, group: str, rate: Rate, figures: list[Any]) -> float | None:
         """Seconds until the group's next permit, or ``None`` when one is free now.
 
-        Seeks first (``bounds``, read with the gate's version): the rowids of the window's oldest and newest grants of the group bound
-        how many it holds (a new row's rowid is above every row's in the table, so a group's grants are in
-        rowid order; other groups' grants between them only widen the bound). Only a bound of ``count`` or
-        more counts them, one by one (a count reads every grant in the window: at 4 000 grants, 0.44x the
-        cycles of no limit in ``benchmarks/flow.py``, 0.80x with the bound). The group's grants are pruned
-        (:meth:`granted`) once its oldest is two periods old, those later than now too (left by a boot
-        before: the host's monotonic clock restarted): two deletes a period, not two statements a grant."""
-        window = (scope.board, group, self.now - rate.period, self.now)
-        first, last, oldest = bounds
-        if oldest is not None and oldest <= self.now - 2 * rate.period:
-            self.prune.add(group)
-        if first is None or 0 <= last - first < rate.count - 1:
-            return None
-        (granted,) = conn.execute("SELECT count(*) FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=?",
-                                  window).fetchone()
-        if granted < rate.count:
-            return None
-        (oldest,) = conn.execute("SELECT at FROM jb_grant WHERE board=? AND grp=? AND at>? AND at<=? ORDER BY at DESC"
-                                 " LIMIT 1 OFFSET ?", (*window, rate.count - 1)).fetchone()
-        return max(1e-3, float(oldest) + rate.period - self.now)
+        ``figures`` (read with the gate's version): the group's grant number ``n`` and the time of its grant
+        ``n - count``, the oldest of its last ``count`` (the ring holds its last ``ring >= count``). A permit
+        is free iff there is none, or it is ``period`` old, or later than now (a boot before's: the host's
+        monotonic clock restarted); else it is due when that grant is ``period`` old (exact: the window holds
+        ``count``). Within a boot grants are numbered in time order, so a window never holds more."""
+        number, oldest = figures
+        if oldest is not None and self.now - rate.period < oldest <= self.now:
+            return max(1e-3, float(oldest) + rate.period - self.now)
+        self.numbers[group] = 0 if number is None else int(number)
+        return None
 
     def condition(self) -> tuple[str, list[Any]]:
         """The SQL condition (and its parameters) of a ``jb_job`` row not held back."""
@@ -291,16 +325,17 @@ class Gate:
         return HeldBack(f"job {job_id(seq)} is held back: {text}", why=why, retry_after=due)
 
     def granted(self, conn: sqlite3.Connection, scope: Scope, group: str | None) -> None:
-        """A claim of a job of ``group`` was taken: counted in the group's rate window."""
+        """A claim of a job of ``group`` was taken (at most one a gate): counted in the group's rate, one
+        statement writing the ring's slot ``n mod ring`` and the grant number ``n + 1``."""
         rate = None if group is None else self.rates.get(group)
-        if rate is None:
+        if group is None or rate is None:
             return
-        if group in self.prune:  # two range deletes, each a seek in jb_grant_at (an ``OR`` read every grant)
-            self.prune.discard(group)
-            conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=? AND at<=?",
-                         (scope.board, group, self.now - rate.period))
-            conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=? AND at>?", (scope.board, group, self.now))
-        conn.execute("INSERT INTO jb_grant(board, grp, at) VALUES (?,?,?)", (scope.board, group, self.now))
+        number = self.numbers.pop(group, None)
+        if number is None:  # not judged free by this gate (a caller's mistake): read the number, grant anyway
+            row = conn.execute("SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot=-1", (scope.board, group))
+            number = int(next(iter(row), (0,))[0])
+        conn.execute("INSERT OR REPLACE INTO jb_grant(board, grp, slot, at) VALUES (?1,?2,?3,?4), (?1,?2,-1,?5)",
+                     (scope.board, group, number % self.rings.get(group, rate.count), self.now, float(number + 1)))
 
     def next_permit(self) -> float | None:
         """Seconds until the first rate-held group's next permit (``wait`` sleeps until then)."""

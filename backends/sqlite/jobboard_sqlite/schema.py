@@ -10,8 +10,9 @@ from pathlib import Path
 
 from jobboard_sqlite import flow
 
-SCHEMA_VERSION = 2
-"""1: the first; 2: flow control (:mod:`~jobboard_sqlite.flow`), a version 1 file upgraded in place."""
+SCHEMA_VERSION = 3
+"""1: the first; 2: flow control (:mod:`~jobboard_sqlite.flow`); 3: a rate's grants in a ring of ``count``
+slots, not a log (``jb_grant``). An older file is upgraded in place."""
 PAGE_SIZE = 1024
 """Bytes per page of a new file: every commit appends the pages it touched to the WAL, so small pages
 keep the WAL's write volume (and its growth while a reader starves the checkpoints) small."""
@@ -88,13 +89,16 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
 
 
 def _make_or_upgrade(conn: sqlite3.Connection, version: int) -> None:
-    """(In the opening's write transaction.) The tables of a new file, or a version 1 file's upgrade."""
-    if version not in (0, 1):
+    """(In the opening's write transaction.) The tables of a new file, or an older version's upgrade."""
+    if version not in (0, 1, 2):
         return  # a newer file (or not ours): refused by the caller
-    statements = (DDL + flow.DDL).split(";") if version == 0 else [*flow.UPGRADE_1_TO_2, *flow.DDL.split(";")]
+    statements = {0: (DDL + flow.DDL).split(";"), 1: [*flow.UPGRADE_1_TO_2, *flow.DDL.split(";")],
+                  2: [*flow.UPGRADE_2_TO_3, *flow.DDL.split(";")]}[version]
     for statement in statements:
         if statement.strip():
             conn.execute(statement)
+    if version == 2:
+        flow.upgrade_grants(conn)
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 

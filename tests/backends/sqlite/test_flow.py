@@ -98,7 +98,7 @@ async def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         assert third is None  # the group's one permit is taken
     conn = sqlite3.connect(str(path))
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()

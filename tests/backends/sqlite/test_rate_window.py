@@ -1,22 +1,24 @@
 """sqlite://'s flow-control figures (jobboard_sqlite.flow.gate: read with the version, 64 limits a statement) and its
-rate check (Gate._rate_due): a bound from two rowids, a count only when the
-bound reaches the rate's count, and grants pruned once two periods old. Two rated groups whose grants
-interleave (so each group's rowid span holds the other's grants too) still get exactly ``count`` claims a window."""
+rate check (Gate._rate_due) on a ring of ``count`` slots a group: two rated groups whose grants interleave each
+get exactly ``count`` claims a window and keep ``count`` rows; a change of count rebuilds the ring from the latest
+grants; grants later than now (a boot before's) do not hold; a version 2 file's grant log becomes the ring."""
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 
-from jobboard import HeldBack, open_board
+from jobboard import HeldBack, NewJob, open_board
 
 pytestmark = pytest.mark.timeout(30)
 
 
-async def test_interleaved_rated_groups_each_get_their_count_and_old_grants_are_pruned(tmp_path: Path) -> None:
+async def test_interleaved_rated_groups_each_get_their_count_and_keep_count_rows(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     period = 0.5
     async with open_board(f"sqlite://{path}?board=rates") as board:
@@ -30,11 +32,12 @@ async def test_interleaved_rated_groups_each_get_their_count_and_old_grants_are_
             with pytest.raises(HeldBack) as held:
                 await board.claim(jobs[group][3], "w")
             assert held.value.why == "rate"
-        await anyio.sleep(2 * period + 0.1)  # every grant two periods old: the next grant prunes its group's
+        await anyio.sleep(period + 0.1)  # every grant a period old: the next grant overwrites its group's oldest
         await board.claim(jobs["a"][3], "w")
         with sqlite3.connect(path) as conn:
-            left = dict(conn.execute("SELECT grp, count(*) FROM jb_grant GROUP BY grp").fetchall())
-        assert left == {"a": 1, "b": 3}
+            left = dict(conn.execute("SELECT grp, count(*) FROM jb_grant WHERE slot>=0 GROUP BY grp").fetchall())
+            numbers = dict(conn.execute("SELECT grp, at FROM jb_grant WHERE slot=-1").fetchall())
+        assert left == {"a": 3, "b": 3} and numbers == {"a": 4, "b": 3}
 
 
 async def test_the_figures_of_more_limits_than_one_statement_reads_are_all_judged(tmp_path: Path) -> None:
@@ -52,3 +55,78 @@ async def test_the_figures_of_more_limits_than_one_statement_reads_are_all_judge
             with pytest.raises(HeldBack) as held:
                 await board.claim(jobs[group][1], "w")
             assert held.value.why == "concurrency"
+
+
+async def held_for(board: Any, job: Any) -> float:
+    """``claim(job)`` is refused by the group's rate: its ``retry_after``."""
+    with pytest.raises(HeldBack) as held:
+        await board.claim(job, "w")
+    assert held.value.why == "rate" and held.value.retry_after is not None
+    return held.value.retry_after
+
+
+async def test_a_change_of_count_keeps_the_latest_grants_and_a_cleared_rate_too(tmp_path: Path) -> None:
+    async with open_board(f"sqlite://{tmp_path}/jobs.db?board=ring") as board:
+        await board.set_limit("g", rate=(3, 600.0))
+        jobs = [await board.post("w", group="g") for _ in range(8)]
+        for job in jobs[:3]:
+            await board.claim(job, "w")
+        assert 590 < await held_for(board, jobs[3]) <= 600
+        await board.set_limit("g", rate=(2, 600.0))  # the window holds 3: still held
+        assert 590 < await held_for(board, jobs[3]) <= 600
+        await board.set_limit("g", rate=(5, 600.0))  # the ring kept the window's 3 (not the latest 2): 2 more permits
+        for job in jobs[3:5]:
+            await board.claim(job, "w")
+        assert 590 < await held_for(board, jobs[5]) <= 600
+        assert await board.clear_limit("g")
+        await board.set_limit("g", rate=(5, 600.0))  # the grants survive a cleared rate
+        await held_for(board, jobs[5])
+
+
+async def test_grants_later_than_now_from_a_boot_before_do_not_hold(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    async with open_board(f"sqlite://{path}?board=boot") as board:
+        await board.set_limit("g", rate=(2, 600.0))
+        jobs = [await board.post("w", group="g") for _ in range(5)]
+        for job in jobs[:2]:
+            await board.claim(job, "w")
+        await held_for(board, jobs[2])
+        with sqlite3.connect(path) as conn:  # the host's monotonic clock restarted: the grants are in its future
+            conn.execute("UPDATE jb_grant SET at=at+1e7 WHERE slot>=0")
+        for job in jobs[2:4]:
+            await board.claim(job, "w")
+        assert 590 < await held_for(board, jobs[4]) <= 600  # the two new grants fill the window
+
+
+async def test_a_version_2_files_grant_log_becomes_the_ring(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    async with open_board(f"sqlite://{path}?board=old") as board:
+        await board.set_limit("g", rate=(3, 600.0))
+        jobs = [await board.post("w", group="g") for _ in range(2)]
+    now = time.monotonic()
+    with sqlite3.connect(path, isolation_level=None) as conn:  # what version 2 kept: a log of grant times
+        for statement in ("DROP TABLE jb_grant", "ALTER TABLE jb_limit DROP COLUMN ring",
+                          "CREATE TABLE jb_grant(board INTEGER NOT NULL, grp TEXT NOT NULL, at REAL NOT NULL)",
+                          "CREATE INDEX jb_grant_at ON jb_grant(board, grp, at)", "PRAGMA user_version=2"):
+            conn.execute(statement)
+        board_id = conn.execute("SELECT id FROM jb_board WHERE name='old'").fetchone()[0]
+        conn.executemany("INSERT INTO jb_grant VALUES (?, 'g', ?)",
+                         [(board_id, now - ago) for ago in (700.0, 10.0, 5.0, 1.0)])
+    async with open_board(f"sqlite://{path}?board=old") as board:
+        assert 585 < await held_for(board, jobs[0]) <= 590  # the latest 3 kept: due when the one 10 s ago is 600 s
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*) FROM jb_grant WHERE slot>=0").fetchone()[0] == 3
+        assert conn.execute("SELECT at FROM jb_grant WHERE slot=-1").fetchone()[0] == 3
+
+
+async def test_two_boards_on_one_file_share_the_ring(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/jobs.db?board=shared"
+    async with open_board(url) as one, open_board(url) as two:
+        await one.set_limit("g", rate=(4, 600.0))
+        await one.post_many([NewJob("w", group="g") for _ in range(10)])
+        taken = [await board.claim_next("w") for _ in range(4) for board in (one, two)]
+        assert sum(claim is not None for claim in taken) == 4  # each board's grants count in the other's window
+        await two.set_limit("g", rate=(6, 600.0))  # a bigger count on the other board: 2 more, from either
+        assert await one.claim_next("w") is not None and await two.claim_next("w") is not None
+        assert await one.claim_next("w") is None and await two.claim_next("w") is None
