@@ -3,7 +3,7 @@
 Stored in the file, so every board of every process reads the same: ``jb_limit`` (a group's limit),
 ``jb_pause`` (paused names), ``jb_board.paused`` (the whole board) and ``jb_grant`` (a rated group's
 last ``count`` grant times, a ring on the host's ``CLOCK_MONOTONIC``, which every process of the host
-shares: slot ``n mod count`` holds grant ``n``'s time, slot -1 the group's grant number ``n``). ``jb_board.flow`` is positive while the board has a limit or a pause, and takes a new
+shares: slot ``n mod ring`` holds the time of the group's grant number ``n``, and ``n``). ``jb_board.flow`` is positive while the board has a limit or a pause, and takes a new
 value at every change of them (negative or 0 while there is none): a claim on a board without any runs
 the plain claim (one subquery more); otherwise it reads a :class:`Gate` first, the limits and pauses
 from the board's cache while ``flow`` has not changed.
@@ -31,7 +31,7 @@ CREATE TABLE IF NOT EXISTS jb_limit(
     board INTEGER NOT NULL, grp TEXT NOT NULL, concurrency INTEGER, sequence INTEGER NOT NULL DEFAULT 0,
     rate_count INTEGER, rate_period REAL, ring INTEGER, PRIMARY KEY(board, grp));
 CREATE TABLE IF NOT EXISTS jb_grant(
-    board INTEGER NOT NULL, grp TEXT NOT NULL, slot INTEGER NOT NULL, at REAL NOT NULL,
+    board INTEGER NOT NULL, grp TEXT NOT NULL, slot INTEGER NOT NULL, at REAL NOT NULL, n INTEGER NOT NULL,
     PRIMARY KEY(board, grp, slot)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS jb_pause(board INTEGER NOT NULL, name TEXT NOT NULL, PRIMARY KEY(board, name));
 CREATE INDEX IF NOT EXISTS jb_job_grp ON jb_job(board, grp, state, seq) WHERE grp IS NOT NULL;
@@ -74,11 +74,10 @@ def _rebuild(conn: sqlite3.Connection, board: int, group: str, rate: Rate, now: 
 
 
 def _ring(conn: sqlite3.Connection, board: int, group: str, newest_first: list[float]) -> None:
-    """Write ``group``'s ring anew: its grants ``newest_first`` in slots 0.., oldest first; the number after them."""
+    """Write ``group``'s ring anew: its grants ``newest_first`` in slots 0.., oldest first, numbered as their slots."""
     conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=?", (board, group))
-    rows = [(board, group, slot, at) for slot, at in enumerate(reversed(newest_first))]
-    conn.executemany("INSERT INTO jb_grant(board, grp, slot, at) VALUES (?,?,?,?)",
-                     [*rows, (board, group, -1, float(len(rows)))])
+    conn.executemany("INSERT INTO jb_grant(board, grp, slot, at, n) VALUES (?,?,?,?,?)",
+                     [(board, group, slot, at, slot) for slot, at in enumerate(reversed(newest_first))])
 
 
 def clock() -> float:
@@ -86,7 +85,7 @@ def clock() -> float:
     return time.monotonic()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Stored:
     """The limits and pauses of a board, read at ``jb_board.flow`` = ``version``."""
 
@@ -96,8 +95,12 @@ class Stored:
     limits: tuple[LimitSpec, ...]
     rings: dict[str, int]
     """A rated group -> its ring's slots (``jb_limit.ring``: at least the rate's count)."""
+    known: dict[str, int] = field(default_factory=dict)
+    """A rated group -> its next grant number as this board last knew it (checked by every gate: :meth:`Gate._rate_due`)."""
 
 
+SLOT_N = "(SELECT n FROM jb_grant WHERE board=? AND grp=? AND slot=?)"
+SLOT_AT = "(SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot=?)"
 LIMITS_A_STATEMENT = 64
 """Limits whose figures one ``SELECT`` reads (at most 7 columns each: SQLite's default cap is 2 000)."""
 
@@ -110,7 +113,7 @@ def gate(conn: sqlite3.Connection, scope: Scope) -> Gate | None:
     now = clock()
     cached = scope.stored if isinstance(scope.stored, Stored) else None
     first = cached.limits[:LIMITS_A_STATEMENT] if cached is not None and not cached.board_paused else ()
-    columns, params = _figures(first, scope.board, now, cached.rings if cached is not None else {})
+    columns, params = _figures(first, scope.board, now, cached)
     row = conn.execute(f"SELECT flow, paused{columns} FROM jb_board WHERE id=?", (*params, scope.board)).fetchone()
     version = int(row[0]) if row is not None else 0
     scope.gated = version > 0
@@ -122,22 +125,23 @@ def gate(conn: sqlite3.Connection, scope: Scope) -> Gate | None:
         rings = dict(conn.execute("SELECT grp, ring FROM jb_limit WHERE board=? AND ring IS NOT NULL", (scope.board,)))
         stored = scope.stored = Stored(version, bool(row[1]), names, tuple(_limits(conn, scope).values()), rings)
         first, values = (), []
-    found = Gate(stored.board_paused, stored.names, now=now, rings=stored.rings)
+    found = Gate(stored.board_paused, stored.names, now=now, rings=stored.rings, known=stored.known)
     if not found.board_paused:
         rest = stored.limits[len(first):]
         for start in range(0, len(rest), LIMITS_A_STATEMENT):
-            columns, params = _figures(rest[start:start + LIMITS_A_STATEMENT], scope.board, now, stored.rings)
+            columns, params = _figures(rest[start:start + LIMITS_A_STATEMENT], scope.board, now, stored)
             values += conn.execute(f"SELECT {columns[2:]}", params).fetchone()
         at = 0
         for limit in stored.limits:
-            at = found._look(limit, values, at)
+            at = found._look(conn, scope, limit, values, at)
     return found
 
 
-def _figures(limits: tuple[LimitSpec, ...], board: int, now: float, rings: dict[str, int]) -> tuple[str, list[Any]]:
+def _figures(limits: tuple[LimitSpec, ...], board: int, now: float, stored: Stored | None) -> tuple[str, list[Any]]:
     """``", (subquery), ..."`` and its parameters: what :meth:`Gate._look` reads of each of ``limits``, in order
     (each a seek in jb_job_grp or jb_grant's key): the running jobs; a sequence's first job in each live state;
-    a rated group's grant number ``n`` and the time of its grant ``n - count`` (slot ``(n - count) mod ring``)."""
+    a rated group's numbers in the slots of grants ``n - 1`` and ``n`` (``n``: its next grant number as
+    ``stored`` knows it) and the time of grant ``n - count``."""
     columns: list[str] = []
     params: list[Any] = []
     for limit in limits:
@@ -149,11 +153,12 @@ def _figures(limits: tuple[LimitSpec, ...], board: int, now: float, rings: dict[
             columns += [f"(SELECT min(seq) FROM jb_job WHERE board=? AND grp=? AND state={state})" for state in (0, 1, 2)]
             params += [board, group] * 3
         if limit.rate is not None:
-            columns += ["(SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot=-1)",
-                        ("(SELECT g.at FROM jb_grant n, jb_grant g WHERE n.board=? AND n.grp=? AND n.slot=-1"
-                         " AND n.at>=? AND g.board=n.board AND g.grp=n.grp AND g.slot=(CAST(n.at AS INTEGER) - ?) % ?)")]
             count = limit.rate.count
-            params += [board, group, board, group, count, count, rings.get(group, count)]
+            ring = stored.rings.get(group, count) if stored is not None else count
+            number = stored.known.get(group, 0) if stored is not None else 0
+            columns += [SLOT_N, SLOT_N, SLOT_AT]
+            params += [board, group, (number - 1) % ring, board, group, number % ring,
+                       board, group, (number - count) % ring if number >= count else -1]
     return "".join(f", {column}" for column in columns), params
 
 
@@ -228,7 +233,7 @@ def _limits(conn: sqlite3.Connection, scope: Scope) -> dict[str, LimitSpec]:
 
 def _width(limit: LimitSpec) -> int:
     """How many figures :func:`_figures` reads of ``limit``."""
-    return (limit.concurrency is not None) + 3 * limit.sequence + 2 * (limit.rate is not None)
+    return (limit.concurrency is not None) + 3 * limit.sequence + 3 * (limit.rate is not None)
 
 
 @dataclass(slots=True)
@@ -247,9 +252,11 @@ class Gate:
     """A rated group with a permit free -> its grant number (the next grant's, see :meth:`granted`)."""
     rings: dict[str, int] = field(default_factory=dict)
     """A rated group -> its ring's slots (:class:`Stored`)."""
+    known: dict[str, int] = field(default_factory=dict)
+    """:attr:`Stored.known` (updated by this gate)."""
     now: float = 0.0
 
-    def _look(self, limit: LimitSpec, values: list[Any], at: int) -> int:
+    def _look(self, conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, values: list[Any], at: int) -> int:
         """Judge ``limit``'s group from its figures (``values[at:]``, as :func:`_figures` lists them); return
         where the next limit's figures begin."""
         group, rate = limit.group, limit.rate
@@ -270,23 +277,34 @@ class Gate:
             if live:
                 self.heads[group] = int(firsts[0])
         if rate is not None:
-            due = self._rate_due(group, rate, mine)
+            due = self._rate_due(conn, scope, group, rate, mine)
             if due is not None:
                 self.held[group] = ("rate", due)
         return at + _width(limit)
 
-    def _rate_due(self, group: str, rate: Rate, figures: list[Any]) -> float | None:
+    def _rate_due(self, conn: sqlite3.Connection, scope: Scope, group: str, rate: Rate,
+                  figures: list[Any]) -> float | None:
         """Seconds until the group's next permit, or ``None`` when one is free now.
 
-        ``figures`` (read with the gate's version): the group's grant number ``n`` and the time of its grant
-        ``n - count``, the oldest of its last ``count`` (the ring holds its last ``ring >= count``). A permit
-        is free iff there is none, or it is ``period`` old, or later than now (a boot before's: the host's
-        monotonic clock restarted); else it is due when that grant is ``period`` old (exact: the window holds
-        ``count``). Within a boot grants are numbered in time order, so a window never holds more."""
-        number, oldest = figures
+        The ring holds the group's last ``ring >= count`` grants, numbered 0, 1, ...: slot ``i`` the latest
+        number ``= i mod ring``. ``figures`` (read with the gate's version, for ``n`` = the next number as
+        this board knew it): the numbers in slots ``n - 1`` and ``n`` and the time of grant ``n - count``.
+        They prove ``n`` right iff slot ``n - 1`` holds ``n - 1`` (empty for 0) and slot ``n`` holds less
+        or nothing; else ``n`` is found by a binary search of the slots (another board granted since).
+        A permit is free iff grant ``n - count`` is none, ``period`` old, or later than now (a boot
+        before's: the host's monotonic clock restarted); else it is due when that grant is ``period`` old
+        (exact: the window holds ``count``; within a boot, numbers are in time order)."""
+        before, after, oldest = figures
+        ring, number = self.rings.get(group, rate.count), self.known.get(group, 0)
+        if before != (number - 1 if number else None) or (after is not None and after >= number):
+            number = _next_number(conn, scope.board, group, ring)
+            oldest = None if number < rate.count else conn.execute(
+                "SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot=?",
+                (scope.board, group, (number - rate.count) % ring)).fetchone()[0]
+        self.known[group] = number
         if oldest is not None and self.now - rate.period < oldest <= self.now:
             return max(1e-3, float(oldest) + rate.period - self.now)
-        self.numbers[group] = 0 if number is None else int(number)
+        self.numbers[group] = number
         return None
 
     def condition(self) -> tuple[str, list[Any]]:
@@ -326,18 +344,35 @@ class Gate:
 
     def granted(self, conn: sqlite3.Connection, scope: Scope, group: str | None) -> None:
         """A claim of a job of ``group`` was taken (at most one a gate): counted in the group's rate, one
-        statement writing the ring's slot ``n mod ring`` and the grant number ``n + 1``."""
+        row written (grant ``n`` in slot ``n mod ring``, over grant ``n - ring``)."""
         rate = None if group is None else self.rates.get(group)
         if group is None or rate is None:
             return
+        ring = self.rings.get(group, rate.count)
         number = self.numbers.pop(group, None)
-        if number is None:  # not judged free by this gate (a caller's mistake): read the number, grant anyway
-            row = conn.execute("SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot=-1", (scope.board, group))
-            number = int(next(iter(row), (0,))[0])
-        conn.execute("INSERT OR REPLACE INTO jb_grant(board, grp, slot, at) VALUES (?1,?2,?3,?4), (?1,?2,-1,?5)",
-                     (scope.board, group, number % self.rings.get(group, rate.count), self.now, float(number + 1)))
+        if number is None:  # not judged free by this gate (a caller's mistake): find the number, grant anyway
+            number = _next_number(conn, scope.board, group, ring)
+        conn.execute("INSERT OR REPLACE INTO jb_grant(board, grp, slot, at, n) VALUES (?,?,?,?,?)",
+                     (scope.board, group, number % ring, self.now, number))
+        self.known[group] = number + 1
 
     def next_permit(self) -> float | None:
         """Seconds until the first rate-held group's next permit (``wait`` sleeps until then)."""
         dues = [due for why, due in self.held.values() if why == "rate" and due is not None]
         return min(dues) if dues else None
+
+
+def _next_number(conn: sqlite3.Connection, board: int, group: str, ring: int) -> int:
+    """The group's next grant number, by a binary search of its ring (at most ``log2(ring) + 2`` seeks): the
+    slots from 0 hold numbers not below slot 0's up to the latest, then smaller ones or none."""
+    def number(slot: int) -> int:
+        row = conn.execute("SELECT n FROM jb_grant WHERE board=? AND grp=? AND slot=?", (board, group, slot)).fetchone()
+        return -1 if row is None else int(row[0])
+    first = number(0)
+    if first < 0:
+        return 0
+    low, high = 1, ring
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if number(middle) < first else (middle + 1, high)
+    return number(low - 1) + 1

@@ -14,6 +14,7 @@ import anyio
 import pytest
 
 from jobboard import HeldBack, NewJob, open_board
+from jobboard_sqlite import flow
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -35,9 +36,9 @@ async def test_interleaved_rated_groups_each_get_their_count_and_keep_count_rows
         await anyio.sleep(period + 0.1)  # every grant a period old: the next grant overwrites its group's oldest
         await board.claim(jobs["a"][3], "w")
         with sqlite3.connect(path) as conn:
-            left = dict(conn.execute("SELECT grp, count(*) FROM jb_grant WHERE slot>=0 GROUP BY grp").fetchall())
-            numbers = dict(conn.execute("SELECT grp, at FROM jb_grant WHERE slot=-1").fetchall())
-        assert left == {"a": 3, "b": 3} and numbers == {"a": 4, "b": 3}
+            left = dict(conn.execute("SELECT grp, count(*) FROM jb_grant GROUP BY grp").fetchall())
+            latest = dict(conn.execute("SELECT grp, max(n) FROM jb_grant GROUP BY grp").fetchall())
+        assert left == {"a": 3, "b": 3} and latest == {"a": 3, "b": 2}
 
 
 async def test_the_figures_of_more_limits_than_one_statement_reads_are_all_judged(tmp_path: Path) -> None:
@@ -92,7 +93,7 @@ async def test_grants_later_than_now_from_a_boot_before_do_not_hold(tmp_path: Pa
             await board.claim(job, "w")
         await held_for(board, jobs[2])
         with sqlite3.connect(path) as conn:  # the host's monotonic clock restarted: the grants are in its future
-            conn.execute("UPDATE jb_grant SET at=at+1e7 WHERE slot>=0")
+            conn.execute("UPDATE jb_grant SET at=at+1e7")
         for job in jobs[2:4]:
             await board.claim(job, "w")
         assert 590 < await held_for(board, jobs[4]) <= 600  # the two new grants fill the window
@@ -116,8 +117,7 @@ async def test_a_version_2_files_grant_log_becomes_the_ring(tmp_path: Path) -> N
         assert 585 < await held_for(board, jobs[0]) <= 590  # the latest 3 kept: due when the one 10 s ago is 600 s
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
-        assert conn.execute("SELECT count(*) FROM jb_grant WHERE slot>=0").fetchone()[0] == 3
-        assert conn.execute("SELECT at FROM jb_grant WHERE slot=-1").fetchone()[0] == 3
+        assert conn.execute("SELECT count(*), max(n) FROM jb_grant").fetchone() == (3, 2)
 
 
 async def test_two_boards_on_one_file_share_the_ring(tmp_path: Path) -> None:
@@ -130,3 +130,15 @@ async def test_two_boards_on_one_file_share_the_ring(tmp_path: Path) -> None:
         await two.set_limit("g", rate=(6, 600.0))  # a bigger count on the other board: 2 more, from either
         assert await one.claim_next("w") is not None and await two.claim_next("w") is not None
         assert await one.claim_next("w") is None and await two.claim_next("w") is None
+
+
+def test_the_next_grant_number_is_found_in_any_state_of_a_ring() -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE jb_job(board, grp, state, seq)")
+    conn.executescript(flow.DDL)
+    for ring in (1, 2, 5, 8):
+        for granted in range(3 * ring + 2):  # empty, filling, full and wrapped one or more times
+            conn.execute("DELETE FROM jb_grant")
+            conn.executemany("INSERT OR REPLACE INTO jb_grant(board, grp, slot, at, n) VALUES (1, 'g', ?, 0, ?)",
+                             [(number % ring, number) for number in range(granted)])
+            assert flow._next_number(conn, 1, "g", ring) == granted
