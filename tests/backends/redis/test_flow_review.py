@@ -14,8 +14,13 @@ import pytest
 from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
 from jobboard.errors import HeldBack, JobNotFound, NotClaimable
-from jobboard.job import Claim, Job, JobState
+from jobboard.job import Claim, JobState
 from jobboard_redis import RedisBackend
+from tests.support.flow_review import (
+    exhausted_at_claim_takes_no_grant,
+    held_back_exhausted_job,
+    sequence_in_posting_order,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -110,28 +115,6 @@ async def test_a_malformed_parked_job_does_not_break_the_consume_of_its_groups_h
             assert nxt is not None and nxt.job.id == last.id
 
 
-async def held_back_exhausted_job(board: JobBoard, case: str) -> Job:
-    """A job whose attempts are used up, held back by ``case`` ('paused', 'sequence', 'concurrency')."""
-    group = None if case == "paused" else "g"
-    if case == "sequence":
-        await board.set_limit("g", sequence=True)
-        head = await board.post("w", group="g")
-        await board.trash(await board.claim(head, "o"), "bad")  # a trashed job does not stop the sequence
-    elif case == "concurrency":
-        await board.set_limit("g", concurrency=1)
-        head = await board.post("w", group="g")
-    job = await board.post("w", group=group, max_attempts=1)
-    await board.abandon(await board.claim(job, "o"))  # its one attempt used
-    if case == "paused":
-        await board.pause("w")
-    elif case == "sequence":
-        await board.requeue(head.id)  # back at its place, ahead of `job`
-        await board.claim(head, "o")
-    else:
-        await board.claim(head, "o")  # the group's one permit
-    return job
-
-
 @pytest.mark.parametrize("case", ["paused", "sequence", "concurrency"])
 async def test_claim_next_trashes_no_held_back_job_whose_attempts_are_used_up(redis_url: str, case: str) -> None:
     with anyio.fail_after(30):
@@ -139,28 +122,6 @@ async def test_claim_next_trashes_no_held_back_job_whose_attempts_are_used_up(re
             job = await held_back_exhausted_job(board, case)
             assert await board.claim_next("o2") is None
             assert await board.state(job) is JobState.UNCLAIMED
-
-
-async def sequence_in_posting_order(board: JobBoard) -> None:
-    """A sequence's jobs run in posting order: a later job of a higher priority waits, a delayed head holds the
-    group until it is due, an abandoned head runs again first."""
-    await board.set_limit("s", sequence=True)
-    head = await board.post("w", group="s", delay=0.4)
-    urgent = await board.post("w", group="s", priority="high")
-    plain = await board.post("w")
-    first = await board.claim_next("o")
-    assert first is not None and first.job.id == plain.id  # the delayed head holds its group
-    with pytest.raises(HeldBack):
-        await board.claim(urgent, "o")
-    await anyio.sleep(0.5)
-    claim = await board.claim_next("o")
-    assert claim is not None and claim.job.id == head.id
-    await board.abandon(claim)
-    again = await board.claim_next("o")
-    assert again is not None and again.job.id == head.id
-    await board.consume(again)
-    last = await board.claim_next("o")
-    assert last is not None and last.job.id == urgent.id
 
 
 async def test_a_sequence_runs_in_posting_order_past_priorities_delays_and_abandons(redis_url: str) -> None:
@@ -183,22 +144,6 @@ async def test_a_claim_resent_after_a_lost_reply_counts_once_in_its_rate_window(
             assert int(await client.command("ZCARD", f"{prefix}rl:g")) == 1
             assert await board.claim_next("o") is not None  # the rate's second grant
             assert await board.claim_next("o") is None
-
-
-async def exhausted_at_claim_takes_no_grant(board: JobBoard) -> None:
-    """A job trashed at claim_next for its used-up attempts takes no permit and no rate grant."""
-    spent = await board.post("w", group="g", max_attempts=1, priority="high")
-    await board.abandon(await board.claim(spent, "o"))
-    await board.set_limit("g", concurrency=1, rate=(1, 60.0))
-    plain = await board.post("w", group="g")
-    await board.post("w", group="g")
-    claim = await board.claim_next("o")
-    assert claim is not None and claim.job.id == plain.id
-    assert await board.state(spent) is JobState.TRASHED
-    [limit] = await board.limits()
-    assert (limit.running, limit.waiting) == (1, 1)
-    await board.consume(claim)
-    assert await board.claim_next("o") is None  # the rate's one grant went to `plain`
 
 
 async def test_a_job_trashed_at_claim_for_its_attempts_takes_no_permit_nor_rate_grant(redis_url: str) -> None:
