@@ -175,7 +175,9 @@ class RedisClient:
             raise ConnectionLost(f"Redis {host}:{port} named by the Sentinels is not the primary (yet)")
         if learn:
             try:
-                self._learned(judge(replies[asked:], server=f"Redis {host}:{port}", strict=strict), f"{host}:{port}")
+                learned = judge(replies[asked:], server=f"Redis {host}:{port}", strict=strict,
+                                relaxed=options.durability == "relaxed")
+                self._learned(learned, f"{host}:{port}")
             except (JobBoardError, ConnectionLost):
                 wire.close()
                 raise

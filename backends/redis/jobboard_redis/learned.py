@@ -39,8 +39,8 @@ def questions(strict: bool) -> list[list[Arg]]:
     return [*asked, ["CONFIG", "GET", "append*"]] if strict else asked
 
 
-def judge(replies: Sequence[Any], *, server: str, strict: bool) -> Learned:
-    """Read the replies to :func:`questions` (same order).
+def judge(replies: Sequence[Any], *, server: str, strict: bool, relaxed: bool = False) -> Learned:
+    """Read the replies to :func:`questions` (same order); ``relaxed``: a server without appendonly is not warned of.
 
     :raises JobBoardError: Redis older than 7.0, evicting keys, or (``strict``) not fsyncing every write.
     """
@@ -61,7 +61,7 @@ def judge(replies: Sequence[Any], *, server: str, strict: bool) -> Learned:
     elif persistence.get("loading") == "1":  # INFO says aof_enabled:0 while an AOF loads at start-up
         appendonly = True
     off = f"{server} has appendonly off: acknowledged posts and settles since the last snapshot (if any) are lost"
-    warnings = () if appendonly else (f"{off} if it stops",)
+    warnings = () if appendonly or relaxed else (f"{off} if it stops",)
     return Learned(replicas=replicas_of(replies[3]), warnings=warnings)
 
 

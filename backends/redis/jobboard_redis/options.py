@@ -86,8 +86,8 @@ def order(text: str) -> str:
 
 
 def durability(text: str) -> str:
-    if text not in ("default", "strict"):
-        raise ValueError("must be default or strict")
+    if text not in ("default", "strict", "relaxed"):
+        raise ValueError("must be default, strict or relaxed")
     return text
 
 

@@ -225,6 +225,11 @@ async def test_persistence_off_is_warned_about(server: RedisServer, caplog: pyte
         async with open_board(board_url(server.url(""))):
             pass
     assert any("appendonly off" in record.getMessage() for record in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING), anyio.fail_after(20):  # the user said they accept it
+        async with open_board(board_url(server.url(""), durability="relaxed")):
+            pass
+    assert not any("appendonly off" in record.getMessage() for record in caplog.records)
 
 
 async def test_no_false_persistence_warning_while_redis_loads_its_aof(caplog: pytest.LogCaptureFixture) -> None:
