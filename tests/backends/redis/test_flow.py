@@ -200,6 +200,6 @@ async def test_a_resent_clear_limit_answers_what_the_first_call_found(redis_url:
             assert await board.clear_limit("g") is False
 
 
-def test_the_spread_board_declares_flow_control_unsupported() -> None:
-    assert SpreadBackend.set_limit is Backend.set_limit  # so flow_control is False and the cases skip
+def test_the_spread_board_implements_flow_control() -> None:
+    assert SpreadBackend.set_limit is not Backend.set_limit  # so the conformance flow cases run on it
     assert RedisBackend.set_limit is not Backend.set_limit

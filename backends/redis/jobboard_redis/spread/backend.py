@@ -5,7 +5,9 @@ own hash tag, so in its own slot, on a master chosen for an even spread (:mod:`.
 still runs inside one slot. A job's id names its partition (id mod K), so every call about a job goes to one
 partition. Where a job goes when posted:
 
-- with a key: the key's partition (``CRC16(key) mod K``), so a key finds its job from any board;
+- with a group: the group's partition (``CRC16(group) mod K``), where its limit and permits are kept
+  (:mod:`.flow`), whatever its key or dependencies;
+- else with a key: the key's partition (``CRC16(key) mod K``), so a key finds its job from any board;
 - else with dependencies: its first dependency's partition;
 - else: the board's home partition (each board of a fleet gets the next one at open); with ``order=exact``, the
   next partition in turn, so that one poster spreads its jobs over every master (a ``post_many`` call's plain
@@ -49,11 +51,13 @@ from jobboard.backend import (
     Settle,
     TrashedJob,
 )
+from jobboard.board.limits import GroupLimit, LimitSpec, Paused
 from jobboard.errors import DependencyMissing
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.cluster import crc16
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.spread.claims import HomeClaims, SpreadClaims, score_of
+from jobboard_redis.spread.flow import SpreadFlow, group_index
 from jobboard_redis.spread.layout import open_layout
 from jobboard_redis.spread.links import Forwarder
 
@@ -76,6 +80,7 @@ class SpreadBackend(Backend):
         self.exact = self.options.order == "exact"
         self.links = Forwarder([], self.part_of)
         self.claims: SpreadClaims | HomeClaims = SpreadClaims([])
+        self.flow = SpreadFlow([])
 
     # -- lifecycle -----------------------------------------------------------
 
@@ -94,6 +99,7 @@ class SpreadBackend(Backend):
             raise failed[0]
         self.parts, self._open = parts, True
         self.links = Forwarder(parts, self.part_of)
+        self.flow = SpreadFlow(parts)
         self.claims = SpreadClaims(parts) if self.exact else HomeClaims(parts, self.home)
         for part in parts:
             part.forward = self.links.forward
@@ -122,6 +128,8 @@ class SpreadBackend(Backend):
     def _index_of_post(self, prepared: Prepared, plain: int) -> int:
         """Where ``prepared`` goes (``plain``: for a job without key or dependencies)."""
         posting = prepared.posting
+        if posting.group:
+            return group_index(posting.group, len(self.parts))
         if posting.key is not None:
             return crc16(posting.key.encode()) % len(self.parts)
         if posting.depends_on:
@@ -281,6 +289,26 @@ class SpreadBackend(Backend):
     @property
     def events_decoded(self) -> int:
         return sum(part.events_decoded for part in self.parts)
+
+    # -- flow control: a group's limit in its partition, pauses in every one (:mod:`.flow`) ---------------
+
+    async def set_limit(self, limit: LimitSpec) -> None:
+        await self.flow.set_limit(limit)
+
+    async def clear_limit(self, group: str) -> bool:
+        return await self.flow.clear_limit(group)
+
+    async def limits(self) -> list[GroupLimit]:
+        return await self.flow.limits()
+
+    async def pause(self, name: str | None) -> None:
+        await self.flow.pause(name)
+
+    async def resume(self, name: str | None) -> None:
+        await self.flow.resume(name)
+
+    async def paused(self) -> Paused:
+        return await self.flow.paused()
 
     # -- entities: in partition 0 ----------------------------------------------
 
