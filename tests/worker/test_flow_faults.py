@@ -28,6 +28,7 @@ import pytest
 
 from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
+from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401 (the redis-spread board's cluster)
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -62,7 +63,7 @@ async def main():
 anyio.run(main)
 """
 
-SESSION_TIMEOUT = {"sqlite": 1.0, "zookeeper": 2.0, "postgresql": 1.0, "redis": 1.0}
+SESSION_TIMEOUT = {"sqlite": 1.0, "zookeeper": 2.0, "postgresql": 1.0, "redis": 1.0, "redis-spread": 1.0}
 """Seconds after which a stopped worker's claims are taken from it (the fastest each backend allows here)."""
 LIMITS = {"k1": 1, "k2": 2, "k5": 5, "seq": 1}
 
@@ -169,7 +170,7 @@ def check_history(events: list[list[str]], posted_order: list[str],
     return dict(most), starts, stale
 
 
-@pytest.fixture(params=("sqlite", "zookeeper", "postgresql", "redis"))
+@pytest.fixture(params=("sqlite", "zookeeper", "postgresql", "redis", "redis-spread"))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, float]:
     """A fresh board's URL on each backend, and its session timeout."""
     timeout, name = SESSION_TIMEOUT[request.param], f"flow-{uuid.uuid4().hex}"
@@ -180,6 +181,9 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, float]
         return f"{shared_url()}?board={name}&session_timeout={timeout}&reap_interval=0.2", timeout
     if request.param == "redis":
         return f"{request.getfixturevalue('redis_url')}/0/{name}?session_timeout={timeout}", timeout
+    if request.param == "redis-spread":  # the spread board (tests/backends/redis/test_spread.py's cluster)
+        seeds = request.getfixturevalue("cluster_seeds")
+        return f"redis://{seeds}/0/{name}?cluster=1&partitions=3&session_timeout={timeout}", timeout
     return f"zookeeper://{request.getfixturevalue('zk_hosts')}/flow-faults/{name}?session_timeout={timeout}", timeout
 
 
