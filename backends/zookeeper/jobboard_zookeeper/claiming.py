@@ -186,6 +186,8 @@ class Claimer:
 
     async def _claim_candidate(self, job: str, owner: str, names: Collection[str] | None,
                                skips: Skips) -> Claim | None:
+        if skips.passes_over_unread(job):  # a held group's job, its group known: not read again
+            return None
         stored = await self._ahead.candidate(job)
         if stored is None:
             return None

@@ -131,7 +131,8 @@ class Flow:
         self.state = FlowState()
         self._stale = True
         self.groups: dict[str, str | None] = {}
-        """Each job's group as read (a group never changes), for the sequences' heads."""
+        """Each job's group as read (a group never changes), for the sequences' heads and passing over held
+        jobs unread (:meth:`Skips.passes_over_unread`)."""
         self._parents: set[str] = set()
         """Permits parents known to exist."""
         self._counts: dict[str, tuple[int, int]] = {}
@@ -313,6 +314,12 @@ class Flow:
 
         return op, granted
 
+    def remember(self, job_id: str, group: str | None) -> None:
+        """Note ``job_id``'s group as read (:attr:`groups`, bounded: cleared past 100 000 jobs)."""
+        if len(self.groups) > 100_000:
+            self.groups.clear()
+        self.groups[job_id] = group
+
     async def _head(self, job_id: str, group: str) -> str:
         """The first job of ``group`` on the board (listed now), ``job_id`` if none was posted before it."""
         zk, mine = self._session(), sequence_of(job_id)
@@ -323,11 +330,9 @@ class Flow:
                 earlier += [f"{path}/{name}" for name in (listed[0] if listed else [])
                             if is_job_id(name) and sequence_of(name) < mine]
         unknown = [path for path in earlier if path.rsplit("/", 1)[1] not in self.groups]
-        if len(self.groups) > 100_000:
-            self.groups.clear()
         for path, node in zip(unknown, await zk.get_many(unknown) if unknown else [], strict=True):
             if node is not None:
-                self.groups[path.rsplit("/", 1)[1]] = group_of(node[0])
+                self.remember(path.rsplit("/", 1)[1], group_of(node[0]))
         ours = [name for path in earlier if self.groups.get(name := path.rsplit("/", 1)[1]) == group]
         return min(ours, key=sequence_of) if ours else job_id
 
@@ -352,8 +357,17 @@ class Skips:
         """Seconds until the earliest rate permit a held-back job waits for."""
 
     def passes_over(self, job_id: str, posting: Posting) -> bool:
-        """Whether this pass already knows flow control holds ``job_id`` back (no I/O)."""
-        group = posting.group
+        """Whether this pass already knows flow control holds ``job_id`` back (no I/O); its group is
+        remembered (:meth:`passes_over_unread`)."""
+        self._flow.remember(job_id, posting.group)
+        return self._held(job_id, posting.group)
+
+    def passes_over_unread(self, job_id: str) -> bool:
+        """Whether this pass knows flow control holds ``job_id`` back without reading it: its group, once read,
+        is known (a job's group never changes), so a rate-held group's jobs are not read one by one."""
+        return self._held(job_id, self._flow.groups.get(job_id))
+
+    def _held(self, job_id: str, group: str | None) -> bool:
         return group is not None and (group in self.groups or self.heads.get(group, job_id) != job_id)
 
     def note(self, group: str | None, refusal: HeldBack) -> None:

@@ -102,3 +102,30 @@ async def test_a_claim_no_limit_concerns_reads_nothing_more(zk_hosts: str) -> No
         await board.pause("another-name")
         await requests_per_cycle()  # (the first claim after a change reads the state once)
         assert await requests_per_cycle() == plain
+
+
+async def test_a_rate_held_groups_jobs_are_passed_over_unread(zk_hosts: str) -> None:
+    """A group out of its rate with many jobs waiting: ``claim_next`` and ``wait`` read one of them (its refusal
+    holds the group for the rest of the pass), not every one (a job's group, once read, is known), so a waiter
+    is not late by a read per job when its permit comes; a job of no group behind them is still claimed."""
+    url = board_url(zk_hosts, session_timeout=4)
+    async with open_board(url) as board:
+        backend = board.backend
+        assert isinstance(backend, ZooKeeperBackend)
+        await board.set_limit("api", rate=(1, 60.0))
+        await board.post_many([NewJob("call", group="api") for _ in range(100)])
+        first = await board.claim_next("w")
+        assert first is not None and first.job.group == "api"
+        with anyio.fail_after(10):
+            assert await board.claim_next("w") is None  # (reads the waiting jobs once: their groups are learnt)
+            before = backend.zk.requests_sent
+            assert await board.claim_next("w") is None
+            held_claim = backend.zk.requests_sent - before
+            before = backend.zk.requests_sent
+            with anyio.move_on_after(0.3):
+                await board.wait()
+            held_wait = backend.zk.requests_sent - before
+            assert held_claim <= 3 and held_wait <= 3, (held_claim, held_wait)  # (3, 100) before: wait read each job
+            ungrouped = (await board.post("other")).id
+            claim = await board.claim_next("w")
+            assert claim is not None and claim.job.id == ungrouped
