@@ -54,10 +54,23 @@ async def wake_latency(enqueue: Callable[[], Awaitable[Any]], ran: asyncio.Event
     return statistics.median(latencies) * 1000
 
 
+async def bounded(work: Awaitable[Any], seconds: float, cancel: bool = True) -> None:
+    """Wait at most ``seconds`` for ``work`` (a task or a coroutine, cancelled first when ``cancel``), then at most
+    5 s more for its cancellation; a task that still will not end is left behind (``asyncio.wait_for`` would
+    wait for it forever: SAQ's worker shutdown did), and so is any error it raised."""
+    task = asyncio.ensure_future(work)
+    if cancel:
+        task.cancel()
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task}, timeout=5)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: not logged as never retrieved
+
+
 async def stopped(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
+    await bounded(task, 5)
 
 
 # -- pgqueuer (asyncpg): Queries.enqueue with lists is its bulk path; QueueManager runs the jobs ----------
@@ -130,9 +143,7 @@ async def pgqueuer_wake(url: str, samples: int) -> float:
         return await wake_latency(lambda: queries.enqueue("cycle", None), ran, samples)
     finally:
         manager.shutdown.set()
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(task, 5)
-        await stopped(task)
+        await bounded(task, 5, cancel=False)
         await worker_connection.close()
         await connection.close()
 
@@ -195,7 +206,7 @@ async def _saq(url: str) -> Any:
     try:
         yield queue
     finally:
-        await queue.disconnect()
+        await bounded(queue.disconnect(), 10, cancel=False)
 
 
 async def saq_cycle(url: str, jobs: int, workers: int) -> Result:
@@ -216,7 +227,7 @@ async def saq_cycle(url: str, jobs: int, workers: int) -> Result:
         task = asyncio.ensure_future(worker.start())
         await asyncio.wait_for(finished.wait(), 120)
         elapsed = time.perf_counter() - started
-        await worker.stop()
+        await bounded(worker.stop(), 10, cancel=False)
         await stopped(task)
         return {"post_many_per_s": None, "cycles_per_s": jobs / elapsed}
 
@@ -240,7 +251,7 @@ async def saq_wake(url: str, samples: int) -> float:
         try:
             return await wake_latency(lambda: queue.enqueue("cycle", n=0), ran, samples)
         finally:
-            await worker.stop()
+            await bounded(worker.stop(), 10, cancel=False)
             await stopped(task)
 
 
