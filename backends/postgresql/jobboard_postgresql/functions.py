@@ -118,6 +118,20 @@ BEGIN
   RETURN v_ids;
 END $$;
 
+CREATE OR REPLACE FUNCTION jb.post_head(p_board text, p_names text[]) RETURNS text
+LANGUAGE plpgsql AS $$  -- a plain batch that COPY writes next in this transaction: its ids (ascending, as text:
+DECLARE v_ids bigint[]; v_ready int := coalesce(cardinality(p_names), 0);  -- no array type for the driver to
+BEGIN                                                                      -- look up), its events, its wake-ups
+  SELECT array_agg(x.id ORDER BY x.id) INTO v_ids
+    FROM (SELECT nextval('jb.job_id') AS id FROM generate_series(1, v_ready)) x;
+  IF EXISTS (SELECT 1 FROM jb.observed o WHERE o.board = p_board AND o.until > jb.now()) THEN  -- events() runs
+    INSERT INTO jb.event (board, kind, job, detail) SELECT p_board, 'posted', e.id, e.name
+      FROM unnest(v_ids, p_names) AS e(id, name);
+  END IF;
+  WHILE v_ready > 0 AND jb.wake(p_board) LOOP v_ready := v_ready - 1; END LOOP;
+  RETURN array_to_string(v_ids, ',');
+END $$;
+
 CREATE OR REPLACE FUNCTION jb.post_many(
   p_board text, p_names text[], p_ranks smallint[], p_maxes int[], p_not_befores float8[], p_keys text[],
   p_tokens uuid[], p_keeps boolean[], p_rttls float8[], p_tttls float8[], p_deps text[], p_postings bytea[],

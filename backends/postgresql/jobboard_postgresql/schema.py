@@ -25,12 +25,14 @@ from jobboard_postgresql.flow_sql import FLOW_FUNCTIONS, FLOW_TABLES
 from jobboard_postgresql.functions import FUNCTIONS
 from jobboard_postgresql.settles import SETTLES
 
-VERSION = 17
+VERSION = 18
 """14: before flow control; 15: flow control's first build (rate grants at the statement's start, a gates
 recount that could miss a concurrent pause); 16: flow control (:mod:`~jobboard_postgresql.flow_sql`:
 ``job.grp``, ``trash.grp`` and the ``flow*`` tables, added to a version 14 or 15 schema by its first open
 at version 16; its functions are always replaced); 17: ``observed`` (``post_plain`` writes its ``posted``
-events only while a board of the same name reads events; created by an older schema's first open at 17)."""
+events only while a board of the same name reads events; created by an older schema's first open at 17); 18:
+``post_head`` (a plain ``post_many`` batch written by ``COPY``, :mod:`jobboard_postgresql.bulk`; no table
+changes: an older schema's first open at 18 replaces the functions)."""
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;

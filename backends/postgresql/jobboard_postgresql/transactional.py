@@ -12,8 +12,10 @@ caller's connection: a failure is the caller's transaction's, raised as ``Backen
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -41,20 +43,28 @@ async def fetch_on(connection: Any, what: str, query: str, args: tuple[Any, ...]
     :raises Unsupported: not a connection this backend can write in.
     """
     driver = await driver_of(connection)
-    try:
+    with caller_errors(what):
         if isinstance(driver, asyncpg.Connection):
             return [dict(row) for row in await driver.fetch(query, *args)]
         module = type(driver).__module__
         if module.startswith("psycopg.") or module == "psycopg":
             return await _psycopg(driver, PLACEHOLDER.sub("%s", query), args)
+    raise Unsupported(f"postgresql:// writes in an asyncpg or psycopg 3 connection (or SQLAlchemy's over them), "
+                      f"not a {type(driver).__module__}.{type(driver).__name__}")
+
+
+@contextlib.contextmanager
+def caller_errors(what: str) -> Iterator[None]:
+    """A failure on the caller's connection as the contract's error: ``BackendUnavailable`` when transient (or
+    the driver's connection error), ``BoardConflict`` or the like when permanent; the board's own errors pass."""
+    try:
+        yield
     except JobBoardError:
         raise
     except Exception as error:
         if transient(error) or type(error).__name__ in ("OperationalError", "InterfaceError"):
             raise BackendUnavailable(f"postgresql: {what} in the caller's transaction: {error}") from error
         raise permanent(error, f"{what} in the caller's transaction") from error
-    raise Unsupported(f"postgresql:// writes in an asyncpg or psycopg 3 connection (or SQLAlchemy's over them), "
-                      f"not a {type(driver).__module__}.{type(driver).__name__}")
 
 
 async def _psycopg(driver: Any, query: str, args: tuple[Any, ...]) -> list[dict[str, Any]]:

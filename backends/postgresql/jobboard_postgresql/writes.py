@@ -35,10 +35,11 @@ from jobboard.errors import (
     NotOwner,
     Unsupported,
 )
+from jobboard_postgresql.bulk import Copier, copyable
 from jobboard_postgresql.database import Database
 from jobboard_postgresql.flow import held_back
 from jobboard_postgresql.rows import claim_of, encode_error, encode_progress, job_of, post_arguments
-from jobboard_postgresql.transactional import fetch_on
+from jobboard_postgresql.transactional import caller_errors, driver_of, fetch_on
 
 PLAIN_QUERY = ("SELECT jb.post_plain($1::text, $2::text[], $3::smallint[], $4::int[], $5::float8[], $6::uuid[], "
                "$7::boolean[], $8::float8[], $9::float8[], $10::bytea[], $11::text[]) AS ids")
@@ -62,6 +63,7 @@ class Writer:
         self.session_of: Callable[[], int] = lambda: 0
         """The board's current session id (read at each attempt of a call: a retry after a renewal uses the new one)."""
         self.key_retention = 86400.0
+        self.copier = Copier(schema, board)
 
     @property
     def session_id(self) -> int:
@@ -122,7 +124,34 @@ class Writer:
         return self._posted_rows(batch, rows)
 
     async def _post_plain(self, batch: Sequence[Prepared], postings: list[Posting]) -> list[tuple[Job, bool]]:
-        """A batch without keys or links: one ``jb.post_plain`` call (a retry goes through ``jb.post_many``)."""
+        """A batch without keys or links: by ``COPY`` (:mod:`jobboard_postgresql.bulk`) on an asyncpg connection,
+        else one ``jb.post_plain`` call; a retry goes through ``jb.post_many``, finding each first attempt's job
+        by its token."""
+        if not copyable(postings):
+            return await self._post_plain_call(batch, postings)
+        if batch[0].connection is not None:
+            driver = await driver_of(batch[0].connection)
+            if not isinstance(driver, asyncpg.Connection):
+                return await self._post_plain_call(batch, postings)
+            with caller_errors("post_many"):
+                return written(postings, await self.copier.write(driver, batch, postings))
+
+        async def copy_call(connection: asyncpg.Connection, retry: bool) -> list[tuple[Job, bool]]:
+            if retry:
+                return await self._retried_plain(connection, batch, postings)
+            return written(postings, await self.copier.write(connection, batch, postings))
+
+        return await self.db.run("post_many", copy_call)
+
+    async def _retried_plain(self, connection: asyncpg.Connection, batch: Sequence[Prepared],
+                             postings: list[Posting]) -> list[tuple[Job, bool]]:
+        """A plain batch again after a failure that may have committed it: each posting found by its token."""
+        columns = [list(column) for column in zip(*(post_arguments(p) for p in postings), strict=True)]
+        return self._posted_rows(batch, await self._post_many_rows(
+            connection, columns, [p.raw for p in batch], [p.group for p in postings], True))
+
+    async def _post_plain_call(self, batch: Sequence[Prepared], postings: list[Posting]) -> list[tuple[Job, bool]]:
+        """A plain batch as one ``jb.post_plain`` call (delays; the caller's psycopg connection)."""
         plain = (self.board, [p.name for p in postings], [p.priority.rank for p in postings],
                  nulls([p.max_attempts for p in postings]), nulls([p.not_before for p in postings]),
                  [p.token for p in postings], [p.keep_result for p in postings] if any(
@@ -134,9 +163,7 @@ class Writer:
 
         async def plain_call(connection: asyncpg.Connection, retry: bool) -> list[tuple[Job, bool]]:
             if retry:  # the first attempt may have committed: look for each posting's token
-                columns = [list(column) for column in zip(*(post_arguments(p) for p in postings), strict=True)]
-                return self._posted_rows(batch, await self._post_many_rows(
-                    connection, columns, plain[9], [p.group for p in postings], True))
+                return await self._retried_plain(connection, batch, postings)
             return written(postings, await connection.fetchval(self._plain_query, *plain))
 
         return await self.db.run("post_many", plain_call)
