@@ -3,16 +3,23 @@ jobs, limit and permits in the group's partition only; pauses written to every p
 
 from __future__ import annotations
 
+import os
 import uuid
+from collections.abc import Iterator
 
 import anyio
 import pytest
 
 from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
+from jobboard.errors import ClaimLost
+from jobboard_redis.cluster import key_slot
+from jobboard_redis.options import parse_redis_url
 from jobboard_redis.spread import SpreadBackend
 from jobboard_redis.spread.flow import group_index
+from jobboard_redis.spread.layout import open_layout
 from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
+from tests.support.rediscluster import RedisCluster
 
 pytestmark = pytest.mark.timeout(60)
 PARTITIONS = 3
@@ -96,3 +103,55 @@ async def test_a_pause_holds_a_name_in_every_partition(cluster_seeds: str) -> No
             assert not (await one.paused()).board
             claimed = [await board.claim_next("w") for board in boards]
             assert sorted(claim.job.id for claim in claimed if claim) == sorted(job.id for job in posted)
+
+
+@pytest.fixture
+def fresh_cluster() -> Iterator[RedisCluster]:
+    with RedisCluster() as started:  # appendfsync always, one replica per master
+        yield started
+
+
+@pytest.mark.skipif(not os.environ.get("JOBBOARD_SPREAD_FAILOVER"), reason="JOBBOARD_SPREAD_FAILOVER=1 runs it "
+                    "(its own cluster and a failover: ~20 s)")
+@pytest.mark.parametrize("how", ["graceful", "kill"])
+async def test_a_limit_holds_across_a_failover_of_its_partitions_master(fresh_cluster: RedisCluster, how: str) -> None:
+    """Claimers on three boards (three home partitions) run a group limited to 2 while its partition's master
+    is failed over (graceful, or its master killed), mid-run: never more than 2 running, every job consumed once,
+    the limit still set and no permit left."""
+    url = fresh_cluster.url(f"spreadflow-{uuid.uuid4().hex}", durability="strict", session_timeout=5,
+                            connect_timeout=20, partitions=PARTITIONS)
+    layout = await open_layout(parse_redis_url(url))
+    slot = key_slot(f"{{{layout.roots[group_index('g', PARTITIONS)]}}}")
+    running, most, consumed = 0, 0, []
+    async with open_board(url) as one, open_board(url) as two, open_board(url) as three:
+        await one.set_limit("g", concurrency=2)
+        posted = await one.post_many([NewJob("x", {"n": n}, group="g") for n in range(150)])
+
+        async def claimer(board: JobBoard) -> None:
+            nonlocal running, most
+            while await board.job_count():
+                claim = await board.claim_next("w")
+                if claim is None:
+                    await anyio.sleep(0.02)
+                    continue
+                running += 1
+                most = max(most, running)
+                await anyio.sleep(0.02)
+                running -= 1
+                try:
+                    await board.consume(claim)
+                except ClaimLost:  # its session lost in the failover: the job is claimed again
+                    continue
+                consumed.append(claim.job.id)
+
+        with anyio.fail_after(90):
+            async with anyio.create_task_group() as claimers:
+                for board in (one, two, three, one):
+                    claimers.start_soon(claimer, board)
+                await anyio.sleep(0.5)
+                before = len(consumed)
+                await anyio.to_thread.run_sync(fresh_cluster.failover, slot, how)
+        print(fresh_cluster.failovers, f"{before} of {len(posted)} consumed when it began")
+        assert 0 < before < len(posted)  # the failover began while the claimers ran
+        assert most == 2 and sorted(consumed) == sorted(job.id for job in posted)
+        assert [(limit.group, limit.concurrency, limit.running) for limit in await two.limits()] == [("g", 2, 0)]
