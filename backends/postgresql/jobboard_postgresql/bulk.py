@@ -12,11 +12,12 @@ transaction, opened here when the caller has none). A posting with a delay goes 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 import asyncpg
 
-from jobboard.backend import Posting, Prepared
+from jobboard.backend import Job, Posting, Prepared
 
 COLUMNS = ("id", "board", "name", "rank", "state", "max_attempts", "token", "keep_result", "result_ttl",
            "trash_ttl", "posting", "grp")
@@ -36,20 +37,35 @@ class Copier:
         self.head = f'SELECT "{schema}".post_head($1::text, $2::text[])'
 
     async def write(self, connection: asyncpg.Connection, batch: Sequence[Prepared],
-                    postings: Sequence[Posting]) -> list[int]:
-        """Write the batch in ``connection``'s open transaction, or in one of its own; returns the ids in order."""
+                    postings: Sequence[Posting]) -> list[tuple[Job, bool]]:
+        """Write the batch in ``connection``'s open transaction, or in one of its own; returns its jobs in order."""
         if connection.is_in_transaction():
             return await self._write(connection, batch, postings)
         async with connection.transaction():
             return await self._write(connection, batch, postings)
 
     async def _write(self, connection: asyncpg.Connection, batch: Sequence[Prepared],
-                     postings: Sequence[Posting]) -> list[int]:
+                     postings: Sequence[Posting]) -> list[tuple[Job, bool]]:
+        """The head, then the rows. The jobs are built while the server writes the rows: asyncpg sends every
+        row before its first wait (the copy task's first step), so the two cores work at once."""
         ids = [int(each) for each in (await connection.fetchval(self.head, self.board, [p.name for p in postings]))
                .split(",")]
         board = self.board
-        await connection.copy_records_to_table(
+        copy = asyncio.ensure_future(connection.copy_records_to_table(
             "job", schema_name=self.schema, columns=COLUMNS,
             records=[(i, board, p.name, p.priority.rank, 0, p.max_attempts, p.token, p.keep_result, p.result_ttl,
-                      p.trash_ttl, prepared.raw, p.group) for i, p, prepared in zip(ids, postings, batch, strict=True)])
-        return ids
+                      p.trash_ttl, prepared.raw, p.group) for i, p, prepared in zip(ids, postings, batch, strict=True)]))
+        try:
+            await asyncio.sleep(0)  # the copy task's first step: the rows are sent
+            jobs = written(postings, ids)
+        except BaseException:  # cancelled: the copy goes too, before the transaction's rollback
+            copy.cancel()
+            await asyncio.wait({copy})
+            raise
+        await copy  # its error, if any, is the call's (and rolls the transaction back)
+        return jobs
+
+
+def written(postings: Sequence[Posting], ids: Sequence[int]) -> list[tuple[Job, bool]]:
+    """The jobs a plain batch wrote, with their ids in the batch's order."""
+    return [(p.to_job(str(i), i), True) for p, i in zip(postings, ids, strict=True)]

@@ -35,7 +35,7 @@ from jobboard.errors import (
     NotOwner,
     Unsupported,
 )
-from jobboard_postgresql.bulk import Copier, copyable
+from jobboard_postgresql.bulk import Copier, copyable, written
 from jobboard_postgresql.database import Database
 from jobboard_postgresql.flow import held_back
 from jobboard_postgresql.rows import claim_of, encode_error, encode_progress, job_of, post_arguments
@@ -134,12 +134,12 @@ class Writer:
             if not isinstance(driver, asyncpg.Connection):
                 return await self._post_plain_call(batch, postings)
             with caller_errors("post_many"):
-                return written(postings, await self.copier.write(driver, batch, postings))
+                return await self.copier.write(driver, batch, postings)
 
         async def copy_call(connection: asyncpg.Connection, retry: bool) -> list[tuple[Job, bool]]:
             if retry:
                 return await self._retried_plain(connection, batch, postings)
-            return written(postings, await self.copier.write(connection, batch, postings))
+            return await self.copier.write(connection, batch, postings)
 
         return await self.db.run("post_many", copy_call)
 
@@ -302,11 +302,6 @@ class Writer:
 def nulls(column: list[Any]) -> list[Any] | None:
     """``column``, or None (one NULL parameter, not an array of them) when every value is None."""
     return None if all(value is None for value in column) else column
-
-
-def written(postings: list[Posting], ids: list[int]) -> list[tuple[Job, bool]]:
-    """The jobs ``jb.post_plain`` wrote, with their ids in the batch's order."""
-    return [(p.to_job(str(i), i), True) for p, i in zip(postings, ids, strict=True)]
 
 
 def posted(prepared: Prepared, row: Any) -> tuple[Job, bool]:
