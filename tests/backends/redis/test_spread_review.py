@@ -1,0 +1,146 @@
+"""Review of flow control on the spread redis:// board (``?cluster=1&partitions=K``, 4762c5f): a job with a
+group goes to the group's partition whatever its key. Each bug found is a case marked
+``xfail(strict=True)`` naming it; the others check a guarantee that holds (on ``order=home``, where the two
+conformance cases comparing a grouped job with a plain one at home are xfailed in test_spread.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from jobboard import NewJob, open_board
+from jobboard.backend import Prepared
+from jobboard.errors import DependencyMissing, HeldBack
+from jobboard.job import Priority
+from jobboard_redis.cluster import crc16
+from jobboard_redis.spread.flow import group_index
+from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
+from tests.backends.redis.test_spread_flow import PARTITIONS, backend, spread_url
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def key_partition(key: str) -> int:
+    return crc16(key.encode()) % PARTITIONS
+
+
+def group_not_in(index: int, *others: int) -> str:
+    """A group whose partition is none of ``index`` and ``others``."""
+    return next(f"g{n}" for n in range(1000) if group_index(f"g{n}", PARTITIONS) not in {index, *others})
+
+
+@pytest.mark.xfail(strict=True, reason="bug: on a spread board a keyed job with a group goes to the group's "
+                   "partition and one without to the key's, so the same idempotency key posts two jobs")
+async def test_a_key_finds_its_job_whether_posted_with_a_group_or_not(cluster_seeds: str) -> None:  # noqa: F811
+    """docs/backends/redis.md: a key finds its job 'exactly once, as on one slot, from any board'; the job's
+    group is part of the posting, not of the key (memory:// and the flat board answer the first job)."""
+    with anyio.fail_after(30):
+        async with open_board(spread_url(cluster_seeds)) as board, open_board(board.url) as other:
+            key = "order-7"
+            group = group_not_in(key_partition(key))
+            first = await board.post("charge", key=key, group=group)
+            again = await other.post("charge", key=key)  # a retry by a poster that does not set the group
+            batch = await other.post_many([NewJob("charge", key=key)])
+            assert [again.id, batch[0].id] == [first.id, first.id]
+            assert await board.backend.job_count() == 1
+
+
+@pytest.mark.xfail(strict=True, reason="bug (upgrade): a group's jobs posted before 4762c5f were routed by key or "
+                   "home partition; after set_limit they are claimed outside the limit (only the group's "
+                   "partition holds lim), so concurrency=1 runs two")
+async def test_a_limit_counts_the_groups_jobs_posted_before_groups_were_routed(cluster_seeds: str) -> None:  # noqa: F811
+    """Simulates a board written by 9b2f592 (a grouped keyed job in its key's partition, as that version routed
+    it), then upgraded: the limit set afterwards must hold every job of the group."""
+    with anyio.fail_after(30):
+        async with open_board(spread_url(cluster_seeds)) as board, open_board(board.url) as other:
+            spread = backend(board)
+            key = "legacy-1"
+            group = group_not_in(key_partition(key))
+
+            def old(prepared: Prepared, plain: int) -> int:  # 9b2f592's routing: the key's partition
+                return key_partition(prepared.posting.key) if prepared.posting.key is not None else plain
+
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(spread, "_index_of_post", old)
+                legacy = await board.post("x", key=key, group=group)
+            assert int(legacy.id) % PARTITIONS != group_index(group, PARTITIONS)
+            await board.set_limit(group, concurrency=1)
+            fresh = await board.post("x", group=group)
+            first = await board.claim(fresh, "w1")
+            assert first is not None
+            with pytest.raises(HeldBack):
+                await other.claim(legacy, "w2")
+
+
+async def test_a_sequence_holds_for_claimers_whose_home_is_not_its_partition(cluster_seeds: str) -> None:  # noqa: F811
+    """order=home: two boards (homes 0 and 1) with plain work at home claim a sequence kept in partition 2:
+    posting order, one at a time, past an abandon, a trash and a cancel (the conformance case's flow steps,
+    which its xfail in test_spread.py no longer checks on order=home)."""
+    with anyio.fail_after(30):
+        url = spread_url(cluster_seeds)
+        async with open_board(url) as board, open_board(url) as other:
+            homes = [backend(board).home, backend(other).home]
+            group = group_not_in(*homes)
+            await board.set_limit(group, sequence=True)
+            jobs = [await board.post("webhook", group=group, priority=priority)
+                    for priority in (Priority.LOW, Priority.VERY_HIGH, Priority.NORMAL, Priority.HIGH)]
+            plain = [await b.post("plain", priority=Priority.VERY_LOW) for b in (board, other)]
+            assert {int(job.id) % PARTITIONS for job in plain} == set(homes)
+            first = [await board.claim_next("w"), await other.claim_next("w")]  # home first: the plain jobs
+            assert sorted(c.job.id for c in first if c) == sorted(job.id for job in plain)
+            head = await board.claim_next("w")  # home is empty: stolen from the group's partition
+            assert head is not None and head.job.id == jobs[0].id
+            assert await other.claim_next("w") is None
+            with pytest.raises(HeldBack) as held:
+                await other.claim(jobs[1], "w")
+            assert held.value.why == "sequence"
+            await board.abandon(head)
+            again = await other.claim_next("w")
+            assert again is not None and again.job.id == jobs[0].id
+            await other.consume(again)
+            nxt = await board.claim_next("w")
+            assert nxt is not None and nxt.job.id == jobs[1].id
+            await board.trash(nxt, "bad payload")
+            nxt = await other.claim_next("w")
+            assert nxt is not None and nxt.job.id == jobs[2].id
+            await other.cancel(jobs[3], "not wanted")
+            await other.consume(nxt)
+            assert await board.claim_next("w") is None
+            assert [(lim.running, lim.waiting) for lim in await board.limits()] == [(0, 0)]
+
+
+async def test_an_undone_cross_partition_post_leaves_its_sequence_free(cluster_seeds: str) -> None:  # noqa: F811
+    """A grouped dependent whose dependency (another partition's) was gone is undone (DependencyMissing): it
+    leaves its sequence, which runs on; a grouped dependent linked across partitions runs after its dependency,
+    in the sequence's order."""
+    with anyio.fail_after(30):
+        url = spread_url(cluster_seeds)
+        async with open_board(url) as board, open_board(url) as other:
+            homes = [backend(board).home, backend(other).home]
+            group = group_not_in(*homes)
+            await board.set_limit(group, sequence=True)
+            gone = await board.post("dep")
+            await board.consume(await board.claim(gone, "w"), 0)
+            dep = await other.post("dep")
+            assert int(gone.id) % PARTITIONS != group_index(group, PARTITIONS)
+            with pytest.raises(DependencyMissing):
+                await board.post("seq", group=group, depends_on=[gone])
+            linked = await board.post("seq", group=group, depends_on=[dep], details={"n": 0})
+            later = await other.post("seq", group=group, details={"n": 1})
+            claimed: list[Any] = []
+            dep_claim = await other.claim(dep, "w")
+            assert (await other.claim_next("w")) is None  # the sequence's head waits for dep
+            await other.consume(dep_claim, "r")
+            for _ in range(50):  # the result is forwarded before consume returns; allow a sweep's retry
+                if (claim := await board.claim_next("w")) is not None:
+                    claimed.append(claim)
+                    break
+                await anyio.sleep(0.1)
+            assert [c.job.id for c in claimed] == [linked.id] and claimed[0].dependency_results == ("r",)
+            with pytest.raises(HeldBack):
+                await other.claim(later, "w")
+            await board.consume(claimed[0])
+            last = await other.claim_next("w")
+            assert last is not None and last.job.id == later.id
