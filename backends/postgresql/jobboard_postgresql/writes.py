@@ -102,17 +102,18 @@ class Writer:
     async def post_many(self, batch: Sequence[Prepared]) -> list[tuple[Job, bool]]:
         """Write a batch in one call, in order, stopping at a missing dependency (``DependencyMissing``
         with ``index`` and ``posted``): every posting is its own unit, the call one transaction. A batch
-        without keys or links is one INSERT (``jb.post_plain``); a retried one goes posting by posting,
-        finding each first attempt's job by its token."""
+        without keys or links is written by ``COPY`` (or one ``jb.post_plain`` call); a retried one goes
+        posting by posting, finding each first attempt's job by its token."""
+        postings = [p.posting for p in batch]
+        if not any(p.depends_on for p in postings):
+            if not postings:
+                return []
+            if not any(p.key is not None for p in postings):
+                return await self._post_plain(batch, postings)
         for index, prepared in enumerate(batch):
             if (missing := self._missing_dependency(prepared)) is not None:
                 before = await self.post_many(batch[:index]) if index else []
                 raise missing.in_batch(index, [job for job, _ in before])
-        if not batch:
-            return []
-        postings = [p.posting for p in batch]
-        if all(p.key is None and not p.depends_on for p in postings):
-            return await self._post_plain(batch, postings)
         columns = [list(column) for column in zip(*(post_arguments(p) for p in postings), strict=True)]
         raws, groups = [p.raw for p in batch], [p.group for p in postings]
         if batch[0].connection is not None:
