@@ -2,8 +2,7 @@
 
 Stored in the file, so every board of every process reads the same: ``jb_limit`` (a group's limit),
 ``jb_pause`` (paused names), ``jb_board.paused`` (the whole board) and ``jb_grant`` (a rated group's
-last ``count`` grant times, a ring on the host's ``CLOCK_MONOTONIC``, which every process of the host
-shares: slot ``n mod ring`` holds the time of the group's grant number ``n``, and ``n``). ``jb_board.flow`` is positive while the board has a limit or a pause, and takes a new
+last grants: :mod:`jobboard_sqlite.grants`). ``jb_board.flow`` is positive while the board has a limit or a pause, and takes a new
 value at every change of them (negative or 0 while there is none): a claim on a board without any runs
 the plain claim (one subquery more); otherwise it reads a :class:`Gate` first, the limits and pauses
 from the board's cache while ``flow`` has not changed.
@@ -18,12 +17,12 @@ release by the reaper or the sweep, the board's close) returns the permit by the
 from __future__ import annotations
 
 import sqlite3
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused, Rate
 from jobboard.errors import HeldBack
+from jobboard_sqlite import grants
 from jobboard_sqlite.rows import Effects, Scope, job_id
 
 DDL = """
@@ -46,43 +45,6 @@ UPGRADE_2_TO_3 = ("ALTER TABLE jb_grant RENAME TO jb_grant_log", "DROP INDEX jb_
                   "ALTER TABLE jb_limit ADD COLUMN ring INTEGER")
 
 
-def upgrade_grants(conn: sqlite3.Connection) -> None:
-    """(Version 2 to 3, in the opening's write transaction, after :data:`UPGRADE_2_TO_3` and :data:`DDL`.) Each
-    group's logged grants (none later than now) become its ring; a rated group's is then rebuilt (:func:`_rebuild`)."""
-    now = clock()
-    logged: dict[tuple[int, str], list[float]] = {}
-    for board, grp, at in conn.execute("SELECT board, grp, at FROM jb_grant_log WHERE at<=? ORDER BY board, grp, at DESC",
-                                       (now,)):
-        logged.setdefault((board, grp), []).append(float(at))
-    for (board, grp), times in logged.items():
-        _ring(conn, board, grp, times)
-    rates = list(conn.execute("SELECT board, grp, rate_count, rate_period FROM jb_limit WHERE rate_count IS NOT NULL"))
-    for board, grp, count, period in rates:
-        _rebuild(conn, board, grp, Rate(int(count), float(period)), now)
-    conn.execute("DROP TABLE jb_grant_log")
-
-
-def _rebuild(conn: sqlite3.Connection, board: int, group: str, rate: Rate, now: float) -> None:
-    """Write ``group``'s ring anew for ``rate`` (in a write transaction): its latest ``count`` grants and every
-    later one of the last ``period`` (a count made smaller still sees the window's grants), in ``ring =
-    max(count, kept)`` slots; grants later than now (a boot before's: the monotonic clock restarted) dropped."""
-    times = [float(at) for (at,) in conn.execute(
-        "SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot>=0 AND at<=? ORDER BY at DESC", (board, group, now))]
-    kept = [at for index, at in enumerate(times) if index < rate.count or at > now - rate.period]
-    _ring(conn, board, group, kept)
-    conn.execute("UPDATE jb_limit SET ring=? WHERE board=? AND grp=?", (max(rate.count, len(kept)), board, group))
-
-
-def _ring(conn: sqlite3.Connection, board: int, group: str, newest_first: list[float]) -> None:
-    """Write ``group``'s ring anew: its grants ``newest_first`` in slots 0.., oldest first, numbered as their slots."""
-    conn.execute("DELETE FROM jb_grant WHERE board=? AND grp=?", (board, group))
-    conn.executemany("INSERT INTO jb_grant(board, grp, slot, at, n) VALUES (?,?,?,?,?)",
-                     [(board, group, slot, at, slot) for slot, at in enumerate(reversed(newest_first))])
-
-
-def clock() -> float:
-    """The rate's clock: ``CLOCK_MONOTONIC``, shared by the processes of the host, unmoved by NTP steps."""
-    return time.monotonic()
 
 
 @dataclass(slots=True)
@@ -97,10 +59,10 @@ class Stored:
     """A rated group -> its ring's slots (``jb_limit.ring``: at least the rate's count)."""
     known: dict[str, int] = field(default_factory=dict)
     """A rated group -> its next grant number as this board last knew it (checked by every gate: :meth:`Gate._rate_due`)."""
+    sql: str | None = None
+    """The gate's ``SELECT`` of the version and the figures of the first limits (:func:`gate`), once built."""
 
 
-SLOT_N = "(SELECT n FROM jb_grant WHERE board=? AND grp=? AND slot=?)"
-SLOT_AT = "(SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot=?)"
 LIMITS_A_STATEMENT = 64
 """Limits whose figures one ``SELECT`` reads (at most 7 columns each: SQLite's default cap is 2 000)."""
 
@@ -109,12 +71,16 @@ def gate(conn: sqlite3.Connection, scope: Scope) -> Gate | None:
     """The board's gate now, or ``None`` when it has no limit nor pause (one ``SELECT`` then); sets
     ``scope.gated``. The limits and pauses are read again only when ``jb_board.flow`` changed; the figures
     of the cached limits (running jobs, a sequence's heads, a rated group's oldest permit) are read by the same
-    ``SELECT`` as the version, and are used only if the version is the cached one (else read again)."""
-    now = clock()
+    ``SELECT`` as the version (its text kept with them), and are used only if the version is the cached one."""
+    now = grants.clock()
     cached = scope.stored if isinstance(scope.stored, Stored) else None
     first = cached.limits[:LIMITS_A_STATEMENT] if cached is not None and not cached.board_paused else ()
-    columns, params = _figures(first, scope.board, now, cached)
-    row = conn.execute(f"SELECT flow, paused{columns} FROM jb_board WHERE id=?", (*params, scope.board)).fetchone()
+    sql = None if cached is None else cached.sql
+    if sql is None:
+        sql = f"SELECT flow, paused{_columns(first, cached)} FROM jb_board WHERE id=?"
+        if cached is not None:
+            cached.sql = sql
+    row = conn.execute(sql, (*_params(first, scope.board, cached), scope.board)).fetchone()
     version = int(row[0]) if row is not None else 0
     scope.gated = version > 0
     if version <= 0:
@@ -129,37 +95,50 @@ def gate(conn: sqlite3.Connection, scope: Scope) -> Gate | None:
     if not found.board_paused:
         rest = stored.limits[len(first):]
         for start in range(0, len(rest), LIMITS_A_STATEMENT):
-            columns, params = _figures(rest[start:start + LIMITS_A_STATEMENT], scope.board, now, stored)
-            values += conn.execute(f"SELECT {columns[2:]}", params).fetchone()
+            chunk = rest[start:start + LIMITS_A_STATEMENT]
+            values += conn.execute(f"SELECT {_columns(chunk, stored)[2:]}", _params(chunk, scope.board, stored)).fetchone()
         at = 0
         for limit in stored.limits:
             at = found._look(conn, scope, limit, values, at)
     return found
 
 
-def _figures(limits: tuple[LimitSpec, ...], board: int, now: float, stored: Stored | None) -> tuple[str, list[Any]]:
-    """``", (subquery), ..."`` and its parameters: what :meth:`Gate._look` reads of each of ``limits``, in order
-    (each a seek in jb_job_grp or jb_grant's key): the running jobs; a sequence's first job in each live state;
-    a rated group's numbers in the slots of grants ``n - 1`` and ``n`` (``n``: its next grant number as
-    ``stored`` knows it) and the time of grant ``n - count``."""
+def _columns(limits: tuple[LimitSpec, ...], stored: Stored | None) -> str:
+    """``", (subquery), ..."``: what :meth:`Gate._look` reads of each of ``limits``, in order (each a seek in
+    jb_job_grp or jb_grant's key): the running jobs; a sequence's first job in each live state; a rated group's
+    slot of grant ``n`` (:data:`~jobboard_sqlite.grants.SLOT_PROBE`; ``n``: its next grant number as ``stored`` knows it), or with a ring
+    bigger than its count the numbers in the slots of grants ``n - 1`` and ``n`` and the time of grant ``n - count``."""
     columns: list[str] = []
+    for limit in limits:
+        if limit.concurrency is not None:
+            columns.append("(SELECT count(*) FROM jb_job WHERE board=? AND grp=? AND state=1)")
+        if limit.sequence:
+            columns += [f"(SELECT min(seq) FROM jb_job WHERE board=? AND grp=? AND state={state})" for state in (0, 1, 2)]
+        if limit.rate is not None:
+            probe = stored is None or stored.rings.get(limit.group, limit.rate.count) == limit.rate.count
+            columns += [grants.SLOT_PROBE] if probe else [grants.SLOT_N, grants.SLOT_N, grants.SLOT_AT]
+    return "".join(f", {column}" for column in columns)
+
+
+def _params(limits: tuple[LimitSpec, ...], board: int, stored: Stored | None) -> list[Any]:
+    """The parameters of :func:`_columns`."""
     params: list[Any] = []
     for limit in limits:
         group = limit.group
         if limit.concurrency is not None:
-            columns.append("(SELECT count(*) FROM jb_job WHERE board=? AND grp=? AND state=1)")
             params += [board, group]
         if limit.sequence:
-            columns += [f"(SELECT min(seq) FROM jb_job WHERE board=? AND grp=? AND state={state})" for state in (0, 1, 2)]
             params += [board, group] * 3
         if limit.rate is not None:
             count = limit.rate.count
             ring = stored.rings.get(group, count) if stored is not None else count
             number = stored.known.get(group, 0) if stored is not None else 0
-            columns += [SLOT_N, SLOT_N, SLOT_AT]
-            params += [board, group, (number - 1) % ring, board, group, number % ring,
-                       board, group, (number - count) % ring if number >= count else -1]
-    return "".join(f", {column}" for column in columns), params
+            if ring == count:
+                params += [number - count, board, group, number % ring]
+            else:
+                params += [board, group, (number - 1) % ring, board, group, number % ring,
+                           board, group, (number - count) % ring if number >= count else -1]
+    return params
 
 
 def changed(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
@@ -177,13 +156,13 @@ def changed(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
 def set_limit(conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, fx: Effects) -> None:
     """Store ``limit``, replacing its group's. The group's recent grants are kept whatever the rate was (a
     rate cleared and set again, or changed, still sees them: no window holds more than its count), as
-    on memory:// and zookeeper://: a rate's ring is written anew (:func:`_rebuild`, a read of its rows)."""
+    on memory:// and zookeeper://: a rate's ring is written anew (:func:`~jobboard_sqlite.grants.rebuild`, a read of its rows)."""
     rate = limit.rate
     conn.execute("INSERT OR REPLACE INTO jb_limit(board, grp, concurrency, sequence, rate_count, rate_period)"
                  " VALUES (?,?,?,?,?,?)", (scope.board, limit.group, limit.concurrency, int(limit.sequence),
                                            None if rate is None else rate.count, None if rate is None else rate.period))
     if rate is not None:
-        _rebuild(conn, scope.board, limit.group, rate, clock())
+        grants.rebuild(conn, scope.board, limit.group, rate, grants.clock())
     changed(conn, scope, fx)
 
 
@@ -231,9 +210,10 @@ def _limits(conn: sqlite3.Connection, scope: Scope) -> dict[str, LimitSpec]:
 
 # -- the check, in the claim's transaction ---------------------------------------
 
-def _width(limit: LimitSpec) -> int:
-    """How many figures :func:`_figures` reads of ``limit``."""
-    return (limit.concurrency is not None) + 3 * limit.sequence + 3 * (limit.rate is not None)
+def _width(limit: LimitSpec, rings: dict[str, int]) -> int:
+    """How many figures :func:`_figures` reads of ``limit`` (a rate: 1 with a ring of ``count`` slots, else 3)."""
+    rate = 0 if limit.rate is None else 1 if rings.get(limit.group, limit.rate.count) == limit.rate.count else 3
+    return (limit.concurrency is not None) + 3 * limit.sequence + rate
 
 
 @dataclass(slots=True)
@@ -259,28 +239,28 @@ class Gate:
     def _look(self, conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, values: list[Any], at: int) -> int:
         """Judge ``limit``'s group from its figures (``values[at:]``, as :func:`_figures` lists them); return
         where the next limit's figures begin."""
-        group, rate = limit.group, limit.rate
-        mine = values[at:at + _width(limit)]
+        group, rate, width = limit.group, limit.rate, _width(limit, self.rings)
+        mine = values[at:at + width]
         if rate is not None:
             self.rates[group] = rate
         if limit.concurrency is not None:
             running, mine = mine[0], mine[1:]
             if running >= limit.concurrency:
                 self.held[group] = ("concurrency", None)
-                return at + _width(limit)
+                return at + width
         if limit.sequence:
             firsts, mine = mine[:3], mine[3:]
             live = [seq for seq in firsts if seq is not None]
             if live and (firsts[1] is not None or min(live) != firsts[0]):  # one running, or the head not ready
                 self.held[group] = ("sequence", None)
-                return at + _width(limit)
+                return at + width
             if live:
                 self.heads[group] = int(firsts[0])
         if rate is not None:
             due = self._rate_due(conn, scope, group, rate, mine)
             if due is not None:
                 self.held[group] = ("rate", due)
-        return at + _width(limit)
+        return at + width
 
     def _rate_due(self, conn: sqlite3.Connection, scope: Scope, group: str, rate: Rate,
                   figures: list[Any]) -> float | None:
@@ -294,10 +274,10 @@ class Gate:
         A permit is free iff grant ``n - count`` is none, ``period`` old, or later than now (a boot
         before's: the host's monotonic clock restarted); else it is due when that grant is ``period`` old
         (exact: the window holds ``count``; within a boot, numbers are in time order)."""
-        before, after, oldest = figures
         ring, number = self.rings.get(group, rate.count), self.known.get(group, 0)
+        before, after, oldest = grants.probed(figures[0], number, rate.count) if len(figures) == 1 else figures
         if before != (number - 1 if number else None) or (after is not None and after >= number):
-            number = _next_number(conn, scope.board, group, ring)
+            number = grants.next_number(conn, scope.board, group, ring)
             oldest = None if number < rate.count else conn.execute(
                 "SELECT at FROM jb_grant WHERE board=? AND grp=? AND slot=?",
                 (scope.board, group, (number - rate.count) % ring)).fetchone()[0]
@@ -351,9 +331,8 @@ class Gate:
         ring = self.rings.get(group, rate.count)
         number = self.numbers.pop(group, None)
         if number is None:  # not judged free by this gate (a caller's mistake): find the number, grant anyway
-            number = _next_number(conn, scope.board, group, ring)
-        conn.execute("INSERT OR REPLACE INTO jb_grant(board, grp, slot, at, n) VALUES (?,?,?,?,?)",
-                     (scope.board, group, number % ring, self.now, number))
+            number = grants.next_number(conn, scope.board, group, ring)
+        grants.grant(conn, scope.board, group, ring, number, self.now)
         self.known[group] = number + 1
 
     def next_permit(self) -> float | None:
@@ -362,17 +341,3 @@ class Gate:
         return min(dues) if dues else None
 
 
-def _next_number(conn: sqlite3.Connection, board: int, group: str, ring: int) -> int:
-    """The group's next grant number, by a binary search of its ring (at most ``log2(ring) + 2`` seeks): the
-    slots from 0 hold numbers not below slot 0's up to the latest, then smaller ones or none."""
-    def number(slot: int) -> int:
-        row = conn.execute("SELECT n FROM jb_grant WHERE board=? AND grp=? AND slot=?", (board, group, slot)).fetchone()
-        return -1 if row is None else int(row[0])
-    first = number(0)
-    if first < 0:
-        return 0
-    low, high = 1, ring
-    while low < high:
-        middle = (low + high) // 2
-        low, high = (low, middle) if number(middle) < first else (middle + 1, high)
-    return number(low - 1) + 1

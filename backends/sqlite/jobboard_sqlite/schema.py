@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from jobboard_sqlite import flow
+from jobboard_sqlite import flow, grants
 
 SCHEMA_VERSION = 3
 """1: the first; 2: flow control (:mod:`~jobboard_sqlite.flow`); 3: a rate's grants in a ring of ``count``
@@ -98,7 +98,7 @@ def _make_or_upgrade(conn: sqlite3.Connection, version: int) -> None:
         if statement.strip():
             conn.execute(statement)
     if version == 2:
-        flow.upgrade_grants(conn)
+        grants.upgrade_grants(conn)
     conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
 

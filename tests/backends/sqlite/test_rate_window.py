@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from jobboard import HeldBack, NewJob, open_board
-from jobboard_sqlite import flow
+from jobboard_sqlite import flow, grants
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -132,6 +132,23 @@ async def test_two_boards_on_one_file_share_the_ring(tmp_path: Path) -> None:
         assert await one.claim_next("w") is None and await two.claim_next("w") is None
 
 
+async def test_a_ring_wraps_in_place_with_two_boards_granting_in_turn(tmp_path: Path) -> None:
+    """Grants past the ring's count overwrite their slot in place; a board proves its next number by one probe of
+    its slot, or finds the other board's grant there and searches: each window (made old by moving the times
+    back) gets exactly ``count`` claims from the two boards in turn, and the ring keeps ``count`` rows."""
+    assert time.monotonic() > 100  # (grant times moved back stay positive, as every clock reading is)
+    path = tmp_path / "jobs.db"
+    async with open_board(f"sqlite://{path}?board=wrap") as one, open_board(f"sqlite://{path}?board=wrap") as two:
+        await one.set_limit("g", rate=(3, 60.0))
+        await one.post_many([NewJob("w", group="g") for _ in range(12)])
+        for window in range(3):
+            taken = [await board.claim_next("w") for _ in range(3) for board in (one, two)]
+            assert sum(claim is not None for claim in taken) == 3, window
+            with sqlite3.connect(path) as conn:
+                assert conn.execute("SELECT count(*), max(n) FROM jb_grant").fetchone() == (3, 3 * window + 2)
+                conn.execute("UPDATE jb_grant SET at=at-61")  # the window is over
+
+
 def test_the_next_grant_number_is_found_in_any_state_of_a_ring() -> None:
     conn = sqlite3.connect(":memory:")
     conn.execute("CREATE TABLE jb_job(board, grp, state, seq)")
@@ -141,4 +158,4 @@ def test_the_next_grant_number_is_found_in_any_state_of_a_ring() -> None:
             conn.execute("DELETE FROM jb_grant")
             conn.executemany("INSERT OR REPLACE INTO jb_grant(board, grp, slot, at, n) VALUES (1, 'g', ?, 0, ?)",
                              [(number % ring, number) for number in range(granted)])
-            assert flow._next_number(conn, 1, "g", ring) == granted
+            assert grants.next_number(conn, 1, "g", ring) == granted
