@@ -12,6 +12,7 @@ import pytest
 
 from jobboard import NewJob, open_board
 from jobboard.backend import Prepared
+from jobboard.board.contract import JobBoard
 from jobboard.errors import DependencyMissing, HeldBack
 from jobboard.job import Priority
 from jobboard_redis.cluster import crc16
@@ -144,3 +145,61 @@ async def test_an_undone_cross_partition_post_leaves_its_sequence_free(cluster_s
             await board.consume(claimed[0])
             last = await other.claim_next("w")
             assert last is not None and last.job.id == later.id
+
+
+async def test_claims_taken_before_a_limit_are_its_permits_from_any_home(cluster_seeds: str) -> None:  # noqa: F811
+    """A group's jobs claimed (by boards whose homes are other partitions) before its limit was set count as its
+    permits once it is set, and give them back when settled."""
+    with anyio.fail_after(30):
+        url = spread_url(cluster_seeds)
+        async with open_board(url) as board, open_board(url) as other:
+            group = group_not_in(backend(board).home, backend(other).home)
+            jobs = [await board.post("x", group=group) for _ in range(3)]
+            early = [await board.claim_next("w1"), await other.claim_next("w2")]
+            assert sorted(c.job.id for c in early if c) == sorted(job.id for job in jobs[:2])
+            await other.set_limit(group, concurrency=2)
+            assert [(lim.running, lim.waiting) for lim in await board.limits()] == [(2, 1)]
+            with pytest.raises(HeldBack) as held:
+                await board.claim(jobs[2], "w3")
+            assert held.value.why == "concurrency"
+            assert await other.claim_next("w3") is None
+            first = early[0]
+            assert first is not None
+            await board.abandon(first)
+            again = await other.claim_next("w4")
+            assert again is not None and again.job.id in {jobs[0].id, jobs[2].id}
+            assert [lim.running for lim in await board.limits()] == [2]
+
+
+async def test_a_pause_returned_holds_every_partition_for_every_board(cluster_seeds: str) -> None:  # noqa: F811
+    """Three boards (homes 0, 1, 2) claim a name in a loop while a fourth pauses it: once ``pause`` returned no
+    claim of the name is granted on any partition (what was claimed before it stays claimed)."""
+    with anyio.fail_after(40):
+        url = spread_url(cluster_seeds)
+        async with open_board(url) as a, open_board(url) as b, open_board(url) as c, open_board(url) as admin:
+            boards = (a, b, c)
+            for board in boards:
+                await board.post_many([NewJob("x") for _ in range(100)])
+            paused_at: list[float] = []
+            late: list[str] = []
+
+            async def claimer(board: JobBoard) -> None:
+                while True:
+                    started = anyio.current_time()
+                    claim = await board.claim_next("w")
+                    if claim is None:
+                        return
+                    if paused_at and started > paused_at[0]:
+                        late.append(claim.job.id)
+
+            async with anyio.create_task_group() as group:
+                for board in boards:
+                    group.start_soon(claimer, board)
+                await anyio.sleep(0.05)
+                await admin.pause("x")
+                paused_at.append(anyio.current_time())
+            assert late == []
+            left = [job async for job in admin.iterjobs(only_unclaimed=True)]
+            assert left, "every job was claimed before the pause: nothing was checked"
+            assert (await admin.paused()).names == {"x"}
+            assert [await board.claim_next("w") for board in boards] == [None, None, None]
