@@ -172,6 +172,18 @@ def server_cpu_s(url: str) -> float:
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
+def run_together(part: str, url: str, calls: int, processes: int) -> dict[str, float]:
+    """``processes`` copies of one part at once, each its own process and server connection (as a fleet of
+    one-caller processes): the medians of their figures per call."""
+    from benchmarks.cycle import run_url
+
+    command = [sys.executable, "-m", "benchmarks.lone_claimer", "--part", part, "--url", run_url(url),
+               "--calls", str(calls)]
+    children = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    found = [json.loads(child.communicate(timeout=1800)[0].strip().splitlines()[-1]) for child in children]
+    return {name: statistics.median(one[name] for one in found) for name in found[0]}
+
+
 def run_in(tree: Path, part: str, url: str, calls: int, callgrind: bool) -> dict[str, float]:
     """One part in a process of its own, from ``tree``'s library: its figures per call."""
     from benchmarks.cycle import run_url
@@ -212,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default=",".join(FLOORS + LIBRARY_PARTS))
     parser.add_argument("--base", default=None, help="a commit to measure too, interleaved (a git worktree)")
     parser.add_argument("--callgrind", action="store_true", help="count the client's instructions (valgrind)")
+    parser.add_argument("--together", type=int, default=1,
+                        help="run each part as this many processes at once (medians of theirs): a fleet's floor")
     parser.add_argument("--part", help=argparse.SUPPRESS)
     parser.add_argument("--url", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
@@ -233,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
                 order = trees if round_number % 2 == 0 else trees[::-1]
                 for name, tree in order if part in LIBRARY_PARTS else trees[:1]:
                     key = f"{part} ({name})" if part in LIBRARY_PARTS and options.base else part
-                    runs.setdefault(key, []).append(run_in(tree, part, url, options.calls, options.callgrind))
+                    runs.setdefault(key, []).append(
+                        run_together(part, url, options.calls, options.together) if options.together > 1
+                        else run_in(tree, part, url, options.calls, options.callgrind))
                     print(f"round {round_number + 1}: {key}: {runs[key][-1]}", file=sys.stderr, flush=True)
     summary = {key: {name: {"median": statistics.median(run[name] for run in found),
                             "min": min(run[name] for run in found), "max": max(run[name] for run in found)}
@@ -241,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = table(summary)
     print("\n".join(lines), file=sys.stderr)
     print(json.dumps({"bench": "lone_claimer", "calls": options.calls, "rounds": options.rounds, "base": options.base,
+                      "together": options.together,
                       "callgrind": options.callgrind, "runs": runs, "summary": summary, "table": lines}))
     return 0
 

@@ -39,8 +39,14 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from benchmarks.redis_fleet_usage import client_usage, usage, usage_table
+
 FIGURES = ("cycles_per_s", "events_per_job", "client_cpu_ms_per_job", "commands_per_cycle", "fcalls_per_cycle",
-           "reads_per_cycle", "empty_claims_per_cycle", "lost_claims_per_cycle", "server_cpu_ms_per_job")
+           "reads_per_cycle", "empty_claims_per_cycle", "lost_claims_per_cycle", "server_cpu_ms_per_job",
+           "client_sys_share", "client_sleeps_per_job", "client_preempted_per_job", "tail_cpu_share",
+           "server_reads_per_cycle", "server_writes_per_cycle", "client_instructions_per_job")
+SERVER_EVENTS = ("total_reads_processed", "total_writes_processed")
+"""``INFO stats``: socket reads and writes the server made (a pipelined batch is one read)."""
 ROOT = Path(__file__).resolve().parent.parent
 IDLE_WAIT = 1.0
 """Interleaved: seconds an idle claimer waits in ``board.wait()`` (it relies on being woken)."""
@@ -74,6 +80,9 @@ def server_counts(url: str) -> dict[str, float]:
         counts[key.removeprefix("cmdstat_")] = float(fields["calls"])
     cpu = server_info(url, "cpu")
     counts["cpu_s"] = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    stats = server_info(url, "stats")
+    for name in SERVER_EVENTS:
+        counts[name] = float(stats.get(name, 0))
     return counts
 
 
@@ -102,27 +111,37 @@ def count_reads() -> dict[str, int]:
     return decoded
 
 
-async def claim_process(url: str, workers: int, done: str | None) -> None:
+async def claim_process(url: str, workers: int, done: str | None, fused: bool = False, warm: bool = False) -> None:
     """``ready`` on stdout, then on ``go`` from stdin: claim until the board is empty (and, with ``done``, that
-    file exists: the producer has posted every job); a JSON line."""
+    file exists: the producer has posted every job); a JSON line. ``fused``: each claimer consumes and claims
+    its next job in one call (``consume_and_claim_next``, as a worker's slot does); ``warm``: one
+    ``claim_next`` and ``job_count`` on a board of no jobs before ``ready`` (paid outside the measure)."""
     import anyio
 
+    from benchmarks.callgrind import counting
     from benchmarks.common import process_cpu_seconds
     from jobboard import open_board
 
     decoded = count_reads()
     async with open_board(url) as board:
+        if warm:
+            await board.claim_next("warm-up", names=["warm-up: no such name"])
+            await board.job_count()
         print("ready", flush=True)
         await anyio.to_thread.run_sync(sys.stdin.readline)
-        cpu, before = process_cpu_seconds(), decoded["entries"]
-        tally = {"cycles": 0, "empty": 0, "lost": 0, "last": 0.0}
+        cpu, before, start = process_cpu_seconds(), decoded["entries"], usage()
+        tally = {"cycles": 0, "empty": 0, "lost": 0, "last": 0.0, "idle_from": cpu, "idle_after": 0}
 
         async def claimer(index: int) -> None:
             offered = False  # the last wait() returned work
+            claim = None
             while True:
-                claim = await board.claim_next(f"c{index}")
+                if claim is None or not fused:
+                    claim = await board.claim_next(f"c{index}")
                 if claim is None:
                     tally["empty"] += 1
+                    if tally["idle_after"] != tally["cycles"]:  # the first empty claim since a cycle: the tail starts
+                        tally["idle_after"], tally["idle_from"] = tally["cycles"], process_cpu_seconds()
                     tally["lost"] += offered
                     if (done is None or await anyio.Path(done).exists()) and await board.job_count() == 0:
                         return
@@ -131,14 +150,20 @@ async def claim_process(url: str, workers: int, done: str | None) -> None:
                         offered = bool(await board.wait())
                     continue
                 offered = False
-                await board.consume(claim)
+                if fused:
+                    claim = await board.consume_and_claim_next(claim)
+                else:
+                    await board.consume(claim)
                 tally["cycles"] += 1
                 tally["last"] = time.time()
 
-        async with anyio.create_task_group() as group:
-            for index in range(workers):
-                group.start_soon(claimer, index)
-        result = {**tally, "cpu_s": process_cpu_seconds() - cpu, "decoded": decoded["entries"] - before}
+        with counting("fleet"):
+            async with anyio.create_task_group() as group:
+                for index in range(workers):
+                    group.start_soon(claimer, index)
+        end = usage()
+        result = {**tally, "cpu_s": process_cpu_seconds() - cpu, "tail_cpu_s": process_cpu_seconds() - tally["idle_from"],
+                  "decoded": decoded["entries"] - before, **{name: end[name] - start[name] for name in end}}
     print(json.dumps(result), flush=True)
 
 
@@ -166,17 +191,22 @@ async def post(url: str, jobs: int, in_flight: int | None = None) -> None:
                 group.start_soon(one, index)
 
 
-def one_run(url: str, jobs: int, workers: int, processes: int, interleaved: bool) -> dict[str, Any]:
+def one_run(url: str, jobs: int, workers: int, processes: int, interleaved: bool,
+            extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """Post, then the fleet; or (``interleaved``) the fleet while one producer posts, with 20 in flight."""
+    from benchmarks.callgrind import ENABLED, instructions_in
     from benchmarks.cycle import run_url
 
     url = run_url(url)
     done = Path(tempfile.mkdtemp()) / "posted"
     if not interleaved:
         asyncio.run(post(url, jobs))
-    children = [subprocess.Popen([sys.executable, "-m", "benchmarks.redis_fleet", "--child", url,
+    dumps = done.parent
+    valgrind = (["valgrind", "--tool=callgrind", "--collect-atstart=no", f"--callgrind-out-file={dumps}/cg.%p"]
+                if os.environ.get(ENABLED) else [])
+    children = [subprocess.Popen([*valgrind, sys.executable, "-m", "benchmarks.redis_fleet", "--child", url,
                                   "--workers", str(max(1, workers // processes)),
-                                  *(["--done", str(done)] if interleaved else [])],
+                                  *(["--done", str(done)] if interleaved else []), *extra],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
     for child in children:
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
@@ -193,16 +223,22 @@ def one_run(url: str, jobs: int, workers: int, processes: int, interleaved: bool
     delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}
     cycles = max(1, sum(part["cycles"] for part in parts))
     per_process = [part["decoded"] / max(1, part["cycles"]) for part in parts]
+    counted = sum(count for name, count in map(instructions_in, dumps.glob("cg.*.*")) if name == "fleet")
     return {"processes": processes, "workers": workers, "jobs": jobs, "cycles": cycles,
             "cycles_per_s": round(cycles / (max(part["last"] for part in parts) - started), 1),
             "events_per_job": round(statistics.mean(per_process), 2),
             "client_cpu_ms_per_job": round(1000 * sum(part["cpu_s"] for part in parts) / cycles, 4),
-            "commands_per_cycle": round(sum(v for k, v in delta.items() if k != "cpu_s") / cycles, 2),
+            "commands_per_cycle": round(sum(v for k, v in delta.items()
+                                            if k != "cpu_s" and k not in SERVER_EVENTS) / cycles, 2),
             "fcalls_per_cycle": round(delta.get("fcall", 0.0) / cycles, 3),
             "reads_per_cycle": round((delta.get("xread", 0.0) + delta.get("blmpop", 0.0)) / cycles, 3),
             "empty_claims_per_cycle": round(sum(part["empty"] for part in parts) / cycles, 4),
             "lost_claims_per_cycle": round(sum(part["lost"] for part in parts) / cycles, 4),
-            "server_cpu_ms_per_job": round(1000 * delta["cpu_s"] / cycles, 4)}
+            "server_cpu_ms_per_job": round(1000 * delta["cpu_s"] / cycles, 4),
+            **client_usage(parts, cycles),
+            "server_reads_per_cycle": round(delta["total_reads_processed"] / cycles, 3),
+            "server_writes_per_cycle": round(delta["total_writes_processed"] / cycles, 3),
+            **({"client_instructions_per_job": round(counted / cycles)} if valgrind else {})}
 
 
 # -- the rounds -----------------------------------------------------------------------------------
@@ -215,9 +251,11 @@ def tree_env(tree: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": ":".join(map(str, paths))}
 
 
-def run_in(tree: Path, url: str, jobs: int, workers: int, processes: int, interleaved: bool) -> dict[str, Any]:
+def run_in(tree: Path, url: str, jobs: int, workers: int, processes: int, interleaved: bool,
+           extra: tuple[str, ...] = ()) -> dict[str, Any]:
     command = [sys.executable, "-m", "benchmarks.redis_fleet", "--one", url, "--jobs", str(jobs),
-               "--workers", str(workers), "--processes", str(processes), *(["--interleaved"] if interleaved else [])]
+               "--workers", str(workers), "--processes", str(processes), *(["--interleaved"] if interleaved else []),
+               *extra]
     done = subprocess.run(command, cwd=tree, env=tree_env(tree) if tree != ROOT else None, capture_output=True,
                           text=True, check=True, timeout=900)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -271,7 +309,8 @@ def section(result: dict[str, Any]) -> list[str]:
 def recorded_part(run: dict[str, Any]) -> list[str]:
     """A recorded run of this benchmark (``benchmarks.recorded``): its table, computed again from its runs."""
     summary = {key: medians(found) for key, found in run["output"]["runs"].items()}
-    return table(summary)
+    usage = usage_table(summary)
+    return table(summary) + (["", *usage] if usage else [])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,16 +325,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", default=None, help="a server to use instead of starting one (redis://host:port)")
     parser.add_argument("--interleaved", action="store_true",
                         help="one producer posts (20 in flight) while the fleet claims; idle claimers wait 1 s")
+    parser.add_argument("--fused", action="store_true",
+                        help="claimers call consume_and_claim_next (one call a job, as a worker does), not two calls")
+    parser.add_argument("--warm", action="store_true",
+                        help="each process makes one empty claim before 'ready' (its first call outside the measure)")
     parser.add_argument("--done", help=argparse.SUPPRESS)
     parser.add_argument("--one", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
+    extra = (*(["--fused"] if options.fused else []), *(["--warm"] if options.warm else []))
     if options.child:
-        asyncio.run(claim_process(options.child, options.workers, options.done))
+        asyncio.run(claim_process(options.child, options.workers, options.done, options.fused, options.warm))
         return 0
     if options.one:
         print(json.dumps(one_run(options.one, options.jobs, options.workers, int(options.processes),
-                                       options.interleaved)))
+                                       options.interleaved, extra)))
         return 0
     from benchmarks.before_after import base_tree
     from tests.support.redisserver import RedisServer, ensure_redis_installed
@@ -315,14 +359,15 @@ def main(argv: list[str] | None = None) -> int:
                 order = trees if round_number % 2 == 0 else trees[::-1]
                 for name, tree in order:
                     workers = options.per_process * processes if options.per_process else options.workers
-                    result = run_in(tree, url, options.jobs, workers, processes, options.interleaved)
+                    result = run_in(tree, url, options.jobs, workers, processes, options.interleaved, extra)
                     runs[f"{name} P={processes}"].append(result)
                     print(f"round {round_number + 1}: {name} P={processes}: {result['cycles_per_s']} cycles/s, "
                           f"{result['events_per_job']} events/job", file=sys.stderr, flush=True)
     summary = {key: medians(found) for key, found in runs.items()}
     lines = table(summary)
-    print("\n".join(lines), file=sys.stderr)
+    print("\n".join([*lines, "", *usage_table(summary)]), file=sys.stderr)
     print(json.dumps({"bench": "redis_fleet", "interleaved": options.interleaved, "per_process": options.per_process,
+                      "fused": options.fused, "warm": options.warm,
                       "jobs": options.jobs, "workers": options.workers,
                       "processes": counts, "rounds": options.rounds, "base": options.base,
                       "runs": runs, "summary": summary, "table": lines}))

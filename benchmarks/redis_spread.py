@@ -1,18 +1,19 @@
 """Server CPU per cycle on each shard of a Redis Cluster for a board spread over it, against one server.
 
-    python -m benchmarks.redis_spread --jobs 3000 --workers 16 --rounds 5
+    python -m benchmarks.redis_spread --jobs 3000 --workers 18 --rounds 5
 
-Starts one redis-server with a replica (both ``appendfsync always``) and a Redis Cluster of 3 masters + 3
-replicas (``tests/support/rediscluster.py``, ``appendfsync always``), and runs, in turn each round (the order
+Starts one redis-server with a replica and a Redis Cluster of 3 masters + 3 replicas
+(``tests/support/rediscluster.py``), every server with ``--appendfsync`` (``always`` by default), and runs, in turn each round (the order
 rotating), the same load on four boards: ``one-server`` (the lone server), ``one-slot`` (``?cluster=1``: the
 whole board in one slot), ``spread`` (``?cluster=1&partitions=3``) and ``spread-exact`` (the same with
-``order=exact``). A run: N jobs posted 16 in flight (``--in-flight``), then W claimers ``claim_next`` then
+``order=exact``). A run: N jobs posted 18 in flight (``--in-flight``), then W (18) claimers ``claim_next`` then
 ``consume_and_claim_next`` until the board is empty, posters and claimers spread over B open boards of the
 board (``--boards``, 3: a fleet's processes, here in one process, each with its home partition). Per run and per master: its
 CPU (``INFO cpu``, user + sys) over the run, in ms per cycle (post + claim + consume); for the cluster boards
 the busiest master's figure and every master's. Prints a JSON line (``bench: redis_spread``) and a table of
 medians and ranges; ``ratio``: the busiest master's CPU per cycle ÷ one server's, each run against the
-one-server run of its round. Also per master and per cycle: the commands it ran (the work) and the read
+one-server run of its round; ``idle_ms_per_cycle``: what the busiest server spends with no client (its cron,
+a cluster node's bus: ``idle_ms_per_s``, measured before the rounds) over the run, per cycle. Also per master and per cycle: the commands it ran (the work) and the read
 events it processed (each one an event-loop wake-up, a ``read``, a reply ``write``; with
 ``appendfsync always``, an AOF write and fsync; and the replication stream's write, whatever the number of
 commands it brought).
@@ -50,6 +51,14 @@ def counters(hosts: list[str]) -> list[tuple[float, float, float]]:
         found.append((float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
                       sum(float(stat["calls"]) for stat in stats), reads))
     return found
+
+
+def idle_cpu(hosts: list[str], seconds: float = 5.0) -> list[float]:
+    """Each server's CPU while no client works, in ms per second (its cron; a cluster node's bus too)."""
+    before, started = counters(hosts), time.perf_counter()
+    time.sleep(seconds)
+    after, elapsed = counters(hosts), time.perf_counter() - started
+    return [round(1000 * (now[0] - was[0]) / elapsed, 3) for was, now in zip(before, after, strict=True)]
 
 
 async def load(url: str, jobs: int, workers: int, boards: int, in_flight: int) -> float:
@@ -94,36 +103,46 @@ def one_run(system: str, urls: dict[str, str], hosts: dict[str, list[str]], args
             "reads_per_cycle": [round(reads, 2) for _, _, reads in deltas],
             "commands_max": round(max(calls for _, calls, _ in deltas), 2),
             "reads_max": round(max(reads for _, _, reads in deltas), 2),
-            "cycles_per_s": round(jobs / seconds, 1), "load": os.getloadavg()[0]}
+            "cycles_per_s": round(jobs / seconds, 1), "seconds": round(seconds, 3), "load": os.getloadavg()[0]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--workers", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=18, help="claimers (a multiple of --boards: an even spread)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--boards", type=int, default=3, help="boards (a fleet's processes) sharing the load")
-    parser.add_argument("--in-flight", type=int, default=16, help="posts in flight")
+    parser.add_argument("--in-flight", type=int, default=18, help="posts in flight (a multiple of --boards)")
+    parser.add_argument("--appendfsync", default="always", choices=("always", "everysec", "no"),
+                        help="every server's AOF fsync policy (always: an fsync per event-loop iteration that wrote)")
     args = parser.parse_args(argv)
+    if args.workers % args.boards or args.in_flight % args.boards:
+        parser.error("--workers and --in-flight must be multiples of --boards: each board works on its home "
+                     "partition, so 16 over 3 boards puts 6/16 of the cycles on one master (0.37, not 0.33)")
     from tests.support.rediscluster import RedisCluster
     from tests.support.redisserver import RedisServer, ensure_redis_installed
 
     ensure_redis_installed()
     with ExitStack() as stack:
-        lone = stack.enter_context(RedisServer(appendfsync="always"))
-        stack.enter_context(RedisServer(appendfsync="always", extra=["--replicaof", "127.0.0.1", str(lone.port)]))
-        cluster = stack.enter_context(RedisCluster())
+        lone = stack.enter_context(RedisServer(appendfsync=args.appendfsync))
+        stack.enter_context(RedisServer(appendfsync=args.appendfsync,
+                                        extra=["--replicaof", "127.0.0.1", str(lone.port)]))
+        cluster = stack.enter_context(RedisCluster(appendfsync=args.appendfsync))
         masters = [node.hosts for node in cluster.nodes if node.role() == "master"]
         urls = {"one-server": lone.url("/0/{root}"), "one-slot": cluster.url("{root}"),
                 "spread": cluster.url("{root}", partitions=3),
                 "spread-exact": cluster.url("{root}", partitions=3, order="exact")}
         hosts = {"one-server": [lone.hosts], "one-slot": masters, "spread": masters, "spread-exact": masters}
+        idle = {"one-server": idle_cpu(hosts["one-server"]), "cluster masters": idle_cpu(masters)}
+        print(json.dumps({"idle_ms_per_s": idle}), flush=True)
         runs = []
         for round_ in range(args.rounds):
             order = SYSTEMS[round_ % len(SYSTEMS):] + SYSTEMS[:round_ % len(SYSTEMS)]
             for system in order:
                 run = one_run(system, urls, hosts, args)
                 run["round"] = round_
+                idle_rate = max(idle["one-server" if system == "one-server" else "cluster masters"])
+                run["idle_ms_per_cycle"] = round(idle_rate * run["seconds"] / args.jobs, 4)
                 runs.append(run)
                 print(json.dumps(run), flush=True)
             base = next(run["busiest"] for run in runs if run["round"] == round_ and run["system"] == "one-server")
@@ -137,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
                                  max(run[key] for run in mine))
                            for key in ("busiest", "ratio", "commands_max", "reads_max", "cycles_per_s")}
     print(json.dumps({"bench": "redis_spread", "jobs": args.jobs, "workers": args.workers, "boards": args.boards,
+                      "appendfsync": args.appendfsync, "idle_ms_per_s": idle,
                       "in_flight": args.in_flight,
                       "runs": runs,
                       "summary": summary}))

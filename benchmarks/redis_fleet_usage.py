@@ -1,0 +1,45 @@
+"""Where a fleet's CPU goes (``benchmarks.redis_fleet``): each claiming process's rusage, and the table of it."""
+
+from __future__ import annotations
+
+import resource
+from typing import Any
+
+
+def usage() -> dict[str, float]:
+    """This process's CPU (user, system) and context switches (voluntary: it slept; involuntary: preempted)."""
+    found = resource.getrusage(resource.RUSAGE_SELF)
+    return {"user_s": found.ru_utime, "sys_s": found.ru_stime, "sleeps": found.ru_nvcsw, "preempted": found.ru_nivcsw}
+
+
+def client_usage(parts: list[dict[str, Any]], cycles: int) -> dict[str, float]:
+    """The fleet's system-CPU share, sleeps and preemptions per job, and the share of its CPU spent after
+    each process's last cycle (polling an empty board while others drain)."""
+    cpu = max(1e-9, sum(part["cpu_s"] for part in parts))
+    return {"client_sys_share": round(sum(part["sys_s"] for part in parts) / cpu, 3),
+            "client_sleeps_per_job": round(sum(part["sleeps"] for part in parts) / cycles, 3),
+            "client_preempted_per_job": round(sum(part["preempted"] for part in parts) / cycles, 3),
+            "tail_cpu_share": round(sum(part["tail_cpu_s"] for part in parts) / cpu, 4)}
+
+
+USAGE = ("client_instructions_per_job", "client_sys_share", "client_sleeps_per_job", "client_preempted_per_job",
+         "tail_cpu_share", "server_reads_per_cycle")
+
+
+def figure(value: float) -> str:
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
+
+
+def usage_table(summary: dict[str, dict[str, Any]]) -> list[str]:
+    """Where the CPU goes, one row per (tree, P), for runs that measured it (none: no lines)."""
+    if not any("client_sys_share" in found for found in summary.values()):
+        return []
+    lines = [("| tree | P | client instructions / job (callgrind) | client system-CPU share | client sleeps / job | "
+              "client preemptions / job | client CPU after a process's last cycle (share) | server socket reads / cycle |"),
+             "|---|---|---|---|---|---|---|---|"]
+    for key, found in summary.items():
+        tree, processes = key.rsplit(" P=", 1)
+        cells = [f"{figure(found[name]['median'])} ({figure(found[name]['min'])}–{figure(found[name]['max'])})"
+                 if name in found else "—" for name in USAGE]
+        lines.append(f"| {tree} | {processes} | " + " | ".join(cells) + " |")
+    return lines
