@@ -25,7 +25,7 @@ from jobboard.board.codec import MalformedEntry, decode_posting
 from jobboard.errors import AlreadyClaimed, HeldBack, NotClaimable
 from jobboard.job import Claim, wanted
 from jobboard_zookeeper.fleet import Fleet
-from jobboard_zookeeper.flow import Flow, Skips
+from jobboard_zookeeper.flow import Flow, Skips, group_of
 from jobboard_zookeeper.layout import Paths
 from jobboard_zookeeper.reading import Reader, Session, Stored
 from jobboard_zookeeper.refusals import claim_refused, not_found
@@ -48,8 +48,8 @@ class ReadAhead:
     """
 
     def __init__(self, session: Session, paths: Paths, view: BoardView, reader: Reader,
-                 inflight: set[str]) -> None:
-        self._session, self._paths, self._view, self._reader = session, paths, view, reader
+                 inflight: set[str], flow: Flow) -> None:
+        self._session, self._paths, self._view, self._reader, self._flow = session, paths, view, reader, flow
         self._inflight = inflight
         """Jobs the board's claimers are claiming now (not read ahead again)."""
         self._reading: dict[str, asyncio.Future[None]] = {}
@@ -98,9 +98,12 @@ class ReadAhead:
             found = await self._session().get_many([self._paths.job(each) for each in batch])
             if len(cache) > 8 * READ_AHEAD:
                 cache.clear()  # entries of jobs other boards took: keep the cache small
+            learn = bool(self._flow.state.limits)  # each job's group, once read: held ones are passed over unread
             for each, entry in zip(batch, found, strict=True):
                 if each in self._view.jobs:
                     cache[each] = entry
+                    if learn and entry is not None and each not in self._flow.groups:
+                        self._flow.remember(each, group_of(entry[0]))
         finally:
             for each in batch:
                 reading.pop(each, None)
@@ -116,7 +119,7 @@ class Claimer:
         self._settler, self._reader, self._fleet = settler, reader, fleet
         self._inflight: set[str] = set()
         """Jobs this board is trying to claim now: concurrent claim_next calls spread out."""
-        self._ahead = ReadAhead(session, paths, view, reader, self._inflight)
+        self._ahead = ReadAhead(session, paths, view, reader, self._inflight, flow)
         self._last_lost_race = float("-inf")
         self.claim_conflicts = 0
         """Claim attempts in ``claim_next`` that lost a race (for benchmarks)."""
