@@ -208,7 +208,7 @@ def test_check_exit_statuses_are_distinct_and_in_the_help() -> None:
 @pytest.mark.parametrize(("host", "cause"), [
     (f"127.0.0.1:{free_port()}", "connection refused"),
     ("no-such-host.invalid:2181", "host name not resolved"),
-])
+], ids=["refused", "unresolved"])  # fixed ids: the free port differs per collection (each pytest-xdist worker's)
 def test_unreachable_zookeeper_says_why_at_once_and_at_the_end(host: str, cause: str) -> None:
     result = jobboard("check", f"zookeeper://{host}/cli-edges?connect_timeout=1")
     assert result.returncode == 3
