@@ -266,3 +266,32 @@ async def test_a_grouped_job_in_no_boards_home_is_not_starved_by_another_partiti
                 if claim.job.id == urgent.id:
                     break
             assert urgent.id in taken, f"the VERY_HIGH grouped job waited behind {len(taken)} VERY_LOW jobs"
+
+
+RATE_HEAD_BUG = ("bug: order=exact's claim_next reads each partition's ready/delayed heads only; a job parked by "
+                 "its group's rate (hg:<g>, due in rdue) is put back by a claim script's promote, which never runs "
+                 "when every ready set is empty: claim_next answers None for good (only a wait() peek brings it back)")
+
+
+@pytest.mark.parametrize("order", ["home", pytest.param("exact", marks=pytest.mark.xfail(strict=True,
+                                                                                         reason=RATE_HEAD_BUG))])
+async def test_claim_next_takes_a_rate_held_job_once_its_permit_is_due(
+        cluster_seeds: str, order: str) -> None:  # noqa: F811
+    """A rate-parked job comes back to a plain ``claim_next`` poll (no ``wait()``) once its permit is due, on both
+    orders (order=home's stealing must not lose this when it reads heads)."""
+    with anyio.fail_after(30):
+        async with open_board(f"{spread_url(cluster_seeds)}&order={order}") as board:
+            period = 0.3
+            await board.set_limit("api", rate=(1, period))
+            jobs = [await board.post("call", group="api") for _ in range(2)]
+            first = await board.claim_next("w")
+            assert first is not None and first.job.id == jobs[0].id
+            await board.consume(first)
+            assert await board.claim_next("w") is None  # the rate holds the second: parked
+            await anyio.sleep(period + 0.2)
+            second = None
+            for _ in range(30):  # polled for 3 s
+                if (second := await board.claim_next("w")) is not None:
+                    break
+                await anyio.sleep(0.1)
+            assert second is not None and second.job.id == jobs[1].id, "3 s past its permit, claim_next still None"
