@@ -13,7 +13,7 @@ query per :data:`POLL` seconds, plus one after each of this board's own writes, 
 come in order before its call returns). It starts from the events of the last second, so a subscriber
 also sees another board's write that raced its subscription. While it runs, the reader keeps its board's
 ``observed`` row at least :data:`OBSERVED_FOR` seconds ahead (renewed every third of that, before its first
-read): ``post_plain`` (a bulk post) writes its ``posted`` events only then, so they cost nothing while
+read): ``post_head`` and ``post_plain`` (a bulk post) write their ``posted`` events only then, so they cost nothing while
 nobody reads them. Every event of a post that starts after the reader's first read is written; a bulk post
 racing the subscription may have written none (the other events are never gated).
 """
