@@ -140,7 +140,12 @@ class Writer:
         async def copy_call(connection: asyncpg.Connection, retry: bool) -> list[tuple[Job, bool]]:
             if retry:
                 return await self._retried_plain(connection, batch, postings)
-            return await self.copier.write(connection, batch, postings)
+            try:
+                return await self.copier.write(connection, batch, postings)
+            except BaseException:
+                if not connection.is_closed() and connection.is_in_transaction():
+                    connection.terminate()  # its rollback was cut short: the pool must not hand it out again
+                raise
 
         return await self.db.run("post_many", copy_call)
 

@@ -8,6 +8,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
+import anyio
 import asyncpg
 import pytest
 
@@ -119,3 +120,22 @@ async def test_a_version_17_schema_is_upgraded_and_copies(postgresql_url: str) -
     finally:
         await connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
         await connection.close()
+
+
+async def test_a_cancelled_copy_leaves_all_or_nothing_and_a_board_that_commits(
+        postgresql_url: str) -> None:  # noqa: F811
+    board_name = f"copy-cancel-{uuid.uuid4().hex[:8]}"
+    async with open_board(f"{postgresql_url}?board={board_name}") as board:
+        assert isinstance(board.backend, PostgresBackend)
+        schema = board.backend.options.schema
+        connection = await asyncpg.connect(postgresql_url)
+        try:
+            for delay in (0.0, 0.002, 0.01, 0.03):  # the cancellation lands wherever it lands: each is all or nothing
+                before = (await count(connection, schema, board_name))[0]
+                with anyio.move_on_after(delay):
+                    await board.post_many([NewJob("big", {"n": n}) for n in range(3000)])
+                assert (await count(connection, schema, board_name))[0] - before in (0, 3000)
+            job = await board.post("after", {})  # committed: seen by another connection
+            assert await connection.fetchval(f'SELECT count(*) FROM "{schema}".job WHERE id = $1', int(job.id)) == 1
+        finally:
+            await connection.close()
