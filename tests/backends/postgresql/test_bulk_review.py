@@ -165,3 +165,39 @@ async def test_concurrent_copied_batches_keep_their_input_order_and_odd_text(pos
             assert len({job.id for jobs in batches for job in jobs}) == 1200
             read = await two.get(batches[0][7].id)
             assert (read.name, read.group, read.details) == ("a'b,c{d}\"e", "g,{x}\"'\\", {**odd, "n": 7})
+
+
+async def test_a_reader_sees_every_posted_event_of_a_long_copy_beside_short_commits(
+        postgresql_url: str) -> None:  # noqa: F811
+    """A copied batch's events are written at its start and committed at its end; single posts committed
+    meanwhile (later event rows, earlier commits) must not make the reader skip the batch's events."""
+    from jobboard import EventKind
+    from jobboard_postgresql import PostgresBackend
+
+    url = f"{postgresql_url}?board=copyevents-{uuid.uuid4().hex[:8]}"
+    async with (open_board(url) as poster, open_board(url) as single, open_board(url) as watcher,
+                watcher.events(maxlen=100_000) as stream):
+        assert isinstance(watcher.backend, PostgresBackend) and watcher.backend.feed is not None
+        with anyio.fail_after(10):
+            await watcher.backend.feed.ready.wait()
+        singles: list[Job] = []
+
+        async def post_singles() -> None:
+            for n in range(40):
+                job = await single.post("single", {"n": n})
+                singles.append(job)
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(post_singles)
+                batches = [await poster.post_many([NewJob("bulk", {"n": n}) for n in range(3000)])
+                           for _ in range(2)]
+            expected = {job.id for jobs in batches for job in jobs} | {job.id for job in singles}
+        seen: set[str] = set()
+        with anyio.move_on_after(20):
+            async for event in stream:
+                if event.kind is EventKind.POSTED:
+                    seen.add(str(event.job_id))
+                if seen >= expected:
+                    break
+        assert seen == expected, f"{len(expected - seen)} posted events never read"
