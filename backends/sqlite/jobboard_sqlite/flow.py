@@ -211,7 +211,7 @@ def _limits(conn: sqlite3.Connection, scope: Scope) -> dict[str, LimitSpec]:
 # -- the check, in the claim's transaction ---------------------------------------
 
 def _width(limit: LimitSpec, rings: dict[str, int]) -> int:
-    """How many figures :func:`_figures` reads of ``limit`` (a rate: 1 with a ring of ``count`` slots, else 3)."""
+    """How many figures :func:`_columns` reads of ``limit`` (a rate: 1 with a ring of ``count`` slots, else 3)."""
     rate = 0 if limit.rate is None else 1 if rings.get(limit.group, limit.rate.count) == limit.rate.count else 3
     return (limit.concurrency is not None) + 3 * limit.sequence + rate
 
@@ -237,7 +237,7 @@ class Gate:
     now: float = 0.0
 
     def _look(self, conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, values: list[Any], at: int) -> int:
-        """Judge ``limit``'s group from its figures (``values[at:]``, as :func:`_figures` lists them); return
+        """Judge ``limit``'s group from its figures (``values[at:]``, as :func:`_columns` lists them); return
         where the next limit's figures begin."""
         group, rate, width = limit.group, limit.rate, _width(limit, self.rings)
         mine = values[at:at + width]
@@ -268,9 +268,9 @@ class Gate:
 
         The ring holds the group's last ``ring >= count`` grants, numbered 0, 1, ...: slot ``i`` the latest
         number ``= i mod ring``. ``figures`` (read with the gate's version, for ``n`` = the next number as
-        this board knew it): the numbers in slots ``n - 1`` and ``n`` and the time of grant ``n - count``.
-        They prove ``n`` right iff slot ``n - 1`` holds ``n - 1`` (empty for 0) and slot ``n`` holds less
-        or nothing; else ``n`` is found by a binary search of the slots (another board granted since).
+        this board knew it): the numbers in slots ``n - 1`` and ``n`` and the time of grant ``n - count`` (with a
+        ring of ``count`` slots, one probe of slot ``n`` stands for the three: :func:`grants.probed`). They
+        prove ``n`` right iff slot ``n - 1`` holds ``n - 1`` (empty for 0) and slot ``n`` holds less or nothing; else ``n`` is found by a binary search of the slots (another board granted since).
         A permit is free iff grant ``n - count`` is none, ``period`` old, or later than now (a boot
         before's: the host's monotonic clock restarted); else it is due when that grant is ``period`` old
         (exact: the window holds ``count``; within a boot, numbers are in time order)."""
