@@ -9,7 +9,7 @@ Each round runs every system once per measure, the systems' order rotating from 
   jobboard ``post_many``, pgqueuer ``Queries.enqueue`` with lists, procrastinate ``batch_defer_async``;
   SAQ has none), then its worker with W concurrent jobs runs them all (jobboard: W claimers
   ``claim_next`` -> ``consume_and_claim_next``; pgqueuer ``QueueManager`` in drain mode, batch W/2;
-  procrastinate ``run_worker_async(concurrency=W, wait=False)``; SAQ ``Worker(concurrency=W, burst=True)``);
+  procrastinate ``run_worker_async(concurrency=W, wait=False)``; SAQ ``Worker(concurrency=W)`` until every job ran, then stopped);
 - posts: 16 tasks posting one job at a time;
 - wake: ms from a post to the job running in an idle worker (jobboard: a claimer in ``wait()`` holding
   its claim), median of 20.
