@@ -230,13 +230,24 @@ function ops.limits()
   return reply('ok', out)
 end
 
+-- A spread board's pause or resume carries its order (a counter of partition 0, spread/flow.py): one not newer
+-- than the last applied to the name ('pzv' hash) changes nothing, so racing calls leave every partition alike.
+local function stale(name, order)
+  if not order then return false end
+  if tonumber(order) <= tonumber(redis.call('HGET', P .. 'pzv', name) or '0') then return true end
+  redis.call('HSET', P .. 'pzv', name, order)
+  return false
+end
+
 -- name '': the whole board.
-function ops.pause(name)
+function ops.pause(name, order)
+  if stale(name, order) then return reply('ok') end
   redis.call('HSET', P .. 'pz', name, '1')
   return reply('ok')
 end
 
-function ops.resume(name)
+function ops.resume(name, order)
+  if stale(name, order) then return reply('ok') end
   redis.call('HDEL', P .. 'pz', name)
   FLOW, PAUSED = nil, nil
   if name == '' then

@@ -51,11 +51,13 @@ class FlowingRedis(KeepingRedis):
             found.append(GroupLimit.of(spec_of(name, text(stored)), int(running), int(waiting)))
         return sorted(found, key=lambda limit: limit.group)
 
-    async def pause(self, name: str | None) -> None:
-        await self._call("pause", "", name or "")
+    async def pause(self, name: str | None, order: int | None = None) -> None:
+        """``order``: a spread board's (:mod:`jobboard_redis.spread.flow`): ignored when not newer than the
+        name's last pause or resume applied here."""
+        await self._call("pause", "", name or "", *([] if order is None else [order]))
 
-    async def resume(self, name: str | None) -> None:
-        await self._call("resume", "", name or "")
+    async def resume(self, name: str | None, order: int | None = None) -> None:
+        await self._call("resume", "", name or "", *([] if order is None else [order]))
 
     async def paused(self) -> Paused:
         _, data = await self._call("paused", "")

@@ -205,9 +205,6 @@ async def test_a_pause_returned_holds_every_partition_for_every_board(cluster_se
             assert [await board.claim_next("w") for board in boards] == [None, None, None]
 
 
-@pytest.mark.xfail(strict=True, reason="bug: a pause and a resume of one name racing on a spread board can leave "
-                   "partition 0 paused and the others not (each writes partitions 1..K-1, then 0): paused() shows "
-                   "the pause while the other partitions grant its claims, for good; the other way a hidden pause")
 async def test_a_pause_racing_a_resume_leaves_every_partition_alike(cluster_seeds: str) -> None:  # noqa: F811
     """Board a's pause reaches partitions 1 and 2, its write to partition 0 is slow (a slow link); board b's
     resume runs whole meanwhile; then a's write lands. Both calls returned: the partitions must agree with
@@ -222,10 +219,10 @@ async def test_a_pause_racing_a_resume_leaves_every_partition_alike(cluster_seed
             written = zero.pause
             slow, reached = anyio.Event(), anyio.Event()
 
-            async def slow_pause(name: str | None) -> None:  # called once partitions 1..K-1 hold the pause
+            async def slow_pause(name: str | None, order: int | None = None) -> None:  # once 1..K-1 hold it
                 reached.set()
                 await slow.wait()
-                await written(name)
+                await written(name, order)
 
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(zero, "pause", slow_pause)
@@ -237,14 +234,11 @@ async def test_a_pause_racing_a_resume_leaves_every_partition_alike(cluster_seed
                     slow.set()
             shown = (await c.paused()).names
             claimed = [claim for board in boards if (claim := await board.claim_next("w")) is not None]
-            assert shown == {"x"}  # partition 0, written last, says paused ...
-            assert claimed == []  # ... so no partition may grant the name
+            # the resume was ordered after the pause (fixed: every partition applies the later one), so no
+            # partition is paused and paused() says so
+            assert shown == set() and len(claimed) == len(boards)
 
 
-@pytest.mark.xfail(strict=True, reason="bug (starvation): order=home steals from the other partitions in a fixed "
-                   "order (home+1 before home+2), so a group whose partition no board has as home waits behind "
-                   "every plain job of partition home+1, whatever their priority; before 4762c5f a grouped job "
-                   "was in its poster's home with those jobs, in priority order")
 async def test_a_grouped_job_in_no_boards_home_is_not_starved_by_another_partitions_stream(
         cluster_seeds: str) -> None:  # noqa: F811
     """A worker (home 0) and a producer (home 1); the group's partition is 2, nobody's home. The producer's
@@ -268,13 +262,7 @@ async def test_a_grouped_job_in_no_boards_home_is_not_starved_by_another_partiti
             assert urgent.id in taken, f"the VERY_HIGH grouped job waited behind {len(taken)} VERY_LOW jobs"
 
 
-RATE_HEAD_BUG = ("bug: order=exact's claim_next reads each partition's ready/delayed heads only; a job parked by "
-                 "its group's rate (hg:<g>, due in rdue) is put back by a claim script's promote, which never runs "
-                 "when every ready set is empty: claim_next answers None for good (only a wait() peek brings it back)")
-
-
-@pytest.mark.parametrize("order", ["home", pytest.param("exact", marks=pytest.mark.xfail(strict=True,
-                                                                                         reason=RATE_HEAD_BUG))])
+@pytest.mark.parametrize("order", ["home", "exact"])  # exact was a bug: its head reads did not look at rdue
 async def test_claim_next_takes_a_rate_held_job_once_its_permit_is_due(
         cluster_seeds: str, order: str) -> None:  # noqa: F811
     """A rate-parked job comes back to a plain ``claim_next`` poll (no ``wait()``) once its permit is due, on both

@@ -1,7 +1,8 @@
 """Claiming on a spread board (docs/backends/redis.md, "Spreading one board over the shards").
 
-:class:`HomeClaims` (``order=home``, the default): the board's home partition first, then the others in turn
-(stealing when home has nothing): one partition, so one master, per claim while home has work. Priority then
+:class:`HomeClaims` (``order=home``, the default): the board's home partition first, then the best head of the
+others (stealing when home has nothing, as :class:`SpreadClaims` over them): one partition, so one master, per
+claim while home has work. Priority then
 age exactly within a partition; across partitions a board takes its home's jobs before better ones elsewhere.
 
 :class:`SpreadClaims` (``order=exact``): each claim first reads every partition's head (``ZRANGE <index> 0 0 WITHSCORES`` of ``ready``, or of each
@@ -45,13 +46,16 @@ class HomeClaims:
     def __init__(self, parts: Sequence[RedisBackend], home: int) -> None:
         self.parts = parts
         self.order = [parts[(home + step) % len(parts)] for step in range(len(parts))]
+        self.steal = SpreadClaims(self.order[1:])
+        """Home empty: the best head of the others (a fixed order of stealing would starve the last one)."""
 
     async def claim_next(self, owner: str, names: Collection[str] | None, *,
                          skip: RedisBackend | None = None) -> Claim | None:
-        for part in self.order:
-            if part is not skip and (claim := await part.claim_next(owner, names)) is not None:
-                return claim
-        return None
+        """Home first (``skip``: home just found empty), then the other partitions' best head."""
+        home = self.order[0]
+        if home is not skip and (claim := await home.claim_next(owner, names)) is not None:
+            return claim
+        return await self.steal.claim_next(owner, names)
 
     async def consume_and_claim_next(self, part: RedisBackend, claim: Claim, settle: Settle,
                                      names: Collection[str] | None) -> Claim | None:
@@ -75,18 +79,18 @@ class SpreadClaims:
         """Head reads made (``benchmarks.redis_spread`` counts them)."""
 
     async def head(self, part: RedisBackend, names: Collection[str] | None) -> float | None:
-        """The best score among ``part``'s heads (``None``: nothing claimable there); due delayed jobs readied."""
+        """The best score among ``part``'s heads (``None``: nothing claimable there); due delayed jobs, and jobs
+        parked by a rate whose permit is due, readied first."""
         indexes = _indexes(part, names)
         commands: list[list[Any]] = [["ZRANGE", key, 0, 0, "WITHSCORES"] for key in indexes]
-        replies = await part.client.pipeline([*commands, ["ZRANGE", part.options.prefix + "delayed", 0, 0,
-                                                           "WITHSCORES"]])
+        timers: list[list[Any]] = [["ZRANGE", part.options.prefix + key, 0, 0, "WITHSCORES"] for key in ("delayed", "rdue")]
+        replies = await part.client.pipeline([*commands, *timers])  # rdue: a rate's parked jobs (flow.lua)
         self.reads += 1
-        delayed = replies[-1]
         server_now = time.time() * 1000 + part.session.server_offset_ms
-        if delayed and float(delayed[1]) <= server_now + DUE_MARGIN_MS:
+        if any(due and float(due[1]) <= server_now + DUE_MARGIN_MS for due in replies[len(commands):]):
             await part._call("promote", "")
-            replies = [*await part.client.pipeline(commands), []]
-        scores = [float(reply[1]) for reply in replies[:-1] if reply]
+            replies = await part.client.pipeline(commands)
+        scores = [float(reply[1]) for reply in replies[:len(commands)] if reply]
         return min(scores) if scores else None
 
     async def best(self, names: Collection[str] | None) -> RedisBackend | None:

@@ -10,7 +10,9 @@ stay on the path of a board without flow control.
 A pause concerns a job name, whose jobs are in every partition: ``pause`` and ``resume`` write every
 partition, one call each, partition 0 last. Partition 0 is the source of truth of :meth:`SpreadFlow.paused`:
 once ``paused()`` shows a pause, every partition holds it (between the calls some partitions already
-refuse, or already grant, the name's claims); a call that failed part-way is repeated to finish it.
+refuse, or already grant, the name's claims); a call that failed part-way is repeated to finish it. Each
+call takes an order first (a counter in partition 0) and a partition ignores one older than the name's last
+applied there: of a pause and a resume racing, the later ordered one holds in every partition.
 """
 
 from __future__ import annotations
@@ -54,13 +56,22 @@ class SpreadFlow:
         return sorted(itertools.chain.from_iterable(found), key=lambda limit: limit.group)
 
     async def pause(self, name: str | None) -> None:
-        """Every partition but 0 at once, then partition 0. :raises JobBoardError: a partition could not be
-        reached (the others may hold the pause: repeat the call)."""
-        await self._everywhere(lambda part: part.pause(name))
+        """An order from partition 0's counter, then every partition but 0 at once, then partition 0; a
+        partition ignores a call older than the name's last one applied there, so of racing calls the last
+        ordered wins everywhere. :raises JobBoardError: a partition could not be reached (the others may hold
+        the pause: repeat the call)."""
+        order = await self._order()
+        await self._everywhere(lambda part: part.pause(name, order))
 
     async def resume(self, name: str | None) -> None:
         """As :meth:`pause`, the other way."""
-        await self._everywhere(lambda part: part.resume(name))
+        order = await self._order()
+        await self._everywhere(lambda part: part.resume(name, order))
+
+    async def _order(self) -> int:
+        """The next pause-or-resume order of the board (``INCR`` of ``pzo`` in partition 0)."""
+        zero = self.parts[0]
+        return int(await zero.client.command("INCR", zero.options.prefix + "pzo"))
 
     async def paused(self) -> Paused:
         """Partition 0's pauses (written last by every pause and resume)."""
