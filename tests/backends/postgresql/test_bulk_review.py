@@ -14,6 +14,7 @@ import pytest
 
 from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
+from jobboard.errors import BoardConflict, JobNotFound
 from jobboard.job import Job
 from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
 
@@ -207,3 +208,33 @@ async def test_a_reader_sees_every_posted_event_of_a_long_copy_beside_short_comm
                 if seen >= expected:
                     break
         assert seen == expected, f"{len(expected - seen)} posted events never read"
+
+
+@pytest.mark.xfail(strict=True, reason="bug (40c8257; 4d14679 fixed the pool's side only): a post_many by COPY on "
+                   "the caller's asyncpg connection with no transaction opens one of its own; cancelled, it leaves "
+                   "that transaction open (or aborted) on the caller's connection, so the caller's next writes "
+                   "there are never committed (or fail 'current transaction is aborted')")
+async def test_a_cancelled_copy_on_the_callers_connection_leaves_no_transaction_open(
+        postgresql_url: str) -> None:  # noqa: F811
+    """The caller's connection outside a transaction: each cancelled bulk post leaves it outside one, and a post
+    through it afterwards commits (another board sees it), as with jb.post_plain's single statement before."""
+    import asyncpg
+
+    url = f"{postgresql_url}?board=copycaller-{uuid.uuid4().hex[:8]}"
+    async with open_board(url) as board, open_board(url) as other:
+        lost: list[str] = []
+        for limit in (0.0, 0.001, 0.002, 0.004, 0.008):
+            connection = await asyncpg.connect(postgresql_url)
+            try:
+                with anyio.move_on_after(limit):
+                    await board.post_many([NewJob("c", {"n": n}) for n in range(500)], connection=connection)
+                with anyio.fail_after(10):
+                    in_transaction = connection.is_in_transaction()
+                    try:
+                        single = await board.post("single", connection=connection)
+                        await other.get(single.id)
+                    except (JobNotFound, BoardConflict) as error:
+                        lost.append(f"{limit} s (in a transaction: {in_transaction}): {type(error).__name__}")
+            finally:
+                connection.terminate()
+        assert lost == [], f"the caller's next post after a cancelled copy was not committed: {lost}"
