@@ -329,11 +329,14 @@ class Flow:
                 listed = await zk.children(path)
                 earlier += [f"{path}/{name}" for name in (listed[0] if listed else [])
                             if is_job_id(name) and sequence_of(name) < mine]
-        unknown = [path for path in earlier if path.rsplit("/", 1)[1] not in self.groups]
+        known = {name: self.groups[name] for path in earlier if (name := path.rsplit("/", 1)[1]) in self.groups}
+        unknown = [path for path in earlier if path.rsplit("/", 1)[1] not in known]
         for path, node in zip(unknown, await zk.get_many(unknown) if unknown else [], strict=True):
-            if node is not None:
-                self.remember(path.rsplit("/", 1)[1], group_of(node[0]))
-        ours = [name for path in earlier if self.groups.get(name := path.rsplit("/", 1)[1]) == group]
+            if node is not None:  # the cache may be cleared meanwhile: ``known`` keeps what this check read
+                name = path.rsplit("/", 1)[1]
+                known[name] = group_of(node[0])
+                self.remember(name, known[name])
+        ours = [name for name, its_group in known.items() if its_group == group]
         return min(ours, key=sequence_of) if ours else job_id
 
 

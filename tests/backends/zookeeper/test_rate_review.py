@@ -19,10 +19,6 @@ def board_url(hosts: str) -> str:
     return f"zookeeper://{hosts}/ratereview/{uuid.uuid4().hex}?session_timeout=2"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: Flow.remember clears Flow.groups when it passes 100 000 entries, "
-                   "inside Flow._head's loop over the unknown earlier jobs; the earlier jobs already known are "
-                   "then missing from 'ours', so a later job of a sequence is taken for its head and claimed "
-                   "while an earlier one waits (the cache grows by every job read since 21fdfc4/27c67f4)")
 async def test_a_sequence_keeps_its_head_when_the_group_cache_is_cleared(zk_hosts: str) -> None:
     """A long-running board has read 100 000 jobs (its cache is full, the sequence's first job among them);
     the next head check reads one unknown job: the sequence's second job must still be held back."""
