@@ -110,9 +110,11 @@ refill = function(g)
     if sc then unpark(key, head, sc) end
     return
   end
+  local rated = false
   if lim.count and free > 0 then
     local permits, due = rate_state(g, lim)
     if permits == 0 then due_at(g, now() + due) end
+    rated = permits < free
     free = math.min(free, permits)
   end
   local back = 0
@@ -122,6 +124,13 @@ refill = function(g)
     for i = 1, #best, 2 do
       if unpark(key, best[i], best[i + 1]) then back = back + 1 end
     end
+  end
+  -- the rate's permits all went back and jobs are left parked: a timer for the next (when the oldest grant in
+  -- the window leaves it), else nothing would put them back (the 'rdue' entry that led here is gone)
+  if rated and redis.call('EXISTS', key) == 1 then
+    local oldest = redis.call('ZRANGEBYSCORE', P .. 'rl:' .. g, '(' .. (now() - lim.period), '+inf', 'WITHSCORES',
+      'LIMIT', 0, 1)
+    due_at(g, now() + (#oldest == 0 and lim.period or math.max(1, math.ceil(tonumber(oldest[2]) + lim.period - now()))))
   end
 end
 

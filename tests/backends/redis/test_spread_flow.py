@@ -155,3 +155,30 @@ async def test_a_limit_holds_across_a_failover_of_its_partitions_master(fresh_cl
         assert 0 < before < len(posted)  # the failover began while the claimers ran
         assert most == 2 and sorted(consumed) == sorted(job.id for job in posted)
         assert [(limit.group, limit.concurrency, limit.running) for limit in await two.limits()] == [("g", 2, 0)]
+
+
+@pytest.mark.parametrize("layout", ["flat", "spread"])
+async def test_a_rates_second_parked_job_comes_back_when_one_permit_is_free(
+        request: pytest.FixtureRequest, layout: str) -> None:
+    """Two jobs parked by a rate of 2 whose grants were 0.3 s apart: the first grant's expiry frees one permit,
+    the refill puts one job back and must leave a timer for the other (it left none: the second job stayed
+    parked for good, and ``wait()`` never returned; flow.lua's refill, found by the conformance rate case on the
+    spread board)."""
+    if layout == "flat":
+        url = f"{request.getfixturevalue('redis_url')}/0/spreadflow-{uuid.uuid4().hex}?session_timeout=4"
+    else:
+        url = spread_url(request.getfixturevalue("cluster_seeds"))
+    with anyio.fail_after(30):
+        async with open_board(url) as board:
+            await board.set_limit("api", rate=(2, 0.6))
+            jobs = [await board.post("call", group="api") for _ in range(4)]
+            claims = [await board.claim_next("w")]
+            await anyio.sleep(0.3)
+            claims.append(await board.claim_next("w"))
+            assert await board.claim_next("w") is None  # both others parked
+            for expected in jobs[2:]:
+                with anyio.fail_after(3):
+                    woke = await board.wait()
+                assert [job.id for job in woke] == [expected.id]
+                claims.append(await board.claim_next("w"))
+            assert [claim.job.id for claim in claims if claim] == [job.id for job in jobs]

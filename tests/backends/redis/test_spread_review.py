@@ -179,7 +179,7 @@ async def test_a_pause_returned_holds_every_partition_for_every_board(cluster_se
         async with open_board(url) as a, open_board(url) as b, open_board(url) as c, open_board(url) as admin:
             boards = (a, b, c)
             for board in boards:
-                await board.post_many([NewJob("x") for _ in range(100)])
+                await board.post_many([NewJob("x") for _ in range(1000)])  # more than they claim meanwhile
             paused_at: list[float] = []
             late: list[str] = []
 
