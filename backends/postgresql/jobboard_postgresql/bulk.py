@@ -6,8 +6,9 @@ at commit); then ``COPY ... FROM STDIN (FORMAT binary)`` writes the rows. Every 
 scalar type or ``text[]``, which asyncpg encodes without asking the server about array types (its
 introspection query costs a fresh connection 10-40 ms: the first bulk post of every pooled connection
 paid it). Atomicity: all rows or none (in the board's own transaction, or in the caller's asyncpg
-transaction, opened here when the caller has none). A posting with a delay goes through
-``jb.post_plain`` (its state needs the server's clock). Errors: asyncpg's, to the caller.
+transaction; a caller's connection outside a transaction takes ``jb.post_plain``'s one statement, which a
+cancellation cannot leave half done there). A posting with a delay goes through ``jb.post_plain`` (its state
+needs the server's clock). Errors: asyncpg's, to the caller.
 """
 
 from __future__ import annotations

@@ -132,7 +132,8 @@ class Writer:
             return await self._post_plain_call(batch, postings)
         if batch[0].connection is not None:
             driver = await driver_of(batch[0].connection)
-            if not isinstance(driver, asyncpg.Connection):
+            if not isinstance(driver, asyncpg.Connection) or not driver.is_in_transaction():
+                # outside the caller's transaction one statement: a cancelled COPY would leave ours open there
                 return await self._post_plain_call(batch, postings)
             with caller_errors("post_many"):
                 return await self.copier.write(driver, batch, postings)
@@ -157,7 +158,8 @@ class Writer:
             connection, columns, [p.raw for p in batch], [p.group for p in postings], True))
 
     async def _post_plain_call(self, batch: Sequence[Prepared], postings: list[Posting]) -> list[tuple[Job, bool]]:
-        """A plain batch as one ``jb.post_plain`` call (delays; the caller's psycopg connection)."""
+        """A plain batch as one ``jb.post_plain`` call (delays; a caller's psycopg connection or one outside a
+        transaction)."""
         plain = (self.board, [p.name for p in postings], [p.priority.rank for p in postings],
                  nulls([p.max_attempts for p in postings]), nulls([p.not_before for p in postings]),
                  [p.token for p in postings], [p.keep_result for p in postings] if any(

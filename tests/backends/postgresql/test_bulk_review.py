@@ -210,10 +210,6 @@ async def test_a_reader_sees_every_posted_event_of_a_long_copy_beside_short_comm
         assert seen == expected, f"{len(expected - seen)} posted events never read"
 
 
-@pytest.mark.xfail(strict=True, reason="bug (40c8257; 4d14679 fixed the pool's side only): a post_many by COPY on "
-                   "the caller's asyncpg connection with no transaction opens one of its own; cancelled, it leaves "
-                   "that transaction open (or aborted) on the caller's connection, so the caller's next writes "
-                   "there are never committed (or fail 'current transaction is aborted')")
 async def test_a_cancelled_copy_on_the_callers_connection_leaves_no_transaction_open(
         postgresql_url: str) -> None:  # noqa: F811
     """The caller's connection outside a transaction: each cancelled bulk post leaves it outside one, and a post
