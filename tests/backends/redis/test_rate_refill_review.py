@@ -1,5 +1,6 @@
 """Review of redis:// rate limits' parking (flow.lua): a job the rate parks must come back once a permit is free,
-even while every job the rate let through is still running (no claim ends to trigger a refill)."""
+even while every job the rate let through is still running (no claim ends to trigger a refill). It did not:
+the refill left the jobs beyond the window's permits without a timer (fixed by 25ac43c)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,6 @@ from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: flow.lua's refill puts back as many parked jobs as the rate has "
-                   "permits and drops the group's rdue entry; jobs left parked get no timer, so they wait for a "
-                   "claim of the group to end (a refill), however many windows pass with permits free")
 @pytest.mark.parametrize("spread", ["", "&partitions=3"])
 async def test_a_rate_parked_job_comes_back_while_the_granted_ones_still_run(
         cluster_seeds: str, spread: str) -> None:  # noqa: F811
