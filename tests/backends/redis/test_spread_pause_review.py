@@ -15,10 +15,6 @@ from tests.backends.redis.test_spread_flow import PARTITIONS, backend, spread_ur
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.mark.xfail(strict=True, reason="bug (bbafc68): the pause order is a plain INCR of pzo in partition 0; a "
-                   "failover that loses its last INCRs rewinds it below the pzv partitions 1..K-1 hold, so the next "
-                   "pauses and resumes are ignored there as stale while partition 0 applies them: paused() shows "
-                   "x paused and partitions 1-2 grant its claims")
 async def test_a_pause_after_partition_zero_lost_its_last_writes_reaches_every_partition(
         cluster_seeds: str) -> None:  # noqa: F811
     """Four pauses and resumes of x, then partition 0 as a failover that lost the last two would leave it

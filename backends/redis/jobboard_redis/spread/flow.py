@@ -11,8 +11,10 @@ A pause concerns a job name, whose jobs are in every partition: ``pause`` and ``
 partition, one call each, partition 0 last. Partition 0 is the source of truth of :meth:`SpreadFlow.paused`:
 once ``paused()`` shows a pause, every partition holds it (between the calls some partitions already
 refuse, or already grant, the name's claims); a call that failed part-way is repeated to finish it. Each
-call takes an order first (a counter in partition 0) and a partition ignores one older than the name's last
-applied there: of a pause and a resume racing, the later ordered one holds in every partition.
+call takes an order first (a counter in partition 0, raised above every partition's last applied order of
+the name, so a failover losing the counter's last increments does not rewind it) and a partition ignores one
+older than the name's last applied there: of a pause and a resume racing, the later ordered one holds in
+every partition.
 """
 
 from __future__ import annotations
@@ -60,18 +62,26 @@ class SpreadFlow:
         partition ignores a call older than the name's last one applied there, so of racing calls the last
         ordered wins everywhere. :raises JobBoardError: a partition could not be reached (the others may hold
         the pause: repeat the call)."""
-        order = await self._order()
+        order = await self._order(name)
         await self._everywhere(lambda part: part.pause(name, order))
 
     async def resume(self, name: str | None) -> None:
         """As :meth:`pause`, the other way."""
-        order = await self._order()
+        order = await self._order(name)
         await self._everywhere(lambda part: part.resume(name, order))
 
-    async def _order(self) -> int:
-        """The next pause-or-resume order of the board (``INCR`` of ``pzo`` in partition 0)."""
-        zero = self.parts[0]
-        return int(await zero.client.command("INCR", zero.options.prefix + "pzo"))
+    async def _order(self, name: str | None) -> int:
+        """The next pause-or-resume order of ``name``: ``INCR`` of ``pzo`` in partition 0, raised above the
+        order every partition last applied to the name (``pzv``), and ``pzo`` with it: a failover of partition
+        0 that lost its last increments does not make the next calls stale elsewhere."""
+        zero, field = self.parts[0], name or ""
+        counted = int(await zero.client.command("INCR", zero.options.prefix + "pzo"))
+        applied = await asyncio.gather(*(part.client.command("HGET", part.options.prefix + "pzv", field)
+                                         for part in self.parts))
+        order = max(counted, 1 + max(int(found or 0) for found in applied))
+        if order > counted:
+            await zero.client.command("SET", zero.options.prefix + "pzo", order)  # caught up
+        return order
 
     async def paused(self) -> Paused:
         """Partition 0's pauses (written last by every pause and resume)."""
