@@ -59,6 +59,11 @@ class ConformanceBase(abc.ABC):
     """Seconds each conformance test may take."""
     delay_unit: float = 0.3
     """Seconds used for ``retry_after`` checks; raise it for slow backends."""
+    claim_next_best_first: bool = True
+    """Whether ``claim_next`` hands out the board's best claimable job. False declares the one relaxation of
+    order a backend may document (a claimer's nearby jobs first: the redis:// spread board's ``order=home``):
+    the flow-control cases then accept two claims of jobs in different places in either order, and check
+    everything else as before."""
     unsupported: frozenset[str] = frozenset()
     """What this backend does not implement, from :data:`OPTIONAL`: only the cases needing one of
     these skip. Any other operation raising ``Unsupported``, or option not honoured, fails its case."""

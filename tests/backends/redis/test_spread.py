@@ -4,11 +4,8 @@ routing (docs/backends/redis.md, "Spreading one board over the shards")."""
 
 from __future__ import annotations
 
-import functools
 import os
 import uuid
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar, cast
 
 import pytest
 import redis
@@ -29,19 +26,6 @@ from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
 PARTITIONS = 3
 
 
-Case = TypeVar("Case", bound=Callable[..., Coroutine[Any, Any, None]])
-
-
-def _home_order(case: Case) -> Case:
-    """``case`` expected to fail on ``order=home`` (a copy: the inherited function keeps its marks)."""
-
-    @functools.wraps(case)
-    async def run(*args: Any, **kwargs: Any) -> None:
-        await case(*args, **kwargs)
-
-    return cast(Case, pytest.mark.xfail(strict=True, reason="order=home: the home partition's jobs first")(run))
-
-
 class TestSpreadConformance(one_slot.TestRedisClusterConformance):
     order = "home"
 
@@ -53,13 +37,10 @@ class TestSpreadConformance(one_slot.TestRedisClusterConformance):
     unsupported = frozenset({"never_posted"})
     """Implemented (past the partition's last id), but the next id is the server's clock: not predictable."""
 
-    # order=home takes the home partition's jobs before better ones elsewhere; a group's jobs are in the group's
-    # partition (jobboard_redis.spread.flow), so a plain job of lower priority, or posted later, at home goes
-    # first. These two cases compare such jobs; they pass with order=exact (TestExactSpreadFlow below).
-    test_a_sequence_runs_in_posting_order_and_continues_past_a_trashed_job = _home_order(
-        one_slot.TestRedisClusterConformance.test_a_sequence_runs_in_posting_order_and_continues_past_a_trashed_job)
-    test_claim_next_skips_a_full_group_for_another_groups_job = _home_order(
-        one_slot.TestRedisClusterConformance.test_claim_next_skips_a_full_group_for_another_groups_job)
+    claim_next_best_first = False
+    """order=home takes the home partition's jobs before better ones elsewhere; a group's jobs are in the group's
+    partition (jobboard_redis.spread.flow), so the flow cases take a plain job at home and a grouped one in
+    either order (declared; TestExactSpreadFlow below runs them with order=exact, best first)."""
 
     async def inject_malformed(self, board: JobBoard) -> None:
         """A job hash written by another tool in partition 0 (its id 999999 is partition 0's)."""
@@ -79,15 +60,12 @@ class TestExactSpreadConformance(TestSpreadConformance):
     (125 cases passed, 2026-11-27)."""
 
     order = "exact"
-    test_a_sequence_runs_in_posting_order_and_continues_past_a_trashed_job = (
-        one_slot.TestRedisClusterConformance.test_a_sequence_runs_in_posting_order_and_continues_past_a_trashed_job)
-    test_claim_next_skips_a_full_group_for_another_groups_job = (
-        one_slot.TestRedisClusterConformance.test_claim_next_skips_a_full_group_for_another_groups_job)
+    claim_next_best_first = True
 
 
 class TestExactSpreadFlow(FlowControlBase):
-    """The two flow cases ``order=home`` fails by design (above), on ``order=exact``: the best job on the board
-    first, whichever partition holds it (every flow case passed there, 2026-11-27)."""
+    """The two flow cases whose order ``order=home`` relaxes (declared above), on ``order=exact``: the best job on
+    the board first, whichever partition holds it (every flow case passed there, 2026-11-27)."""
 
     time_limit = 20.0
     board_url = TestExactSpreadConformance.board_url
@@ -95,9 +73,9 @@ class TestExactSpreadFlow(FlowControlBase):
     order = "exact"
     unsupported = TestSpreadConformance.unsupported
     test_a_sequence_runs_in_posting_order_and_continues_past_a_trashed_job = (
-        TestExactSpreadConformance.test_a_sequence_runs_in_posting_order_and_continues_past_a_trashed_job)
+        one_slot.TestRedisClusterConformance.test_a_sequence_runs_in_posting_order_and_continues_past_a_trashed_job)
     test_claim_next_skips_a_full_group_for_another_groups_job = (
-        TestExactSpreadConformance.test_claim_next_skips_a_full_group_for_another_groups_job)
+        one_slot.TestRedisClusterConformance.test_claim_next_skips_a_full_group_for_another_groups_job)
 
 
 def _masters(seeds: str) -> dict[int, str]:
