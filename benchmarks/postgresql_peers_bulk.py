@@ -9,6 +9,11 @@ on a fresh connection, its table truncated), then ``--jobs`` more (warm). Per pa
 per job and the server's (user + system of the postmaster's children alive at both ends, from /proc:
 run it on a server nobody else uses). CPU per job is what a busy machine changes least: on 2 cores shared
 by client and server, wall time is about their sum plus the round trips.
+
+``--payload`` says what each job carries, the same for both: ``details`` (the default: jobboard's
+``{"n": n}``, pgqueuer's payload the JSON bytes of the same map, encoded by the caller as its docs show) or
+``none`` (no details, a ``None`` payload). Before 2026-11-27 15:00 pgqueuer was given ``None`` payloads while
+jobboard encoded details: a comparison of unequal work.
 """
 
 from __future__ import annotations
@@ -43,6 +48,13 @@ async def timed(post: Post, jobs: int, postmaster: int) -> dict[str, float]:
     return {"jobs_per_s": jobs / wall, "client_us": client / jobs * 1e6, "server_us": used / jobs * 1e6}
 
 
+def details(n: int) -> dict[str, int] | None:
+    return {"n": n} if PAYLOAD["details"] else None
+
+
+PAYLOAD = {"details": True}
+
+
 async def jobboard(url: str, jobs: int) -> dict[str, dict[str, float]]:
     from jobboard import NewJob, open_board
     from jobboard_postgresql import PostgresBackend
@@ -54,7 +66,7 @@ async def jobboard(url: str, jobs: int) -> dict[str, dict[str, float]]:
             postmaster = parent_of(await connection.fetchval("SELECT pg_backend_pid()"))
 
         async def post(start: int, count: int) -> None:
-            await board.post_many([NewJob("cycle", {"n": n}) for n in range(start, start + count)])
+            await board.post_many([NewJob("cycle", details(n)) for n in range(start, start + count)])
 
         return {"cold": await timed(post, jobs, postmaster), "warm": await timed(post, jobs, postmaster)}
 
@@ -65,7 +77,8 @@ async def pgqueuer(url: str, jobs: int) -> dict[str, dict[str, float]]:
         postmaster = parent_of(await connection.fetchval("SELECT pg_backend_pid()"))
 
         async def post(start: int, count: int) -> None:
-            await queries.enqueue(["cycle"] * count, [None] * count, [0] * count)
+            payloads = [None if (d := details(n)) is None else json.dumps(d).encode() for n in range(start, start + count)]
+            await queries.enqueue(["cycle"] * count, payloads, [0] * count)
 
         return {"cold": await timed(post, jobs, postmaster), "warm": await timed(post, jobs, postmaster)}
     finally:
@@ -75,14 +88,14 @@ async def pgqueuer(url: str, jobs: int) -> dict[str, dict[str, float]]:
 SYSTEMS = {"jobboard": jobboard, "pgqueuer": pgqueuer}
 
 
-def rounds(url: str, jobs: int, count: int) -> dict[str, Any]:
+def rounds(url: str, jobs: int, count: int, payload: str) -> dict[str, Any]:
     """``count`` rounds of every system, each in its own child process, the order alternating."""
     runs: dict[str, list[dict[str, dict[str, float]]]] = {name: [] for name in SYSTEMS}
     load = [os.getloadavg()[0]]
     for number in range(count):
         for name in (list(SYSTEMS) if number % 2 == 0 else list(reversed(SYSTEMS))):
             done = subprocess.run([sys.executable, "-m", "benchmarks.postgresql_peers_bulk", "--url", url, "--jobs",
-                                   str(jobs), "--one", name], capture_output=True, text=True, timeout=300, check=True)
+                                   str(jobs), "--payload", payload, "--one", name], capture_output=True, text=True, timeout=300, check=True)
             runs[name].append(json.loads(done.stdout.splitlines()[-1]))
         load.append(os.getloadavg()[0])
     medians = {name: {part: {figure: {"median": round(statistics.median(run[part][figure] for run in done_runs), 2),
@@ -90,7 +103,7 @@ def rounds(url: str, jobs: int, count: int) -> dict[str, Any]:
                                                 round(max(run[part][figure] for run in done_runs), 2)]}
                              for figure in done_runs[0][part]} for part in done_runs[0]}
                for name, done_runs in runs.items()}
-    return {"jobs": jobs, "rounds": count, "load": [round(x, 1) for x in load], **medians}
+    return {"jobs": jobs, "rounds": count, "payload": payload, "load": [round(x, 1) for x in load], **medians}
 
 
 def main() -> None:
@@ -98,12 +111,14 @@ def main() -> None:
     parser.add_argument("--url", required=True)
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--payload", choices=("details", "none"), default="details")
     parser.add_argument("--one", choices=sorted(SYSTEMS), help="one system's figures, in this process")
     args = parser.parse_args()
+    PAYLOAD["details"] = args.payload == "details"
     if args.one:
         print(json.dumps(asyncio.run(SYSTEMS[args.one](args.url, args.jobs))))
     else:
-        print(json.dumps(rounds(args.url, args.jobs, args.rounds)))
+        print(json.dumps(rounds(args.url, args.jobs, args.rounds, args.payload)))
 
 
 if __name__ == "__main__":
