@@ -299,3 +299,11 @@ def test_the_trace_on_memory_is_the_one_the_page_gives() -> None:
 @pytest.mark.timeout(60)
 def test_the_trace_on_zookeeper_is_the_one_the_page_gives(zk_hosts: str) -> None:
     assert files_run(f"zookeeper://{zk_hosts}/trace/{uuid.uuid4().hex}") == traced_in_page("zookeeper")
+
+
+def test_every_serial_file_of_the_parallel_suite_exists() -> None:
+    """tests/conftest.py's SERIAL_FILES (run one after another when the suite runs on 2 workers) names files
+    that exist: a fault test renamed or moved would otherwise run beside the others unnoticed."""
+    from tests.conftest import SERIAL_FILES
+
+    assert sorted(path for path in SERIAL_FILES if not (ROOT / path).is_file()) == []
