@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from jobboard import open_board
+from jobboard.errors import BackendUnavailable
 from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
 from tests.backends.redis.test_spread_flow import backend, spread_url
 
@@ -115,3 +116,30 @@ async def test_a_resume_cancelled_half_way_is_not_hidden_behind_paused(cluster_s
             claimed = [claim for board in boards if (claim := await board.claim_next("w")) is not None]
             assert shown == {"x"}  # partition 0 was not written
             assert claimed == [], f"{len(claimed)} claims of x granted while paused() shows it"
+
+
+@pytest.mark.xfail(strict=True, reason="bug (bbafc68): order=home steals through SpreadClaims.best, which gathers "
+                   "every other partition's head read without return_exceptions: one partition's master down "
+                   "fails every claim_next of a board whose home is empty, even with work in a reachable partition "
+                   "(before bbafc68 the stealing took partition home+1's job)")
+async def test_a_home_board_steals_from_a_reachable_partition_while_another_is_down(
+        cluster_seeds: str) -> None:  # noqa: F811
+    """A worker (home 0, empty) and a producer (home 1) with one job at home; partition 2's master is down (its
+    calls from the worker raise BackendUnavailable, as a master failing over does for seconds): the worker's
+    claim_next takes the job in partition 1."""
+    with anyio.fail_after(30):
+        url = spread_url(cluster_seeds)
+        async with open_board(url) as worker, open_board(url) as producer:
+            assert (backend(worker).home, backend(producer).home) == (0, 1)
+            job = await producer.post("x")
+            down = backend(worker).parts[2]
+
+            async def unreachable(*args: Any, **kwargs: Any) -> Any:
+                raise BackendUnavailable("redis: partition 2's master is down (simulated)")
+
+            with pytest.MonkeyPatch.context() as patch:
+                for call in ("pipeline", "command"):
+                    patch.setattr(down.client, call, unreachable)
+                patch.setattr(down, "claim_next", unreachable)
+                claim = await worker.claim_next("w")
+            assert claim is not None and claim.job.id == job.id
