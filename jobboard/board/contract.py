@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from jobboard.backend import Backend, BoardServices, Prepared, Settle, SettleAction
+from jobboard.board.bulkfront import BulkFront
 from jobboard.board.checks import (
     check_age,
     check_group,
@@ -230,11 +231,12 @@ class JobBoard:
         """
         self._ensure_open()
         batch, prepare, now = [], self._prepare, time.time()  # one clock reading: the batch is posted at one time
+        plain = BulkFront(now, self.backend.default_max_attempts, self.backend.max_posting_bytes).prepare
         for index, job in enumerate(jobs):
             if not isinstance(job, NewJob):
                 raise InvalidJob(f"jobs[{index}] is a {type(job).__name__}, not a NewJob")
             try:
-                batch.append(prepare(
+                batch.append(plain(job, connection) or prepare(
                     job.name, job.details, job.priority, job.depends_on, job.max_attempts, job.keep_result,
                     job.key, job.delay, job.not_before, job.result_ttl, job.trash_ttl, connection, job.group, now))
             except InvalidJob as error:

@@ -19,10 +19,13 @@ from collections.abc import Sequence
 import asyncpg
 
 from jobboard.backend import Job, Posting, Prepared
+from jobboard.job import Priority
 
 COLUMNS = ("id", "board", "name", "rank", "state", "max_attempts", "token", "keep_result", "result_ttl",
            "trash_ttl", "posting", "grp")
 """The columns a plain batch writes (state 0: ready; the rest take their defaults)."""
+_RANKS = {member: member.rank for member in Priority}
+"""``Priority.rank`` by member (a property call per row costs more than the lookup)."""
 
 
 def copyable(postings: Sequence[Posting]) -> bool:
@@ -49,16 +52,15 @@ class Copier:
                      postings: Sequence[Posting]) -> list[tuple[Job, bool]]:
         """The head, then the rows. The jobs are built while the server writes the rows: asyncpg sends every
         row before its first wait (the copy task's first step), so the two cores work at once."""
-        ids = [int(each) for each in (await connection.fetchval(self.head, self.board, [p.name for p in postings]))
-               .split(",")]
-        board = self.board
+        digits = (await connection.fetchval(self.head, self.board, [p.name for p in postings])).split(",")
+        ids, board, ranks = list(map(int, digits)), self.board, _RANKS
         copy = asyncio.ensure_future(connection.copy_records_to_table(
             "job", schema_name=self.schema, columns=COLUMNS,
-            records=[(i, board, p.name, p.priority.rank, 0, p.max_attempts, p.token, p.keep_result, p.result_ttl,
+            records=[(i, board, p.name, ranks[p.priority], 0, p.max_attempts, p.token, p.keep_result, p.result_ttl,
                       p.trash_ttl, prepared.raw, p.group) for i, p, prepared in zip(ids, postings, batch, strict=True)]))
         try:
             await asyncio.sleep(0)  # the copy task's first step: the rows are sent
-            jobs = written(postings, ids)
+            jobs = [(p.to_job(d, i), True) for p, d, i in zip(postings, digits, ids, strict=True)]
         except BaseException:  # cancelled: the copy goes too, before the transaction's rollback
             copy.cancel()
             await asyncio.wait({copy})
