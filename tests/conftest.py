@@ -41,6 +41,11 @@ SERIAL_FILES = frozenset({
     "tests/cli/test_refused.py", "tests/plans/test_dag_zookeeper.py", "tests/worker/test_fault_injection.py",
     "tests/worker/test_faults.py", "tests/worker/test_flow_faults.py", "tests/worker/test_regressions.py",
     "tests/worker/test_signals.py",
+    # Kills, signals, a JVM ensemble or bounds of a second or two, found by a review of the parallel suite.
+    "tests/backends/postgresql/test_flow.py", "tests/backends/redis/test_client.py",
+    "tests/backends/sqlite/test_files.py", "tests/backends/zookeeper/test_flow.py",
+    "tests/backends/zookeeper/test_partitions.py", "tests/backends/zookeeper/test_truthfulness.py",
+    "tests/cli/test_worker.py", "tests/testing/test_zkserver_harness.py",
 })
 """Files whose tests run one after another on one worker when the suite runs on several (scripts/test:
 ``-n 2 --dist loadfile``): the fault and timing tests, never two of them side by side."""

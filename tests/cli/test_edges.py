@@ -16,7 +16,7 @@ import pytest
 
 from jobboard import open_board
 from tests.cli.test_cli import Capture, assert_one_line_error, post, run, table
-from tests.support.localserver import free_port
+from tests.support.localserver import refused_port
 
 
 @pytest.fixture
@@ -188,14 +188,14 @@ def started(*argv: str) -> Iterator[subprocess.Popen[str]]:
 
 
 def test_check_exit_statuses_are_distinct_and_in_the_help() -> None:
-    unreachable = f"zookeeper://127.0.0.1:{free_port()}/cli-edges?connect_timeout=1"
-    results = {
-        "no worker": jobboard("check", "memory://nobody"),
-        "unreachable": jobboard("check", unreachable),
-        "no backend": jobboard("check", "nosuch://x"),
-        "usage": jobboard("check", "--no-such-option"),
-        "help": jobboard("--help"),
-    }
+    with refused_port() as port:
+        results = {
+            "no worker": jobboard("check", "memory://nobody"),
+            "unreachable": jobboard("check", f"zookeeper://127.0.0.1:{port}/cli-edges?connect_timeout=1"),
+            "no backend": jobboard("check", "nosuch://x"),
+            "usage": jobboard("check", "--no-such-option"),
+            "help": jobboard("--help"),
+        }
     assert {what: result.returncode for what, result in results.items()} == {
         "no worker": 1, "unreachable": 3, "no backend": 3, "usage": 2, "help": 0}
     for what in ("unreachable", "no backend"):  # a warning may say why before the error
@@ -206,11 +206,13 @@ def test_check_exit_statuses_are_distinct_and_in_the_help() -> None:
 
 
 @pytest.mark.parametrize(("host", "cause"), [
-    (f"127.0.0.1:{free_port()}", "connection refused"),
+    ("127.0.0.1:{refused}", "connection refused"),
     ("no-such-host.invalid:2181", "host name not resolved"),
-], ids=["refused", "unresolved"])  # fixed ids: the free port differs per collection (each pytest-xdist worker's)
+], ids=["refused", "unresolved"])
 def test_unreachable_zookeeper_says_why_at_once_and_at_the_end(host: str, cause: str) -> None:
-    result = jobboard("check", f"zookeeper://{host}/cli-edges?connect_timeout=1")
+    with refused_port() as port:
+        host = host.format(refused=port)
+        result = jobboard("check", f"zookeeper://{host}/cli-edges?connect_timeout=1")
     assert result.returncode == 3
     warning, error = result.stderr.splitlines()
     assert warning.startswith(f"jobboard: WARNING: cannot connect to ZooKeeper at {host}: {cause}")

@@ -20,9 +20,10 @@ import pytest
 from jobboard import JobBoard, open_board
 from jobboard.cli.app import build_parser
 from tests.cli.test_cli import Capture, run
-from tests.cli.test_edges import free_port, started, strict_json
+from tests.cli.test_edges import started, strict_json
 from tests.cli.test_results import cli, clis
 from tests.support.boards import fresh_board_url
+from tests.support.localserver import free_port, refused_port
 from tests.support.zkserver import ZooKeeperServer
 
 pytestmark = pytest.mark.timeout(90)
@@ -147,7 +148,11 @@ UNREACHABLE = (*READ_COMMANDS, "top")
 
 def test_an_unreachable_board_exits_3_with_one_error_line() -> None:
     """Every read command, each a process (run side by side: each waits out its connect timeout)."""
-    url = f"zookeeper://127.0.0.1:{free_port()}/cli-ops?connect_timeout=1"
+    with refused_port() as port:
+        unreachable_exits_3(f"zookeeper://127.0.0.1:{port}/cli-ops?connect_timeout=1")
+
+
+def unreachable_exits_3(url: str) -> None:
     children = {
         command: subprocess.Popen(
             [sys.executable, "-m", "jobboard", "--board", url,
@@ -173,7 +178,11 @@ def test_usage_errors_exit_2(capsys: Capture, argv: tuple[str, ...]) -> None:
 def test_exit_statuses_0_1_2_3_as_processes(tmp_path: Path) -> None:
     """One process per status: 0 ok, 1 not met, 2 usage, 3 unreachable (``result``, ``wait`` and ``cancel``
     give 1 on ZooKeeper and Redis in tests/cli/test_results.py)."""
-    zookeeper = f"zookeeper://127.0.0.1:{free_port()}/cli-ops?connect_timeout=1"
+    with refused_port() as port:
+        statuses_as_processes(tmp_path, f"zookeeper://127.0.0.1:{port}/cli-ops?connect_timeout=1")
+
+
+def statuses_as_processes(tmp_path: Path, zookeeper: str) -> None:
     runs = {
         "ok": ("--board", "memory://exits", "stats"),
         "not met": ("--board", "memory://exits", "cancel", "job-1"),

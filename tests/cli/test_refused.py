@@ -18,7 +18,8 @@ import pytest
 from jobboard import open_board
 from jobboard_redis.client_wire import refused
 from jobboard_zookeeper.zk_protocol import REFUSED, connect_failure
-from tests.cli.test_edges import free_port, started
+from tests.cli.test_edges import started
+from tests.support.localserver import free_port, refused_port
 from tests.support.redisserver import RedisSentinel, RedisServer
 from tests.support.tcpproxy import TcpProxy
 
@@ -36,7 +37,11 @@ def jobboard(*argv: str) -> tuple[subprocess.CompletedProcess[str], float]:
 
 @pytest.mark.parametrize("scheme", ["redis", "zookeeper", "redis-sentinel"])
 def test_a_board_whose_every_server_refuses_answers_at_once_in_one_line(scheme: str) -> None:
-    ports = [free_port(), free_port()]
+    with refused_port() as first, refused_port() as second:
+        refuse_at_once(scheme, [first, second])
+
+
+def refuse_at_once(scheme: str, ports: list[int]) -> None:
     hosts = [f"127.0.0.1:{port}" for port in ports]
     url = {"redis": f"redis://{hosts[0]}/0/refused", "zookeeper": f"zookeeper://{','.join(hosts)}/refused",
            "redis-sentinel": f"redis://{','.join(hosts)}/0/refused?sentinel=jobboard"}[scheme]
@@ -51,7 +56,8 @@ def test_a_board_whose_every_server_refuses_answers_at_once_in_one_line(scheme: 
 
 def real_refusal(host: str) -> OSError:
     try:
-        socket.create_connection((host, free_port()), timeout=5.0).close()
+        with refused_port() as port:
+            socket.create_connection((host, port), timeout=5.0).close()
     except OSError as error:
         return error
     raise AssertionError(f"something listens on {host}")

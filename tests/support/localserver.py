@@ -48,6 +48,17 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A loopback port that refuses connections while the block runs: bound, never listening. Unlike a
+    :func:`free_port` it cannot be taken meanwhile, by a server or as the source port of a connection (a
+    connection to a free port of the ephemeral range can be given that same port as its source and connect
+    to itself: TCP's self-connect)."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        yield int(sock.getsockname()[1])
+
+
 def _apt(*args: str) -> None:
     sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
