@@ -22,6 +22,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from jobboard.backend import Claim, Job, Settle, SettleAction
+from jobboard.errors import JobBoardError
 from jobboard_redis.board import RedisBackend
 
 ROUNDS = 3
@@ -46,8 +47,9 @@ class HomeClaims:
     def __init__(self, parts: Sequence[RedisBackend], home: int) -> None:
         self.parts = parts
         self.order = [parts[(home + step) % len(parts)] for step in range(len(parts))]
-        self.steal = SpreadClaims(self.order[1:])
-        """Home empty: the best head of the others (a fixed order of stealing would starve the last one)."""
+        self.steal = SpreadClaims(self.order[1:], skip_failed=True)
+        """Home empty: the best head of the others (a fixed order of stealing would starve the last one); a
+        partition that cannot be read (its master failing over) is skipped."""
 
     async def claim_next(self, owner: str, names: Collection[str] | None, *,
                          skip: RedisBackend | None = None) -> Claim | None:
@@ -73,8 +75,11 @@ class HomeClaims:
 class SpreadClaims:
     """``claim_next`` and the fused consume-and-claim of a spread board over ``parts``, the best head first."""
 
-    def __init__(self, parts: Sequence[RedisBackend]) -> None:
+    def __init__(self, parts: Sequence[RedisBackend], *, skip_failed: bool = False) -> None:
         self.parts = parts
+        self.skip_failed = skip_failed
+        """Compare the partitions that answered (stealing); raise only when none did and nothing was claimed.
+        Without it (``order=exact``, which reads every partition by design) any failed read raises."""
         self.reads = 0
         """Head reads made (``benchmarks.redis_spread`` counts them)."""
 
@@ -94,9 +99,16 @@ class SpreadClaims:
         return min(scores) if scores else None
 
     async def best(self, names: Collection[str] | None) -> RedisBackend | None:
-        """The partition whose head is best now (``None``: every partition is empty)."""
-        heads = await asyncio.gather(*(self.head(part, names) for part in self.parts))
-        found = [(score, index) for index, score in enumerate(heads) if score is not None]
+        """The partition whose head is best now (``None``: every partition is empty, or with ``skip_failed``
+        every one that answered). :raises JobBoardError: a read failed (``skip_failed``: every read did)."""
+        heads = await asyncio.gather(*(self.head(part, names) for part in self.parts), return_exceptions=True)
+        failed = [head for head in heads if isinstance(head, BaseException)]
+        for error in failed:
+            if not isinstance(error, Exception):  # a cancellation
+                raise error
+        if failed and (not self.skip_failed or len(failed) == len(heads)):
+            raise failed[0]
+        found = [(head, index) for index, head in enumerate(heads) if isinstance(head, float)]
         return self.parts[min(found)[1]] if found else None
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
@@ -109,10 +121,24 @@ class SpreadClaims:
             claim = await part.claim_next(owner, names)
             if claim is not None:
                 return claim
-        for part in self.parts:  # raced every time: any partition's best
-            claim = await part.claim_next(owner, names)
+        return await self._any(owner, names)
+
+    async def _any(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        """Raced every time: any partition's best, in turn (``skip_failed``: past those that fail, raising the
+        last failure only when every partition failed)."""
+        failures: list[JobBoardError] = []
+        for part in self.parts:
+            try:
+                claim = await part.claim_next(owner, names)
+            except JobBoardError as error:
+                if not self.skip_failed:
+                    raise
+                failures.append(error)
+                continue
             if claim is not None:
                 return claim
+        if failures and len(failures) == len(self.parts):
+            raise failures[-1]
         return None
 
     async def consume_and_claim_next(self, part: RedisBackend, claim: Claim, settle: Settle,

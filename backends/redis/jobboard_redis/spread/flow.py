@@ -8,26 +8,50 @@ are one call there (atomic, as on one slot), and the other partitions keep no ``
 stay on the path of a board without flow control.
 
 A pause concerns a job name, whose jobs are in every partition: ``pause`` and ``resume`` write every
-partition, one call each, partition 0 last. Partition 0 is the source of truth of :meth:`SpreadFlow.paused`:
-once ``paused()`` shows a pause, every partition holds it (between the calls some partitions already
-refuse, or already grant, the name's claims); a call that failed part-way is repeated to finish it. Each
-call takes an order first (a counter in partition 0, raised above every partition's last applied order of
-the name, so a failover losing the counter's last increments does not rewind it) and a partition ignores one
-older than the name's last applied there: of a pause and a resume racing, the later ordered one holds in
-every partition.
+partition, one call each, partition 0 last; between the calls some partitions already refuse (or already
+grant) the name's claims. :meth:`SpreadFlow.paused` reads every partition (one call each, at once) and shows a
+name paused when ANY partition holds it paused: it never hides a pause. Each call takes an order first: the
+partitions' last applied orders of the name (``pzv``) are read, then one script in partition 0 raises the
+counter ``pzo`` to their maximum if it is lower and increments it (:data:`NEXT_ORDER`), so every order is a
+value of one monotonic counter, unique, and above what any partition applied (a failover of partition 0 that
+lost the last increments does not rewind it). A partition ignores an order not newer than the name's last
+applied there: of racing calls, the latest ordered holds in every partition once all returned.
+
+Interrupted calls: the fan-out is shielded from cancellation (a cancelled caller's call still writes every
+partition, for up to :func:`finish_within` seconds, then re-raises the cancellation). A call that failed
+part-way (a partition unreachable) or whose process died half-way leaves the partitions it reached changed
+and the others not: a pause shows in ``paused()`` (partitions that hold it refuse the name, the others still
+grant it); a resume still shows the name paused while any partition holds it (partitions already resumed
+grant it). Either way ``paused()`` shows the name and the operator repeats the call to settle the board.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Awaitable, Callable, Sequence
 
+import anyio
+
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused
+from jobboard.errors import BackendUnavailable
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.cluster import crc16
 
-__all__ = ["SpreadFlow", "group_index"]
+__all__ = ["NEXT_ORDER", "SpreadFlow", "finish_within", "group_index"]
+
+NEXT_ORDER = ("local m = tonumber(ARGV[1]) "
+              "if tonumber(redis.call('GET', KEYS[1]) or '0') < m then redis.call('SET', KEYS[1], m) end "
+              "return redis.call('INCR', KEYS[1])")
+"""``pzo`` raised to ``ARGV[1]`` (the partitions' highest applied order) if lower, then incremented: atomic
+and monotonic, so no two calls share an order."""
+
+
+def finish_within(parts: Sequence[RedisBackend]) -> float:
+    """How long a shielded fan-out may run: two calls one after another, each within its retry window, and
+    5 s more."""
+    return 2 * max(part.options.retry_window for part in parts) + 5.0
 
 
 def group_index(group: str, count: int) -> int:
@@ -71,22 +95,45 @@ class SpreadFlow:
         await self._everywhere(lambda part: part.resume(name, order))
 
     async def _order(self, name: str | None) -> int:
-        """The next pause-or-resume order of ``name``: ``INCR`` of ``pzo`` in partition 0, raised above the
-        order every partition last applied to the name (``pzv``), and ``pzo`` with it: a failover of partition
-        0 that lost its last increments does not make the next calls stale elsewhere."""
+        """The next pause-or-resume order of ``name``: every partition's last applied order of it (``pzv``)
+        read first, then :data:`NEXT_ORDER` in partition 0 (one script: atomic). A resent script may skip a
+        value, never repeat one. :raises JobBoardError: a partition could not be read."""
         zero, field = self.parts[0], name or ""
-        counted = int(await zero.client.command("INCR", zero.options.prefix + "pzo"))
         applied = await asyncio.gather(*(part.client.command("HGET", part.options.prefix + "pzv", field)
                                          for part in self.parts))
-        order = max(counted, 1 + max(int(found or 0) for found in applied))
-        if order > counted:
-            await zero.client.command("SET", zero.options.prefix + "pzo", order)  # caught up
-        return order
+        floor = max(int(found or 0) for found in applied)
+        return int(await zero.client.command("EVAL", NEXT_ORDER, 1, zero.options.prefix + "pzo", floor))
 
     async def paused(self) -> Paused:
-        """Partition 0's pauses (written last by every pause and resume)."""
-        return await self.parts[0].paused()
+        """The board or a name is shown paused when any partition holds it paused (K calls at once, each
+        atomic): a call interrupted half-way never hides a pause. :raises JobBoardError: a partition could not
+        be read."""
+        found = await asyncio.gather(*(part.paused() for part in self.parts))
+        return Paused(any(each.board for each in found), frozenset().union(*(each.names for each in found)))
 
     async def _everywhere(self, call: Callable[[RedisBackend], Awaitable[None]]) -> None:
-        await asyncio.gather(*(call(part) for part in self.parts[1:]))
-        await call(self.parts[0])
+        """Partitions 1..K-1 at once, then 0, run to their end even if the caller is cancelled meanwhile (up to
+        :func:`finish_within`; the cancellation is re-raised after). :raises BackendUnavailable: the fan-out
+        outlasted that bound (some partitions may hold the change: repeat the call)."""
+        async def fan_out() -> None:
+            await asyncio.gather(*(call(part) for part in self.parts[1:]))
+            await call(self.parts[0])
+
+        task = asyncio.ensure_future(fan_out())
+        interrupted: BaseException | None = None
+        deadline = time.monotonic() + finish_within(self.parts)
+        with anyio.CancelScope(shield=True):  # anyio's cancellations wait; asyncio's are caught below
+            while not task.done() and (left := deadline - time.monotonic()) > 0:
+                try:
+                    await asyncio.wait({task}, timeout=left)
+                except asyncio.CancelledError as error:
+                    interrupted = error
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            if interrupted is not None:
+                raise interrupted
+            raise BackendUnavailable("redis: a spread pause or resume outlasted its bound; repeat it")
+        if interrupted is not None:
+            raise interrupted
+        task.result()
