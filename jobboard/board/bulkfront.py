@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from jobboard.backend import Prepared
-from jobboard.board.checks import check_details, check_name, check_size
+from jobboard.board.checks import TIMEOUT_KEY, check_details, check_name, check_size, flat_details
 from jobboard.board.codec import FORMAT_VERSION, _new_posting, _packer, new_token
 from jobboard.board.inputs import NewJob
 from jobboard.board.propagation import OPENTELEMETRY_TRACE, with_trace_context
@@ -27,14 +27,15 @@ _TOKEN_LENGTH = 32
 
 class BulkFront:
     """One batch's plain postings: its time, the board's default ``max_attempts`` and size limit, and the
-    fixed parts of the postings' encoding by name, priority and ``keep_result`` (owned by one call)."""
+    fixed parts of the postings' encoding by name, priority and ``keep_result`` (owned by one call, in one thread)."""
 
     def __init__(self, now: float, max_attempts: int | None, limit: int) -> None:
         self.now, self.max_attempts, self.limit = now, max_attempts, limit
         self.usable = max_attempts is None or (isinstance(max_attempts, int) and max_attempts >= 1)
         """A bad default goes the general way, which refuses it (as :func:`build_posting` does)."""
-        self.parts: dict[tuple[str, Priority, bool], tuple[bytes, bytes]] = {}
-        pack = _packer().pack
+        self.parts: dict[tuple[str, Priority, bool], tuple[bytes, bytes, Priority, bool]] = {}
+        self.last: dict[str, tuple[bytes, bytes, Priority, bool]] = {}
+        self.pack = pack = _packer().pack  # this thread's: the batch is prepared in one synchronous loop
         self.tail = pack("attempts") + pack(0) + pack("not_before") + pack(None) + pack("results") + pack({})
 
     def prepare(self, job: NewJob, connection: Any) -> Prepared | None:
@@ -48,12 +49,16 @@ class BulkFront:
                 or job.not_before is not None or job.result_ttl is not None or job.trash_ttl is not None
                 or job.group is not None or not self.usable):
             return None
-        parts = self.parts.get((name, priority, keep_result))
-        if parts is None:
-            parts = self.parts[name, priority, keep_result] = self._parts(name, priority, keep_result)
-        details = check_details(name, job.details)
+        parts = self.last.get(name)  # the name's parts for the priority and keep_result it came with last
+        if parts is None or parts[2] is not priority or parts[3] is not keep_result:
+            parts = self.last[name] = self._parts(name, priority, keep_result)
+        details = job.details
+        if type(details) is dict and flat_details(details) and TIMEOUT_KEY not in details:
+            details = details.copy()  # check_details' common case, without its call
+        else:
+            details = check_details(name, details)
         try:
-            packed = _packer().pack(details)
+            packed = self.pack(details)
         except (TypeError, ValueError, OverflowError):
             return None  # checked details msgpack still refuses: the general way names the culprit
         token = new_token()
@@ -66,12 +71,19 @@ class BulkFront:
             posting, raw = with_trace_context(posting, raw, self.limit)
         return Prepared(posting, raw, connection)
 
-    def _parts(self, name: str, priority: Priority, keep_result: bool) -> tuple[bytes, bytes]:
-        """The encoding before the details and between them and the token's digits (the name checked).
+    def _parts(self, name: str, priority: Priority, keep_result: bool) -> tuple[bytes, bytes, Priority, bool]:
+        """The encoding before the details and between them and the token's digits (the name checked once).
 
         :raises InvalidJob: a bad name.
         """
-        check_name(name)
+        known = self.parts.get((name, priority, keep_result))
+        if known is None:
+            check_name(name)
+            known = self.parts[name, priority, keep_result] = (*self._packed(name, priority, keep_result),
+                                                               priority, keep_result)
+        return known
+
+    def _packed(self, name: str, priority: Priority, keep_result: bool) -> tuple[bytes, bytes]:
         packer = _packer()
         pack = packer.pack
         head = (packer.pack_map_header(12) + pack("v") + pack(FORMAT_VERSION) + pack("name") + pack(name)
