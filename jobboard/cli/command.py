@@ -13,7 +13,9 @@ import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from jobboard.board.checks import check_group
 from jobboard.board.contract import JobBoard
+from jobboard.errors import InvalidJob
 
 PROG = "jobboard"
 
@@ -79,6 +81,14 @@ def seconds(text: str, *, positive: bool = False) -> float:
         raise argparse.ArgumentTypeError(f"seconds must be a finite number {'> 0' if positive else '>= 0'}, "
                                          f"not {text}")
     return value
+
+
+def group_text(text: str) -> str:
+    """An argparse type: a flow-control group name the board accepts (a bad one is a usage error, exit 2)."""
+    try:
+        return check_group(text)
+    except InvalidJob as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def whole_number(text: str, *, least: int = 0) -> int:

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from jobboard.board.contract import JobBoard
-from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, PROG, CommandError, positive_whole_number, seconds
+from jobboard.cli.command import (
+    EXIT_NOT_MET,
+    EXIT_OK,
+    PROG,
+    CommandError,
+    group_text,
+    positive_whole_number,
+    seconds,
+)
 from jobboard.cli.output import first_line, format_table, format_time, print_json
 from jobboard.errors import JobNotFound
 from jobboard.job import Job, JobState, ListedJob, Priority, TrashedJob
@@ -59,7 +67,7 @@ def post_arguments(parser: argparse.ArgumentParser) -> None:
                              "within the board's key_retention), print that job's id and post nothing")
     parser.add_argument("--delay", type=seconds, default=None, metavar="SECONDS",
                         help="not claimable until SECONDS from now (listed meanwhile)")
-    parser.add_argument("--group", default=None, metavar="GROUP",
+    parser.add_argument("--group", default=None, metavar="GROUP", type=group_text,
                         help="the flow-control group whose limit bounds the job (see `jobboard limit`)")
 
 

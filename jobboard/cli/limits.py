@@ -10,7 +10,7 @@ import argparse
 
 from jobboard.board.contract import JobBoard
 from jobboard.board.limits import GroupLimit, Paused, Rate, parse_rate
-from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, UsageError, whole_number
+from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, UsageError, group_text, whole_number
 from jobboard.cli.output import format_table, print_json
 from jobboard.errors import InvalidJob, Unsupported
 
@@ -24,7 +24,7 @@ def rate_text(text: str) -> Rate:
 
 
 def limit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("group", nargs="?", default=None,
+    parser.add_argument("group", nargs="?", default=None, type=group_text,
                         help="the group to set, clear or show (none: list every limit)")
     parser.add_argument("--concurrency", type=whole_number, default=None, metavar="N",
                         help="at most N jobs of the group running at once, fleet-wide (0 holds the group)")

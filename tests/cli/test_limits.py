@@ -48,7 +48,8 @@ def test_bad_input_is_refused_in_one_line(capsys: Capture) -> None:
                                 (("limit", "g", "--concurrency", "2", "--sequence"), 1, "one job at a time"),
                                 (("limit", "--concurrency", "2"), 2, "name the GROUP"),
                                 (("limit", "g", "--clear", "--sequence"), 2, "--clear takes no"),
-                                (("post", "x", "--group", ""), 1, "group must be a non-empty")]:
+                                (("limit", " ", "--concurrency", "1"), 2, "argument group: group must be a non-empty"),
+                                (("post", "x", "--group", ""), 2, "argument --group: group must be a non-empty")]:
         got, _, err = run(capsys, "--board", url, *argv)
         errors = [line for line in err.splitlines() if "error" in line]
         assert (got, len(errors)) == (status, 1) and words in errors[0], (argv, err)
