@@ -35,6 +35,7 @@ class BulkFront:
         """A bad default goes the general way, which refuses it (as :func:`build_posting` does)."""
         self.parts: dict[tuple[str, Priority, bool], tuple[bytes, bytes, Priority, bool]] = {}
         self.last: dict[str, tuple[bytes, bytes, Priority, bool]] = {}
+        self.traced = OPENTELEMETRY_TRACE in sys.modules  # else no span can be current: nothing to carry
         self.pack = pack = _packer().pack  # this thread's: the batch is prepared in one synchronous loop
         self.tail = pack("attempts") + pack(0) + pack("not_before") + pack(None) + pack("results") + pack({})
 
@@ -67,7 +68,7 @@ class BulkFront:
             check_size(name, raw, self.limit)
         posting = _new_posting(name, details, priority, self.now, (), self.max_attempts, keep_result, token, 0,
                                None, {}, None, None, None, None, None, None)
-        if OPENTELEMETRY_TRACE in sys.modules:  # else no span can be current: nothing to carry
+        if self.traced:
             posting, raw = with_trace_context(posting, raw, self.limit)
         return Prepared(posting, raw, connection)
 

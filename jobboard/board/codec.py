@@ -7,7 +7,6 @@ backends turn into a skipped-and-reported entry, never a broken listing.
 
 from __future__ import annotations
 
-import operator
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -75,11 +74,10 @@ class Posting:
         return replace(self, results={**self.results, dependency: result})
 
     def to_job(self, job_id: str, sequence: int) -> Job:
-        """The immutable :class:`Job` view of this posting."""
-        (name, details, priority, created_at, depends_on, max_attempts, keep_result, _, attempts, not_before, _, key,
-         last_error, result_ttl, trash_ttl, trace, group) = _FIELDS_OF(self)
-        return _new_job(job_id, name, details, priority, sequence, created_at, depends_on, max_attempts, attempts,
-                        not_before, keep_result, key, last_error, result_ttl, trash_ttl, None, trace, group)
+        """The immutable :class:`Job` view of this posting (its slots read directly: half an ``attrgetter``'s cost)."""
+        return _new_job(job_id, self.name, self.details, self.priority, sequence, self.created_at, self.depends_on,
+                        self.max_attempts, self.attempts, self.not_before, self.keep_result, self.key,
+                        self.last_error, self.result_ttl, self.trash_ttl, None, self.trace, self.group)
 
     def claimed(self) -> Posting:
         """The posting after one more claim (attempt counted, delay cleared)."""
@@ -91,10 +89,9 @@ class Posting:
 
     def counted(self, attempts: int, not_before: float | None) -> Posting:
         """The posting with these ``attempts`` and ``not_before``: ``replace`` at half its cost (hot path)."""
-        (name, details, priority, created_at, depends_on, max_attempts, keep_result, token, _, _, results, key,
-         last_error, result_ttl, trash_ttl, trace, group) = _FIELDS_OF(self)
-        return _new_posting(name, details, priority, created_at, depends_on, max_attempts, keep_result, token,
-                            attempts, not_before, results, key, last_error, result_ttl, trash_ttl, trace, group)
+        return _new_posting(self.name, self.details, self.priority, self.created_at, self.depends_on,
+                            self.max_attempts, self.keep_result, self.token, attempts, not_before, self.results,
+                            self.key, self.last_error, self.result_ttl, self.trash_ttl, self.trace, self.group)
 
     def reset_attempts(self) -> Posting:
         """The posting with its attempts counted from 0 again (``requeue``)."""
@@ -108,8 +105,6 @@ class Posting:
         return self if error is None else replace(self, last_error=error)
 
 
-_FIELDS_OF = operator.attrgetter(*(each.name for each in fields(Posting)))
-"""A posting's fields, in order (what :meth:`Posting.counted` unpacks)."""
 
 
 def twin_constructor(cls: type[_Made]) -> Callable[..., _Made]:

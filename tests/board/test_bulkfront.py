@@ -112,3 +112,19 @@ def test_the_twin_constructor_makes_genuine_frozen_instances() -> None:
 
     with pytest.raises(TypeError):
         twin_constructor(NoSlots)
+
+
+def test_plain_postings_carry_the_current_trace_context() -> None:
+    pytest.importorskip("opentelemetry.sdk", reason="the otel extra (and opentelemetry-sdk) is not installed")
+    from opentelemetry.sdk.trace import TracerProvider
+
+    async def scenario() -> None:
+        async with open_board(f"memory://bulk-{uuid.uuid4().hex[:8]}") as board:
+            with TracerProvider().get_tracer("test").start_as_current_span("request") as span:
+                jobs = await board.post_many([NewJob("a", {"n": 1}), NewJob("a", {"n": 2})])
+            untraced = await board.post_many([NewJob("a", {"n": 3})])
+            trace_id = f"{span.get_span_context().trace_id:032x}"
+            assert all(trace_id in (job.trace_context or {}).get("traceparent", "") for job in jobs)
+            assert [(await board.get(job)).trace_context for job in jobs] == [job.trace_context for job in jobs]
+            assert untraced[0].trace_context is None
+    run(scenario())
