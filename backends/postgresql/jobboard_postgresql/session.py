@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +42,7 @@ class Session:
         self._lock = asyncio.Lock()
         self._heartbeat: asyncio.Task[None] | None = None
         self.lost = False
+        self._beaten = time.monotonic()  # the last heartbeat (or the start): a loss long after it says so
         self.idle = False
         self._mark = 0
         """The number of the newest idle mark asked for; a mark older than it is never written (see :meth:`set_idle`)."""
@@ -69,6 +71,7 @@ class Session:
             raise
         connection.add_termination_listener(self._terminated)
         self._connection = connection
+        self._beaten = time.monotonic()
         self._heartbeat = asyncio.get_running_loop().create_task(self._beat(), name=f"pg-session-{self.id}")
 
     def _notified(self, connection: Any, pid: int, channel: str, payload: str) -> None:
@@ -83,6 +86,7 @@ class Session:
         if self.lost:
             return
         self.lost = True
+        why = late(time.monotonic() - self._beaten, self.options.session_timeout) + why
         logger.warning("postgresql: board %s lost session %s (%s)", self.options.board, self.id, why)
         if self._connection is not None:
             self._connection.terminate()
@@ -97,6 +101,7 @@ class Session:
             except Exception as error:  # noqa: BLE001 - any failure: the session cannot be vouched for
                 self.lose(f"heartbeat failed: {type(error).__name__}: {error}")
                 return
+            self._beaten = time.monotonic()
 
     async def execute(self, query: str, *args: Any, limit: float | None = None,
                       superseded: Callable[[], bool] = lambda: False) -> None:
@@ -163,3 +168,12 @@ class Session:
                 await asyncio.wait_for(connection.close(), 2.0)
             except (TimeoutError, Exception):  # noqa: BLE001 - a connection that will not close cleanly is cut
                 connection.terminate()
+
+
+def late(silent: float, session_timeout: float) -> str:
+    """Why a heartbeat came too late, when it did (the loop was blocked, or the process stopped): the words
+    an operator can act on, before the driver's own error."""
+    if silent < session_timeout:
+        return ""
+    return (f"no heartbeat for {silent:.1f}s, past session_timeout={session_timeout:g}s: was the event loop blocked "
+            f"or the process stopped? ")
