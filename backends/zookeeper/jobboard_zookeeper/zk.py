@@ -76,7 +76,7 @@ class ZooKeeper:
         """Watch notifications received (for benchmarks: notifications per job)."""
         self._states = SessionStates(self._session, self._send_auth if auth else None)
         self._hook_event_dispatch()
-        self.connect_failures = hook_connections(self._session, ping_timeout)
+        self.connect_failures = hook_connections(self._session, ping_timeout, lambda: self._closing)
         # The watchdog is the only pinger: aiozk keys pending pings by one special xid, so a
         # second ping in flight (its heartbeat and ours) makes its read loop die on a KeyError.
         self._session.set_heartbeat = lambda: None

@@ -122,14 +122,19 @@ REFUSED_FOR = 0.5
 REFUSED = "connection refused"
 
 
-def prompt_find_server(session: Any) -> Callable[[bool], Awaitable[None]]:
+def prompt_find_server(session: Any, closing: Callable[[], bool]) -> Callable[[bool], Awaitable[None]]:
     """aiozk's ``Session.find_server``, with pauses of at most a second between rounds: its own
-    exponential back-off to 60 s kept a board away for seconds to a minute after an outage."""
+    exponential back-off to 60 s kept a board away for seconds to a minute after an outage. It ends
+    (cancelled) once ``closing()``, even if the cancellation meant to end it was lost: Python 3.11's
+    ``asyncio.wait_for`` drops a cancellation that lands as its inner call returns, and asyncio.run's
+    exit cancels a task once, then waits for it forever."""
 
     async def find_server(allow_read_only: bool) -> None:
         delay = RECONNECT_DELAYS[0]
         while True:
             for host, port in random.sample(session.hosts, len(session.hosts)):
+                if closing():
+                    raise asyncio.CancelledError("the board is closing")
                 conn = await session.make_connection(host, port)
                 if conn is None:
                     continue
@@ -249,10 +254,10 @@ def recording_connect(session: Any) -> tuple[ConnectFailures, Callable[[str, int
     return failures, make_connection
 
 
-def hook_connections(session: Any, ping_timeout: float) -> ConnectFailures:
+def hook_connections(session: Any, ping_timeout: float, closing: Callable[[], bool]) -> ConnectFailures:
     """Bound connecting (a server that accepts but never answers must not stall the reconnect loop),
-    retry at least every second, give every new connection a plain reader and coalesced writes.
-    Returns the record of why connecting failed."""
+    retry at least every second (until ``closing()``), give every new connection a plain reader and
+    coalesced writes. Returns the record of why connecting failed."""
     failures, original = recording_connect(session)
 
     async def make_connection(host: str, port: int) -> Any:
@@ -268,5 +273,5 @@ def hook_connections(session: Any, ping_timeout: float) -> ConnectFailures:
         return conn
 
     session.make_connection = make_connection
-    session.find_server = prompt_find_server(session)
+    session.find_server = prompt_find_server(session, lambda: closing() or bool(session.closing))
     return failures
