@@ -160,8 +160,7 @@ class RedisClient:
         if options.db:
             hello.append(["SELECT", options.db])
         asked = len(hello)
-        strict = options.durability == "strict"
-        hello.extend(questions(strict) if learn else [["ROLE"]] if options.sentinel else [])
+        hello.extend(questions(options.durability == "strict") if learn else [["ROLE"]] if options.sentinel else [])
         try:
             wire, replies = await connect(host, port, reply_timeout=reply_timeout, tls=self._tls, hello=hello,
                                           connect_timeout=self._connect_budget())
@@ -175,9 +174,8 @@ class RedisClient:
             raise ConnectionLost(f"Redis {host}:{port} named by the Sentinels is not the primary (yet)")
         if learn:
             try:
-                learned = judge(replies[asked:], server=f"Redis {host}:{port}", strict=strict,
-                                relaxed=options.durability == "relaxed")
-                self._learned(learned, f"{host}:{port}")
+                self._learned(judge(replies[asked:], server=f"Redis {host}:{port}", durability=options.durability),
+                              f"{host}:{port}")
             except (JobBoardError, ConnectionLost):
                 wire.close()
                 raise

@@ -39,8 +39,9 @@ def questions(strict: bool) -> list[list[Arg]]:
     return [*asked, ["CONFIG", "GET", "append*"]] if strict else asked
 
 
-def judge(replies: Sequence[Any], *, server: str, strict: bool, relaxed: bool = False) -> Learned:
-    """Read the replies to :func:`questions` (same order); ``relaxed``: a server without appendonly is not warned of.
+def judge(replies: Sequence[Any], *, server: str, durability: str) -> Learned:
+    """Read the replies to :func:`questions` (same order), for the board's ``durability`` option
+    (``relaxed``: a server without appendonly is not warned of).
 
     :raises JobBoardError: Redis older than 7.0, evicting keys, or (``strict``) not fsyncing every write.
     """
@@ -51,7 +52,7 @@ def judge(replies: Sequence[Any], *, server: str, strict: bool, relaxed: bool = 
         raise JobBoardError(f"{server}: maxmemory-policy is {policy}: evicted job keys would be lost jobs; "
                             f"set maxmemory-policy noeviction")
     appendonly = persistence.get("aof_enabled") == "1"
-    if strict:
+    if durability == "strict":
         settings = _pairs(replies[4])
         if settings.get("appendonly") != "yes" or settings.get("appendfsync") != "always":
             raise JobBoardError(f"{server}: durability=strict needs appendonly yes and appendfsync always; the "
@@ -61,7 +62,7 @@ def judge(replies: Sequence[Any], *, server: str, strict: bool, relaxed: bool = 
     elif persistence.get("loading") == "1":  # INFO says aof_enabled:0 while an AOF loads at start-up
         appendonly = True
     off = f"{server} has appendonly off: acknowledged posts and settles since the last snapshot (if any) are lost"
-    warnings = () if appendonly or relaxed else (f"{off} if it stops",)
+    warnings = () if appendonly or durability == "relaxed" else (f"{off} if it stops",)
     return Learned(replicas=replicas_of(replies[3]), warnings=warnings)
 
 

@@ -3,9 +3,10 @@ jobs, limit and permits in the group's partition only; pauses written to every p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import anyio
 import pytest
@@ -32,6 +33,16 @@ def spread_url(seeds: str) -> str:
 def backend(board: JobBoard) -> SpreadBackend:
     assert isinstance(board.backend, SpreadBackend)
     return board.backend
+
+
+@contextlib.asynccontextmanager
+async def three_boards_holding_x(url: str) -> AsyncIterator[tuple[JobBoard, JobBoard, JobBoard]]:
+    """Three boards on ``url`` (one home each on a board of three partitions), each having posted a job ``x``
+    to its home: the set-up of the pause and order reviews."""
+    async with open_board(url) as a, open_board(url) as b, open_board(url) as c:
+        for board in (a, b, c):
+            await board.post("x")
+        yield a, b, c
 
 
 async def has_key(board: JobBoard, index: int, name: str) -> bool:

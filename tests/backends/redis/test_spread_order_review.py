@@ -13,7 +13,7 @@ import pytest
 from jobboard import open_board
 from jobboard.errors import BackendUnavailable
 from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
-from tests.backends.redis.test_spread_flow import backend, spread_url
+from tests.backends.redis.test_spread_flow import backend, spread_url, three_boards_holding_x
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,10 +25,8 @@ async def test_three_racing_calls_never_share_an_order(cluster_seeds: str) -> No
     call returned: each partition must agree with ``paused()`` (no failover, no lost write)."""
     with anyio.fail_after(30):
         url = spread_url(cluster_seeds)
-        async with open_board(url) as a, open_board(url) as b, open_board(url) as c:
-            boards = (a, b, c)
-            for board in boards:
-                await board.post("x")
+        async with three_boards_holding_x(url) as boards:
+            a, b, c = boards
             zero_a, two_a = backend(a).parts[0], backend(a).parts[2]
             one_c, two_c = backend(c).parts[1], backend(c).parts[2]
             read_a, slow_c, a_done = anyio.Event(), anyio.Event(), anyio.Event()
@@ -89,10 +87,8 @@ async def test_a_resume_cancelled_half_way_is_not_hidden_behind_paused(cluster_s
     (SpreadFlow's documented guarantee; the operator repeats the call)."""
     with anyio.fail_after(30):
         url = spread_url(cluster_seeds)
-        async with open_board(url) as a, open_board(url) as b, open_board(url) as c:
-            boards = (a, b, c)
-            for board in boards:
-                await board.post("x")
+        async with three_boards_holding_x(url) as boards:
+            a, b, c = boards
             await a.pause("x")
             zero = backend(b).parts[0]
             reached, cancelled = anyio.Event(), anyio.Event()

@@ -18,7 +18,13 @@ from jobboard.job import Priority
 from jobboard_redis.cluster import crc16
 from jobboard_redis.spread.flow import group_index
 from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
-from tests.backends.redis.test_spread_flow import PARTITIONS, backend, has_key, spread_url
+from tests.backends.redis.test_spread_flow import (
+    PARTITIONS,
+    backend,
+    has_key,
+    spread_url,
+    three_boards_holding_x,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -78,7 +84,7 @@ async def test_a_limit_counts_the_groups_jobs_posted_before_groups_were_routed(c
 async def test_a_sequence_holds_for_claimers_whose_home_is_not_its_partition(cluster_seeds: str) -> None:  # noqa: F811
     """order=home: two boards (homes 0 and 1) with plain work at home claim a sequence kept in partition 2:
     posting order, one at a time, past an abandon, a trash and a cancel (the conformance case's flow steps,
-    which its xfail in test_spread.py no longer checks on order=home)."""
+    with grouped jobs only)."""
     with anyio.fail_after(30):
         url = spread_url(cluster_seeds)
         async with open_board(url) as board, open_board(url) as other:
@@ -211,10 +217,8 @@ async def test_a_pause_racing_a_resume_leaves_every_partition_alike(cluster_seed
     ``paused()`` (here it shows the pause, so no partition may grant a claim of the name)."""
     with anyio.fail_after(30):
         url = spread_url(cluster_seeds)
-        async with open_board(url) as a, open_board(url) as b, open_board(url) as c:
-            boards = (a, b, c)
-            for board in boards:
-                await board.post("x")
+        async with three_boards_holding_x(url) as boards:
+            a, b, c = boards
             zero = backend(a).parts[0]
             written = zero.pause
             slow, reached = anyio.Event(), anyio.Event()
