@@ -19,7 +19,7 @@ FAR = 60.0
 
 class DelayedConformance(ConformanceBase):
     due_tolerance: float = 0.15
-    """How late (seconds, the median of 5 jobs due 0.2 s apart) a waiter may claim a delayed job. A board
+    """How late (seconds, the median of 5 jobs due 0.2 s apart) a waiter may ask for a delayed job. A board
     woken at the due time: 0.001-0.034 s through a real server on 2 loaded cores; one that polls every
     0.5 s or more: at least 0.2 s (every phase); one that misses the due time: never."""
 
@@ -68,15 +68,17 @@ class DelayedConformance(ConformanceBase):
     @bounded
     async def test_waiter_wakes_when_each_job_is_due_and_claims_it(self, open_boards: BoardOpener) -> None:
         poster, waiter = await open_boards(), await open_boards()
-        late: dict[str, float] = {}
+        late: dict[str, tuple[float, float]] = {}
         due: dict[str, float] = {}
 
         async def wait_and_claim() -> None:
             while len(late) < 5:
                 await waiter.wait()
+                asked = time.time()
                 while (claim := await waiter.claim_next("w1")) is not None:
-                    late[claim.job.id] = time.time() - due[claim.job.id]
+                    late[claim.job.id] = (asked - due[claim.job.id], time.time() - due[claim.job.id])
                     await waiter.consume(claim)
+                    asked = time.time()
 
         async with anyio.create_task_group() as group:
             group.start_soon(wait_and_claim)
@@ -85,12 +87,14 @@ class DelayedConformance(ConformanceBase):
                 job = await poster.post("later", {"step": step}, delay=0.3 + 0.2 * step)
                 assert job.not_before is not None
                 due[job.id] = job.not_before
-        lateness = sorted(late.values())
-        assert lateness[0] >= -0.01, f"claimed {-lateness[0]:.3f}s before it was due"
-        # the median: a scheduling hiccup of a loaded machine must not fail the check; due times spread
-        # over 0.8 s put a poller's median lateness at half its period or more, whatever its phase
-        assert lateness[2] < self.due_tolerance, f"claimed {lateness[2]:.3f}s after it was due (median)"
-        assert lateness[-1] < 2.0
+        # each claim bracketed: asked (the waiter woke and asked) and granted (the claim returned) after due
+        asked, granted = (sorted(each) for each in zip(*late.values(), strict=True))
+        assert granted[0] >= -0.01, f"claimed {-granted[0]:.3f}s before it was due"
+        # how late the waiter asked, not how long a loaded machine took to answer: the median, as a scheduling
+        # hiccup must not fail the check; due times spread over 0.8 s put a poller's median at half its period
+        # or more, whatever its phase
+        assert asked[2] < self.due_tolerance, f"asked {asked[2]:.3f}s after it was due (median)"
+        assert asked[-1] < 2.0
 
     @bounded
     async def test_a_ready_job_is_claimed_before_a_delayed_one(self, board: JobBoard) -> None:
