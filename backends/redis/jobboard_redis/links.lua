@@ -1,7 +1,7 @@
 -- jobboard redis://, continued from board.lua (one library): links between the partitions of a board spread
--- over a Redis Cluster (jobboard_redis/spread/backend.py, spread/links.py). A dependent lives in one partition and
--- each of its dependencies in its own; a script touches one partition only, so a link across two is made
--- and kept by calls on each side, every one idempotent:
+-- over a Redis Cluster (jobboard_redis/spread/backend.py, spread/links.py), and its idempotency keys (at the
+-- end: spread/keys.py). A dependent lives in one partition and each of its dependencies in its own; a script
+-- touches one partition only, so a link across two is made and kept by calls on each side, every one idempotent:
 --   post (the dependent, counting every dependency in 'pend', pending in 'lkp'), then link on each other
 --   partition (the dependency's 'dents' names the dependent) and linked; or, if a dependency is gone, unpost
 --   and unlink; a pending dependent older than the retry window is linked by a sweep (its poster died);
@@ -29,6 +29,7 @@ function ops.unpost(id, post_nonce, ...)
   end
   redis.call('ZREM', P .. 'lkp', id)
   redis.call('HDEL', P .. 'lkn', id)
+  redis.call('ZREM', P .. 'kh', id)
   local j = get(id)
   if not j or j.st ~= 'w' then return reply('ok') end
   unindex(j)
@@ -69,4 +70,145 @@ function ops.unlinked(ms)
     out[#out + 1] = redis.call('HGET', P .. 'lkn', id) or ''
   end
   return reply('ok', out)
+end
+
+-- Idempotency keys across partitions (spread/keys.py). The record 'k:<key>' of the key's partition (CRC16(key)
+-- mod K) is the key's one arbiter; it may name a job of another partition (its group's). Such a job is posted
+-- held there (post_held: waiting, one more in 'pend', its id in 'kh' scored by post time), then named by the
+-- record (key_take), then released; a held job the record does not name is dropped (drop_held): a held job is
+-- never claimable, so no job runs whose key names another. 'kf' (the key's partition): keys whose record names
+-- a job elsewhere, scored by when to check that job is still on the board (keys_due; a record naming a job
+-- gone is removed, key_swap).
+
+-- Job id as a keyed post answers it ('keyed' and its record), or nil when nothing of it is left.
+local function keyed_reply(id)
+  for _, record in ipairs({jk(id), P .. 'gone:' .. id, P .. 'tr:' .. id}) do
+    local f = redis.call('HMGET', record, 'p', 'att', 'nb', 'err')
+    if f[1] then return reply('keyed', {id, f[1], f[2], f[3] or '', f[4] or ''}) end
+  end
+  return nil
+end
+
+function ops.keyed(id) return keyed_reply(id) or reply('none') end
+
+-- As post, the job written held ('keyed': a job of this partition holds the key here: not held again).
+function ops.post_held(...)
+  if RETRY then
+    local id = redis.call('GET', P .. 'n:' .. NONCE)
+    if id then return reply('ok', {id}) end
+  end
+  local r = ops.post(...)
+  if r[1] ~= 'ok' then return r end
+  local id = r[2][1]
+  local j = get(id, {'name', 'sc', 'st'})
+  if j.st == 'u' then
+    redis.call('ZREM', P .. 'ready', id)
+    redis.call('ZREM', P .. 'rn:' .. j.name, id)
+  elseif j.st == 'd' then
+    redis.call('ZREM', P .. 'delayed', id)
+  end
+  redis.call('HSET', jk(id), 'st', 'w')
+  redis.call('HINCRBY', jk(id), 'pend', 1)
+  redis.call('ZADD', P .. 'kh', now(), id)
+  return r
+end
+
+-- Held job id, named by its key's record: claimable (or delayed, or waiting for its dependencies); a job not
+-- held stays as it is. 'ok', or 'gone' if nothing of it is left (dropped, or settled and expired).
+function ops.release(id)
+  local j = redis.call('ZREM', P .. 'kh', id) == 1 and get(id)
+  if j and j.st == 'w' and redis.call('HINCRBY', jk(id), 'pend', -1) <= 0 then
+    if j.nb ~= '' and tonumber(j.nb) > now() then
+      redis.call('HSET', jk(id), 'st', 'd')
+      redis.call('ZADD', P .. 'delayed', j.nb, id)
+    else
+      redis.call('HSET', jk(id), 'st', 'u')
+      ready_add(j)
+    end
+    wake(j.name, 1)
+    ev('ready', id, 'its key confirmed')
+  end
+  return reply(keyed_reply(id) and 'ok' or 'gone')
+end
+
+-- Held job id, whose key's record names another job: removed as if never posted ('kept' if it is not held:
+-- released, or never held). A job depended on meanwhile goes to the trash with its dependents.
+function ops.drop_held(id, retention)
+  if redis.call('ZREM', P .. 'kh', id) == 0 then return reply('kept') end
+  redis.call('ZREM', P .. 'lkp', id)
+  redis.call('HDEL', P .. 'lkn', id)
+  local j = get(id)
+  if not j then return reply('ok') end
+  if redis.call('EXISTS', P .. 'dents:' .. id) == 1 then
+    to_trash(j, 'not posted: its key names another job', tonumber(retention))
+    return reply('ok')
+  end
+  unindex(j)
+  redis.call('DEL', jk(id), P .. 'res:' .. id)
+  if j.key ~= '' and redis.call('GET', P .. 'k:' .. j.key) == id then redis.call('DEL', P .. 'k:' .. j.key) end
+  ev('trashed', id, 'not posted: its key names another job')
+  return reply('ok')
+end
+
+-- Jobs held longer than ms (their poster died between its calls, or is very late): {id, key, ...}, 50 at most.
+function ops.held_keys(ms)
+  local out = {}
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'kh', '-inf', now() - tonumber(ms), 'LIMIT', 0, 50)) do
+    out[#out + 1] = id
+    out[#out + 1] = redis.call('HGET', jk(id), 'key') or ''
+  end
+  return reply('ok', out)
+end
+
+-- The key's record names job id (another partition's), unless it names a job still on the board: 'mine' (named
+-- now or before), 'keyed' and the job (one of this partition's), or 'far' and the id it names (another
+-- partition's: the caller asks there whether anything of it is left, and replaces it with key_swap if not).
+-- check_ms: when to check first that the job is still on the board.
+function ops.key_take(key, id, check_ms)
+  local k = P .. 'k:' .. key
+  local v = redis.call('GET', k)
+  if v and v ~= id then
+    if foreign(v) then return reply('far', {v}) end
+    local found = keyed_reply(v)
+    if found then return found end
+  end
+  if v ~= id then redis.call('SET', k, id) end
+  redis.call('ZADD', P .. 'kf', 'NX', now() + tonumber(check_ms), key)
+  return reply('mine')
+end
+
+-- The key's record, if it still names old (found gone), names new instead ('': removed). 'ok', or 'moved'.
+function ops.key_swap(key, old, new, check_ms)
+  local k = P .. 'k:' .. key
+  if redis.call('GET', k) ~= old then return reply('moved') end
+  if new == '' then
+    redis.call('DEL', k)
+    redis.call('ZREM', P .. 'kf', key)
+  else
+    redis.call('SET', k, new)
+    redis.call('ZADD', P .. 'kf', now() + tonumber(check_ms), key)
+  end
+  return reply('ok')
+end
+
+-- Keys due for a check that the job elsewhere their record names is left: {key, id, ...}, 50 at most; a key
+-- whose record names no job elsewhere (any more) leaves 'kf'.
+function ops.keys_due()
+  local out = {}
+  for _, key in ipairs(redis.call('ZRANGEBYSCORE', P .. 'kf', '-inf', now(), 'LIMIT', 0, 50)) do
+    local v = redis.call('GET', P .. 'k:' .. key)
+    if v and foreign(v) then
+      out[#out + 1] = key
+      out[#out + 1] = v
+    else
+      redis.call('ZREM', P .. 'kf', key)
+    end
+  end
+  return reply('ok', out)
+end
+
+-- The key's next check in ms (its job was found on the board).
+function ops.key_later(key, ms)
+  redis.call('ZADD', P .. 'kf', 'XX', now() + tonumber(ms), key)
+  return reply('ok')
 end

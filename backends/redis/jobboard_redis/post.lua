@@ -43,6 +43,7 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, g, ..
   end
   if key ~= '' then
     local id = redis.call('GET', P .. 'k:' .. key)
+    if id and foreign(id) then return reply('far', {id}) end  -- a spread board's key of a job elsewhere (links.lua)
     if id then
       for _, record in ipairs({jk(id), P .. 'gone:' .. id, P .. 'tr:' .. id}) do
         local f = redis.call('HMGET', record, 'p', 'att', 'nb', 'err')

@@ -70,7 +70,7 @@ async def test_a_groups_jobs_and_limit_live_in_its_partition_only(cluster_seeds:
                 await board.set_limit(group, concurrency=1)
                 jobs = [await board.post("x", group=group), await board.post("x", group=group, key=f"{group}-key"),
                         await board.post("x", group=group, depends_on=[dep.id for dep in deps])]
-                jobs += await board.post_many([NewJob("x", group=group), NewJob("x", group=group, key="other")])
+                jobs += await board.post_many([NewJob("x", group=group), NewJob("x", group=group, key=f"{group}-other")])
                 assert {spread.parts.index(spread.part_of(job.id)) for job in jobs} == {index}
                 assert [await has_key(board, k, "lim") for k in range(PARTITIONS)] == [
                     k == index for k in range(PARTITIONS)]

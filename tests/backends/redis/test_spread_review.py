@@ -38,8 +38,6 @@ def group_not_in(index: int, *others: int) -> str:
     return next(f"g{n}" for n in range(1000) if group_index(f"g{n}", PARTITIONS) not in {index, *others})
 
 
-@pytest.mark.xfail(strict=True, reason="bug: on a spread board a keyed job with a group goes to the group's "
-                   "partition and one without to the key's, so the same idempotency key posts two jobs")
 async def test_a_key_finds_its_job_whether_posted_with_a_group_or_not(cluster_seeds: str) -> None:  # noqa: F811
     """docs/backends/redis.md: a key finds its job 'exactly once, as on one slot, from any board'; the job's
     group is part of the posting, not of the key (memory:// and the flat board answer the first job)."""

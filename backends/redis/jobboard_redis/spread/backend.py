@@ -7,7 +7,8 @@ partition. Where a job goes when posted:
 
 - with a group: the group's partition (``CRC16(group) mod K``), where its limit and permits are kept
   (:mod:`.flow`), whatever its key or dependencies;
-- else with a key: the key's partition (``CRC16(key) mod K``), so a key finds its job from any board;
+- else with a key: the key's partition (``CRC16(key) mod K``). A key's record is always there, the one arbiter
+  of the key (:mod:`.keys`): one job per key from any board, whatever group each post names;
 - else with dependencies: its first dependency's partition;
 - else: the board's home partition (each board of a fleet gets the next one at open); with ``order=exact``, the
   next partition in turn, so that one poster spreads its jobs over every master (a ``post_many`` call's plain
@@ -58,6 +59,7 @@ from jobboard_redis.cluster import crc16
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.spread.claims import HomeClaims, SpreadClaims, score_of
 from jobboard_redis.spread.flow import SpreadFlow, group_index
+from jobboard_redis.spread.keys import Keys
 from jobboard_redis.spread.layout import open_layout
 from jobboard_redis.spread.links import Forwarder
 
@@ -79,6 +81,7 @@ class SpreadBackend(Backend):
         self.turn = self.home = 0
         self.exact = self.options.order == "exact"
         self.links = Forwarder([], self.part_of)
+        self.keys = Keys([], self.part_of, self.links)
         self.claims: SpreadClaims | HomeClaims = SpreadClaims([])
         self.flow = SpreadFlow([])
 
@@ -99,11 +102,12 @@ class SpreadBackend(Backend):
             raise failed[0]
         self.parts, self._open = parts, True
         self.links = Forwarder(parts, self.part_of)
+        self.keys = Keys(parts, self.part_of, self.links)
         self.flow = SpreadFlow(parts)
         self.claims = SpreadClaims(parts) if self.exact else HomeClaims(parts, self.home)
         for part in parts:
             part.forward = self.links.forward
-        self.services.spawn(self.links.sweep_forever())
+        self.services.spawn(self.links.sweep_forever(self.keys.sweep))
 
     async def aclose(self) -> None:
         if not self._open:
@@ -140,16 +144,34 @@ class SpreadBackend(Backend):
         """Whether a dependency of ``prepared`` is in another partition than ``index``."""
         return any(self.part_of(dep) is not self.parts[index] for dep in prepared.posting.depends_on)
 
+    def _alone(self, prepared: Prepared, index: int) -> bool:
+        """Whether ``prepared`` (bound for ``index``) takes calls of its own: linked, or keyed, elsewhere."""
+        key = prepared.posting.key
+        return self._linked_elsewhere(prepared, index) or (key is not None and self.keys.index_of(key) != index)
+
     async def _each(self, calls: Sequence[Awaitable[T]]) -> list[T]:
         return list(await asyncio.gather(*calls))
 
     # -- writes -------------------------------------------------------------
 
     async def post(self, prepared: Prepared) -> Job:
-        index = self._index_of_post(prepared, self._turn())
-        if self._linked_elsewhere(prepared, index):
-            return await self.links.post_linked(self.parts[index], prepared)
-        return await self.parts[index].post(prepared)
+        return await self._post_at(self._index_of_post(prepared, self._turn()), prepared)
+
+    async def _post_at(self, index: int, prepared: Prepared) -> Job:
+        """Post ``prepared`` in partition ``index``: keyed for another partition, through the key's record there
+        (:mod:`.keys`); else one call (and links), a record naming a job elsewhere answering that job."""
+        part, key = self.parts[index], prepared.posting.key
+        if key is not None and self.keys.index_of(key) != index:
+            return await self.keys.post_elsewhere(part, prepared)
+        while True:
+            if self._linked_elsewhere(prepared, index):
+                job = await self.links.post_linked(part, prepared)
+            else:
+                job = await part.post(prepared)
+            if key is None or self.part_of(job.id) is part:
+                return job
+            if (found := await self.keys.resolve(part, key, job.id)) is not None:
+                return found
 
     async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
         """Runs of consecutive postings bound for one partition, one partition's ``post_many`` each: atomic
@@ -158,23 +180,29 @@ class SpreadBackend(Backend):
         start, plain = 0, self._turn()
         while start < len(batch):
             index = self._index_of_post(batch[start], plain)
-            if self._linked_elsewhere(batch[start], index):  # alone: posted, then linked
+            if self._alone(batch[start], index):
                 try:
-                    jobs.append(await self.links.post_linked(self.parts[index], batch[start]))
+                    jobs.append(await self._post_at(index, batch[start]))
                 except DependencyMissing as error:
                     raise error.in_batch(start, jobs) from None
                 start += 1
                 continue
             end = start + 1
             while (end < len(batch) and self._index_of_post(batch[end], plain) == index
-                   and not self._linked_elsewhere(batch[end], index)):
+                   and not self._alone(batch[end], index)):
                 end += 1
             try:
-                jobs += await self.parts[index].post_many(batch[start:end])
+                posted = await self.parts[index].post_many(batch[start:end])
             except DependencyMissing as error:
                 at = start + (error.index or 0)
                 message = str(error).split(": ", 1)[-1]
                 raise DependencyMissing(f"jobs[{at}]: {message}", index=at, posted=[*jobs, *error.posted]) from None
+            for offset, job in enumerate(posted):  # a key's record naming a job elsewhere: that job
+                if self.part_of(job.id) is not self.parts[index]:
+                    key, again = batch[start + offset].posting.key or "", batch[start + offset]
+                    found = await self.keys.resolve(self.parts[index], key, job.id)
+                    posted[offset] = found if found is not None else await self._post_at(index, again)
+            jobs += posted
             start = end
         return jobs
 

@@ -14,7 +14,7 @@ past the retry window (their poster died between the post and its links).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import msgpack
@@ -55,9 +55,10 @@ class Forwarder:
                     await target._call("cascade", "", dependent, payload, target._retention_ms)
                 await part.client.command("LREM", key, 1, entry)
 
-    async def sweep_forever(self) -> None:
-        """Forward what others left in the outboxes (a board that died between a call and its forwarding), and
-        finish the links of dependents whose poster died before it linked them."""
+    async def sweep_forever(self, *also: Callable[[RedisBackend], Awaitable[None]]) -> None:
+        """Forward what others left in the outboxes (a board that died between a call and its forwarding),
+        finish the links of dependents whose poster died before it linked them, and run ``also`` on each
+        partition (the keys' sweep, :mod:`.keys`)."""
         while True:
             await anyio.sleep(SWEEP)
             for part in self.parts:
@@ -65,8 +66,10 @@ class Forwarder:
                     if await part.client.command("LLEN", part.options.prefix + "out"):
                         await self.forward(part)
                     await self.relink(part, part.options.nonce_ms)  # the poster's retries are over by then
+                    for sweep in also:
+                        await sweep(part)
                 except JobBoardError as error:
-                    logger.warning("%s: forwarding its outbox failed (%s); again in %g s", part.url, error, SWEEP)
+                    logger.warning("%s: its sweep failed (%s); again in %g s", part.url, error, SWEEP)
 
     async def post_linked(self, part: RedisBackend, prepared: Prepared) -> Job:
         """Post ``prepared`` in ``part``, then link its dependencies of other partitions.
@@ -77,7 +80,7 @@ class Forwarder:
         posting, nonce = prepared.posting, f"{prepared.posting.token}:{part.options.nonce_ms}"
         status, data = await part._call("post", nonce, *arguments(posting, prepared.raw))
         job = job_from_reply(posting, status, data)
-        if status == "keyed":  # an existing job: its own post linked it
+        if status != "ok":  # an existing job (its own post linked it), or the key's record names one elsewhere
             return job
         missing = await self.link(part, job.id, posting.depends_on, nonce)
         if missing is not None:
