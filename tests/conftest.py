@@ -33,6 +33,7 @@ SERIAL_FILES = frozenset({
     # Faults, kills, failovers and outages, with bounds on how long the product takes to ride them out.
     "tests/backends/postgresql/test_faults.py", "tests/backends/postgresql/test_processes.py",
     "tests/backends/postgresql/test_session_renewal.py", "tests/backends/redis/test_cluster_failover.py",
+    "tests/backends/redis/test_cluster_frozen.py", "tests/backends/redis/test_frozen_server.py",
     "tests/backends/redis/test_failover.py", "tests/backends/redis/test_faults.py",
     "tests/backends/redis/test_relearn.py", "tests/backends/sqlite/test_fault_schedule.py",
     "tests/backends/sqlite/test_processes.py", "tests/backends/zookeeper/test_ensemble.py",

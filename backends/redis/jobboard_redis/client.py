@@ -73,7 +73,7 @@ class RedisClient:
         self.options = options
         self.prefix = options.prefix
         self._tls = ssl.create_default_context() if options.tls else None
-        self._timeout = max(options.session_timeout, 1.0)
+        self._timeout = options.reply_wait
         self._main: Wire | None = None
         self._lost_at: float | None = None
         """When the board's connection was found lost (``None``: connected, or never was)."""
@@ -135,9 +135,10 @@ class RedisClient:
         return self._main
 
     def _connect_budget(self) -> float:
-        """Seconds a (re)connection may take: at most 5, and not past the retry window of the call being
-        retried (but a quarter of a second at least: a process stopped past its window tries once)."""
-        return min(self.options.retry_window, 5.0, max(MIN_CONNECT_BUDGET, _DEADLINE.get() - time.monotonic()))
+        """Seconds a (re)connection may take: at most 5 and the reply timeout, and not past the retry window of the
+        call being retried (but a quarter of a second at least: a process stopped past its window tries once)."""
+        left = _DEADLINE.get() - time.monotonic()
+        return min(self.options.retry_window, 5.0, self._timeout, max(MIN_CONNECT_BUDGET, left))
 
     @property
     def _server(self) -> str:
@@ -163,7 +164,7 @@ class RedisClient:
         hello.extend(questions(options.durability == "strict") if learn else [["ROLE"]] if options.sentinel else [])
         try:
             wire, replies = await connect(host, port, reply_timeout=reply_timeout, tls=self._tls, hello=hello,
-                                          connect_timeout=self._connect_budget())
+                                          connect_timeout=self._connect_budget(), on_silent=self.locator.silent)
         except Refused as error:
             if not self.locator.named:
                 raise
@@ -352,7 +353,7 @@ class RedisClient:
         :raises BackendUnavailable: the connection failed (the caller resumes from ``last_id``).
         """
         reply = await self._blocking("reader", ("XREAD", "COUNT", 512, "BLOCK", block_ms, "STREAMS",
-                                                self.prefix + "ev", last_id))
+                                                self.prefix + "ev", last_id), block_ms / 1000)
         return reply[0][1] if reply else []
 
     async def pop_notices(self, key: str, block_s: float) -> list[bytes]:
@@ -361,16 +362,16 @@ class RedisClient:
 
         :raises BackendUnavailable: the connection failed (nothing was taken, or what was is lost with it).
         """
-        reply = await self._blocking("notices", ("BLMPOP", f"{block_s:.3f}", 1, key, "LEFT", "COUNT", 256))
+        reply = await self._blocking("notices", ("BLMPOP", f"{block_s:.3f}", 1, key, "LEFT", "COUNT", 256), block_s)
         return list(reply[1]) if reply else []
 
-    async def _blocking(self, slot: str, command: tuple[Arg, ...]) -> Any:
-        """``command`` on the blocking connection ``slot``, (re)connected first if needed."""
+    async def _blocking(self, slot: str, command: tuple[Arg, ...], block_s: float) -> Any:
+        """``command`` (blocking ``block_s``) on connection ``slot``, reconnected if needed, dropped if silent longer."""
         try:
             async with self._locks[slot]:
                 wire = self._blocked.get(slot)
                 if wire is None or wire.failed is not None:
-                    wire = self._blocked[slot] = await self._connect(None)
+                    wire = self._blocked[slot] = await self._connect(self._timeout + block_s)
             reply = await wire.send(command)
             if isinstance(reply, ServerError):
                 raise reply

@@ -19,12 +19,14 @@ import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import hiredis
 
 Arg = str | bytes | int | float
+Silent = Callable[[str], None]
+"""Told the ``host:port`` of a server that left a command (or a new connection) unanswered for its timeout."""
 logger = logging.getLogger(__name__)
 
 WRITE_EVERY = 4
@@ -87,8 +89,10 @@ class ServerError(Exception):
 class Wire(asyncio.BufferedProtocol):
     """One connection: commands out, replies in, FIFO."""
 
-    def __init__(self, timeout: float | None) -> None:
+    def __init__(self, timeout: float | None, on_silent: Silent | None = None) -> None:
         self.timeout = timeout
+        self.on_silent = on_silent
+        """Told when the server leaves commands unanswered for ``timeout`` (a frozen or lost server)."""
         self.transport: asyncio.Transport | None = None
         self.failed: ConnectionLost | None = None
         self.address = ""
@@ -186,7 +190,9 @@ class Wire(asyncio.BufferedProtocol):
             return
         late = self._progress + self.timeout - time.monotonic()
         if late <= 0:
-            self._fail(ConnectionLost(f"no reply from Redis within {self.timeout}s"))
+            self._fail(ConnectionLost(f"no reply from Redis {self.address} within {self.timeout}s"))
+            if self.on_silent is not None:
+                self.on_silent(self.address)
         else:
             self._timer = self._loop.call_later(late, self._check)
 
@@ -206,8 +212,10 @@ class Wire(asyncio.BufferedProtocol):
 
 
 async def connect(host: str, port: int, *, reply_timeout: float | None, connect_timeout: float,
-                  tls: ssl.SSLContext | None, hello: Sequence[Sequence[Arg]] = ()) -> tuple[Wire, list[Any]]:
-    """A new connection and the replies to the ``hello`` commands (AUTH, SELECT, ROLE ...).
+                  tls: ssl.SSLContext | None, hello: Sequence[Sequence[Arg]] = (),
+                  on_silent: Silent | None = None) -> tuple[Wire, list[Any]]:
+    """A new connection and the replies to the ``hello`` commands (AUTH, SELECT, ROLE ...); ``on_silent``
+    is told if the server does not answer within ``connect_timeout`` (and, later, within ``reply_timeout``).
 
     :raises ConnectionLost: the server cannot be reached (or did not answer in time); :class:`Refused`
         if its host refused the connection.
@@ -217,14 +225,16 @@ async def connect(host: str, port: int, *, reply_timeout: float | None, connect_
     wire: Wire | None = None
     try:
         async with asyncio.timeout(connect_timeout):
-            _, wire = await loop.create_connection(lambda: Wire(reply_timeout), host, port, ssl=tls,
+            _, wire = await loop.create_connection(lambda: Wire(reply_timeout, on_silent), host, port, ssl=tls,
                                                    server_hostname=host if tls else None)
             wire.address = f"{host}:{port}"
             replies = list(await asyncio.gather(*[wire.send(command) for command in hello]))
     except TimeoutError:
         if wire is not None:
             wire.close()
-        raise ConnectionLost(f"Redis {host}:{port} did not answer within {connect_timeout}s") from None
+        if on_silent is not None:
+            on_silent(f"{host}:{port}")
+        raise ConnectionLost(f"Redis {host}:{port} did not answer within {connect_timeout:.3g}s") from None
     except (OSError, ssl.SSLError) as error:
         failure = Refused if refused(error) else ConnectionLost
         raise failure(f"cannot connect to Redis {host}:{port}: {error}") from error

@@ -6,12 +6,18 @@ finds it: :class:`SlotMap` asks the nodes it knows (the URL's seeds, then every 
 ``CLUSTER SLOTS``, and returns the master of the slot. It is asked at every (re)connection, as the Sentinels
 are: a ``MOVED`` reply (the slot has another master: a failover, a resharding) or a lost connection drops
 the board's connection, and the next attempt asks again, within the call's retry window.
+
+A frozen master (SIGSTOP, a stalled VM) keeps its connections open and answers nothing: the connection that
+waited the reply timeout for it tells the map (:meth:`SlotMap.silent`), which then asks it last and does not
+name it as the slot's master while it is held silent, so the retries poll the other nodes until the cluster
+promotes its replica, instead of waiting on it again.
 """
 
 from __future__ import annotations
 
 import logging
 import ssl
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,42 +54,66 @@ def key_slot(key: str | bytes) -> int:
 
 
 class SlotMap:
-    """Finds the master serving one slot; remembers every node the cluster named, to ask them next time."""
+    """Finds the master serving one slot; remembers every node the cluster named, to ask them next time, and
+    which of them left a command unanswered (a frozen node is asked last, and not connected to as the slot's
+    master while it is held to be silent)."""
 
     def __init__(self, seeds: Sequence[tuple[str, int]], slot: int, *, tls: ssl.SSLContext | None,
-                 hello: Sequence[Sequence[Arg]]) -> None:
+                 hello: Sequence[Sequence[Arg]], reply_timeout: float) -> None:
         self.slot = slot
         self._known: list[tuple[str, int]] = list(dict.fromkeys(seeds))
         self._tls = tls
         self._hello = [list(command) for command in hello]
+        self.reply_timeout = reply_timeout
+        """Seconds a node is given to answer; a silent node is passed over this long."""
+        self._silent: dict[tuple[str, int], float] = {}
+        """When each node last left a command unanswered (monotonic)."""
         self.master: tuple[str, int] | None = None
         """The master the last map named (``None``: not asked yet)."""
 
+    def silent(self, address: str) -> None:
+        """Note that the node at ``host:port`` left a command (or a new connection) unanswered."""
+        host, _, port = address.rpartition(":")
+        if port.isdigit():
+            self._silent[host, int(port)] = time.monotonic()
+
     async def find_master(self, connect_timeout: float) -> tuple[str, int]:
-        """The address of the slot's master, from the first node that answers ``CLUSTER SLOTS``
-        (the last master named is asked first: it knows best after a failover it took part in).
+        """The address of the slot's master, from the first node that answers ``CLUSTER SLOTS`` (the nodes
+        that were silent last, in the order of their silence; each given the reply timeout at most).
 
         :raises ConnectionLost: no node answered, or none named a master for the slot (the cluster is down
-            or failing over); :class:`Refused` if every node refused the connection.
+            or failing over), or the master named is held to be silent (:meth:`_passed_over`: the cluster
+            has not failed it over yet); :class:`Refused` if every node refused the connection.
         """
         refusing = []
-        order = [self.master] if self.master else []
-        for host, port in dict.fromkeys([*order, *self._known]):
+        for host, port in sorted(self._known, key=lambda node: self._silent.get(node, 0.0)):
             try:
-                wire, replies = await connect(host, port, reply_timeout=5.0, connect_timeout=connect_timeout,
-                                              tls=self._tls, hello=[*self._hello, ["CLUSTER", "SLOTS"]])
+                wire, replies = await connect(host, port, reply_timeout=self.reply_timeout,
+                                              connect_timeout=min(connect_timeout, self.reply_timeout),
+                                              tls=self._tls, hello=[*self._hello, ["CLUSTER", "SLOTS"],
+                                                                    ["CLUSTER", "NODES"]], on_silent=self.silent)
             except (ConnectionLost, ServerError) as error:
                 logger.debug("Redis Cluster node %s:%s: %s", host, port, error)
                 refusing += [(host, port)] if isinstance(error, Refused) else []
                 continue
             wire.close()
-            master = self._learn(replies[-1], host)
+            master = self._learn(replies[-2], host)
             if master is not None:
                 self.master = master
+                if self._passed_over(master, failing(replies[-1], master, host)):
+                    raise ConnectionLost(f"Redis Cluster master {_names([master])} of slot {self.slot} is not "
+                                         f"answering (asked {host}:{port}); waiting for its failover")
                 return master
         if len(refusing) == len(self._known):
             raise Refused(f"every Redis Cluster node refused the connection: {_names(refusing)}")
         raise ConnectionLost(f"no Redis Cluster node named a master for slot {self.slot} (asked {_names(self._known)})")
+
+    def _passed_over(self, master: tuple[str, int], flagged: bool) -> bool:
+        """Whether not to connect to ``master`` now: it was silent within the reply timeout, or it was
+        silent once and the cluster flags it failing (``fail?``: unreachable from the node asked; ``fail``:
+        agreed) - a frozen master, about to be failed over. One never silent is always tried."""
+        since = self._silent.get(master)
+        return since is not None and (flagged or time.monotonic() - since < self.reply_timeout)
 
     def _learn(self, slots: Any, asked: str) -> tuple[str, int] | None:
         """Remember the nodes of a ``CLUSTER SLOTS`` reply; return the master of :attr:`slot`, if one serves it."""
@@ -94,6 +124,19 @@ class SlotMap:
             if int(entry[0]) <= self.slot <= int(entry[1]):
                 found = nodes[0]
         return found
+
+
+def failing(nodes: Any, master: tuple[str, int], asked: str) -> bool:
+    """Whether a ``CLUSTER NODES`` reply flags ``master`` ``fail?`` or ``fail``."""
+    text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        host, _, port = fields[1].split("@", 1)[0].split(",", 1)[0].rpartition(":")
+        if port.isdigit() and ((host or asked), int(port)) == master:
+            return bool({"fail", "fail?"} & set(fields[2].split(",")))
+    return False
 
 
 def _address(node: Any, asked: str) -> tuple[str, int]:

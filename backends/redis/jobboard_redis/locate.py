@@ -24,7 +24,8 @@ class Locator:
                                  if options.password is not None else [])
         self.auth = auth
         slot = key_slot(options.prefix)
-        self.slots = SlotMap(options.seeds, slot, tls=tls, hello=auth) if options.cluster else None
+        self.slots = (SlotMap(options.seeds, slot, tls=tls, hello=auth, reply_timeout=options.reply_wait)
+                      if options.cluster else None)
         if options.cluster:
             self.name = f"Redis Cluster (slot {slot}, seeds {options.host}:{options.port}...)"
         elif options.sentinel:
@@ -43,6 +44,13 @@ class Locator:
         """Whether the server is named by others (Sentinels, Cluster nodes): one that refuses connections is down,
         and they will name another."""
         return bool(self.options.sentinel or self.options.cluster)
+
+    def silent(self, address: str) -> None:
+        """The server at ``host:port`` left a command unanswered for the reply timeout: in a Cluster, it is asked
+        last and not connected to as the slot's master for a while (:class:`~jobboard_redis.cluster.SlotMap`);
+        one server, or the one the Sentinels name, is asked again (there is no other to ask)."""
+        if self.slots is not None:
+            self.slots.silent(address)
 
     async def primary(self, budget: float) -> tuple[str, int]:
         """The (host, port) to connect to.

@@ -29,6 +29,9 @@ class RedisOptions:
     connect_timeout: float | None = None
     """Seconds an operation keeps retrying a lost connection before BackendUnavailable
     (default: the session timeout)."""
+    reply_timeout: float | None = None
+    """Seconds a connection may leave a command unanswered before it is dropped and the command sent again
+    (default: :attr:`reply_wait`)."""
     max_attempts: int | None = None
     key_retention: float = 86400.0
     result_ttl: float = DEFAULT_RESULT_TTL
@@ -60,6 +63,12 @@ class RedisOptions:
     @property
     def retry_window(self) -> float:
         return self.connect_timeout or self.session_timeout
+
+    @property
+    def reply_wait(self) -> float:
+        """The reply timeout: the option, else a quarter of the session timeout, 1 s at least, so that a
+        frozen server (or Cluster master) is given up with time left to renew the session elsewhere."""
+        return self.reply_timeout or max(self.session_timeout / 4, 1.0)
 
     @property
     def nonce_ms(self) -> int:
@@ -94,6 +103,7 @@ def durability(text: str) -> str:
 CONVERTERS: dict[str, Callable[[str], Any]] = {
     "durability": durability, "sentinel": str, "cluster": flag, "partitions": partitions, "order": order,
     **COMMON_OPTIONS, "session_timeout": positive_float, "connect_timeout": positive_float,
+    "reply_timeout": positive_float,
 }
 
 

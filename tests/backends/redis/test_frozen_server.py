@@ -1,0 +1,96 @@
+"""redis:// on one server FROZEN (SIGSTOP): a reply timeout below the session timeout (a quarter of it) must
+neither declare the session lost early nor spin.
+
+A board with ``session_timeout=6`` (reply timeout 1.5 s) holds a claim while its server is stopped:
+
+- for 2.5 s (less than the session timeout minus a heartbeat's interval): after SIGCONT the claim still
+  holds, ``watch_claim`` did not return, the consume is accepted; the board opened a bounded number of
+  connections meanwhile (each waits the reply timeout for a silent server; no busy loop);
+- for the session timeout + 1.5 s: the session is declared lost (``watch_claim`` returns), but no earlier
+  than the session timeout after the last heartbeat acknowledged could have been sent (at most a heartbeat
+  interval before the SIGSTOP), and the board serves again after SIGCONT with a new session.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+
+import anyio
+import pytest
+import redis
+
+from jobboard import open_board
+from jobboard.backend import Claim
+from jobboard.board.contract import JobBoard
+from tests.support.redisserver import RedisServer
+
+pytestmark = pytest.mark.timeout(90)
+SESSION_TIMEOUT = 6.0
+BEAT_EVERY = SESSION_TIMEOUT / 3
+MAX_NEW_CONNECTIONS = 30
+"""Connections a board may open while its server is frozen 2.5 s (three connections, each attempt waiting the
+1.5 s reply timeout; a busy loop would open hundreds)."""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with RedisServer() as started:
+        yield started
+
+
+def connections_received(server: RedisServer) -> int:
+    with redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=5) as admin:
+        return int(admin.info("stats")["total_connections_received"])
+
+
+async def frozen_for(server: RedisServer, board: JobBoard, claim: Claim, seconds: float) -> tuple[float, str | None]:
+    """Stop the server ``seconds`` while watching ``claim``; return when it was declared lost after the
+    SIGSTOP (``inf``: it was not) and what ``watch_claim`` said by the SIGCONT."""
+    said: list[tuple[float, str]] = []
+
+    async def watch() -> None:
+        why = await board.watch_claim(claim)
+        said.append((time.monotonic(), why))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(watch)
+        await anyio.sleep(0.1)
+        frozen = time.monotonic()
+        server.signal(signal.SIGSTOP)
+        try:
+            await anyio.sleep(seconds)
+        finally:
+            server.signal(signal.SIGCONT)
+        tasks.cancel_scope.cancel()
+    return (said[0][0] - frozen, said[0][1]) if said else (float("inf"), None)
+
+
+async def test_a_server_frozen_shorter_than_the_session_costs_nothing(server: RedisServer) -> None:
+    url = f"{server.url('')}/0/frozen-{uuid.uuid4().hex}?session_timeout={SESSION_TIMEOUT}"
+    with anyio.fail_after(40):
+        async with open_board(url) as board:
+            claim = await board.claim(await board.post("x"), "w")
+            before = connections_received(server)
+            _, said = await frozen_for(server, board, claim, 2.5)
+            await board.consume(claim)
+            opened = connections_received(server) - before
+            print(f"frozen 2.5 s: watch_claim {said!r}, {opened} connections opened meanwhile")
+            assert said is None
+            assert opened <= MAX_NEW_CONNECTIONS
+
+
+async def test_a_server_frozen_past_the_session_loses_it_no_earlier_than_due(server: RedisServer) -> None:
+    url = f"{server.url('')}/0/frozen-{uuid.uuid4().hex}?session_timeout={SESSION_TIMEOUT}"
+    with anyio.fail_after(60):
+        async with open_board(url) as board:
+            claim = await board.claim(await board.post("x"), "w")
+            lost_after, said = await frozen_for(server, board, claim, SESSION_TIMEOUT + 1.5)
+            print(f"frozen {SESSION_TIMEOUT + 1.5} s: watch_claim {said!r} {lost_after:.2f} s after the SIGSTOP")
+            assert said == "session expired"
+            assert SESSION_TIMEOUT - BEAT_EVERY - 0.2 <= lost_after <= SESSION_TIMEOUT + 1.0
+            with anyio.fail_after(SESSION_TIMEOUT + 5):  # serving again, with a new session
+                again = await board.claim(await board.post("y"), "w")
+                await board.consume(again)
