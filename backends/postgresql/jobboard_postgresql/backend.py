@@ -164,7 +164,7 @@ class PostgresBackend(Backend):
         async with self._writing():
             posted = await self.writer.post_many(batch)
         self.waiting.work()
-        return [job for job, _ in posted]
+        return posted
 
     async def claim(self, job_id: str, owner: str) -> Claim:
         claim = await self._delivered(self._claim(job_id, owner))

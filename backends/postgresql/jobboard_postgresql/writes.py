@@ -99,11 +99,11 @@ class Writer:
 
         return posted(prepared, await self.db.run("post", call))
 
-    async def post_many(self, batch: Sequence[Prepared]) -> list[tuple[Job, bool]]:
+    async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
         """Write a batch in one call, in order, stopping at a missing dependency (``DependencyMissing``
         with ``index`` and ``posted``): every posting is its own unit, the call one transaction. A batch
         without keys or links is written by ``COPY`` (or one ``jb.post_plain`` call); a retried one goes
-        posting by posting, finding each first attempt's job by its token."""
+        posting by posting, finding each first attempt's job by its token. Returns the jobs in order."""
         postings = [p.posting for p in batch]
         if not any(p.depends_on for p in postings):
             if not postings:
@@ -113,7 +113,7 @@ class Writer:
         for index, prepared in enumerate(batch):
             if (missing := self._missing_dependency(prepared)) is not None:
                 before = await self.post_many(batch[:index]) if index else []
-                raise missing.in_batch(index, [job for job, _ in before])
+                raise missing.in_batch(index, before)
         columns = [list(column) for column in zip(*(post_arguments(p) for p in postings), strict=True)]
         raws, groups = [p.raw for p in batch], [p.group for p in postings]
         if batch[0].connection is not None:
@@ -124,7 +124,7 @@ class Writer:
                 connection, columns, raws, groups, retry))
         return self._posted_rows(batch, rows)
 
-    async def _post_plain(self, batch: Sequence[Prepared], postings: list[Posting]) -> list[tuple[Job, bool]]:
+    async def _post_plain(self, batch: Sequence[Prepared], postings: list[Posting]) -> list[Job]:
         """A batch without keys or links: by ``COPY`` (:mod:`jobboard_postgresql.bulk`) on an asyncpg connection,
         else one ``jb.post_plain`` call; a retry goes through ``jb.post_many``, finding each first attempt's job
         by its token."""
@@ -138,7 +138,7 @@ class Writer:
             with caller_errors("post_many"):
                 return await self.copier.write(driver, batch, postings)
 
-        async def copy_call(connection: asyncpg.Connection, retry: bool) -> list[tuple[Job, bool]]:
+        async def copy_call(connection: asyncpg.Connection, retry: bool) -> list[Job]:
             if retry:
                 return await self._retried_plain(connection, batch, postings)
             try:
@@ -151,13 +151,13 @@ class Writer:
         return await self.db.run("post_many", copy_call)
 
     async def _retried_plain(self, connection: asyncpg.Connection, batch: Sequence[Prepared],
-                             postings: list[Posting]) -> list[tuple[Job, bool]]:
+                             postings: list[Posting]) -> list[Job]:
         """A plain batch again after a failure that may have committed it: each posting found by its token."""
         columns = [list(column) for column in zip(*(post_arguments(p) for p in postings), strict=True)]
         return self._posted_rows(batch, await self._post_many_rows(
             connection, columns, [p.raw for p in batch], [p.group for p in postings], True))
 
-    async def _post_plain_call(self, batch: Sequence[Prepared], postings: list[Posting]) -> list[tuple[Job, bool]]:
+    async def _post_plain_call(self, batch: Sequence[Prepared], postings: list[Posting]) -> list[Job]:
         """A plain batch as one ``jb.post_plain`` call (delays; a caller's psycopg connection or one outside a
         transaction)."""
         plain = (self.board, [p.name for p in postings], [p.priority.rank for p in postings],
@@ -169,7 +169,7 @@ class Writer:
             rows = await fetch_on(batch[0].connection, "post_many", self._plain_query, plain)
             return written(postings, rows[0]["ids"])
 
-        async def plain_call(connection: asyncpg.Connection, retry: bool) -> list[tuple[Job, bool]]:
+        async def plain_call(connection: asyncpg.Connection, retry: bool) -> list[Job]:
             if retry:  # the first attempt may have committed: look for each posting's token
                 return await self._retried_plain(connection, batch, postings)
             return written(postings, await connection.fetchval(self._plain_query, *plain))
@@ -194,14 +194,13 @@ class Writer:
         return list(await connection.fetch(self._many_query, *self._many_args(columns, raws, groups, retry)))
 
     @staticmethod
-    def _posted_rows(batch: Sequence[Prepared], rows: list[Any]) -> list[tuple[Job, bool]]:
+    def _posted_rows(batch: Sequence[Prepared], rows: list[Any]) -> list[Job]:
         """The jobs of ``jb.post_many``'s rows. :raises DependencyMissing: at the row that names one."""
-        done: list[tuple[Job, bool]] = []
+        done: list[Job] = []
         for index, row in enumerate(rows):
             if row["r_missing"] is not None:
-                raise DependencyMissing.of(batch[index].posting.name, row["r_missing"]).in_batch(
-                    index, [job for job, _ in done])
-            done.append(posted(batch[index], row))
+                raise DependencyMissing.of(batch[index].posting.name, row["r_missing"]).in_batch(index, done)
+            done.append(posted(batch[index], row)[0])
         return done
 
     # -- claims --------------------------------------------------------------

@@ -13,7 +13,10 @@ import asyncpg
 import pytest
 
 from jobboard import InvalidJob, JobBoardError, NewJob, open_board
+from jobboard.backend import Posting, Prepared, encode_posting
+from jobboard.board.codec import new_token
 from jobboard_postgresql import PostgresBackend
+from jobboard_postgresql.bulk import CHUNK_BYTES
 from jobboard_postgresql.schema import VERSION
 from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
 
@@ -137,5 +140,56 @@ async def test_a_cancelled_copy_leaves_all_or_nothing_and_a_board_that_commits(
                 assert (await count(connection, schema, board_name))[0] - before in (0, 3000)
             job = await board.post("after", {})  # committed: seen by another connection
             assert await connection.fetchval(f'SELECT count(*) FROM "{schema}".job WHERE id = $1', int(job.id)) == 1
+        finally:
+            await connection.close()
+
+
+async def test_a_batch_over_one_copy_payload_goes_in_several_and_is_all_or_nothing(
+        postgresql_url: str) -> None:  # noqa: F811
+    """Postings of 300 KB: 16 of them fill more than one ``COPY`` payload (:data:`CHUNK_BYTES`, 4 MB)."""
+    schema, board_name = f"copy_chunks_{uuid.uuid4().hex[:8]}", "b"
+    big = "x" * 300_000
+    async with open_board(f"{postgresql_url}?board={board_name}&schema={schema}") as board:
+        connection = await asyncpg.connect(postgresql_url)
+        try:
+            assert 16 * len(big) > CHUNK_BYTES
+            await connection.execute(f'ALTER TABLE "{schema}".job ADD CONSTRAINT no_bad CHECK (name <> \'bad\')')
+            with pytest.raises(JobBoardError):  # refused in the last payload: the first ones go too
+                await board.post_many([NewJob("ok", {"big": big, "n": n}) for n in range(15)] + [NewJob("bad", {})])
+            assert await count(connection, schema, board_name) == (0, 0)
+            jobs = await board.post_many([NewJob("ok", {"big": big, "n": n}) for n in range(16)])
+            assert (await count(connection, schema, board_name))[0] == 16
+            assert [int(job.id) for job in jobs] == sorted(int(job.id) for job in jobs)
+            for job in jobs:
+                assert await board.get(job.id) == job
+        finally:
+            await connection.execute(f'DROP SCHEMA "{schema}" CASCADE')
+            await connection.close()
+
+
+async def test_copied_rows_hold_every_option_and_a_name_the_head_cannot_join(
+        postgresql_url: str) -> None:  # noqa: F811
+    """Each row's columns as ``jb.post`` writes them (its options, its token as a uuid); a posting whose name
+    holds a newline (none the board checks does) takes the head's array form."""
+    async with open_board(f"{postgresql_url}?board=copy-cols-{uuid.uuid4().hex[:8]}") as board:
+        assert isinstance(board.backend, PostgresBackend)
+        batch = [NewJob("a", {"n": 1}, priority="high", max_attempts=5, keep_result=True, result_ttl=3.5,
+                        trash_ttl=7.0, group="g"), NewJob("b", None), NewJob("a", {"n": 2})]
+        jobs = await board.post_many(batch)
+        assert [await board.get(job.id) for job in jobs] == jobs
+        assert (jobs[0].max_attempts, jobs[0].keep_result, jobs[0].result_ttl, jobs[0].group) == (5, True, 3.5, "g")
+        schema = board.backend.options.schema
+        connection = await asyncpg.connect(postgresql_url)
+        try:
+            rows = await connection.fetch(f'SELECT id, name, rank, max_attempts, keep_result, result_ttl, trash_ttl, '
+                                          f'grp, token FROM "{schema}".job WHERE id = any($1::bigint[]) ORDER BY id',
+                                          [int(job.id) for job in jobs])
+            assert [tuple(row.values())[1:8] for row in rows] == [
+                ("a", 1, 5, True, 3.5, 7.0, "g"), ("b", 2, None, False, None, None, None),
+                ("a", 2, None, False, None, None, None)]
+            assert all(isinstance(row["token"], uuid.UUID) for row in rows)
+            odd = Posting("two\nlines", {}, token=new_token())
+            [job] = await board.backend.post_many([Prepared(odd, encode_posting(odd))])
+            assert job.name == "two\nlines" and (await board.get(job.id)).name == "two\nlines"
         finally:
             await connection.close()
