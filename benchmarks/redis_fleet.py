@@ -2,6 +2,7 @@
 
     python -m benchmarks.redis_fleet --processes 1,4,16 --workers 16 --jobs 2000 --rounds 3
     python -m benchmarks.redis_fleet ... --base bf73266      # the same, interleaved with a base commit's library
+    python -m benchmarks.redis_fleet ... --prefetch 0,4,16   # claimers claiming ahead (claim_many), interleaved
 
 One redis-server (AOF off: the disk is not one more shared resource) serves every run. A run: N jobs
 posted, then W claimers split over P processes claim_next -> consume until the board is empty (as
@@ -29,61 +30,34 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchmarks.redis_fleet_usage import client_usage, usage, usage_table
+from benchmarks.redis_fleet_usage import (
+    SERVER_EVENTS,
+    client_usage,
+    server_counts,
+    server_info,
+    usage,
+    usage_table,
+)
+
+__all__ = ["main", "recorded_part", "section", "server_info", "tree_env"]  # server_info: imported from here too
 
 FIGURES = ("cycles_per_s", "events_per_job", "client_cpu_ms_per_job", "commands_per_cycle", "fcalls_per_cycle",
            "reads_per_cycle", "empty_claims_per_cycle", "lost_claims_per_cycle", "server_cpu_ms_per_job",
            "client_sys_share", "client_sleeps_per_job", "client_preempted_per_job", "tail_cpu_share",
            "server_reads_per_cycle", "server_writes_per_cycle", "client_instructions_per_job")
-SERVER_EVENTS = ("total_reads_processed", "total_writes_processed")
-"""``INFO stats``: socket reads and writes the server made (a pipelined batch is one read)."""
 ROOT = Path(__file__).resolve().parent.parent
-IDLE_WAIT = 1.0
-"""Interleaved: seconds an idle claimer waits in ``board.wait()`` (it relies on being woken)."""
+IDLE_WAIT = 1.0  # interleaved: seconds an idle claimer waits in board.wait() (it relies on being woken)
 PRODUCER_IN_FLIGHT = 20
-
-
-# -- the server's counters ------------------------------------------------------------------------
-
-
-def server_info(url: str, section: str) -> dict[str, str]:
-    """``INFO section`` of the server of ``url`` (``redis://host:port/...``), over a plain socket."""
-    host, port = url.removeprefix("redis://").split("/", 1)[0].rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as conn:
-        conn.sendall(f"INFO {section}\r\n".encode())
-        data = b""
-        while b"\r\n" not in data:
-            data += conn.recv(65536)
-        header, _, body = data.partition(b"\r\n")
-        length = int(header[1:])
-        while len(body) < length:
-            body += conn.recv(65536)
-    lines = body[:length].decode().splitlines()
-    return dict(line.split(":", 1) for line in lines if ":" in line and not line.startswith("#"))
-
-
-def server_counts(url: str) -> dict[str, float]:
-    """Calls per command (``INFO commandstats``) and the server's CPU seconds (``INFO cpu``)."""
-    counts: dict[str, float] = {}
-    for key, value in server_info(url, "commandstats").items():
-        fields = dict(part.split("=", 1) for part in value.split(","))
-        counts[key.removeprefix("cmdstat_")] = float(fields["calls"])
-    cpu = server_info(url, "cpu")
-    counts["cpu_s"] = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-    stats = server_info(url, "stats")
-    for name in SERVER_EVENTS:
-        counts[name] = float(stats.get(name, 0))
-    return counts
 
 
 # -- one claiming process -------------------------------------------------------------------------
@@ -111,11 +85,35 @@ def count_reads() -> dict[str, int]:
     return decoded
 
 
-async def claim_process(url: str, workers: int, done: str | None, fused: bool = False, warm: bool = False) -> None:
+async def take(board: Any, owner: str, held: deque[Any], prefetch: int) -> Any:
+    """A claimer's next job: one it holds, else a claim call (``claim_many`` of it and ``prefetch`` more)."""
+    if not held:
+        if not prefetch:
+            return await board.claim_next(owner)
+        held.extend(await board.claim_many(owner, 1 + prefetch))
+    return held.popleft() if held else None
+
+
+async def settle(board: Any, claim: Any, held: deque[Any], fused: bool, together: bool) -> tuple[Any, int]:
+    """Consume ``claim`` (``fused``: and claim the next in the same call); ``together``: with every held job,
+    their consumes sent at once (one write, one read: what settling a batch in one call would cost at most)."""
+    if fused:
+        return await board.consume_and_claim_next(claim), 1
+    batch = [claim]
+    while together and held:
+        batch.append(held.popleft())
+    await asyncio.gather(*(board.consume(one) for one in batch))
+    return None, len(batch)
+
+
+async def claim_process(url: str, workers: int, done: str | None, fused: bool = False, warm: bool = False,
+                        prefetch: int = 0, together: bool = False) -> None:
     """``ready`` on stdout, then on ``go`` from stdin: claim until the board is empty (and, with ``done``, that
     file exists: the producer has posted every job); a JSON line. ``fused``: each claimer consumes and claims
     its next job in one call (``consume_and_claim_next``, as a worker's slot does); ``warm``: one
-    ``claim_next`` and ``job_count`` on a board of no jobs before ``ready`` (paid outside the measure)."""
+    ``claim_next`` and ``job_count`` on a board of no jobs before ``ready`` (paid outside the measure);
+    ``prefetch``: each claimer claims its job and up to ``prefetch`` more in one call (``claim_many``, as a
+    worker with ``prefetch`` does), and runs the held ones before claiming again (``together``: all at once)."""
     import anyio
 
     from benchmarks.callgrind import counting
@@ -135,9 +133,10 @@ async def claim_process(url: str, workers: int, done: str | None, fused: bool = 
         async def claimer(index: int) -> None:
             offered = False  # the last wait() returned work
             claim = None
+            held: deque[Any] = deque()  # claimed ahead (prefetch)
             while True:
                 if claim is None or not fused:
-                    claim = await board.claim_next(f"c{index}")
+                    claim = await take(board, f"c{index}", held, prefetch)
                 if claim is None:
                     tally["empty"] += 1
                     if tally["idle_after"] != tally["cycles"]:  # the first empty claim since a cycle: the tail starts
@@ -150,11 +149,8 @@ async def claim_process(url: str, workers: int, done: str | None, fused: bool = 
                         offered = bool(await board.wait())
                     continue
                 offered = False
-                if fused:
-                    claim = await board.consume_and_claim_next(claim)
-                else:
-                    await board.consume(claim)
-                tally["cycles"] += 1
+                claim, count = await settle(board, claim, held, fused, together)
+                tally["cycles"] += count
                 tally["last"] = time.time()
 
         with counting("fleet"):
@@ -329,18 +325,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="claimers call consume_and_claim_next (one call a job, as a worker does), not two calls")
     parser.add_argument("--warm", action="store_true",
                         help="each process makes one empty claim before 'ready' (its first call outside the measure)")
+    parser.add_argument("--prefetch", default="0",
+                        help="claims ahead per claimer (claim_many of 1 + N); a list (0,4) runs each, interleaved")
+    parser.add_argument("--together", action="store_true",
+                        help="with --prefetch: a claimer consumes its held jobs at once (a settle batch's bound)")
     parser.add_argument("--done", help=argparse.SUPPRESS)
     parser.add_argument("--one", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     options = parser.parse_args(argv)
-    extra = (*(["--fused"] if options.fused else []), *(["--warm"] if options.warm else []))
+    extra = (*(["--fused"] if options.fused else []), *(["--warm"] if options.warm else []),
+             *(["--together"] if options.together else []))
     if options.child:
-        asyncio.run(claim_process(options.child, options.workers, options.done, options.fused, options.warm))
+        asyncio.run(claim_process(options.child, options.workers, options.done, options.fused, options.warm,
+                                  int(options.prefetch), options.together))
         return 0
     if options.one:
         print(json.dumps(one_run(options.one, options.jobs, options.workers, int(options.processes),
-                                       options.interleaved, extra)))
+                                       options.interleaved, (*extra, "--prefetch", options.prefetch))))
         return 0
+    if any(prefetches := [int(n) for n in options.prefetch.split(",")]) and options.fused:
+        parser.error("--fused and --prefetch N (N > 0) are not combined: a claimer holding jobs consumes alone")
     from benchmarks.before_after import base_tree
     from tests.support.redisserver import RedisServer, ensure_redis_installed
 
@@ -353,13 +357,16 @@ def main(argv: list[str] | None = None) -> int:
             url = stack.enter_context(RedisServer(appendonly=False)).url("/0/fleet")
         trees = [("this", ROOT)] + ([(f"base {options.base}", stack.enter_context(base_tree(options.base)))]
                                     if options.base else [])
-        runs: dict[str, list[dict[str, Any]]] = {f"{name} P={p}": [] for name, _ in trees for p in counts}
+        shapes = [(f"{name}{f' prefetch={n}' if prefetches != [0] else ''}", tree, n)
+                  for n in prefetches for name, tree in trees]
+        runs: dict[str, list[dict[str, Any]]] = {f"{name} P={p}": [] for name, _, _ in shapes for p in counts}
         for round_number in range(options.rounds):
             for processes in counts:
-                order = trees if round_number % 2 == 0 else trees[::-1]
-                for name, tree in order:
+                order = shapes if round_number % 2 == 0 else shapes[::-1]
+                for name, tree, ahead in order:
                     workers = options.per_process * processes if options.per_process else options.workers
-                    result = run_in(tree, url, options.jobs, workers, processes, options.interleaved, extra)
+                    result = run_in(tree, url, options.jobs, workers, processes, options.interleaved,
+                                    (*extra, *(["--prefetch", str(ahead)] if ahead else [])))
                     runs[f"{name} P={processes}"].append(result)
                     print(f"round {round_number + 1}: {name} P={processes}: {result['cycles_per_s']} cycles/s, "
                           f"{result['events_per_job']} events/job", file=sys.stderr, flush=True)
@@ -367,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = table(summary)
     print("\n".join([*lines, "", *usage_table(summary)]), file=sys.stderr)
     print(json.dumps({"bench": "redis_fleet", "interleaved": options.interleaved, "per_process": options.per_process,
-                      "fused": options.fused, "warm": options.warm,
+                      "fused": options.fused, "warm": options.warm, "prefetch": prefetches, "together": options.together,
                       "jobs": options.jobs, "workers": options.workers,
                       "processes": counts, "rounds": options.rounds, "base": options.base,
                       "runs": runs, "summary": summary, "table": lines}))

@@ -1,9 +1,14 @@
-"""Where a fleet's CPU goes (``benchmarks.redis_fleet``): each claiming process's rusage, and the table of it."""
+"""Where a fleet's CPU goes (``benchmarks.redis_fleet``): each claiming process's rusage, the server's counters,
+and the table of them."""
 
 from __future__ import annotations
 
 import resource
+import socket
 from typing import Any
+
+SERVER_EVENTS = ("total_reads_processed", "total_writes_processed")
+"""``INFO stats``: socket reads and writes the server made (a pipelined batch is one read)."""
 
 
 def usage() -> dict[str, float]:
@@ -43,3 +48,33 @@ def usage_table(summary: dict[str, dict[str, Any]]) -> list[str]:
                  if name in found else "—" for name in USAGE]
         lines.append(f"| {tree} | {processes} | " + " | ".join(cells) + " |")
     return lines
+
+
+def server_info(url: str, section: str) -> dict[str, str]:
+    """``INFO section`` of the server of ``url`` (``redis://host:port/...``), over a plain socket."""
+    host, port = url.removeprefix("redis://").split("/", 1)[0].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(f"INFO {section}\r\n".encode())
+        data = b""
+        while b"\r\n" not in data:
+            data += conn.recv(65536)
+        header, _, body = data.partition(b"\r\n")
+        length = int(header[1:])
+        while len(body) < length:
+            body += conn.recv(65536)
+    lines = body[:length].decode().splitlines()
+    return dict(line.split(":", 1) for line in lines if ":" in line and not line.startswith("#"))
+
+
+def server_counts(url: str) -> dict[str, float]:
+    """Calls per command (``INFO commandstats``) and the server's CPU seconds (``INFO cpu``)."""
+    counts: dict[str, float] = {}
+    for key, value in server_info(url, "commandstats").items():
+        fields = dict(part.split("=", 1) for part in value.split(","))
+        counts[key.removeprefix("cmdstat_")] = float(fields["calls"])
+    cpu = server_info(url, "cpu")
+    counts["cpu_s"] = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+    stats = server_info(url, "stats")
+    for name in SERVER_EVENTS:
+        counts[name] = float(stats.get(name, 0))
+    return counts

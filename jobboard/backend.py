@@ -95,9 +95,8 @@ logger = logging.getLogger("jobboard.board")
 
 @dataclass(slots=True)
 class Prepared:
-    """One post: the posting after the board's defaults (with its trace context), and its stored bytes
-    (size-checked against the board's ``max_posting_bytes``). Read-only for a backend (not frozen: a
-    frozen dataclass costs twice as much to build, on every post)."""
+    """One post: the posting after the board's defaults (with its trace context), its stored bytes (within
+    ``max_posting_bytes``). Read-only for a backend (not frozen: that costs twice as much, on every post)."""
 
     posting: Posting
     raw: bytes
@@ -127,10 +126,8 @@ class Settle:
     """One settle of a claim, checked and encoded by the board (read-only for a backend: not frozen only
     because a frozen dataclass costs 1.1 us to build against 0.6, a tenth of memory://'s whole settle).
 
-    Atomic in every backend: the claim's generation and owner are checked in the same write that
-    changes the job (:class:`~jobboard.errors.ClaimLost`, :class:`~jobboard.errors.NotOwner` otherwise,
-    nothing changed).
-    """
+    Atomic in every backend: the claim's generation and owner are checked in the same write that changes
+    the job (:class:`~jobboard.errors.ClaimLost`, :class:`~jobboard.errors.NotOwner` otherwise: no change)."""
 
     action: SettleAction
     result: Any = None
@@ -149,10 +146,8 @@ class Settle:
 
 
 class BoardServices:
-    """What a board lends its backend: the event hub, skip-and-report, and background tasks.
-
-    One per board; a backend wrapper hands its inner backend the same one.
-    """
+    """What a board lends its backend: the event hub, skip-and-report, background tasks (one per board; a
+    backend wrapper hands its inner backend the same one)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -192,9 +187,8 @@ class Backend(abc.ABC):
     Every method is called on an open backend only (the board checks), with checked input. The
     contract each method keeps is the :class:`~jobboard.board.contract.JobBoard` method of the same name:
     atomicity, fencing and errors are stated there once. Errors are ``JobBoardError`` subclasses
-    only; a transient failure is ``BackendUnavailable``, never a client library's exception.
-
-    Optional operations default to raising :class:`~jobboard.errors.Unsupported`.
+    only; a transient failure is ``BackendUnavailable``, never a client library's exception. Optional
+    operations default to raising :class:`~jobboard.errors.Unsupported` (or to a loop of required ones).
     """
 
     max_posting_bytes: int = 1024 * 1024
@@ -247,7 +241,6 @@ class Backend(abc.ABC):
             raise BoardClosed(f"board {self.url} is not open")
 
     # -- lifecycle ----------------------------------------------------------
-
     @abc.abstractmethod
     async def open(self) -> None:
         """Connect and prepare the storage; set ``_open``."""
@@ -257,19 +250,14 @@ class Backend(abc.ABC):
         """Release this board's claims and entities, close the hub's streams, disconnect. Idempotent."""
 
     # -- writes -------------------------------------------------------------
-
     @abc.abstractmethod
     async def post(self, prepared: Prepared) -> Job:
         """Write one checked, encoded posting (atomic, exactly once).
-
-        :raises DependencyMissing: a dependency is not on the board (nothing written).
-        """
+        :raises DependencyMissing: a dependency is not on the board (nothing written)."""
 
     async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
         """Write a checked batch in order (default: :meth:`post` one by one).
-
-        :raises DependencyMissing: with ``index`` and ``posted``.
-        """
+        :raises DependencyMissing: with ``index`` and ``posted``."""
         posted: list[Job] = []
         for index, prepared in enumerate(batch):
             try:
@@ -296,6 +284,19 @@ class Backend(abc.ABC):
         await self.settle(claim, settle)
         return await self.claim_next(claim.owner, names)
 
+    async def claim_many(self, owner: str, names: Collection[str] | None, count: int) -> list[Claim]:
+        """Up to ``count`` claims, each as :meth:`claim_next`'s and in its order (default: it until none;
+        cancelled midway, the claims made go back in the background, by :meth:`release`)."""
+        claims: list[Claim] = []
+        try:
+            while len(claims) < count and (claim := await self.claim_next(owner, names)) is not None:
+                claims.append(claim)
+        except BaseException:
+            for made in claims:
+                self.services.spawn(self.release(made))
+            raise
+        return claims
+
     @abc.abstractmethod
     async def watch_claim(self, claim: Claim) -> str: ...
 
@@ -303,7 +304,6 @@ class Backend(abc.ABC):
     async def cancel(self, job_id: str, reason: str) -> None: ...
 
     # -- reads --------------------------------------------------------------
-
     @abc.abstractmethod
     async def get(self, job_id: str) -> Job: ...
 
@@ -330,7 +330,6 @@ class Backend(abc.ABC):
     def trashed(self) -> AsyncIterator[TrashedJob]: ...
 
     # -- waiting and entities -----------------------------------------------
-
     @abc.abstractmethod
     async def wait(self, names: Collection[str] | None) -> list[Job]: ...
 
@@ -351,7 +350,6 @@ class Backend(abc.ABC):
     async def entities(self) -> list[Entity]: ...
 
     # -- optional -----------------------------------------------------------
-
     def could_be_job_id(self, job_id: str) -> bool:
         """No I/O. Default: every id but the empty one."""
         return job_id != ""
@@ -368,8 +366,12 @@ class Backend(abc.ABC):
     async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
         raise Unsupported(f"{type(self).__name__} cannot requeue from its trash")
 
-    # -- optional: flow control (the guarantees: jobboard.board.limits; all six, and every claim path) --
+    async def release(self, claim: Claim) -> None:
+        """Give back a claim whose job never started (claim-ahead), claimable at once, fenced as a settle;
+        its attempt uncounted where the backend can (default: an abandon, which leaves it counted)."""
+        await self.settle(claim, Settle(SettleAction.ABANDON))
 
+    # -- optional: flow control (the guarantees: jobboard.board.limits; all six, and every claim path) --
     @property
     def flow_control(self) -> bool:
         """Whether this backend implements flow control: it overrides :meth:`set_limit` (a wrapper says its inner's)."""

@@ -329,6 +329,26 @@ class JobBoard:
         consume and then a claim: a worker whose next job would take a round trip of its own uses it then."""
         return type(self.backend).consume_and_claim_next is not Backend.consume_and_claim_next
 
+    async def claim_many(self, owner: str, count: int, *, names: Collection[str] | None = None) -> list[Claim]:
+        """Claim up to ``count`` of the best claimable jobs for ``owner`` (claim-ahead): the claims ``count``
+        calls of :meth:`claim_next` would make, in their order (priority, then age), each its own claim (its
+        generation, fenced, renewed and released with the board's session like any other). Flow control is
+        checked job by job, as each claim would be: a group with one permit gives one job. Fewer, or none,
+        when fewer are claimable. Backends may make it one round trip (:attr:`claims_many_at_once`);
+        cancelled after its request went out, the claims it made are released in the background.
+
+        :raises InvalidJob: ``count`` is not a whole number >= 1.
+        """
+        self._ensure_open()
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidJob(f"count must be a whole number >= 1, not {count!r}")
+        return await self.backend.claim_many(check_owner(owner), names, count)
+
+    @property
+    def claims_many_at_once(self) -> bool:
+        """Whether :meth:`claim_many` is one backend call (the backend implements it), not a loop of claims."""
+        return type(self.backend).claim_many is not Backend.claim_many
+
     async def watch_claim(self, claim: Claim) -> str:
         """Wait until ``claim`` stops being current and return why.
 
@@ -378,6 +398,22 @@ class JobBoard:
         self._ensure_open()
         await self.backend.settle(claim, Settle(SettleAction.ABANDON,
                                                 retry_after=check_retry_after(retry_after) or None, error=error))
+
+    async def release(self, claim: Claim) -> None:
+        """Give back a claim whose job was never started (a claim made ahead, at a worker's stop): the job is
+        claimable again at once, and where the backend can (:attr:`releases_uncounted`) the attempt its claim
+        counted is uncounted; elsewhere it is an :meth:`abandon`. Fenced like a settle.
+
+        :raises ClaimLost: the claim is not current (nothing is changed).
+        :raises NotOwner: the claim's owner does not hold the job.
+        """
+        self._ensure_open()
+        await self.backend.release(claim)
+
+    @property
+    def releases_uncounted(self) -> bool:
+        """Whether :meth:`release` uncounts the claim's attempt (the backend implements it)."""
+        return type(self.backend).release is not Backend.release
 
     async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
         """Remove the job to the trash with ``reason``; its dependents follow it there.

@@ -65,6 +65,9 @@ def worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--handlers", required=True, metavar="MODULE:NAME",
                         help="a Handlers registry (or one handler) to import; the current directory is searched")
     parser.add_argument("--concurrency", type=int, default=1, help="jobs in flight (default 1)")
+    parser.add_argument("--prefetch", type=int, default=0, metavar="N",
+                        help="hold up to N more jobs claimed ahead, claimed with a slot's job in one call; given "
+                             "back at the stop (default 0). Fairness cost: they wait for this worker")
     parser.add_argument("--owner", default=None, help="worker name (default host-pid-random)")
     parser.add_argument("--lease", type=float, default=None, help="claim lease in seconds")
     parser.add_argument("--grace-period", type=seconds, default=30.0, help="seconds to finish jobs on SIGTERM")
@@ -111,7 +114,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
     """:raises CommandError: an option is out of range."""
     try:
         retry = RetryPolicy(max_attempts=args.max_attempts or None, initial_delay=args.retry_delay)
-        return WorkerConfig(owner=args.owner or default_owner(), concurrency=args.concurrency,
+        return WorkerConfig(owner=args.owner or default_owner(), concurrency=args.concurrency, prefetch=args.prefetch,
                             lease=args.lease, grace_period=args.grace_period, retry=retry,
                             timeout=args.timeout, idle_backoff_max=args.idle_backoff_max, burst=args.burst,
                             scheduler=args.schedule)

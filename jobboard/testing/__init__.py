@@ -38,6 +38,7 @@ from jobboard.testing._limits import LimitsConformance
 from jobboard.testing._linked import LinkedConformance
 from jobboard.testing._listing import ListingConformance
 from jobboard.testing._pacing import PacingConformance
+from jobboard.testing._prefetch import PrefetchConformance
 from jobboard.testing._routing import RoutingConformance
 from jobboard.testing._watching import WatchingConformance
 
@@ -46,7 +47,7 @@ class JobBoardConformance(
     BasicsConformance, BatchesConformance, ClaimsConformance, DelayedConformance, FailuresConformance,
     FlowWakingConformance, IdsConformance, KeepingConformance,
     KeysConformance, LimitEdgesConformance, LimitsConformance, LinkedConformance, ListingConformance,
-    PacingConformance, RoutingConformance,
+    PacingConformance, PrefetchConformance, RoutingConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

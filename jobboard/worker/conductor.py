@@ -26,6 +26,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError
 from jobboard.job import Claim
 from jobboard.schedules.scheduler import run_scheduler
+from jobboard.worker.ahead import ClaimAhead
 from jobboard.worker.config import WorkerConfig, default_owner
 from jobboard.worker.entity import WorkerEntity
 from jobboard.worker.handlers import Handler, Handlers, Hook, Middleware, as_async
@@ -70,6 +71,8 @@ class WorkerStats:
     """Transient backend failures met (and ridden out) on the way."""
     claim_races: int = 0
     """Claims that found nothing right after the board offered work: another claimer was faster."""
+    released: int = 0
+    """Jobs claimed ahead (``prefetch``) and given back unstarted at the stop (not in ``claimed``)."""
 
     @property
     def abandoned(self) -> int:
@@ -138,7 +141,9 @@ class Worker:
         self._runner = JobRunner(board, self.handler, self.config, self.stats,
                                  [*(registry.middleware if registry else ()), *middleware], self.shared,
                                  lambda: self._stopping_since, names=self.names, take_next=self._take_next)
-        self._fused = board.fuses_consume_and_claim
+        prefetch = self.config.prefetch
+        self._fused = board.fuses_consume_and_claim and not prefetch  # with prefetch, claims fill what is held
+        self._ahead = ClaimAhead(board, self.owner, self.names, prefetch) if prefetch else None
         self._cancel_new: str | None = None
         """Set once running jobs are cancelled (``stop(now=True)``, the drain's end): a job claimed by a
         consume after that is cancelled at once (and abandoned)."""
@@ -200,11 +205,16 @@ class Worker:
         await self._entity.register()
         try:
             self.started.set()
-            logger.info("%s claiming %s on %s (concurrency %d)", self.owner,
+            logger.info("%s claiming %s on %s (concurrency %d, prefetch %d)", self.owner,
                         ", ".join(sorted(self.names)) if self.names is not None else "every job",
-                        self.board.url, self.config.concurrency)
+                        self.board.url, self.config.concurrency, self.config.prefetch)
             async with anyio.create_task_group() as jobs:
-                await self._claim_loop(jobs)
+                try:
+                    await self._claim_loop(jobs)
+                finally:  # jobs claimed ahead and not started go back at once
+                    if self._ahead is not None:
+                        await self._ahead.release_all(self.config.settle_timeout)
+                        self.stats.released = self._ahead.released
                 await self._drain()
         finally:
             await self._entity.unregister()
@@ -263,7 +273,8 @@ class Worker:
                     try:
                         if self._stopping:
                             self._hurry(scope)
-                        claim = await self.board.claim_next(self.owner, names=self.names)
+                        claim = await (self._ahead.claim_next() if self._ahead is not None
+                                       else self.board.claim_next(self.owner, names=self.names))
                     finally:
                         self._claim_scopes.discard(scope)
         except BoardClosed:

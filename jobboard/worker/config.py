@@ -24,6 +24,11 @@ class WorkerConfig:
     owner: str = field(default_factory=default_owner)
     concurrency: int = 1
     """Jobs in flight at once."""
+    prefetch: int = 0
+    """Jobs the worker may hold claimed ahead, not yet started (:mod:`jobboard.worker.ahead`): a claim for
+    a free slot claims up to this many more in the same call (``board.claim_many``). Each waits for this
+    worker's next free slot, even while another worker is idle; at the stop the unstarted ones are given
+    back at once (``board.release``). 0: none (and a consume claims the slot's next job in its own call)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """What happens to a job whose handler fails (a handler's own policy wins): by default
     at most 5 attempts, 1 s, 2 s, 4 s, 8 s apart (with jitter), then the trash."""
@@ -55,6 +60,8 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if self.prefetch < 0:
+            raise ValueError("prefetch must be 0 or more")
         if self.lease is not None and self.lease <= 0:
             raise ValueError("lease must be a positive number of seconds")
         if self.timeout is not None and self.timeout <= 0:

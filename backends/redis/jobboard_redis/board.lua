@@ -338,6 +338,42 @@ function ops.claim_next(owner, sess, retention, ...)
   return reply(parked and 'again' or 'none', {0})
 end
 
+-- Claim-ahead: up to n claims for one owner in one call, each exactly as claim_next's (its own generation,
+-- flow control checked job by job against what the claims before it took), in claim_next's order, all
+-- under the call's nonce (a retry finds them all; unclaim gives them all back). Reply: 'ok' and the claims
+-- ({claim_data...}, best first), or 'none' and {wait_ms} when there was none.
+local function replayed_claims(sess)
+  local found = {}
+  for _, id in ipairs(redis.call('SMEMBERS', P .. 'claims:' .. sess)) do
+    local f = redis.call('HMGET', jk(id), 'cn', 'sc')
+    if f[1] == NONCE then found[#found + 1] = {tonumber(f[2]) or 0, id} end
+  end
+  table.sort(found, function(a, b) return a[1] < b[1] end)
+  for i, entry in ipairs(found) do found[i] = claim_data(entry[2]) end
+  return found
+end
+
+function ops.claim_many(owner, sess, retention, n, ...)
+  if RETRY then
+    local found = replayed_claims(sess)
+    if #found > 0 then return reply('ok', found) end
+    RETRY = false
+  end
+  local claims, wait = {}, {0}
+  for _ = 1, tonumber(n) + 10 do  -- 'again' (only parked jobs met) tries once more, a few times at most
+    local r = ops.claim_next(owner, sess, retention, ...)
+    if r[1] == 'ok' then claims[#claims + 1] = r[2]
+    elseif r[1] ~= 'again' then
+      if r[1] == 'nosession' then return r end
+      wait = r[2]
+      break
+    end
+    if #claims == tonumber(n) then break end
+  end
+  if #claims == 0 then return reply('none', wait) end
+  return reply('ok', claims)
+end
+
 -- A spread board compares its partitions' heads before claiming (jobboard_redis/spread/claims.py): due
 -- delayed jobs are made ready first where there are some.
 function ops.promote() return reply('ok', {promote()}) end

@@ -60,7 +60,6 @@ class RedisBackend(FlowingRedis):
     """A job board stored under one key prefix of one Redis database; see the module docstring."""
 
     _client: RedisClient  # set by open()
-
     spread: ClassVar[Callable[[str], Backend] | None] = None  # .spread.SpreadBackend, set by the package
 
     def __new__(cls, url: str = "", root: str | None = None) -> RedisBackend:  # noqa: PYI034 (not always a cls)
@@ -141,11 +140,9 @@ class RedisBackend(FlowingRedis):
 
     async def _call(self, op: str, nonce: str, *args: str | bytes | int,
                     claim: tuple[str, str] | None = None) -> tuple[str, list[Any]]:
-        """One operation of the board's function. ``claim``: (nonce, session) of the claim the call may
-        make; if its caller gives up before the reply (cancelled, or out of retries), a claim it made
-        goes back on the board in the background (``unclaim``).
-
-        :raises BoardClosed: the board closed meanwhile."""
+        """One operation of the board's function. ``claim``: (nonce, session) of the claims the call may make;
+        if its caller gives up before the reply (cancelled, or out of retries), claims it made go back on the
+        board in the background (``unclaim``). :raises BoardClosed: the board closed meanwhile."""
         try:
             status, data, events = await self.client.call(op, nonce, *args)
         except (anyio.get_cancelled_exc_class(), BackendUnavailable) as error:
@@ -189,10 +186,9 @@ class RedisBackend(FlowingRedis):
         self.report_malformed(job)
 
     async def get(self, job_id: str) -> Job:
-        found = job_id
-        for listed in await self._jobs([found]):
+        for listed in await self._jobs([job_id]):
             return listed.job
-        raise JobNotFound(f"job {found} is not on the board")
+        raise JobNotFound(f"job {job_id} is not on the board")
 
     async def iterjobs(self, only_unclaimed: bool) -> AsyncIterator[Job]:
         async for listed in self.listing(only_unclaimed):
@@ -233,10 +229,17 @@ class RedisBackend(FlowingRedis):
         self._claims[job_id] = (generation, self.session.id)
         return Claim(job, owner, generation, dependency_results(posting, list(results)))
 
+    async def _claim_read(self, owner: str, data: list[Any]) -> Claim | None:
+        """The claim in a claiming op's ``data``; ``None`` if its posting is malformed (the job is set aside)."""
+        try:
+            return self._claim_of(owner, data)
+        except MalformedEntry:
+            await self._set_aside(text(data[0]))
+            return None
+
     async def _claiming(self, op: str, owner: str, *rest: str) -> tuple[str, list[Any]]:
         """Call a claiming *op* (owner, session, retention, *rest) under this board's session; a session the
         server no longer has (expired, lost at a failover) is replaced at once and the call made once more.
-
         :raises BackendUnavailable: still refused, or the server could not be reached."""
         for _ in range(2):
             session, nonce = self.session.id, self._nonce()
@@ -252,31 +255,31 @@ class RedisBackend(FlowingRedis):
         raise BackendUnavailable("this board's Redis session is being renewed; retry")
 
     async def claim(self, job_id: str, owner: str) -> Claim:
-        found = job_id
-        status, data = await self._claiming("claim", owner, found)
-        if status == "ok":
-            try:
-                return self._claim_of(owner, data)
-            except MalformedEntry:
-                await self._set_aside(found)
-                raise JobNotFound(f"job {found} is not a valid posting (set aside)") from None
-        raise claim_refused(status, found, data)
+        status, data = await self._claiming("claim", owner, job_id)
+        if status != "ok":
+            raise claim_refused(status, job_id, data)
+        if (claim := await self._claim_read(owner, data)) is None:
+            raise JobNotFound(f"job {job_id} is not a valid posting (set aside)")
+        return claim
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         if names is not None and not names:
             return None
-        wanted = sorted(names) if names is not None else []
         for _ in range(100):
-            status, data = await self._claiming("claim_next", owner, *wanted)
+            status, data = await self._claiming("claim_next", owner, *sorted(names or ()))
             if status == "none":
                 return None
-            if status != "ok":
-                continue  # a replayed claim whose job has moved on since: try again
-            try:
-                return self._claim_of(owner, data)
-            except MalformedEntry:
-                await self._set_aside(text(data[0]))
+            if status == "ok" and (claim := await self._claim_read(owner, data)) is not None:
+                return claim  # else set aside, or a replayed claim whose job has moved on since: try again
         return None
+
+    async def claim_many(self, owner: str, names: Collection[str] | None, count: int) -> list[Claim]:
+        """One call (``claim_many`` in board.lua); a malformed job among them is set aside, not returned."""
+        if names is not None and not names:
+            return []
+        status, rows = await self._claiming("claim_many", owner, str(count), *sorted(names or ()))
+        claims = [await self._claim_read(owner, row) for row in (rows if status == "ok" else ())]
+        return [claim for claim in claims if claim is not None]
 
     async def watch_claim(self, claim: Claim) -> str:
         if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
@@ -317,14 +320,16 @@ class RedisBackend(FlowingRedis):
         else:
             await self._settle_op("trash", claim, settle.reason, self._retention_ms, encode_error(settle.error))
 
+    async def release(self, claim: Claim) -> None:  # its attempt uncounted (``give_back`` in settle.lua)
+        await self._settle_op("give_back", claim)
+
     async def _settle_op(self, op: str, claim: Claim, *args: str | bytes | int) -> None:
-        job = claim.job.id
-        status, _ = await self._call(op, self._nonce(), job, str(claim.generation), claim.owner, *args,
+        status, _ = await self._call(op, self._nonce(), claim.job.id, str(claim.generation), claim.owner, *args,
                                      self.session.id)
         if status != "owner":
             self._forget(claim)  # settled, or lost for good: no longer this board's
         if status != "ok":
-            raise settle_refused(status, job, claim.owner)
+            raise settle_refused(status, claim.job.id, claim.owner)
 
     def _nonce(self) -> str:
         return self._client.nonce()
@@ -335,23 +340,18 @@ class RedisBackend(FlowingRedis):
 
     async def consume_and_claim_next(self, claim: Claim, settle: Settle,
                                      names: Collection[str] | None) -> Claim | None:
-        raw = settle.encoded_result  # consume, then claim_next: one script call
         if names is not None and not names:
             await self.settle(claim, settle)
             return None
-        wanted = sorted(names) if names is not None else []
         session, claim_nonce = self.session.id, self._nonce()
         status, data = await self._call(
-            "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, raw,
-            self._retention_ms, session, claim_nonce, *wanted, claim=(claim_nonce, session))
+            "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, settle.encoded_result,
+            self._retention_ms, session, claim_nonce, *sorted(names or ()), claim=(claim_nonce, session))
         if status in ("lost", "owner"):
             raise settle_refused(status, claim.job.id, claim.owner)
         self._forget(claim)
-        if status == "ok":
-            try:
-                return self._claim_of(claim.owner, data)
-            except MalformedEntry:
-                await self._set_aside(text(data[0]))
+        if status == "ok" and (following := await self._claim_read(claim.owner, data)) is not None:
+            return following
         return None if status == "none" else await self.claim_next(claim.owner, names)
 
     async def cancel(self, job_id: str, reason: str) -> None:

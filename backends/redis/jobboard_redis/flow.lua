@@ -7,7 +7,7 @@
 -- 'gm:<g>' zset: the group's jobs on the board, scored by id (a sequence's posting order);
 -- 'hg:<g>' zset (order scores): unclaimed jobs parked because the group's limit held them back, out of
 -- 'ready' and 'rn:<name>' until a permit may be free (refill); 'hn:<name>': the same for a paused name;
--- 'rl:<g>' zset: the group's grant times (ms; member: the call's us clock), a sliding window log;
+-- 'rl:<g>' zset: the group's grant times (ms; member: the call's us clock ':' the job), a sliding window log;
 -- 'rdue' zset: group -> when its rate's next permit is due (ms), for a group with jobs parked by its rate.
 -- A claim parks what it finds held back and goes on with the next job: each job is parked once per refill,
 -- so a group at its limit costs no scan. A board with no limit and no pause pays one EXISTS per claim call.
@@ -156,7 +156,7 @@ granted = function(j, popped)
   local lim = flowing() and limit_of(j.g)
   if lim and lim.count then
     local log = P .. 'rl:' .. j.g
-    redis.call('ZADD', log, now(), string.format('%.0f', now_us()))  -- one grant per call: a unique member
+    redis.call('ZADD', log, now(), string.format('%.0f', now_us()) .. ':' .. j.id)  -- unique (claim_many: several a call)
     redis.call('ZREMRANGEBYRANK', log, 0, -lim.count - 1)  -- the last count grants, as the window needs
     redis.call('PEXPIRE', log, math.ceil(lim.period) + 1000)
   end

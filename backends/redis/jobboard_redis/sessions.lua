@@ -33,10 +33,12 @@ local function reap_expired()
   return math.max(0, tonumber(first[2]) - now())
 end
 
--- A claim whose caller gave up before its reply (cancelled, or out of retries): the session's claim that holds
--- the call's nonce goes back on the board as if it had not been made (its attempt uncounted; its generation
--- stays, so nothing can settle it). 'none': no such claim (never made, or settled or released since).
+-- A claim whose caller gave up before its reply (cancelled, or out of retries): the session's claims that hold
+-- the call's nonce (a claim_many's are several) go back on the board as if they had not been made (attempts
+-- uncounted; generations stay, so nothing can settle them). 'none': no such claim (never made, or settled or
+-- released since).
 function ops.unclaim(sess)
+  local released = {}
   for _, id in ipairs(redis.call('SMEMBERS', P .. 'claims:' .. sess)) do
     local j = redis.pcall('HGET', jk(id), 'cn') == NONCE and get(id)  -- pcall: a foreign key is no hash
     if j and j.st == 'c' and j.sess == sess then
@@ -47,10 +49,10 @@ function ops.unclaim(sess)
       if j.g ~= '' then ended(j) end
       wake(j.name, 1)
       ev('released', id, 'claim given up before its reply (owner ' .. j.owner .. ')')
-      return reply('ok', {id})
+      released[#released + 1] = id
     end
   end
-  return reply('none')
+  return reply(#released > 0 and 'ok' or 'none', released)
 end
 
 function ops.open(sess, timeout_ms) redis.call('ZADD', P .. 'sessions', now() + tonumber(timeout_ms), sess) return reply('ok', {now()}) end

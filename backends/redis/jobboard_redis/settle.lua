@@ -77,6 +77,24 @@ function ops.abandon(id, gen, owner, retry_ms, err, caller)
   return reply('ok')
 end
 
+-- A claim whose job never started (claimed ahead, given back at a worker's stop): on the board at once, as if
+-- not made (its attempt uncounted; its generation stays, so the claim settles nothing more), fenced as a settle.
+function ops.give_back(id, gen, owner, caller)
+  if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
+  local j, why = fenced(id, gen, owner)
+  if not j then return reply(why) end
+  if j.sess ~= caller then notice(j.sess, id) end
+  redis.call('SREM', P .. 'claims:' .. j.sess, id)
+  redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '', 'att', math.max(0, tonumber(j.att) - 1))
+  redis.call('HDEL', jk(id), 'cn')
+  ready_add(j)
+  if j.g ~= '' then ended(j) end
+  wake(j.name, 1)
+  done('1')
+  ev('released', id, 'released unstarted by ' .. owner)
+  return reply('ok')
+end
+
 function ops.trash(id, gen, owner, reason, retention, err, caller)
   if RETRY and redis.call('EXISTS', P .. 'n:' .. NONCE) == 1 then return reply('ok') end
   CALLER = caller

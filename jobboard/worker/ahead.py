@@ -1,0 +1,71 @@
+"""Claim-ahead (``WorkerConfig.prefetch``): a worker's claimers hold up to ``prefetch`` jobs claimed but not
+started, taken with the claim that fills a slot (``board.claim_many``: one call on a backend that has it).
+
+The jobs held ahead are claims of the board's session like any other: the session's heartbeat keeps them,
+the owner's death returns them, ``board.cancel`` revokes them (the runner then finds its claim lost). They
+are counted in :class:`~jobboard.worker.conductor.WorkerStats` ``claimed`` when they start; at the worker's
+stop the unstarted ones are given back (``board.release``: claimable at once, the attempt uncounted where
+the backend can), so none waits for a session timeout. The cost is fairness: a job held here waits for
+this worker's next free slot while another worker may be idle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Collection
+
+import anyio
+
+from jobboard.board.contract import JobBoard
+from jobboard.errors import ClaimLost, JobBoardError, NotOwner
+from jobboard.job import Claim
+
+logger = logging.getLogger("jobboard.worker")
+
+
+class ClaimAhead:
+    """One worker's claims held ahead (at most ``prefetch``, reservations of calls in flight included).
+
+    Atomic by the event loop: the count of jobs a call may bring back is reserved before its await, so
+    claimers claiming at once never hold more than ``prefetch`` between them."""
+
+    def __init__(self, board: JobBoard, owner: str, names: Collection[str] | None, prefetch: int) -> None:
+        self.board, self.owner, self.names, self.prefetch = board, owner, names, prefetch
+        self.held: deque[Claim] = deque()
+        self._reserved = 0
+        self.released = 0
+        """Held claims given back at the stop."""
+
+    async def claim_next(self) -> Claim | None:
+        """The oldest held claim, else a claim call for one slot plus what room is left ahead.
+
+        :raises JobBoardError: as ``board.claim_next`` (nothing is held from a failed call)."""
+        if self.held:
+            return self.held.popleft()
+        ahead = max(0, self.prefetch - len(self.held) - self._reserved)
+        self._reserved += ahead
+        try:
+            claims = await self.board.claim_many(self.owner, 1 + ahead, names=self.names)
+        finally:
+            self._reserved -= ahead
+        self.held.extend(claims[1:])
+        return claims[0] if claims else None
+
+    async def release_all(self, within: float) -> None:
+        """Give back every held claim (shielded, bounded by ``within`` seconds in all): claimable again at
+        once. One that cannot be given back (the board unreachable) returns when the session ends."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(within):
+            while self.held:
+                claim = self.held.popleft()
+                try:
+                    await self.board.release(claim)
+                    self.released += 1
+                except (ClaimLost, NotOwner):
+                    pass  # revoked or lost while held: nothing to give back
+                except JobBoardError as error:
+                    logger.warning("%s: could not give back job %s claimed ahead (%s): it returns when the "
+                                   "board's session ends", self.owner, claim.job.id, error)
+        if self.held:
+            logger.warning("%s: %d job(s) claimed ahead not given back in %gs: they return when the board's "
+                           "session ends", self.owner, len(self.held), within)
