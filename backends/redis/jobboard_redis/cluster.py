@@ -26,6 +26,9 @@ from jobboard_redis.client_wire import Arg, ConnectionLost, Refused, ServerError
 logger = logging.getLogger(__name__)
 
 SLOTS = 16384
+POLL_EVERY = 0.25
+"""Seconds between asks of the nodes while the slot's master is passed over (every connection of every
+board retries meanwhile: one ask per board's map in each such interval)."""
 
 __all__ = ["SLOTS", "SlotMap", "crc16", "key_slot"]
 
@@ -68,6 +71,8 @@ class SlotMap:
         """Seconds a node is given to answer; a silent node is passed over this long."""
         self._silent: dict[tuple[str, int], float] = {}
         """When each node last left a command unanswered (monotonic)."""
+        self._waiting: tuple[float, str] | None = None
+        """(when, why) the last ask named a master passed over: asked again :data:`POLL_EVERY` later."""
         self.master: tuple[str, int] | None = None
         """The master the last map named (``None``: not asked yet)."""
 
@@ -85,28 +90,41 @@ class SlotMap:
             or failing over), or the master named is held to be silent (:meth:`_passed_over`: the cluster
             has not failed it over yet); :class:`Refused` if every node refused the connection.
         """
-        refusing = []
+        if self._waiting is not None and time.monotonic() - self._waiting[0] < POLL_EVERY:
+            raise ConnectionLost(self._waiting[1])
+        self._waiting, refusing = None, []
         for host, port in sorted(self._known, key=lambda node: self._silent.get(node, 0.0)):
             try:
-                wire, replies = await connect(host, port, reply_timeout=self.reply_timeout,
-                                              connect_timeout=min(connect_timeout, self.reply_timeout),
-                                              tls=self._tls, hello=[*self._hello, ["CLUSTER", "SLOTS"],
-                                                                    ["CLUSTER", "NODES"]], on_silent=self.silent)
+                slots, nodes = await self._ask(host, port, connect_timeout)
             except (ConnectionLost, ServerError) as error:
                 logger.debug("Redis Cluster node %s:%s: %s", host, port, error)
                 refusing += [(host, port)] if isinstance(error, Refused) else []
                 continue
-            wire.close()
-            master = self._learn(replies[-2], host)
-            if master is not None:
-                self.master = master
-                if self._passed_over(master, failing(replies[-1], master, host)):
-                    raise ConnectionLost(f"Redis Cluster master {_names([master])} of slot {self.slot} is not "
-                                         f"answering (asked {host}:{port}); waiting for its failover")
-                return master
+            master = self._learn(slots, host)
+            if master is None:
+                continue
+            self.master = master
+            if self._passed_over(master, failing(nodes, master, host)):
+                why = (f"Redis Cluster master {_names([master])} of slot {self.slot} is not answering "
+                       f"(asked {host}:{port}); waiting for its failover")
+                self._waiting = (time.monotonic(), why)
+                raise ConnectionLost(why)
+            return master
         if len(refusing) == len(self._known):
             raise Refused(f"every Redis Cluster node refused the connection: {_names(refusing)}")
         raise ConnectionLost(f"no Redis Cluster node named a master for slot {self.slot} (asked {_names(self._known)})")
+
+    async def _ask(self, host: str, port: int, connect_timeout: float) -> tuple[Any, Any]:
+        """``CLUSTER SLOTS`` and ``CLUSTER NODES`` of one node, within the reply timeout at most.
+
+        :raises ConnectionLost, ServerError: see :func:`~jobboard_redis.client_wire.connect`.
+        """
+        wire, replies = await connect(host, port, reply_timeout=self.reply_timeout,
+                                      connect_timeout=min(connect_timeout, self.reply_timeout), tls=self._tls,
+                                      hello=[*self._hello, ["CLUSTER", "SLOTS"], ["CLUSTER", "NODES"]],
+                                      on_silent=self.silent)
+        wire.close()
+        return replies[-2], replies[-1]
 
     def _passed_over(self, master: tuple[str, int], flagged: bool) -> bool:
         """Whether not to connect to ``master`` now: it was silent within the reply timeout, or it was
