@@ -124,6 +124,18 @@ class Fleet:
             os.waitpid(proc.pid, os.WUNTRACED)  # stopped (at most waiting for the lock) before it is released
         self.record(f"stopped {proc.pid}")
 
+    def kill(self, proc: subprocess.Popen[bytes]) -> None:
+        """SIGKILL ``proc`` and log it while holding the log's lock: no other process logs a start between its
+        death (a backend may give its permits back at once) and the line that ends the count of its handlers."""
+        import fcntl
+
+        with open(self.lock, "a") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)
+            proc.kill()
+            proc.wait()
+            with open(self.log, "a") as out:
+                out.write(f"killed {proc.pid}\n")
+
     def stop_all(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:
@@ -163,18 +175,20 @@ def check_history(events: list[list[str]], posted_order: list[str],
     taken_over = {(pid, event[2]) for pid, at in stopped_at.items() for event in events[at:]
                   if event[0] == "start" and event[1] != pid}
     """(stopped process, job another process started after the stop): its claim of that job was lost."""
-    continued: dict[str, float] = {}
+    continued = {event[1]: float(event[2]) for event in events if event[0] == "continued"}
+    """When the test sent each SIGCONT; its line may come after the continued process's first lines."""
     running: dict[str, set[tuple[str, str]]] = defaultdict(set)
     most: dict[str, int] = defaultdict(int)
     first_starts: list[str] = []
     starts = stale = 0
     for index, (kind, pid, *rest) in enumerate(events):
         if kind == "continued":
-            continued[pid] = float(rest[0])
-        elif kind == "start":
+            continue
+        if kind == "start":
             job, group = rest[0], rest[1]
             starts += 1
-            if pid in continued and float(rest[3]) < continued[pid] + session_timeout and (pid, job) in taken_over:
+            if pid in continued and index > stopped_at[pid] and float(rest[3]) < continued[pid] + session_timeout \
+                    and (pid, job) in taken_over:
                 stale += 1
                 continue
             if group == "seq" and job not in first_starts:
@@ -243,9 +257,7 @@ async def test_limits_hold_through_kills_and_a_stop_past_the_session_timeout(
                         victim.send_signal(signal.SIGCONT)
                         fleet.record(f"continued {victim.pid} {time.monotonic()}")
                         continue
-                    victim.kill()
-                    victim.wait()
-                    fleet.record(f"killed {victim.pid}")
+                    fleet.kill(victim)
                     returns.append(await permits_back_after(board, f"w-{victim.pid}"))
                     fleet.start()
                 while await board.job_count():  # noqa: ASYNC110 (the workers are other processes)
