@@ -91,13 +91,15 @@ end
 
 function ops.keyed(id) return keyed_reply(id) or reply('none') end
 
--- As post, the job written held ('keyed': a job of this partition holds the key here: not held again).
+-- As post, the job written held ('keyed': a job of this partition holds the key here, not held again; its
+-- reply says whether it is held, '1' or '0', after the job's fields).
 function ops.post_held(...)
   if RETRY then
     local id = redis.call('GET', P .. 'n:' .. NONCE)
     if id then return reply('ok', {id}) end
   end
   local r = ops.post(...)
+  if r[1] == 'keyed' then r[2][6] = redis.call('ZSCORE', P .. 'kh', r[2][1]) and '1' or '0' end
   if r[1] ~= 'ok' then return r end
   local id = r[2][1]
   local j = get(id, {'name', 'sc', 'st'})

@@ -43,12 +43,12 @@ function ops.post(rank, name, posting, maxa, keep, key, delay, rttl, tttl, g, ..
   end
   if key ~= '' then
     local id = redis.call('GET', P .. 'k:' .. key)
-    if id and foreign(id) then return reply('far', {id}) end  -- a spread board's key of a job elsewhere (links.lua)
     if id then
       for _, record in ipairs({jk(id), P .. 'gone:' .. id, P .. 'tr:' .. id}) do
         local f = redis.call('HMGET', record, 'p', 'att', 'nb', 'err')
         if f[1] then return reply('keyed', {id, f[1], f[2], f[3] or '', f[4] or ''}) end
       end
+      if foreign(id) then return reply('far', {id}) end  -- a spread board's key of a job elsewhere (links.lua)
     end
   end
   for _, dep in ipairs(deps) do  -- another partition's: linked there after this post (links.lua)

@@ -20,6 +20,7 @@ from jobboard_redis.board import RedisBackend
 from jobboard_redis.cluster import crc16
 from jobboard_redis.spread import SpreadBackend
 from jobboard_redis.spread.flow import group_index
+from jobboard_redis.spread.layout import partition_of
 from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
 
 pytestmark = pytest.mark.timeout(60)
@@ -88,7 +89,7 @@ async def test_a_poster_dying_after_the_held_post_is_finished_by_the_sweep(clust
         async with open_board(url_of(cluster_seeds)) as board, open_board(board.url) as other:
             backend, key = spread(board), key_in(0)
 
-            async def dies(*args: object) -> None:
+            async def dies(*args: object, **kwargs: object) -> None:
                 raise BackendUnavailable("the poster died")
 
             with pytest.MonkeyPatch.context() as patch:
@@ -113,7 +114,7 @@ async def test_a_held_job_whose_key_went_to_another_post_meanwhile_is_dropped(cl
         async with open_board(url_of(cluster_seeds)) as board, open_board(board.url) as other:
             backend, key = spread(board), key_in(0)
 
-            async def dies(*args: object) -> None:
+            async def dies(*args: object, **kwargs: object) -> None:
                 raise BackendUnavailable("the poster died")
 
             with pytest.MonkeyPatch.context() as patch:
@@ -236,17 +237,27 @@ async def test_a_record_naming_a_job_gone_is_removed_and_the_key_posts_again(clu
 
 async def test_posts_pay_an_extra_call_only_when_keyed_for_another_partition(cluster_seeds: str) -> None:  # noqa: F811
     """Calls per post: plain 1, keyed 1, keyed with a group of the key's partition 1, keyed with a group of
-    another partition 3 (held post, the key's record, release)."""
+    another partition 3 (held post, the key's record, release), and the same post again 2."""
     with anyio.fail_after(30):
         async with open_board(url_of(cluster_seeds)) as board:
             calls = counting(spread(board))
+            far = key_in(1)
             posts: list[Callable[[], Awaitable[Job]]] = [
                 lambda: board.post("x"), lambda: board.post("x", key=key_in(0)),
                 lambda: board.post("x", key=key_in(1), group=group_in(1)),
-                lambda: board.post("x", key=key_in(1), group=group_in(2))]
+                lambda: board.post("x", key=far, group=group_in(2)), lambda: board.post("x", key=far, group=group_in(2))]
             seen = []
             for post in posts:
                 calls.clear()
                 await post()
                 seen.append(list(calls))
-            assert seen == [["post"], ["post"], ["post"], ["post_held", "key_take", "release"]]
+            assert seen == [["post"], ["post"], ["post"], ["post_held", "key_take", "release"],
+                            ["post_held", "key_take"]]  # the same again: found released, the record checked
+
+
+def test_the_partition_of_a_name_is_its_cluster_hash_mod_k() -> None:
+    """The table-driven CRC-16 that routes keys and groups agrees with Redis Cluster's (cluster.crc16)."""
+    names = ["", "a", "order-7", "tenant-42", "ключ", "\u3042" * 9, *(uuid.uuid4().hex for _ in range(200))]
+    for name in names:
+        for count in (2, 3, 7, 64, 1 << 16):
+            assert partition_of(name, count) == crc16(name.encode()) % count, name

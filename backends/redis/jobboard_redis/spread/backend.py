@@ -53,15 +53,14 @@ from jobboard.backend import (
     TrashedJob,
 )
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused
-from jobboard.errors import DependencyMissing
 from jobboard_redis.board import RedisBackend
-from jobboard_redis.cluster import crc16
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.spread.claims import HomeClaims, SpreadClaims, score_of
-from jobboard_redis.spread.flow import SpreadFlow, group_index
+from jobboard_redis.spread.flow import SpreadFlow
 from jobboard_redis.spread.keys import Keys
 from jobboard_redis.spread.layout import open_layout
 from jobboard_redis.spread.links import Forwarder
+from jobboard_redis.spread.posts import Posts
 
 __all__ = ["SpreadBackend"]
 
@@ -78,10 +77,11 @@ class SpreadBackend(Backend):
         self.options = parse_redis_url(url)
         self.use_options(self.options)
         self.parts: list[RedisBackend] = []
-        self.turn = self.home = 0
+        self.home = 0
         self.exact = self.options.order == "exact"
         self.links = Forwarder([], self.part_of)
         self.keys = Keys([], self.part_of, self.links)
+        self.posts = Posts([], self.part_of, self.links, self.keys)
         self.claims: SpreadClaims | HomeClaims = SpreadClaims([])
         self.flow = SpreadFlow([])
 
@@ -89,7 +89,7 @@ class SpreadBackend(Backend):
 
     async def open(self) -> None:
         layout = await open_layout(self.options)
-        self.turn = self.home = layout.home
+        self.home = layout.home
         parts = [RedisBackend(self.url, root=root) for root in layout.roots]
         for part in parts:  # one hub for the board: every partition's events in one stream
             services = BoardServices(self.url)
@@ -103,6 +103,7 @@ class SpreadBackend(Backend):
         self.parts, self._open = parts, True
         self.links = Forwarder(parts, self.part_of)
         self.keys = Keys(parts, self.part_of, self.links)
+        self.posts = Posts(parts, self.part_of, self.links, self.keys, home=self.home, exact=self.exact)
         self.flow = SpreadFlow(parts)
         self.claims = SpreadClaims(parts) if self.exact else HomeClaims(parts, self.home)
         for part in parts:
@@ -122,89 +123,16 @@ class SpreadBackend(Backend):
         """The partition holding ``job_id`` (partition 0 for what is not an id: it finds nothing)."""
         return self.parts[int(job_id) % len(self.parts) if job_id.isascii() and job_id.isdigit() else 0]
 
-    def _turn(self) -> int:
-        """The partition of the next plain post: home, or (``order=exact``) each in turn."""
-        if not self.exact:
-            return self.home
-        self.turn = (self.turn + 1) % len(self.parts)
-        return self.turn
-
-    def _index_of_post(self, prepared: Prepared, plain: int) -> int:
-        """Where ``prepared`` goes (``plain``: for a job without key or dependencies)."""
-        posting = prepared.posting
-        if posting.group:
-            return group_index(posting.group, len(self.parts))
-        if posting.key is not None:
-            return crc16(posting.key.encode()) % len(self.parts)
-        if posting.depends_on:
-            return self.parts.index(self.part_of(posting.depends_on[0]))
-        return plain
-
-    def _linked_elsewhere(self, prepared: Prepared, index: int) -> bool:
-        """Whether a dependency of ``prepared`` is in another partition than ``index``."""
-        return any(self.part_of(dep) is not self.parts[index] for dep in prepared.posting.depends_on)
-
-    def _alone(self, prepared: Prepared, index: int) -> bool:
-        """Whether ``prepared`` (bound for ``index``) takes calls of its own: linked, or keyed, elsewhere."""
-        key = prepared.posting.key
-        return self._linked_elsewhere(prepared, index) or (key is not None and self.keys.index_of(key) != index)
-
     async def _each(self, calls: Sequence[Awaitable[T]]) -> list[T]:
         return list(await asyncio.gather(*calls))
 
     # -- writes -------------------------------------------------------------
 
     async def post(self, prepared: Prepared) -> Job:
-        return await self._post_at(self._index_of_post(prepared, self._turn()), prepared)
-
-    async def _post_at(self, index: int, prepared: Prepared) -> Job:
-        """Post ``prepared`` in partition ``index``: keyed for another partition, through the key's record there
-        (:mod:`.keys`); else one call (and links), a record naming a job elsewhere answering that job."""
-        part, key = self.parts[index], prepared.posting.key
-        if key is not None and self.keys.index_of(key) != index:
-            return await self.keys.post_elsewhere(part, prepared)
-        while True:
-            if self._linked_elsewhere(prepared, index):
-                job = await self.links.post_linked(part, prepared)
-            else:
-                job = await part.post(prepared)
-            if key is None or self.part_of(job.id) is part:
-                return job
-            if (found := await self.keys.resolve(part, key, job.id)) is not None:
-                return found
+        return await self.posts.post(prepared)
 
     async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
-        """Runs of consecutive postings bound for one partition, one partition's ``post_many`` each: atomic
-        per call as on one slot, in order; a missing dependency stops the batch there."""
-        jobs: list[Job] = []
-        start, plain = 0, self._turn()
-        while start < len(batch):
-            index = self._index_of_post(batch[start], plain)
-            if self._alone(batch[start], index):
-                try:
-                    jobs.append(await self._post_at(index, batch[start]))
-                except DependencyMissing as error:
-                    raise error.in_batch(start, jobs) from None
-                start += 1
-                continue
-            end = start + 1
-            while (end < len(batch) and self._index_of_post(batch[end], plain) == index
-                   and not self._alone(batch[end], index)):
-                end += 1
-            try:
-                posted = await self.parts[index].post_many(batch[start:end])
-            except DependencyMissing as error:
-                at = start + (error.index or 0)
-                message = str(error).split(": ", 1)[-1]
-                raise DependencyMissing(f"jobs[{at}]: {message}", index=at, posted=[*jobs, *error.posted]) from None
-            for offset, job in enumerate(posted):  # a key's record naming a job elsewhere: that job
-                if self.part_of(job.id) is not self.parts[index]:
-                    key, again = batch[start + offset].posting.key or "", batch[start + offset]
-                    found = await self.keys.resolve(self.parts[index], key, job.id)
-                    posted[offset] = found if found is not None else await self._post_at(index, again)
-            jobs += posted
-            start = end
-        return jobs
+        return await self.posts.post_many(batch)
 
     async def claim(self, job_id: str, owner: str) -> Claim:
         return await self.part_of(job_id).claim(job_id, owner)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -37,9 +38,11 @@ import anyio
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused
 from jobboard.errors import BackendUnavailable
 from jobboard_redis.board import RedisBackend
-from jobboard_redis.cluster import crc16
+from jobboard_redis.spread.layout import partition_of
 
 __all__ = ["NEXT_ORDER", "SpreadFlow", "finish_within", "group_index"]
+
+logger = logging.getLogger(__name__)
 
 NEXT_ORDER = ("local m = tonumber(ARGV[1]) "
               "if tonumber(redis.call('GET', KEYS[1]) or '0') < m then redis.call('SET', KEYS[1], m) end "
@@ -56,7 +59,7 @@ def finish_within(parts: Sequence[RedisBackend]) -> float:
 
 def group_index(group: str, count: int) -> int:
     """The partition (of ``count``) holding every job of ``group``, its limit and its permits."""
-    return crc16(group.encode()) % count
+    return partition_of(group, count)
 
 
 class SpreadFlow:
@@ -69,8 +72,23 @@ class SpreadFlow:
         return self.parts[group_index(group, len(self.parts))]
 
     async def set_limit(self, limit: LimitSpec) -> None:
-        """One call in the group's partition: atomic."""
+        """One call in the group's partition: atomic. Then warns of the group's jobs left in other partitions
+        (:meth:`outside`): the limit does not hold them (docs/backends/redis.md, "Upgrading a spread board")."""
         await self.home_of(limit.group).set_limit(limit)
+        if outside := await self.outside(limit.group):
+            logger.warning("group %r: %d of its jobs are in other partitions than its own (posted before groups "
+                           "were routed to their partition): its limit does not hold them; let them drain or "
+                           "cancel them (docs/backends/redis.md, 'Upgrading a spread board')",
+                           limit.group, sum(outside.values()))
+
+    async def outside(self, group: str) -> dict[int, int]:
+        """The group's jobs on the board outside its partition, by partition (none once every board posts
+        grouped jobs to the group's partition and the older ones are gone): K - 1 reads at once."""
+        home = self.home_of(group)
+        others = [index for index, part in enumerate(self.parts) if part is not home]
+        counts = await asyncio.gather(*(self.parts[index].client.command(
+            "ZCARD", self.parts[index].options.prefix + "gm:" + group) for index in others))
+        return {index: int(count) for index, count in zip(others, counts, strict=True) if int(count)}
 
     async def clear_limit(self, group: str) -> bool:
         """One call in the group's partition: atomic; whether there was a limit."""

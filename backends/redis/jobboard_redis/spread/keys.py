@@ -31,9 +31,9 @@ from jobboard.backend import Prepared
 from jobboard.errors import BackendUnavailable, DependencyMissing
 from jobboard.job import Job
 from jobboard_redis.board import RedisBackend
-from jobboard_redis.cluster import crc16
 from jobboard_redis.posting import arguments, job_from_reply
 from jobboard_redis.records import job_of, text
+from jobboard_redis.spread.layout import partition_of
 from jobboard_redis.spread.links import Forwarder
 
 __all__ = ["Keys"]
@@ -58,7 +58,7 @@ class Keys:
 
     def index_of(self, key: str) -> int:
         """The partition holding ``key``'s record."""
-        return crc16(key.encode()) % len(self.parts)
+        return partition_of(key, len(self.parts))
 
     async def find(self, job_id: str) -> Job | None:
         """The job as a keyed post answers it (as posted, or as settled), or ``None``: nothing of it is left."""
@@ -89,21 +89,26 @@ class Keys:
                 missing = await self.links.link(part, job.id, posting.depends_on, nonce)
                 if missing is not None:
                     raise DependencyMissing.of(posting.name, missing)
-            outcome, winner = await self.arbitrate(part, posting.key, job.id)
+            held = status != "keyed" or data[5] == b"1"  # else released: the record named it then
+            outcome, winner = await self.arbitrate(part, posting.key, job.id, release=held)
             if outcome == "mine":
                 return job
             if winner is not None:
                 return winner
         raise BackendUnavailable(f"post of {posting.name!r}: its key's job kept going ({ROUNDS} rounds); post again")
 
-    async def arbitrate(self, part: RedisBackend, key: str, job_id: str) -> tuple[str, Job | None]:
-        """Steps 2 and 3 for job ``job_id`` of ``part`` (posted with ``key``, maybe held): ``("mine", None)``
-        once the record names it and it is released; ``("lost", winner)`` when another job holds the key
-        (``job_id`` dropped if held); ``("gone", None)`` when nothing of ``job_id`` is left."""
+    async def arbitrate(self, part: RedisBackend, key: str, job_id: str, *,
+                        release: bool = True) -> tuple[str, Job | None]:
+        """Steps 2 and 3 for job ``job_id`` of ``part`` (posted with ``key``, maybe held; ``release=False``:
+        known released, step 3 skipped): ``("mine", None)`` once the record names it and it is released;
+        ``("lost", winner)`` when another job holds the key (``job_id`` dropped if held); ``("gone", None)``
+        when nothing of ``job_id`` is left."""
         home = self.parts[self.index_of(key)]
         for _ in range(ROUNDS):
             status, data = await home._call("key_take", "", key, job_id, CHECK_MS)
             if status == "mine":
+                if not release:
+                    return "mine", None
                 released, _ = await part._call("release", "", job_id)
                 return ("mine" if released == "ok" else "gone"), None
             if status == "keyed":

@@ -23,9 +23,33 @@ from jobboard_redis.cluster import key_slot
 from jobboard_redis.options import RedisOptions
 from jobboard_redis.records import text
 
-__all__ = ["Layout", "choose_salts", "open_layout", "partition_root"]
+__all__ = ["Layout", "choose_salts", "open_layout", "partition_of", "partition_root"]
 
 MAX_SALT = 100_000
+
+
+def _crc16_table() -> tuple[int, ...]:
+    """CRC-16/XMODEM of every byte value (:func:`jobboard_redis.cluster.crc16`, one byte at a time)."""
+    table = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        table.append(crc & 0xFFFF)
+    return tuple(table)
+
+
+_CRC16 = _crc16_table()
+
+
+def partition_of(name: str, count: int) -> int:
+    """The partition (of ``count``) of a group or key ``name``: its CRC-16/XMODEM (Redis Cluster's, as
+    :func:`jobboard_redis.cluster.crc16`) mod ``count``; by table, on every keyed or grouped post (~1 us for a
+    short name, against 20 for the bit loop)."""
+    crc = 0
+    for byte in name.encode():
+        crc = ((crc << 8) & 0xFFFF) ^ _CRC16[(crc >> 8) ^ byte]
+    return crc % count
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
