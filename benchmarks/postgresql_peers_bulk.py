@@ -7,7 +7,8 @@ of 1,000 right after opening (as ``benchmarks.postgresql_peers`` does before eac
 ``post_many`` of ``NewJob("cycle", {"n": n})`` on a fresh board, pgqueuer ``Queries.enqueue`` with lists
 on a fresh connection, its table truncated), then ``--jobs`` more (warm). Per part: jobs/s, the child's CPU
 per job and the server's (user + system of the postmaster's children alive at both ends, from /proc:
-run it on a server nobody else uses). CPU per job is what a busy machine changes least: on 2 cores shared
+run it on a server nobody else uses), and the child's garbage collections (``gc_young``, ``gc_full``: counts;
+``gc_us``: their CPU µs per job). CPU per job is what a busy machine changes least: on 2 cores shared
 by client and server, wall time is about their sum plus the round trips.
 
 ``--payload`` says what each job carries, the same for both: ``details`` (the default: jobboard's
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import statistics
@@ -37,15 +39,43 @@ from benchmarks.postgresql_post_many import TICKS, children_ticks
 Post = Callable[[int, int], Awaitable[Any]]
 
 
+class Collections:
+    """The garbage collector's runs while it is installed (``gc.callbacks``): young (generations 0 and 1) and
+    full ones, and the CPU seconds they took (this thread's)."""
+
+    def __init__(self) -> None:
+        self.young = self.full = 0
+        self.seconds, self.started = 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self.started = time.thread_time()
+            return
+        self.seconds += time.thread_time() - self.started
+        if info["generation"] == 2:
+            self.full += 1
+        else:
+            self.young += 1
+
+
 async def timed(post: Post, jobs: int, postmaster: int) -> dict[str, float]:
-    """``post(start, count)`` batch by batch: jobs/s, client and server CPU µs per job."""
-    server, client, started = children_ticks(postmaster), time.process_time(), time.perf_counter()
-    for start in range(0, jobs, BATCH):
-        await post(start, min(jobs, start + BATCH) - start)
-    wall, client = time.perf_counter() - started, time.process_time() - client
+    """``post(start, count)`` batch by batch: jobs/s, client and server CPU µs per job, and the client's garbage
+    collections (young and full, and their CPU µs per job: a full one costs 6-8 ms and falls where the
+    allocation counts put it, so one 4,000-job part may take it and the next not)."""
+    collections = Collections()
+    gc.callbacks.append(collections)
+    try:
+        server, client, started = children_ticks(postmaster), time.process_time(), time.perf_counter()
+        for start in range(0, jobs, BATCH):
+            await post(start, min(jobs, start + BATCH) - start)
+        wall, client = time.perf_counter() - started, time.process_time() - client
+    finally:
+        gc.callbacks.remove(collections)
     after = children_ticks(postmaster)
     used = sum(after[pid] - server[pid] for pid in server.keys() & after.keys()) / TICKS
-    return {"jobs_per_s": jobs / wall, "client_us": client / jobs * 1e6, "server_us": used / jobs * 1e6}
+    return {"jobs_per_s": jobs / wall, "client_us": client / jobs * 1e6, "server_us": used / jobs * 1e6,
+            "gc_young": collections.young, "gc_full": collections.full,
+            "gc_us": collections.seconds / jobs * 1e6}
 
 
 def details(n: int) -> dict[str, int] | None:

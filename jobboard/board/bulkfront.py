@@ -16,7 +16,7 @@ from typing import Any
 
 from jobboard.backend import Prepared
 from jobboard.board.checks import TIMEOUT_KEY, check_details, check_name, check_size, flat_details
-from jobboard.board.codec import FORMAT_VERSION, _new_posting, _packer, new_token
+from jobboard.board.codec import FORMAT_VERSION, _packer, new_plain_posting, new_token
 from jobboard.board.inputs import NewJob
 from jobboard.board.propagation import OPENTELEMETRY_TRACE, with_trace_context
 from jobboard.job import Priority
@@ -66,8 +66,7 @@ class BulkFront:
         raw = b"".join((parts[0], packed, parts[1], token.encode(), self.tail))
         if len(raw) > self.limit:
             check_size(name, raw, self.limit)
-        posting = _new_posting(name, details, priority, self.now, (), self.max_attempts, keep_result, token, 0,
-                               None, {}, None, None, None, None, None, None)
+        posting = new_plain_posting(name, details, priority, self.now, self.max_attempts, keep_result, token)
         if self.traced:
             posting, raw = with_trace_context(posting, raw, self.limit)
         return Prepared(posting, raw, connection)

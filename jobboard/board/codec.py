@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
 import msgpack
@@ -74,7 +75,7 @@ class Posting:
         return replace(self, results={**self.results, dependency: result})
 
     def to_job(self, job_id: str, sequence: int) -> Job:
-        """The immutable :class:`Job` view of this posting (its slots read directly: half an ``attrgetter``'s cost)."""
+        """The immutable :class:`Job` view of this posting. (Replaced below by the same made by :func:`twin_maker`.)"""
         return _new_job(job_id, self.name, self.details, self.priority, sequence, self.created_at, self.depends_on,
                         self.max_attempts, self.attempts, self.not_before, self.keep_result, self.key,
                         self.last_error, self.result_ttl, self.trash_ttl, None, self.trace, self.group)
@@ -115,24 +116,52 @@ def twin_constructor(cls: type[_Made]) -> Callable[..., _Made]:
     :raises TypeError: ``cls`` has a ``__post_init__``, or slots other than its fields in order.
     """
     names = [each.name for each in fields(cls)]  # type: ignore[arg-type]
-    if hasattr(cls, "__post_init__") or tuple(getattr(cls, "__slots__", ())) != tuple(names):
-        raise TypeError(f"{cls.__name__} needs its fields as its slots and no __post_init__")
-    twin = type(f"_{cls.__name__}Twin", (), {"__slots__": tuple(names)})
-    scope: dict[str, Any] = {"new": object.__new__, "twin": twin, "cls": cls}
-    arguments = ", ".join(f"a{index}" for index in range(len(names)))
-    body = "".join(f"    made.{name} = a{index}\n" for index, name in enumerate(names))
-    exec(f"def make({arguments}):\n    made = new(twin)\n{body}    made.__class__ = cls\n    return made\n",  # noqa: S102
-         scope)
-    constructor: Callable[..., _Made] = scope["make"]
-    constructor(*(None for _ in names))  # a layout Python refuses to swap raises TypeError here, not per post
-    constructor.__qualname__ = constructor.__name__ = f"new_{cls.__name__.lower()}"
+    constructor: Callable[..., _Made] = twin_maker(cls, [f"a{index}" for index in range(len(names))],
+                                                   {name: f"a{index}" for index, name in enumerate(names)})
     return constructor
 
 
+def twin_maker(cls: type[Any], parameters: Sequence[str], values: Mapping[str, str]) -> Callable[..., Any]:
+    """A function of ``parameters`` making a genuine ``cls`` whose fields are the Python expressions ``values``
+    (of the parameters, or constants): stored into a twin of ``cls`` as :func:`twin_constructor` does, with no
+    call of every field's value passed on (a ``Job`` of a posting: 18 arguments less).
+
+    :raises TypeError: ``cls`` has a ``__post_init__``, slots other than its fields in order, or a field
+        ``values`` leaves out.
+    """
+    names = [each.name for each in fields(cls)]
+    if hasattr(cls, "__post_init__") or tuple(getattr(cls, "__slots__", ())) != tuple(names) or set(values) != set(names):
+        raise TypeError(f"{cls.__name__} needs its fields as its slots, each given, and no __post_init__")
+    twin = type(f"_{cls.__name__}Twin", (), {"__slots__": tuple(names)})
+    scope: dict[str, Any] = {"new": object.__new__, "twin": twin, "cls": cls, "NO_RESULTS": NO_RESULTS}
+    body = "".join(f"    made.{name} = {values[name]}\n" for name in names)
+    exec(f"def make({', '.join(parameters)}):\n    made = new(twin)\n{body}    made.__class__ = cls\n    return made\n",  # noqa: S102
+         scope)
+    made: Callable[..., Any] = scope["make"]
+    probe: Any = object.__new__(twin)
+    probe.__class__ = cls  # a layout Python refuses to swap raises TypeError here, not per post
+    made.__qualname__ = made.__name__ = f"new_{cls.__name__.lower()}"
+    return made
+
+
+NO_RESULTS: Mapping[str, Any] = MappingProxyType({})
+"""The ``results`` of a posting no dependency delivered to (read-only: shared)."""
 _new_posting = twin_constructor(Posting)
 _new_job = twin_constructor(Job)
 """``Posting(...)`` and ``Job(...)`` with every field, in order, at a sixth of the cost (one of each per job
 posted, a posting per read)."""
+_JOB_OF_POSTING = {each.name: f"self.{each.name}" for each in fields(Job)} | {
+    "id": "job_id", "sequence": "sequence", "progress": "None", "trace_context": "self.trace"}
+setattr(Posting, "to_job", twin_maker(Job, ["self", "job_id", "sequence"], _JOB_OF_POSTING))  # noqa: B010
+"""``Posting.to_job`` as one generated function: its slots read and stored straight into the job (a third less)."""
+new_plain_posting: Callable[[str, dict[str, Any], Priority, float, int | None, bool, str], Posting] = twin_maker(
+    Posting, ["name", "details", "priority", "created_at", "max_attempts", "keep_result", "token"],
+    {"name": "name", "details": "details", "priority": "priority", "created_at": "created_at", "depends_on": "()",
+     "max_attempts": "max_attempts", "keep_result": "keep_result", "token": "token", "attempts": "0",
+     "not_before": "None", "results": "NO_RESULTS", "key": "None", "last_error": "None", "result_ttl": "None",
+     "trash_ttl": "None", "trace": "None", "group": "None"})
+"""A posting with no links, key, delay, lifetimes, group or trace, not claimed yet: ``post_many``'s plain one. Its
+``results`` are one shared read-only empty mapping (a dict each was one more object per job for the collector)."""
 
 
 def build_posting(
@@ -212,8 +241,7 @@ def new_token() -> str:
     except IndexError:
         raw = bytearray(os.urandom(16 * 256))
         raw[6::16], raw[8::16] = raw[6::16].translate(_VERSION_4), raw[8::16].translate(_VARIANT_RFC_4122)
-        digits = raw.hex()
-        _TOKENS.extend([digits[at:at + 32] for at in range(0, len(digits), 32)])
+        _TOKENS.extend(raw.hex(" ", 16).split(" "))  # 32 digits each, split in C (a slice each cost twice as much)
         return _TOKENS.pop()
 
 
