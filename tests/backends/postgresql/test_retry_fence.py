@@ -1,0 +1,196 @@
+"""postgresql://: a call whose connection is cut while the server still runs it is retried only once that
+first attempt is over (``Database.run`` ends its server process first).
+
+A proxy between the board and the server cuts the client's side of the connection carrying a claim, a post
+or a consume while the server runs it; the server's side stays open, so the server goes on with it (as
+across a partition, or a reply lost on the way). A table lock the test holds keeps that first attempt in
+the middle of its transaction: the board's retry then either runs beside it (the bug: both wait for the
+lock, and once it is released both go on) or ends it first (the fix: the test releases the lock once the
+first attempt's process is gone). Issue 27's anomaly (a lone holder's ``claim_next`` took its group's
+second job) is the claim case: the retry skipped the job row its first attempt still held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+import asyncpg
+import pytest
+
+from jobboard import JobBoard, JobState, open_board
+from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
+
+pytestmark = pytest.mark.timeout(60)
+
+T = TypeVar("T")
+U = TypeVar("U")
+HOST = "127.0.0.1"
+
+
+class Cutter:
+    """A loopback proxy to PostgreSQL that cuts the client's side of one connection (named by the port the
+    server sees it come from) and keeps the server's side open, dropping what the server sends on it."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port, self.port = target_port, 0
+        self.clients: dict[int, asyncio.StreamWriter] = {}
+        self.cut_ports: set[int] = set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, HOST, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def cut(self, server_port: int) -> None:
+        self.cut_ports.add(server_port)
+        self.clients[server_port].transport.abort()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(HOST, self.target_port)
+        port = up_writer.get_extra_info("sockname")[1]
+        self.clients[port] = writer
+        up = asyncio.ensure_future(self._pump(reader, up_writer, port))
+        down = asyncio.ensure_future(self._pump(up_reader, writer, port))
+        self._tasks |= {up, down}
+        await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
+        if port in self.cut_ports:
+            await asyncio.wait([down])  # the server's side lives on until the server or the proxy ends it
+        for task in (up, down):
+            task.cancel()
+        writer.transport.abort()
+        up_writer.transport.abort()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int) -> None:
+        with contextlib.suppress(OSError):
+            while data := await reader.read(65536):
+                if port not in self.cut_ports:
+                    writer.write(data)
+                    await writer.drain()
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+@dataclass
+class Setup:
+    board: JobBoard
+    schema: str
+    proxy: Cutter
+    url: str
+    """The server's own URL (not through the proxy)."""
+
+
+@pytest.fixture
+async def setup(postgresql_url: str) -> AsyncIterator[Setup]:  # noqa: F811
+    """A board of its own schema (its table locks block nobody else) whose connections go through a Cutter."""
+    proxy = Cutter(int(postgresql_url.rsplit(":", 1)[1].split("/", 1)[0]))
+    await proxy.start()
+    schema = f"fence_{uuid.uuid4().hex[:12]}"
+    try:
+        url = f"postgresql://postgres@{HOST}:{proxy.port}/postgres?board=b&schema={schema}&reap_interval=60"
+        async with open_board(url) as board:  # no reaper beside the calls: the pool keeps one connection
+            yield Setup(board, schema, proxy, postgresql_url)
+    finally:
+        await proxy.aclose()
+        connection = await asyncpg.connect(postgresql_url)
+        try:
+            with contextlib.suppress(asyncpg.PostgresError):
+                await connection.execute("SET lock_timeout = '5s'")
+                await connection.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        finally:
+            await connection.close()
+
+
+async def blocked(watch: asyncpg.Connection, statement: str) -> list[tuple[int, int]]:
+    """(pid, client port) of each process waiting for a lock in a statement containing ``statement``."""
+    rows = await watch.fetch("SELECT pid, client_port FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                             "AND position($1 in query) > 0 AND pid <> pg_backend_pid()", statement)
+    return [(row["pid"], row["client_port"]) for row in rows]
+
+
+async def until(probe: Callable[[], Awaitable[U]]) -> U:
+    """``probe()`` (a look at the server's activity: nothing to await instead) every 10 ms until it is true."""
+    while True:
+        if found := await probe():
+            return found
+        await asyncio.sleep(0.01)
+
+
+async def cut_while_blocked(setup: Setup, call: Awaitable[T], lock: str, function: str) -> T:
+    """Run ``call`` while holding ``lock`` (a LOCK TABLE of the board's schema); once its statement (a call of
+    ``function``) waits for the lock, cut its connection's client side; release the lock once the board's
+    retry waits beside it or has returned (the bug), or the first attempt's process is gone (the fix);
+    return the call's result."""
+    statement = f'"{setup.schema}".{function}('
+    holder, watch = await asyncpg.connect(setup.url), await asyncpg.connect(setup.url)
+    task: asyncio.Future[T] | None = None
+    try:
+        with anyio.fail_after(20):
+            async with holder.transaction():
+                await holder.execute(lock.format(schema=f'"{setup.schema}"'))
+                task = asyncio.ensure_future(call)
+                (pid, port), = await until(lambda: blocked(watch, statement))
+                setup.proxy.cut(port)
+
+                async def retried_or_fenced() -> bool:  # a retry beside the first attempt may end without waiting
+                    running = {p for p, _ in await blocked(watch, statement)}
+                    return bool(task.done() or running - {pid} or not await watch.fetchval(
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid))
+
+                await until(retried_or_fenced)
+            return await task
+    finally:
+        if task is not None and not task.done():
+            task.cancel()
+        await holder.close()
+        await watch.close()
+
+
+@pytest.mark.parametrize("lock", ["flow_limit IN ACCESS EXCLUSIVE MODE", "event IN SHARE MODE"])
+async def test_a_claim_whose_connection_is_cut_mid_statement_takes_its_groups_first_job_once(
+    setup: Setup, lock: str,
+) -> None:
+    """The first attempt holds job 1's row and waits: for the group's limit (``flow_limit``: the group's
+    lock not taken yet) or to log its claim (``event``: the group's lock taken). A retry beside it skipped
+    job 1's row and took job 2 of a one-permit group (issue 27's anomaly), or found the group taken and
+    claimed nothing, while the first attempt committed a claim that nobody holds."""
+    board = setup.board
+    await board.set_limit("g", concurrency=1)
+    assert await board.claim_next("warm") is None  # jb.flow_next compiled on the pool's one connection
+    first, second = await board.post("w", group="g"), await board.post("w", group="g")
+    claim = await cut_while_blocked(setup, board.claim_next("holder"), f"LOCK TABLE {{schema}}.{lock}", "claim_next")
+    assert claim is not None, "no claim returned (the first attempt's claim held by nobody?)"
+    assert claim.job.id == first.id
+    assert [(limit.running, limit.waiting) for limit in await board.limits()] == [(1, 1)]
+    await board.consume(claim)
+    last = await board.claim_next("holder")
+    assert last is not None and last.job.id == second.id
+
+
+async def test_a_post_whose_connection_is_cut_mid_statement_is_written_once(setup: Setup) -> None:
+    """The first attempt has written its job and waits to write its event: a retry beside it did not see
+    that job (not committed) and wrote another."""
+    board = setup.board
+    job = await cut_while_blocked(setup, board.post("x"), "LOCK TABLE {schema}.event IN SHARE MODE", "post")
+    assert [each.id async for each in board.iterjobs()] == [job.id]
+
+
+async def test_a_consume_whose_connection_is_cut_mid_statement_is_applied_once_and_said_so(setup: Setup) -> None:
+    """The first attempt has consumed the job and waits to write its event: a retry beside it waited for the
+    job's row, found it gone once the first committed, and said ``ClaimLost`` of its own consume."""
+    board = setup.board
+    job = await board.post("x")
+    claim = await board.claim(job, "w")
+    await cut_while_blocked(setup, board.consume(claim), "LOCK TABLE {schema}.event IN SHARE MODE", "consume")
+    assert await board.state(job) is JobState.COMPLETE
