@@ -11,6 +11,9 @@ run it on a server nobody else uses), and the child's garbage collections (``gc_
 ``gc_us``: their CPU µs per job). CPU per job is what a busy machine changes least: on 2 cores shared
 by client and server, wall time is about their sum plus the round trips.
 
+Prints one JSON object (per system and part, each figure's median and range over the rounds) and, on stderr,
+one line per system and part and jobboard's jobs/s over pgqueuer's.
+
 ``--payload`` says what each job carries, the same for both: ``details`` (the default: jobboard's
 ``{"n": n}``, pgqueuer's payload the JSON bytes of the same map, encoded by the caller as its docs show) or
 ``none`` (no details, a ``None`` payload). Before 2026-11-27 15:00 pgqueuer was given ``None`` payloads while
@@ -148,7 +151,25 @@ def main() -> None:
     if args.one:
         print(json.dumps(asyncio.run(SYSTEMS[args.one](args.url, args.jobs))))
     else:
-        print(json.dumps(rounds(args.url, args.jobs, args.rounds, args.payload)))
+        report = rounds(args.url, args.jobs, args.rounds, args.payload)
+        print(summary(report), file=sys.stderr)
+        print(json.dumps(report))
+
+
+def summary(report: dict[str, Any]) -> str:
+    """One line per system and part: the medians (jobs/s, client and server CPU µs a job, GC µs a job and
+    full collections), then jobboard's jobs/s over each peer's."""
+    lines = [f"load {min(report['load'])}-{max(report['load'])}, {report['rounds']} rounds of {report['jobs']} jobs, "
+             + f"payload {report['payload']}"]
+    for name in SYSTEMS:
+        for part, figures in report[name].items():
+            lines.append(f"{name:9} {part:5} {figures['jobs_per_s']['median']:9,.0f} jobs/s  client "
+                         f"{figures['client_us']['median']:5.2f} us (gc {figures['gc_us']['median']:4.2f}, full "
+                         f"{figures['gc_full']['median']:.0f})  server {figures['server_us']['median']:5.2f} us")
+    lines.extend(f"jobboard / {name}: " + ", ".join(
+        f"{part} {report['jobboard'][part]['jobs_per_s']['median'] / report[name][part]['jobs_per_s']['median']:.2f}x"
+        for part in report["jobboard"]) for name in SYSTEMS if name != "jobboard")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

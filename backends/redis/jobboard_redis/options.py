@@ -66,9 +66,10 @@ class RedisOptions:
 
     @property
     def reply_wait(self) -> float:
-        """The reply timeout: the option, else a quarter of the session timeout, 1 s at least, so that a
-        frozen server (or Cluster master) is given up with time left to renew the session elsewhere."""
-        return self.reply_timeout or max(self.session_timeout / 4, 1.0)
+        """The reply timeout: the option, else a quarter of the session timeout, so that a frozen server (or
+        Cluster master) is given up with time left to renew the session elsewhere; but 2 s at least (a loaded
+        server is not given up for a frozen one), and never more than the session timeout."""
+        return self.reply_timeout or max(self.session_timeout / 4, min(self.session_timeout, 2.0))
 
     @property
     def nonce_ms(self) -> int:

@@ -1,7 +1,7 @@
 """redis:// on one server FROZEN (SIGSTOP): a reply timeout below the session timeout (a quarter of it) must
 neither declare the session lost early nor spin.
 
-A board with ``session_timeout=6`` (reply timeout 1.5 s) holds a claim while its server is stopped:
+A board with ``session_timeout=6`` (reply timeout 2 s) holds a claim while its server is stopped:
 
 - for 2.5 s (less than the session timeout minus a heartbeat's interval): after SIGCONT the claim still
   holds, ``watch_claim`` did not return, the consume is accepted; the board opened a bounded number of
@@ -32,7 +32,7 @@ SESSION_TIMEOUT = 6.0
 BEAT_EVERY = SESSION_TIMEOUT / 3
 MAX_NEW_CONNECTIONS = 30
 """Connections a board may open while its server is frozen 2.5 s (three connections, each attempt waiting the
-1.5 s reply timeout; a busy loop would open hundreds)."""
+2 s reply timeout; a busy loop would open hundreds)."""
 
 
 @pytest.fixture(scope="module")
