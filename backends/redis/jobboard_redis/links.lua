@@ -134,13 +134,15 @@ function ops.release(id)
 end
 
 -- Held job id, whose key's record names another job: removed as if never posted ('kept' if it is not held:
--- released, or never held). A job depended on meanwhile goes to the trash with its dependents.
+-- released, never held, or no longer waiting: cancelled and requeued meanwhile). A job depended on meanwhile
+-- goes to the trash with its dependents.
 function ops.drop_held(id, retention)
   if redis.call('ZREM', P .. 'kh', id) == 0 then return reply('kept') end
-  redis.call('ZREM', P .. 'lkp', id)
-  redis.call('HDEL', P .. 'lkn', id)
   local j = get(id)
   if not j then return reply('ok') end
+  if j.st ~= 'w' then return reply('kept') end
+  redis.call('ZREM', P .. 'lkp', id)
+  redis.call('HDEL', P .. 'lkn', id)
   if redis.call('EXISTS', P .. 'dents:' .. id) == 1 then
     to_trash(j, 'not posted: its key names another job', tonumber(retention))
     return reply('ok')
@@ -152,12 +154,13 @@ function ops.drop_held(id, retention)
   return reply('ok')
 end
 
--- Jobs held longer than ms (their poster died between its calls, or is very late): {id, key, ...}, 50 at most.
+-- Jobs held longer than ms (their poster died between its calls, or is very late): {id, key, ...}, 50 at most
+-- (a job cancelled meanwhile: its trash entry's key, which its key's record is to name as on one slot).
 function ops.held_keys(ms)
   local out = {}
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'kh', '-inf', now() - tonumber(ms), 'LIMIT', 0, 50)) do
     out[#out + 1] = id
-    out[#out + 1] = redis.call('HGET', jk(id), 'key') or ''
+    out[#out + 1] = redis.call('HGET', jk(id), 'key') or redis.call('HGET', P .. 'tr:' .. id, 'key') or ''
   end
   return reply('ok', out)
 end

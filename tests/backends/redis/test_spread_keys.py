@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+import jobboard_redis.spread.links as links_module
 from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, NotClaimable
@@ -157,6 +158,28 @@ async def test_a_poster_dying_after_naming_its_job_leaves_it_found_then_released
             assert await claimable(other) == [held.id]
 
 
+async def test_a_held_job_cancelled_before_it_was_named_is_the_keys_trashed_job(cluster_seeds: str) -> None:  # noqa: F811
+    """Crash after step 1, the held job cancelled meanwhile (listed: anyone may): the sweep names it in the key's
+    record from its trash entry, so a post of the key answers it, trashed, as on one slot; nothing is claimable."""
+    with anyio.fail_after(30):
+        async with open_board(url_of(cluster_seeds)) as board, open_board(board.url) as other:
+            backend, key = spread(board), key_in(0)
+
+            async def dies(*args: object, **kwargs: object) -> None:
+                raise BackendUnavailable("the poster died")
+
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(backend.keys, "arbitrate", dies)
+                with pytest.raises(BackendUnavailable):
+                    await board.post("charge", key=key, group=group_in(1))
+            [held] = [job async for job in board.iterjobs()]
+            await other.cancel(held, "not wanted")
+            assert await backend.keys.finish(backend.parts[1], 0) == 1
+            assert (await other.post("charge", key=key)).id == held.id
+            assert [item.job.id async for item in board.trashed()] == [held.id]
+            assert await board.claim_next("w") is None and await board.backend.job_count() == 0
+
+
 async def test_concurrent_posts_of_one_key_make_one_job(cluster_seeds: str) -> None:  # noqa: F811
     """Posts of one key at once from four boards, with groups of every partition and none, three rounds: every
     post answers the same job, which is the board's only job of the key and claimable once."""
@@ -261,3 +284,23 @@ def test_the_partition_of_a_name_is_its_cluster_hash_mod_k() -> None:
     for name in names:
         for count in (2, 3, 7, 64, 1 << 16):
             assert partition_of(name, count) == crc16(name.encode()) % count, name
+
+
+async def test_every_boards_sweep_removes_a_record_whose_job_is_gone(cluster_seeds: str) -> None:  # noqa: F811
+    """The links' sweep runs the keys' (its period shortened): a record due for its check, naming a job consumed
+    with no key retention, is removed by the board's own sweep."""
+    with anyio.fail_after(30), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(links_module, "SWEEP", 0.05)
+        async with open_board(url_of(cluster_seeds, "&key_retention=0")) as board:
+            backend, key = spread(board), key_in(0)
+            job = await board.post("charge", key=key, group=group_in(1))
+            await board.consume(await board.claim(job, "w"))
+            part = backend.parts[0]
+            record = part.options.prefix + "k:" + key
+            assert await part.client.command("GET", record) == job.id.encode()
+            await part.client.command("ZADD", part.options.prefix + "kf", 0, key)  # due now
+            for _ in range(200):
+                if not await part.client.command("EXISTS", record):
+                    break
+                await anyio.sleep(0.05)
+            assert not await part.client.command("EXISTS", record), "the sweep left a record naming a job gone"
