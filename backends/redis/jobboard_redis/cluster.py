@@ -16,6 +16,7 @@ promotes its replica, instead of waiting on it again.
 from __future__ import annotations
 
 import logging
+import math
 import ssl
 import time
 from collections.abc import Sequence
@@ -27,6 +28,10 @@ logger = logging.getLogger(__name__)
 
 SLOTS = 16384
 POLL_EVERY = 0.25
+SILENT_FOR = 60.0
+"""Seconds a node's silence counts with the cluster's ``fail?``/``fail`` flag (longer than a failover takes at
+Redis's default 15 s node timeout): a master flagged by the node asked that was silent this recently is passed
+over; one silent longer ago is tried again (if still frozen, it is silent again)."""
 """Seconds between asks of the nodes while the slot's master is passed over (every connection of every
 board retries meanwhile: one ask per board's map in each such interval)."""
 
@@ -127,11 +132,11 @@ class SlotMap:
         return replies[-2], replies[-1]
 
     def _passed_over(self, master: tuple[str, int], flagged: bool) -> bool:
-        """Whether not to connect to ``master`` now: it was silent within the reply timeout, or it was
-        silent once and the cluster flags it failing (``fail?``: unreachable from the node asked; ``fail``:
-        agreed) - a frozen master, about to be failed over. One never silent is always tried."""
-        since = self._silent.get(master)
-        return since is not None and (flagged or time.monotonic() - since < self.reply_timeout)
+        """Whether not to connect to ``master`` now: it was silent within the reply timeout, or within
+        :data:`SILENT_FOR` and the cluster flags it failing (``fail?``: unreachable from the node asked;
+        ``fail``: agreed) - a frozen master, about to be failed over. One not silent lately is always tried."""
+        ago = time.monotonic() - self._silent.get(master, -math.inf)
+        return ago < self.reply_timeout or (flagged and ago < SILENT_FOR)
 
     def _learn(self, slots: Any, asked: str) -> tuple[str, int] | None:
         """Remember the nodes of a ``CLUSTER SLOTS`` reply; return the master of :attr:`slot`, if one serves it."""
