@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Coroutine, Iterable, Sequence
 from typing import Any
 
 from jobboard.backend import Claim, Job, Settle, SettleAction
@@ -101,7 +101,7 @@ class SpreadClaims:
     async def best(self, names: Collection[str] | None) -> RedisBackend | None:
         """The partition whose head is best now (``None``: every partition is empty, or with ``skip_failed``
         every one that answered). :raises JobBoardError: a read failed (``skip_failed``: every read did)."""
-        heads = await asyncio.gather(*(self.head(part, names) for part in self.parts), return_exceptions=True)
+        heads = await _reads(self.head(part, names) for part in self.parts)
         failed = [head for head in heads if isinstance(head, BaseException)]
         for error in failed:
             if not isinstance(error, Exception):  # a cancellation
@@ -156,3 +156,25 @@ class SpreadClaims:
             return following
         return await self.claim_next(claim.owner, names)
 
+
+async def _reads(calls: Iterable[Coroutine[Any, Any, float | None]]) -> list[float | None | BaseException]:
+    """The reads' results or errors, in order (as ``gather(..., return_exceptions=True)``), but a cancellation
+    of the caller ends the wait at once: the reads are cancelled and left to end in the background (nothing to
+    undo), so one cancellation of a cancel scope is enough. A gather waits for its children first, meanwhile
+    anyio delivers the scope's cancellation again, and the extra requests outlived the scope: the conformance
+    case of a cancelled ``claim_next`` saw a CancelledError leave ``move_on_after`` on ``order=exact``."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        await asyncio.wait(tasks)
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+            task.add_done_callback(_retrieved)
+        raise
+    return [asyncio.CancelledError() if task.cancelled() else (task.exception() or task.result()) for task in tasks]
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A read left to end in the background: its outcome taken (never reported as unretrieved)."""
+    if not task.cancelled():
+        task.exception()

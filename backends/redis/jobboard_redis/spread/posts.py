@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from jobboard.backend import Prepared
-from jobboard.errors import DependencyMissing
+from jobboard.errors import BackendUnavailable, DependencyMissing
 from jobboard.job import Job
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.spread.flow import group_index
-from jobboard_redis.spread.keys import Keys
+from jobboard_redis.spread.keys import ROUNDS, Keys
 from jobboard_redis.spread.links import Forwarder
 
 __all__ = ["Posts"]
@@ -68,11 +68,14 @@ class Posts:
 
     async def post_at(self, index: int, prepared: Prepared) -> Job:
         """Post ``prepared`` in partition ``index``: keyed for another partition, through the key's record there
-        (:mod:`.keys`); else one call (and links), a record naming a job elsewhere answering that job."""
+        (:mod:`.keys`); else one call (and links), a record naming a job elsewhere answering that job (or, once
+        nothing of that job is left, removed and the post made again).
+
+        :raises BackendUnavailable: also when the key's record kept naming jobs gone (posting again is safe)."""
         part, key = self.parts[index], prepared.posting.key
         if self.keyed_elsewhere(prepared, index):
             return await self.keys.post_elsewhere(part, prepared)
-        while True:
+        for _ in range(ROUNDS):
             if self.linked_elsewhere(prepared, index):
                 job = await self.links.post_linked(part, prepared)
             else:
@@ -81,6 +84,8 @@ class Posts:
                 return job
             if (found := await self.keys.resolve(part, key, job.id)) is not None:
                 return found
+        raise BackendUnavailable(f"post of {prepared.posting.name!r}: its key's job kept going ({ROUNDS} rounds); "
+                                 "post again")
 
     async def post_many(self, batch: Sequence[Prepared]) -> list[Job]:
         """Runs of consecutive postings bound for one partition, one partition's ``post_many`` each: atomic
