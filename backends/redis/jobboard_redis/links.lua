@@ -212,6 +212,9 @@ function ops.keys_due()
   return reply('ok', out)
 end
 
+-- A board's sweep of this partition's keys, one call: {held_keys(ms)'s list, keys_due()'s list}.
+function ops.key_sweep(ms) return reply('ok', {ops.held_keys(ms)[2], ops.keys_due()[2]}) end
+
 -- The key's next check in ms (its job was found on the board).
 function ops.key_later(key, ms)
   redis.call('ZADD', P .. 'kf', 'XX', now() + tonumber(ms), key)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from jobboard.backend import Prepared
 from jobboard.errors import BackendUnavailable, DependencyMissing
@@ -122,15 +123,25 @@ class Keys:
 
     async def sweep(self, part: RedisBackend) -> None:
         """Finish the keyed posts held in ``part`` past the retry window (their poster died between its calls),
-        and check the records due there (a record naming a job of which nothing is left is removed).
+        and check the records due there (a record naming a job of which nothing is left is removed): one call
+        when there is nothing to do.
 
         :raises JobBoardError: a partition could not be reached (the rest waits for the next sweep)."""
-        await self.finish(part, part.options.nonce_ms)
-        await self.check(part)
+        _, (held, due) = await part._call("key_sweep", "", part.options.nonce_ms)
+        await self._finish(part, held)
+        await self._check(part, due)
 
     async def finish(self, part: RedisBackend, older_than_ms: int) -> int:
         """Steps 2 and 3 for ``part``'s jobs held longer than ``older_than_ms``; how many."""
         _, data = await part._call("held_keys", "", older_than_ms)
+        return await self._finish(part, data)
+
+    async def check(self, part: RedisBackend) -> int:
+        """Check the records of ``part`` due for it; how many were checked."""
+        _, data = await part._call("keys_due", "")
+        return await self._check(part, data)
+
+    async def _finish(self, part: RedisBackend, data: list[Any]) -> int:
         for job_id, key in zip(data[::2], data[1::2], strict=True):
             if key:
                 await self.arbitrate(part, text(key), text(job_id))
@@ -138,9 +149,7 @@ class Keys:
                 await part._call("release", "", job_id)
         return len(data) // 2
 
-    async def check(self, part: RedisBackend) -> int:
-        """Check the records of ``part`` due for it; how many were checked."""
-        _, data = await part._call("keys_due", "")
+    async def _check(self, part: RedisBackend, data: list[Any]) -> int:
         for key, job_id in zip(data[::2], data[1::2], strict=True):
             if await self.find(text(job_id)) is None:
                 await part._call("key_swap", "", key, job_id, "", CHECK_MS)
