@@ -5,6 +5,9 @@ lost replies; and the cost (calls per post)."""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+import sys
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -106,6 +109,39 @@ async def test_a_poster_dying_after_the_held_post_is_finished_by_the_sweep(clust
             assert (await other.post("charge", key=key)).id == held.id
             assert await claimable(other) == [held.id]
             assert await spread(other).keys.finish(backend.parts[2], 0) == 0
+
+
+POSTER = """
+import asyncio, os, signal, sys
+from jobboard import open_board
+from jobboard_redis.spread.keys import Keys
+
+async def main(url, key, group):
+    async def killed(*args, **kwargs):  # the process dies between the held post and the key's record
+        os.kill(os.getpid(), signal.SIGKILL)
+    Keys.arbitrate = killed
+    async with open_board(url) as board:
+        await board.post("charge", key=key, group=group)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_a_poster_killed_between_the_calls_leaves_a_job_the_sweep_finishes(cluster_seeds: str) -> None:  # noqa: F811
+    """A real crash (SIGKILL, the board not closed) after the held post: the job is listed, held; the sweep of
+    another board names and releases it, and a post of the key from any partition answers it."""
+    with anyio.fail_after(40):
+        async with open_board(url_of(cluster_seeds)) as board:
+            key = key_in(0)
+            child = await asyncio.create_subprocess_exec(sys.executable, "-c", POSTER, board.url, key, group_in(2))
+            assert await asyncio.wait_for(child.wait(), 30) == -signal.SIGKILL
+            [held] = [job async for job in board.iterjobs()]
+            assert (await board.state(held.id)) is JobState.WAITING and await board.claim_next("w") is None
+            backend = spread(board)
+            assert await backend.keys.finish(backend.parts[2], 0) == 1
+            found = [await board.post("charge", key=key), await board.post("charge", key=key, group=group_in(1))]
+            assert {job.id for job in found} == {held.id}
+            assert await claimable(board) == [held.id]
 
 
 async def test_a_held_job_whose_key_went_to_another_post_meanwhile_is_dropped(cluster_seeds: str) -> None:  # noqa: F811
