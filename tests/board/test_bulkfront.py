@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
+import pickle
 import uuid
 from typing import Any
 
@@ -112,6 +114,46 @@ def test_the_twin_constructor_makes_genuine_frozen_instances() -> None:
 
     with pytest.raises(TypeError):
         twin_constructor(NoSlots)
+
+
+def test_newjob_built_by_its_faster_init_is_the_dataclass_it_was() -> None:
+    """``jobboard.job.frozen_init``: a twin class's plain stores, then the class swapped back."""
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Reference:  # what NewJob's own dataclass __init__ made
+        name: str
+        details: Any = None
+        priority: Any = Priority.NORMAL
+        depends_on: Any = ()
+        max_attempts: Any = None
+        keep_result: bool = False
+        key: Any = None
+        delay: Any = None
+        not_before: Any = None
+        result_ttl: Any = None
+        trash_ttl: Any = None
+        group: Any = None
+
+    made = NewJob("a", {"n": 1}, "high", ("1",), 3, True, "k", 1.5, None, 2.0, 3.0, "g")
+    assert type(made) is NewJob
+    assert dataclasses.astuple(made) == dataclasses.astuple(Reference("a", {"n": 1}, "high", ("1",), 3, True, "k", 1.5,
+                                                                      None, 2.0, 3.0, "g"))
+    assert NewJob("a") == NewJob(name="a", details=None) and hash(NewJob("a")) == hash(NewJob("a"))
+    assert dataclasses.astuple(NewJob("b", keep_result=True)) == dataclasses.astuple(Reference("b", keep_result=True))
+    assert dataclasses.replace(made, name="b").name == "b" and copy.copy(made) == made
+    assert pickle.loads(pickle.dumps(made)) == made
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.name = "other"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        NewJob()  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        NewJob("a", nope=1)  # type: ignore[call-arg]
+
+    class Sub(NewJob):
+        pass
+
+    sub = Sub("s", priority="low")
+    assert type(sub) is Sub and (sub.name, sub.priority, sub.group) == ("s", "low", None)
 
 
 def test_plain_postings_carry_the_current_trace_context() -> None:
