@@ -1,5 +1,6 @@
 """redis:// on one server FROZEN (SIGSTOP): a reply timeout below the session timeout (a quarter of it) must
-neither declare the session lost early nor spin.
+neither declare the session lost early nor spin; and through Sentinels, a frozen primary failed over to its
+replica must not cost the session.
 
 A board with ``session_timeout=6`` (reply timeout 2 s) holds a claim while its server is stopped:
 
@@ -13,6 +14,7 @@ A board with ``session_timeout=6`` (reply timeout 2 s) holds a claim while its s
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 import uuid
@@ -25,6 +27,8 @@ import redis
 from jobboard import open_board
 from jobboard.backend import Claim
 from jobboard.board.contract import JobBoard
+from jobboard.errors import ClaimLost
+from tests.support.failover import SentinelGroup, until
 from tests.support.redisserver import RedisServer
 
 pytestmark = pytest.mark.timeout(90)
@@ -94,3 +98,47 @@ async def test_a_server_frozen_past_the_session_loses_it_no_earlier_than_due(ser
             with anyio.fail_after(SESSION_TIMEOUT + 5):  # serving again, with a new session
                 again = await board.claim(await board.post("y"), "w")
                 await board.consume(again)
+
+
+
+async def test_a_frozen_primary_named_by_sentinels_costs_no_session() -> None:
+    """Through Sentinels (``down-after-milliseconds`` 500): the primary SIGSTOPped while a board
+    (``session_timeout=10``) holds claims; the Sentinels promote its replica; after ``session_timeout`` + 1.5 s
+    the claims still hold (``watch_claim`` did not return) and are consumed; SIGCONT, and the board serves on."""
+    with SentinelGroup() as group, anyio.fail_after(60):
+        url = group.url(f"frozen-{uuid.uuid4().hex}", session_timeout=10)
+        async with open_board(url) as board:
+            claims = [await board.claim(await board.post("x"), "w") for _ in range(3)]
+            said: list[str] = []
+
+            async def watch(claim: Claim) -> None:
+                said.append(await board.watch_claim(claim))
+
+            frozen = group.primary()
+            async with anyio.create_task_group() as tasks:
+                for claim in claims:
+                    tasks.start_soon(watch, claim)
+                await anyio.sleep(0.1)
+                started = time.monotonic()
+                frozen.signal(signal.SIGSTOP)
+                try:
+                    await anyio.to_thread.run_sync(lambda: until(lambda: group.named_primary() != frozen.port,
+                                                                 "the Sentinels' failover", 20))
+                    promoted = time.monotonic() - started
+                    post = await board.post("z")  # the first write answered after the SIGSTOP
+                    back = time.monotonic() - started
+                    await anyio.sleep(max(0.0, started + 11.5 - time.monotonic()))
+                    lost, consumed = list(said), 0
+                    for claim in claims:
+                        with contextlib.suppress(ClaimLost):
+                            await board.consume(claim)
+                            consumed += 1
+                finally:
+                    frozen.signal(signal.SIGCONT)
+                tasks.cancel_scope.cancel()
+            print(f"frozen primary: Sentinels promoted its replica after {promoted:.1f} s; a post answered "
+                  f"{back:.1f} s after the SIGSTOP; claims lost {len(lost)} of {len(claims)}, {consumed} consumed")
+            assert lost == [], f"claims declared lost across a frozen primary failed over in {promoted:.1f} s: {lost}"
+            assert consumed == len(claims)
+            again = await board.claim(post, "w")
+            await board.consume(again)
