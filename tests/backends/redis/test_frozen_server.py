@@ -28,6 +28,7 @@ from jobboard import open_board
 from jobboard.backend import Claim
 from jobboard.board.contract import JobBoard
 from jobboard.errors import ClaimLost
+from jobboard_redis.options import parse_redis_url
 from tests.support.failover import SentinelGroup, until
 from tests.support.redisserver import RedisServer
 
@@ -142,3 +143,11 @@ async def test_a_frozen_primary_named_by_sentinels_costs_no_session() -> None:
             assert consumed == len(claims)
             again = await board.claim(post, "w")
             await board.consume(again)
+
+
+def test_the_reply_timeout_is_a_quarter_of_the_session_timeout_within_bounds_or_the_urls() -> None:
+    def wait(query: str) -> float:
+        return parse_redis_url(f"redis://127.0.0.1:6379/0/b?{query}").reply_wait
+
+    assert [wait(f"session_timeout={timeout}") for timeout in (1, 2, 5, 10, 30)] == [1.0, 2.0, 2.0, 2.5, 7.5]
+    assert wait("reply_timeout=0.5") == 0.5 and wait("session_timeout=10&reply_timeout=4") == 4.0
