@@ -26,6 +26,10 @@ def board_url(backend: str, redis_url: str) -> str:
     return f"{redis_url}/0/{name}?session_timeout={SESSION_TIMEOUT}" if backend == "redis" else f"memory://{name}"
 
 
+async def nothing(ctx: JobContext) -> None:
+    """A handler that does nothing."""
+
+
 async def claimed_by(board: JobBoard, jobs: list[str]) -> list[str | None]:
     return [await board.owner(job) for job in jobs]
 
@@ -75,7 +79,7 @@ async def test_stop_gives_back_the_jobs_held_ahead(backend: str, redis_url: str)
             if not board.releases_uncounted:
                 return  # given back as an abandon: the attempt stays counted
             assert [(await board.get(job)).attempts for job in rest] == [0] * 4
-            done = await Worker(board, lambda ctx: None, WorkerConfig(burst=True)).run()
+            done = await Worker(board, nothing, WorkerConfig(burst=True)).run()
             assert done.consumed == 5  # max_attempts=1, given back unstarted: not trashed
             assert [await board.state(job) for job in rest] == [JobState.COMPLETE] * 4
 
@@ -117,7 +121,7 @@ def test_sigterm_gives_back_the_jobs_held_ahead_at_once(redis_url: str) -> None:
     async def rest_run(url: str) -> list[JobState]:
         async with open_board(url) as board:
             assert [(await board.get(job)).attempts for job in rest] == [0] * 4
-            await Worker(board, lambda ctx: None, WorkerConfig(burst=True)).run()
+            await Worker(board, nothing, WorkerConfig(burst=True)).run()
             return [await board.state(job) for job in rest]
 
     assert anyio.run(rest_run, url) == [JobState.COMPLETE] * 4
