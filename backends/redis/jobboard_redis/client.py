@@ -1,13 +1,11 @@
 """The board's side of Redis: the connections, the script, the retries (``zk.py``'s role for aiozk).
 
 Every board write is one ``FCALL`` of the board's Redis function (``board.lua``) carrying a nonce: a call
-whose reply is lost is sent again with the same nonce until it answers or the
-retry window ends, and the script recognises a nonce it already applied. The
-wire is :mod:`jobboard_redis.client_wire` (pipelined RESP over ``hiredis``' parser),
-the only module that imports a Redis library. Errors are mapped here: transient ones
-(connection, timeout, loading, read-only replica) become :class:`RetryExhausted` after
-the window, permanent ones (authentication, ACL, wrong types) a
-:class:`~jobboard.errors.JobBoardError`.
+whose reply is lost is sent again with the same nonce until it answers or the retry window ends, and the
+script recognises a nonce it already applied. The wire is :mod:`jobboard_redis.client_wire` (pipelined RESP
+over ``hiredis``' parser), the only module that imports a Redis library. Errors are mapped here: transient
+ones (connection, timeout, loading, read-only replica) become :class:`RetryExhausted` after the window,
+permanent ones (authentication, ACL, wrong types) a :class:`~jobboard.errors.JobBoardError`.
 """
 
 from __future__ import annotations
@@ -386,6 +384,7 @@ class RedisClient:
     async def close(self) -> None:
         self._closed = True
         self.replication.close()
+        self.locator.close()
         for wire in (*self._blocked.values(), self._main):
             if wire is not None:
                 wire.close()

@@ -10,13 +10,15 @@ the board's connection, and the next attempt asks again, within the call's retry
 A frozen master (SIGSTOP, a stalled VM) keeps its connections open and answers nothing: the connection that
 waited the reply timeout for it tells the map (:meth:`SlotMap.silent`), which then asks it last and does not
 name it as the slot's master while it is held silent, so the retries poll the other nodes until the cluster
-promotes its replica, instead of waiting on it again.
+promotes its replica, instead of waiting on it again. Meanwhile a probe (a new connection's ``PING``, given the
+reply timeout) races those polls: a master that answers it (a healthy one that only stalled: a fork, an fsync,
+a loaded host) is no longer silent and is used again at once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
 import ssl
 import time
 from collections.abc import Sequence
@@ -28,12 +30,12 @@ logger = logging.getLogger(__name__)
 
 SLOTS = 16384
 POLL_EVERY = 0.25
+"""Seconds between asks of the nodes while the slot's master is passed over (every connection of every
+board retries meanwhile: one ask per board's map in each such interval; a caller within it waits on the probe)."""
 SILENT_FOR = 60.0
 """Seconds a node's silence counts with the cluster's ``fail?``/``fail`` flag (longer than a failover takes at
 Redis's default 15 s node timeout): a master flagged by the node asked that was silent this recently is passed
 over; one silent longer ago is tried again (if still frozen, it is silent again)."""
-"""Seconds between asks of the nodes while the slot's master is passed over (every connection of every
-board retries meanwhile: one ask per board's map in each such interval)."""
 
 __all__ = ["SLOTS", "SlotMap", "crc16", "key_slot"]
 
@@ -64,7 +66,7 @@ def key_slot(key: str | bytes) -> int:
 class SlotMap:
     """Finds the master serving one slot; remembers every node the cluster named, to ask them next time, and
     which of them left a command unanswered (a frozen node is asked last, and not connected to as the slot's
-    master while it is held to be silent)."""
+    master while it is held to be silent: until it answers a probe). Owns its probe task (:meth:`close`)."""
 
     def __init__(self, seeds: Sequence[tuple[str, int]], slot: int, *, tls: ssl.SSLContext | None,
                  hello: Sequence[Sequence[Arg]], reply_timeout: float) -> None:
@@ -78,6 +80,9 @@ class SlotMap:
         """When each node last left a command unanswered (monotonic)."""
         self._waiting: tuple[float, str] | None = None
         """(when, why) the last ask named a master passed over: asked again :data:`POLL_EVERY` later."""
+        self._probe: asyncio.Task[bool] | None = None
+        """The probe of :attr:`_probed` in flight, or the last one (:meth:`_probing`)."""
+        self._probed: tuple[str, int] | None = None
         self.master: tuple[str, int] | None = None
         """The master the last map named (``None``: not asked yet)."""
 
@@ -89,14 +94,34 @@ class SlotMap:
 
     async def find_master(self, connect_timeout: float) -> tuple[str, int]:
         """The address of the slot's master, from the first node that answers ``CLUSTER SLOTS`` (the nodes
-        that were silent last, in the order of their silence; each given the reply timeout at most).
+        that were silent last, in the order of their silence; each given the reply timeout at most). While
+        the master named is passed over, the nodes are asked every :data:`POLL_EVERY` at most, and a caller
+        in between waits the rest of that interval on the probe of it (if it answers, the nodes are asked
+        again at once).
 
         :raises ConnectionLost: no node answered, or none named a master for the slot (the cluster is down
             or failing over), or the master named is held to be silent (:meth:`_passed_over`: the cluster
-            has not failed it over yet); :class:`Refused` if every node refused the connection.
+            has not failed it over yet, and it has not answered the probe); :class:`Refused` if every node
+            refused the connection.
         """
-        if self._waiting is not None and time.monotonic() - self._waiting[0] < POLL_EVERY:
-            raise ConnectionLost(self._waiting[1])
+        for _ in range(2):  # asked again only after the probe answered
+            waiting = self._waiting
+            if waiting is not None:
+                left = waiting[0] + POLL_EVERY - time.monotonic()
+                if left > 0 and not await self._answered_within(left):
+                    raise ConnectionLost(waiting[1])
+            master = await self._ask_nodes(connect_timeout)
+            if master is not None:
+                return master
+        assert self._waiting is not None
+        raise ConnectionLost(self._waiting[1])
+
+    async def _ask_nodes(self, connect_timeout: float) -> tuple[str, int] | None:
+        """:meth:`find_master`'s ask: the master, or ``None`` if it is passed over (:attr:`_waiting` says
+        why, and a probe of it is started if none is in flight).
+
+        :raises ConnectionLost, Refused: see :meth:`find_master`.
+        """
         self._waiting, refusing = None, []
         for host, port in sorted(self._known, key=lambda node: self._silent.get(node, 0.0)):
             try:
@@ -111,9 +136,10 @@ class SlotMap:
             self.master = master
             if self._passed_over(master, failing(nodes, master, host)):
                 why = (f"Redis Cluster master {_names([master])} of slot {self.slot} is not answering "
-                       f"(asked {host}:{port}); waiting for its failover")
+                       f"(asked {host}:{port}); waiting for it to answer or for its failover")
                 self._waiting = (time.monotonic(), why)
-                raise ConnectionLost(why)
+                self._probing(master)
+                return None
             return master
         if len(refusing) == len(self._known):
             raise Refused(f"every Redis Cluster node refused the connection: {_names(refusing)}")
@@ -132,11 +158,58 @@ class SlotMap:
         return replies[-2], replies[-1]
 
     def _passed_over(self, master: tuple[str, int], flagged: bool) -> bool:
-        """Whether not to connect to ``master`` now: it was silent within the reply timeout, or within
-        :data:`SILENT_FOR` and the cluster flags it failing (``fail?``: unreachable from the node asked;
-        ``fail``: agreed) - a frozen master, about to be failed over. One not silent lately is always tried."""
-        ago = time.monotonic() - self._silent.get(master, -math.inf)
-        return ago < self.reply_timeout or (flagged and ago < SILENT_FOR)
+        """Whether not to connect to ``master`` now: a probe of it is in flight, or it was silent within the
+        reply timeout, or within :data:`SILENT_FOR` and the cluster flags it failing (``fail?``: unreachable
+        from the node asked; ``fail``: agreed) - a frozen master, about to be failed over. One that answered
+        a probe since its last silence, or was not silent lately, is tried."""
+        if master not in self._silent:
+            return False
+        probe = self._probe
+        ago = time.monotonic() - self._silent[master]
+        return (ago < self.reply_timeout or (flagged and ago < SILENT_FOR)
+                or (self._probed == master and probe is not None and not probe.done()))
+
+    def _probing(self, master: tuple[str, int]) -> None:
+        """Start a probe of ``master`` unless one is in flight (a probe of another node is cancelled)."""
+        probe = self._probe
+        if probe is not None and not probe.done():
+            if self._probed == master:
+                return
+            probe.cancel()
+        self._probed = master
+        self._probe = asyncio.get_running_loop().create_task(self._answers(master))
+
+    async def _answers(self, node: tuple[str, int]) -> bool:
+        """Whether ``node`` answers ``PING`` on a new connection within the reply timeout: then its silence
+        is forgotten and the nodes are asked again at the next call; if not, it is silent again (now).
+        Never raises (but :class:`asyncio.CancelledError`)."""
+        try:
+            wire, _ = await connect(*node, reply_timeout=self.reply_timeout, connect_timeout=self.reply_timeout,
+                                    tls=self._tls, hello=[*self._hello, ["PING"]], on_silent=self.silent)
+        except ServerError:  # it answered (an error): it is not frozen
+            pass
+        except ConnectionLost as error:
+            logger.debug("Redis Cluster node %s probed: %s", _names([node]), error)
+            return False
+        else:
+            wire.close()
+        self._silent.pop(node, None)
+        self._waiting = None
+        logger.info("Redis Cluster node %s answers again", _names([node]))
+        return True
+
+    async def _answered_within(self, seconds: float) -> bool:
+        """Whether the probe in flight (or the last one) found its node answering, waiting ``seconds`` at most."""
+        probe = self._probe
+        if probe is None:
+            return False
+        await asyncio.wait([probe], timeout=seconds)
+        return probe.done() and not probe.cancelled() and probe.result()
+
+    def close(self) -> None:
+        """Cancel the probe in flight, if any."""
+        if self._probe is not None:
+            self._probe.cancel()
 
     def _learn(self, slots: Any, asked: str) -> tuple[str, int] | None:
         """Remember the nodes of a ``CLUSTER SLOTS`` reply; return the master of :attr:`slot`, if one serves it."""

@@ -47,10 +47,16 @@ class Locator:
 
     def silent(self, address: str) -> None:
         """The server at ``host:port`` left a command unanswered for the reply timeout: in a Cluster, it is asked
-        last and not connected to as the slot's master for a while (:class:`~jobboard_redis.cluster.SlotMap`);
+        last and not connected to as the slot's master until it answers a probe, or the cluster names another
+        (:class:`~jobboard_redis.cluster.SlotMap`);
         one server, or the one the Sentinels name, is asked again (there is no other to ask)."""
         if self.slots is not None:
             self.slots.silent(address)
+
+    def close(self) -> None:
+        """Stop what runs in the background: a Cluster slot map's probe of a silent master."""
+        if self.slots is not None:
+            self.slots.close()
 
     async def primary(self, budget: float) -> tuple[str, int]:
         """The (host, port) to connect to.

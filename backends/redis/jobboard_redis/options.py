@@ -95,6 +95,21 @@ def order(text: str) -> str:
     return text
 
 
+MIN_REPLY_TIMEOUT = 0.1
+"""The shortest ``reply_timeout`` accepted: a shorter one drops every connection whose server takes longer."""
+
+
+def reply_timeout(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value >= MIN_REPLY_TIMEOUT:  # (nan too)
+        raise ValueError(f"must be a number of seconds, at least {MIN_REPLY_TIMEOUT:g} (a shorter one drops every "
+                         f"connection whose server takes longer to answer)")
+    return value
+
+
 def durability(text: str) -> str:
     if text not in ("default", "strict", "relaxed"):
         raise ValueError("must be default, strict or relaxed")
@@ -104,12 +119,13 @@ def durability(text: str) -> str:
 CONVERTERS: dict[str, Callable[[str], Any]] = {
     "durability": durability, "sentinel": str, "cluster": flag, "partitions": partitions, "order": order,
     **COMMON_OPTIONS, "session_timeout": positive_float, "connect_timeout": positive_float,
-    "reply_timeout": positive_float,
+    "reply_timeout": reply_timeout,
 }
 
 
 def parse_redis_url(url: str) -> RedisOptions:
-    """:raises InvalidURL: no host or several, a bad port or database, an unknown option."""
+    """:raises InvalidURL: no host or several, a bad port or database, an unknown option, a bad value (e.g. a
+        ``reply_timeout`` not a number, under 0.1 s or over ``session_timeout``)."""
     parsed = parse_url(url)
     if not parsed.hosts or (len(parsed.hosts) > 1 and not {"sentinel", "cluster"} & set(parsed.query)):
         raise InvalidURL(f"{url!r} must name one Redis host (redis://host:6379/0/board), Sentinels "
@@ -133,9 +149,13 @@ def parse_redis_url(url: str) -> RedisOptions:
         raise InvalidURL(f"{url!r}: partitions spread a board over a Redis Cluster's shards: they need ?cluster=1")
     elif len(hosts) > 1 and "sentinel" not in options:
         raise InvalidURL(f"{url!r} names several hosts: Sentinels need ?sentinel=<service>, Cluster nodes ?cluster=1")
-    return RedisOptions(host=host, port=port, db=int(db_text or 0), root=root,
-                        tls=parsed.scheme == "rediss", username=parsed.username, password=parsed.password,
-                        **options)
+    typed = RedisOptions(host=host, port=port, db=int(db_text or 0), root=root,
+                         tls=parsed.scheme == "rediss", username=parsed.username, password=parsed.password,
+                         **options)
+    if typed.reply_timeout is not None and typed.reply_timeout > typed.session_timeout:
+        raise InvalidURL(f"bad value for option reply_timeout={parsed.query['reply_timeout']!r}: must be at most "
+                         f"session_timeout ({typed.session_timeout:g}): a frozen server would cost the session first")
+    return typed
 
 
 def _host_port(text: str, url: str) -> tuple[str, int]:

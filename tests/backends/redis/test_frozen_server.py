@@ -27,7 +27,7 @@ import redis
 from jobboard import open_board
 from jobboard.backend import Claim
 from jobboard.board.contract import JobBoard
-from jobboard.errors import ClaimLost
+from jobboard.errors import ClaimLost, InvalidURL
 from jobboard_redis.options import parse_redis_url
 from tests.support.failover import SentinelGroup, until
 from tests.support.redisserver import RedisServer
@@ -151,3 +151,16 @@ def test_the_reply_timeout_is_a_quarter_of_the_session_timeout_within_bounds_or_
 
     assert [wait(f"session_timeout={timeout}") for timeout in (1, 2, 5, 10, 30)] == [1.0, 2.0, 2.0, 2.5, 7.5]
     assert wait("reply_timeout=0.5") == 0.5 and wait("session_timeout=10&reply_timeout=4") == 4.0
+
+
+@pytest.mark.parametrize(("query", "why"), [
+    ("reply_timeout=0", "at least 0.1"), ("reply_timeout=-1", "at least 0.1"), ("reply_timeout=abc", "a number"),
+    ("reply_timeout=nan", "a number"), ("reply_timeout=0.01", "at least 0.1"),
+    ("reply_timeout=11", r"at most session_timeout \(10\)"),
+    ("session_timeout=4&reply_timeout=4.5", r"at most session_timeout \(4\)"),
+])
+def test_a_bad_reply_timeout_is_refused_in_one_line(query: str, why: str) -> None:
+    with pytest.raises(InvalidURL, match=f"^bad value for option reply_timeout=.*{why}") as refused:
+        parse_redis_url(f"redis://127.0.0.1:6379/0/b?{query}")
+    assert "\n" not in str(refused.value)
+    assert parse_redis_url("redis://127.0.0.1:6379/0/b?session_timeout=4&reply_timeout=4").reply_wait == 4.0
