@@ -125,9 +125,23 @@ local function quarantine(id)
   redis.call('SADD', P .. 'bad', id)
 end
 
--- A settled job's key keeps finding it for the retention (ms); its record is kept as long.
+-- Whether key's record is in another partition of a spread board (CRC16(key) mod K: spread/keys.py).
+local function key_elsewhere(key)
+  local k, n = string.match(P, '#jbp(%d+)/(%d+)/%d+}:$')
+  if not k then return false end
+  local crc = 0  -- CRC-16/XMODEM, as Redis Cluster's
+  for i = 1, #key do
+    crc = bit.bxor(crc, bit.lshift(string.byte(key, i), 8))
+    for _ = 1, 8 do crc = bit.lshift(crc, 1); if crc >= 0x10000 then crc = bit.bxor(crc, 0x11021) end end
+  end
+  return crc % tonumber(n) ~= tonumber(k)
+end
+
+-- A settled job's key keeps finding it for the retention (ms); its record is kept as long (told through the
+-- outbox if in another partition: links.lua key_settled).
 local function settle_key(j, record, retention)
   if j.key == '' then return end
+  if key_elsewhere(j.key) then outbox('key', j.key, j.id, tostring(retention)) end
   if retention <= 0 then
     redis.call('DEL', P .. 'k:' .. j.key)
   else

@@ -29,7 +29,9 @@ function ops.unpost(id, post_nonce, ...)
   end
   redis.call('ZREM', P .. 'lkp', id)
   redis.call('HDEL', P .. 'lkn', id)
-  redis.call('ZREM', P .. 'kh', id)
+  if redis.call('ZREM', P .. 'kh', id) == 1 then  -- a held keyed post's: its release answers 'dropped'
+    redis.call('SET', P .. 'dropped:' .. id, '1', 'PX', tonumber(string.match(post_nonce, ':(%d+)$')) or 60000)
+  end
   local j = get(id)
   if not j or j.st ~= 'w' then return reply('ok') end
   unindex(j)
@@ -76,20 +78,25 @@ end
 -- mod K) is the key's one arbiter; it may name a job of another partition (its group's). Such a job is posted
 -- held there (post_held: waiting, one more in 'pend', its id in 'kh' scored by post time), then named by the
 -- record (key_take), then released; a held job the record does not name is dropped (drop_held): a held job is
--- never claimable, so no job runs whose key names another. 'kf' (the key's partition): keys whose record names
--- a job elsewhere, scored by when to check that job is still on the board (keys_due; a record naming a job
--- gone is removed, key_swap).
+-- never claimable, so no job runs whose key names another; a dropped job leaves 'dropped:<id>' for a while, so
+-- that its poster's release tells "dropped: post again" from "released, then run and gone: done". 'kf' (the
+-- key's partition): keys whose record names a job elsewhere, scored by when to check that job is still on the
+-- board (keys_due; a record naming a job gone is removed, key_swap); a settle of such a job tells the key's
+-- partition through the outbox (board.lua settle_key; key_settled), the check is the backstop.
 
--- Job id as a keyed post answers it ('keyed' and its record), or nil when nothing of it is left.
-local function keyed_reply(id)
+-- Job id as a keyed post answers it ('keyed' and its record), or nil when nothing of it is left. retention
+-- (ms, for a key of another partition): a trash entry older than that is gone for the key, as on one slot
+-- (where the key's record expires then); nil: any trash entry.
+local function keyed_reply(id, retention)
   for _, record in ipairs({jk(id), P .. 'gone:' .. id, P .. 'tr:' .. id}) do
-    local f = redis.call('HMGET', record, 'p', 'att', 'nb', 'err')
+    local f = redis.call('HMGET', record, 'p', 'att', 'nb', 'err', 'at')
+    if f[1] and retention and f[5] and now() - tonumber(f[5]) >= tonumber(retention) then return nil end
     if f[1] then return reply('keyed', {id, f[1], f[2], f[3] or '', f[4] or ''}) end
   end
   return nil
 end
 
-function ops.keyed(id) return keyed_reply(id) or reply('none') end
+function ops.keyed(id, retention) return keyed_reply(id, retention) or reply('none') end
 
 -- As post, the job written held ('keyed': a job of this partition holds the key here, not held again; its
 -- reply says whether it is held, '1' or '0', after the job's fields).
@@ -116,9 +123,16 @@ function ops.post_held(...)
 end
 
 -- Held job id, named by its key's record: claimable (or delayed, or waiting for its dependencies); a job not
--- held stays as it is. 'ok', or 'gone' if nothing of it is left (dropped, or settled and expired).
+-- held stays as it is; a held job trashed meanwhile (cancelled) no longer waits for its key there (requeue).
+-- 'ok'; 'dropped' if it was dropped (drop_held: its post is to be made again); 'gone' if nothing of it is
+-- left otherwise (released, then settled and expired: its post is done).
 function ops.release(id)
-  local j = redis.call('ZREM', P .. 'kh', id) == 1 and get(id)
+  if redis.call('EXISTS', P .. 'dropped:' .. id) == 1 then return reply('dropped') end
+  local held = redis.call('ZREM', P .. 'kh', id) == 1
+  local j = held and get(id)
+  if held and not j and redis.call('EXISTS', P .. 'tr:' .. id) == 1 then
+    redis.call('HINCRBY', P .. 'tr:' .. id, 'pend', -1)
+  end
   if j and j.st == 'w' and redis.call('HINCRBY', jk(id), 'pend', -1) <= 0 then
     if j.nb ~= '' and tonumber(j.nb) > now() then
       redis.call('HSET', jk(id), 'st', 'd')
@@ -134,12 +148,17 @@ function ops.release(id)
 end
 
 -- Held job id, whose key's record names another job: removed as if never posted ('kept' if it is not held:
--- released, never held, or no longer waiting: cancelled and requeued meanwhile). A job depended on meanwhile
--- goes to the trash with its dependents.
-function ops.drop_held(id, retention)
+-- released, never held, or no longer waiting: cancelled and requeued meanwhile); 'dropped:<id>' stays for
+-- keep_ms (release answers 'dropped'). A job depended on meanwhile goes to the trash with its dependents; one
+-- trashed meanwhile (cancelled) stays there, no longer waiting for its key.
+function ops.drop_held(id, retention, keep_ms)
   if redis.call('ZREM', P .. 'kh', id) == 0 then return reply('kept') end
+  redis.call('SET', P .. 'dropped:' .. id, '1', 'PX', tonumber(keep_ms) or 60000)
   local j = get(id)
-  if not j then return reply('ok') end
+  if not j then
+    if redis.call('EXISTS', P .. 'tr:' .. id) == 1 then redis.call('HINCRBY', P .. 'tr:' .. id, 'pend', -1) end
+    return reply('ok')
+  end
   if j.st ~= 'w' then return reply('kept') end
   redis.call('ZREM', P .. 'lkp', id)
   redis.call('HDEL', P .. 'lkn', id)
@@ -177,7 +196,7 @@ function ops.key_take(key, id, check_ms)
     local found = keyed_reply(v)
     if found then return found end
   end
-  if v ~= id then redis.call('SET', k, id) end
+  if v ~= id then redis.call('SET', k, id) else redis.call('PERSIST', k) end  -- named again (requeue): kept
   redis.call('ZADD', P .. 'kf', 'NX', now() + tonumber(check_ms), key)
   return reply('mine')
 end
@@ -214,6 +233,25 @@ end
 
 -- A board's sweep of this partition's keys, one call: {held_keys(ms)'s list, keys_due()'s list}.
 function ops.key_sweep(ms) return reply('ok', {ops.held_keys(ms)[2], ops.keys_due()[2]}) end
+
+-- An outbox entry forwarded: job id (another partition's), which the key's record may name, was settled: the
+-- record expires after the key's retention (ms; 0: at once), as on one slot, and needs no check. 'ok', or
+-- 'moved' (it names another job, or none).
+function ops.key_settled(key, id, retention)
+  local k = P .. 'k:' .. key
+  if redis.call('GET', k) ~= id then return reply('moved') end
+  if tonumber(retention) > 0 then redis.call('PEXPIRE', k, retention) else redis.call('DEL', k) end
+  redis.call('ZREM', P .. 'kf', key)
+  return reply('ok')
+end
+
+-- A requeued job id of this partition whose key's record (another partition's) names another job: it loses
+-- its key, as on one slot when the key went to another job.
+function ops.key_clear(id, key)
+  if redis.call('EXISTS', P .. 'tr:' .. id) == 1 then redis.call('HSET', P .. 'tr:' .. id, 'key', '') end
+  if redis.call('GET', P .. 'k:' .. key) == id then redis.call('DEL', P .. 'k:' .. key) end
+  return reply('ok')
+end
 
 -- The key's next check in ms (its job was found on the board).
 function ops.key_later(key, ms)

@@ -157,7 +157,7 @@ class SpreadBackend(Backend):
         await self.part_of(claim.job.id).report_progress(claim, progress)
 
     async def requeue(self, job_id: str, reset_attempts: bool) -> Job:
-        return await self.part_of(job_id).requeue(job_id, reset_attempts)
+        return await self.keys.requeue(self.part_of(job_id), job_id, reset_attempts)  # a key elsewhere: taken again
 
     async def purge(self, older_than: float) -> int:
         return sum(await self._each([part.purge(older_than) for part in self.parts]))

@@ -5,10 +5,12 @@ adds the dependent to the dependency's ``dents`` there); a dependency gone by th
 (``unlink`` the links made, ``unpost`` the dependent: ``DependencyMissing``, as on one slot). A consume or
 trash of a dependency with dependents elsewhere writes entries to its partition's outbox in the same call;
 :class:`Forwarder` sends each one to the dependent's partition (``deliver``: the result, once; ``cascade``:
-to the trash) and then removes it: at least once, applied once. The board whose call wrote the entries
-forwards them before that call returns; every board also sweeps the outboxes every :data:`SWEEP` seconds,
-for entries whose writer died before forwarding them, and links (or undoes) the dependents still pending
-past the retry window (their poster died between the post and its links).
+to the trash) and then removes it: at least once, applied once. A settle of a keyed job whose key's record is
+in another partition writes an entry too (``key``: that record expires after the key's retention if it still
+names the job, ``key_settled``). The board whose call wrote the entries forwards them before that call
+returns; every board also sweeps the outboxes every :data:`SWEEP` seconds, for entries whose writer died
+before forwarding them, and links (or undoes) the dependents still pending past the retry window (their
+poster died between the post and its links).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from jobboard.job import Job
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.posting import arguments, job_from_reply
 from jobboard_redis.records import text
+from jobboard_redis.spread.layout import partition_of
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +51,11 @@ class Forwarder:
         while entries := await part.client.command("LRANGE", key, 0, BATCH - 1):
             for entry in entries:
                 kind, dependent, dependency, payload = msgpack.unpackb(entry, raw=True)
+                if kind == b"key":  # a job settled whose key's record is elsewhere: (key, job, retention ms)
+                    home = self.parts[partition_of(text(dependent), len(self.parts))]
+                    await home._call("key_settled", "", dependent, dependency, payload)
+                    await part.client.command("LREM", key, 1, entry)
+                    continue
                 target = self.part_of(text(dependent))
                 if kind == b"deliver":
                     await target._call("deliver", "", dependent, dependency, payload)
