@@ -149,9 +149,13 @@ async def test_a_killed_holders_permit_comes_back_when_its_job_is_claimable_agai
                                         env={**os.environ, "PYTHONPATH": str(ROOT)})
         try:
             assert proc.stdout is not None
-            held = await proc.stdout.receive()
+            try:
+                held = await proc.stdout.receive()
+            except anyio.EndOfStream:  # the holder ended without a claim
+                held = b""
             if held.decode().strip() != first.id:  # seen once in 62 runs before 0896b1a (issue 27): say why
-                proc.kill()
+                if proc.returncode is None:
+                    proc.kill()
                 await proc.wait()
                 assert proc.stderr is not None
                 told = b"".join([chunk async for chunk in proc.stderr]).decode(errors="replace")
