@@ -18,10 +18,8 @@ What a backend author needs is importable from this module: the requests, the er
 from __future__ import annotations
 
 import abc
-import asyncio
 import enum
-import logging
-from collections.abc import AsyncIterator, Collection, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +38,7 @@ from jobboard.board.codec import (
 from jobboard.board.events import Event, EventHub, EventKind
 from jobboard.board.inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused, Rate, limit_from, limit_record
+from jobboard.board.services import BoardServices
 from jobboard.board.url import (
     COMMON_OPTIONS,
     BoardURL,
@@ -89,9 +88,6 @@ __all__ = [
     "limit_from", "limit_record", "non_negative_float", "parse_options", "parse_url", "positive_float",
     "positive_int", "progress_from", "progress_record", "wanted",
 ]
-
-logger = logging.getLogger("jobboard.board")
-
 
 @dataclass(slots=True)
 class Prepared:
@@ -143,41 +139,6 @@ class Settle:
     connection: Any = None
     """``CONSUME``: the caller's own open database connection to settle in (transactional completion), or
     ``None``; a backend that cannot raises ``Unsupported`` when it is given."""
-
-
-class BoardServices:
-    """What a board lends its backend: the event hub, skip-and-report, background tasks (one per board; a
-    backend wrapper hands its inner backend the same one)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.hub = EventHub()
-        """The board's event fan-out: the backend publishes, ``JobBoard.events`` subscribes."""
-        self.reported: set[str] = set()
-        """Malformed entries already reported (each is reported once per board)."""
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def report_malformed(self, job_id: str, what: str = "not a valid posting") -> None:
-        """Skip-and-report: log ``job_id`` once and publish one ``MALFORMED`` event."""
-        if job_id not in self.reported:
-            self.reported.add(job_id)
-            logger.warning("skipping malformed entry %s on %s", job_id, self.url)
-            self.hub.publish(Event(EventKind.MALFORMED, job_id, what))
-
-    def spawn(self, work: Coroutine[Any, Any, None], name: str | None = None) -> asyncio.Task[None]:
-        """Run ``work`` in the background until it ends or :meth:`cancel_tasks` (a strong reference is kept)."""
-        task = asyncio.get_running_loop().create_task(work, name=name)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        return task
-
-    async def cancel_tasks(self) -> None:
-        """Cancel every background task and wait for them to end."""
-        tasks = list(self.tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Backend(abc.ABC):
@@ -367,9 +328,24 @@ class Backend(abc.ABC):
         raise Unsupported(f"{type(self).__name__} cannot requeue from its trash")
 
     async def release(self, claim: Claim) -> None:
-        """Give back a claim whose job never started (claim-ahead), claimable at once, fenced as a settle;
-        its attempt uncounted where the backend can (default: an abandon, which leaves it counted)."""
+        """Give back a claim whose job never started (claim-ahead; nothing checks it did not), claimable at
+        once, fenced as a settle, its attempt uncounted where overridden (default: an abandon, counted)."""
         await self.settle(claim, Settle(SettleAction.ABANDON))
+
+    async def claim_lost(self, claim: Claim) -> str | None:
+        """Why ``claim`` is not current (cancelled, session lost...), or ``None``: what the board knows, else a
+        read. Default: state and owner (2 reads; a lost session's claim not yet released looks current)."""
+        if (state := await self.state(claim.job.id)) is not JobState.CLAIMED:
+            return str(state.value)
+        return None if await self.owner(claim.job.id) == claim.owner else "claimed again"
+
+    @property
+    def releases_uncounted(self) -> bool:  # a wrapper says its inner's, as for the two below
+        return type(self).release is not Backend.release
+
+    @property
+    def claims_many_at_once(self) -> bool:
+        return type(self).claim_many is not Backend.claim_many
 
     # -- optional: flow control (the guarantees: jobboard.board.limits; all six, and every claim path) --
     @property

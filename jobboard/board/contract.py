@@ -347,7 +347,7 @@ class JobBoard:
     @property
     def claims_many_at_once(self) -> bool:
         """Whether :meth:`claim_many` is one backend call (the backend implements it), not a loop of claims."""
-        return type(self.backend).claim_many is not Backend.claim_many
+        return self.backend.claims_many_at_once
 
     async def watch_claim(self, claim: Claim) -> str:
         """Wait until ``claim`` stops being current and return why.
@@ -402,7 +402,9 @@ class JobBoard:
     async def release(self, claim: Claim) -> None:
         """Give back a claim whose job was never started (a claim made ahead, at a worker's stop): the job is
         claimable again at once, and where the backend can (:attr:`releases_uncounted`) the attempt its claim
-        counted is uncounted; elsewhere it is an :meth:`abandon`. Fenced like a settle.
+        counted is uncounted; elsewhere it is an :meth:`abandon`. Fenced like a settle. Nothing checks that
+        the job did not start: a handler that releases its own claim after working gets attempts without end
+        (past ``max_attempts``); a failed attempt is an :meth:`abandon`.
 
         :raises ClaimLost: the claim is not current (nothing is changed).
         :raises NotOwner: the claim's owner does not hold the job.
@@ -413,7 +415,7 @@ class JobBoard:
     @property
     def releases_uncounted(self) -> bool:
         """Whether :meth:`release` uncounts the claim's attempt (the backend implements it)."""
-        return type(self.backend).release is not Backend.release
+        return self.backend.releases_uncounted
 
     async def trash(self, claim: Claim, reason: str, *, error: LastError | None = None) -> None:
         """Remove the job to the trash with ``reason``; its dependents follow it there.

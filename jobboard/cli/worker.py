@@ -16,6 +16,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.cli.command import CommandError, UsageError, seconds, whole_number
 from jobboard.cli.observe import WorkerExtras, worker_options
 from jobboard.cli.output import print_json
+from jobboard.errors import Unsupported
 from jobboard.observe import logs
 from jobboard.worker.conductor import Worker, WorkerConfig, default_owner
 from jobboard.worker.early_signals import catch_early_signals
@@ -127,7 +128,10 @@ async def run_worker(board: JobBoard, args: argparse.Namespace) -> int:
     handler = load_handler(args.handlers)
     config = worker_config(args)
     extras = WorkerExtras(args)
-    worker = Worker(await extras.board(board), handler, config, middleware=extras.middleware)
+    try:
+        worker = Worker(await extras.board(board), handler, config, middleware=extras.middleware)
+    except Unsupported as error:  # e.g. --prefetch on a board that cannot give a job back uncounted
+        raise UsageError(str(error)) from error
     print(f"worker {worker.owner} on {board.url} (concurrency {config.concurrency})", flush=True)
     stats = await extras.run(worker)
     print(f"worker {worker.owner} stopped: {stats.summary()}", flush=True)

@@ -106,24 +106,53 @@ class TracedBackend(WrappedBackend):
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         return await self._claiming(lambda: self.inner.claim_next(owner, names), owner)
 
+    async def claim_many(self, owner: str, names: Collection[str] | None, count: int) -> list[Claim]:
+        """One ``claim`` span per claim made (where the inner backend loops, each is its ``claim_next``'s)."""
+        if not self.inner.claims_many_at_once:
+            return await super().claim_many(owner, names, count)
+        started = time.time_ns()
+        try:
+            claims = await self.inner.claim_many(owner, names, count)
+        except Exception as error:
+            self._failed_claim(error, owner, started)
+            raise
+        for claim in claims:
+            self._claimed(claim, owner, started)
+        return claims
+
+    async def release(self, claim: Claim) -> None:
+        if not self.inner.releases_uncounted:
+            return await super().release(claim)  # an abandon: this wrapper's settle makes its span
+        with self.tracer.start_as_current_span(
+                f"release {claim.job.name}", context=producer_context(claim.job), kind=SpanKind.CLIENT,
+                attributes=_attributes("release", "settle", claim.job, {
+                    "jobboard.owner": claim.owner, "jobboard.generation": claim.generation})):
+            await self.inner.release(claim)
+
     async def _claiming(self, call: Callable[[], Awaitable[Claim | None]], owner: str) -> Claim | None:
         """A claim's span is made once the claim is known, so that its parent can be the producer's."""
         started = time.time_ns()
         try:
             claim = await call()
         except Exception as error:
-            span = self.tracer.start_span("claim", kind=SpanKind.CONSUMER, start_time=started,
-                                          attributes=_attributes("claim", "receive", None, {"jobboard.owner": owner}))
-            span.record_exception(error)
-            span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
-            span.end()
+            self._failed_claim(error, owner, started)
             raise
         if claim is not None:
-            self.tracer.start_span(
-                f"claim {claim.job.name}", context=producer_context(claim.job), kind=SpanKind.CONSUMER,
-                start_time=started, attributes=_attributes("claim", "receive", claim.job, {
-                    "jobboard.owner": owner, "jobboard.generation": claim.generation})).end()
+            self._claimed(claim, owner, started)
         return claim
+
+    def _failed_claim(self, error: Exception, owner: str, started: int) -> None:
+        span = self.tracer.start_span("claim", kind=SpanKind.CONSUMER, start_time=started,
+                                      attributes=_attributes("claim", "receive", None, {"jobboard.owner": owner}))
+        span.record_exception(error)
+        span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+        span.end()
+
+    def _claimed(self, claim: Claim, owner: str, started: int) -> None:
+        self.tracer.start_span(
+            f"claim {claim.job.name}", context=producer_context(claim.job), kind=SpanKind.CONSUMER,
+            start_time=started, attributes=_attributes("claim", "receive", claim.job, {
+                "jobboard.owner": owner, "jobboard.generation": claim.generation})).end()
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
         extra: dict[str, Any] = {}

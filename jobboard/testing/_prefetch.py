@@ -2,7 +2,8 @@
 
 ``claim_many`` is what as many ``claim_next`` calls would claim, in their order, each its own fenced claim,
 flow control checked job by job; every backend passes (the default loops ``claim_next``). ``release``
-makes the job claimable at once; a backend that implements it (``releases_uncounted``) uncounts the attempt.
+makes the job claimable at once; a backend that implements it (``releases_uncounted``) uncounts the attempt,
+and a worker refuses ``prefetch`` on one that does not. ``claim_lost`` says why a claim is not current.
 """
 
 from __future__ import annotations
@@ -11,10 +12,16 @@ import anyio
 import pytest
 
 from jobboard.board.contract import JobBoard
-from jobboard.errors import ClaimLost, InvalidJob
+from jobboard.errors import ClaimLost, InvalidJob, Unsupported
 from jobboard.job import JobState, Priority
 from jobboard.testing._base import BoardOpener, bounded, listed, listed_ids
 from jobboard.testing._limits import FlowControlBase
+from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import JobContext
+
+
+async def nothing(ctx: JobContext) -> None:
+    """A handler that is never run."""
 
 
 class PrefetchConformance(FlowControlBase):
@@ -88,12 +95,31 @@ class PrefetchConformance(FlowControlBase):
         with pytest.raises(ClaimLost):
             await board.consume(held)
         assert job.id in await listed_ids(board, only_unclaimed=True)
-        if not board.releases_uncounted:
-            return  # an abandon: the attempt stays counted
+        if not board.releases_uncounted:  # an abandon: the attempt stays counted, so a worker refuses prefetch
+            assert (await board.get(job)).attempts == 1
+            with pytest.raises(Unsupported, match="prefetch"):
+                Worker(board, nothing, WorkerConfig(prefetch=1))
+            return
         assert (await board.get(job)).attempts == 0
         again = await board.claim(job, "w2")  # not trashed for its max_attempts=1
         assert again.job.attempts == 1
         await board.consume(again)
+
+    @bounded
+    async def test_claim_lost_says_why_a_claim_is_not_current(self, board: JobBoard) -> None:
+        """``Backend.claim_lost`` (a worker checks a claim it held ahead before starting it): ``None`` for a
+        current claim; a reason once it was cancelled, consumed, released or claimed again."""
+        jobs = [await board.post("a") for _ in range(4)]
+        claims = {claim.job.id: claim for claim in await board.claim_many("w", 4)}
+        cancelled, consumed, released, again = (claims[job.id] for job in jobs)
+        assert [await board.backend.claim_lost(claim) for claim in claims.values()] == [None] * 4
+        await board.cancel(cancelled.job, "not wanted")
+        await board.consume(consumed)
+        await board.release(released)
+        await board.abandon(again)
+        assert (await board.claim(again.job, "w2")).generation > again.generation
+        for claim in (cancelled, consumed, released, again):
+            assert await board.backend.claim_lost(claim) is not None, claim.job.id
 
     @bounded
     async def test_a_cancelled_claim_many_leaves_no_job_claimed(self, board: JobBoard) -> None:

@@ -26,7 +26,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError
 from jobboard.job import Claim
 from jobboard.schedules.scheduler import run_scheduler
-from jobboard.worker.ahead import ClaimAhead
+from jobboard.worker.ahead import ClaimAhead, check_prefetch
 from jobboard.worker.config import WorkerConfig, default_owner
 from jobboard.worker.entity import WorkerEntity
 from jobboard.worker.handlers import Handler, Handlers, Hook, Middleware, as_async
@@ -73,6 +73,8 @@ class WorkerStats:
     """Claims that found nothing right after the board offered work: another claimer was faster."""
     released: int = 0
     """Jobs claimed ahead (``prefetch``) and given back unstarted at the stop (not in ``claimed``)."""
+    dropped: int = 0
+    """Jobs claimed ahead and not started: found cancelled or lost meanwhile (not in ``claimed``)."""
 
     @property
     def abandoned(self) -> int:
@@ -107,6 +109,8 @@ class Worker:
     With a :class:`~jobboard.worker.handlers.Handlers` registry, only jobs whose names
     it handles are claimed (unless ``names`` says otherwise), and its hooks and
     middleware run before those given here.
+
+    :raises Unsupported: ``config.prefetch`` on a board that cannot give a job back with its attempt uncounted.
     """
 
     def __init__(
@@ -143,6 +147,7 @@ class Worker:
                                  lambda: self._stopping_since, names=self.names, take_next=self._take_next)
         prefetch = self.config.prefetch
         self._fused = board.fuses_consume_and_claim and not prefetch  # with prefetch, claims fill what is held
+        check_prefetch(board, prefetch)
         self._ahead = ClaimAhead(board, self.owner, self.names, prefetch) if prefetch else None
         self._cancel_new: str | None = None
         """Set once running jobs are cancelled (``stop(now=True)``, the drain's end): a job claimed by a
@@ -214,7 +219,7 @@ class Worker:
                 finally:  # jobs claimed ahead and not started go back at once
                     if self._ahead is not None:
                         await self._ahead.release_all(self.config.settle_timeout)
-                        self.stats.released = self._ahead.released
+                        self.stats.released, self.stats.dropped = self._ahead.released, self._ahead.dropped
                 await self._drain()
         finally:
             await self._entity.unregister()

@@ -1,12 +1,15 @@
 """A backend that forwards every call to another backend: the base of backend wrappers.
 
 Subclasses (:class:`~jobboard.wrappers.faulty.FaultyBackend`, :class:`~jobboard.observe.tracing.TracedBackend`)
-override what they change and inherit the rest, so an operation added to the interface is
-forwarded without touching each wrapper. A wrapper sits between the board (which has checked and
-encoded the request) and the backend (which does the I/O), so what it injects or observes happens
-where a backend's own behaviour would, the same for every backend. ``consume_and_claim_next`` is
-not forwarded whole: the interface's default calls the wrapper's own ``settle`` and ``claim_next``,
-so a wrapper sees both parts.
+override what they change and inherit the rest; every operation of the interface is forwarded here
+(an operation added to the interface must be added here too, or the wrapper gets the interface's
+default instead of the inner backend's: ``tests/board/test_wrapped.py`` checks none is missed). A
+wrapper sits between the board (which has checked and encoded the request) and the backend (which does
+the I/O), so what it injects or observes happens where a backend's own behaviour would, the same for
+every backend. ``consume_and_claim_next`` is not forwarded whole: the interface's default calls the
+wrapper's own ``settle`` and ``claim_next``, so a wrapper sees both parts; likewise ``claim_many`` and
+``release`` where the inner backend has only the interface's default (a loop of ``claim_next``, an
+abandon), and are forwarded whole where it implements them.
 """
 
 from __future__ import annotations
@@ -68,6 +71,28 @@ class WrappedBackend(Backend):
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
         await self.inner.settle(claim, settle)
+
+    async def claim_many(self, owner: str, names: Collection[str] | None, count: int) -> list[Claim]:
+        if self.inner.claims_many_at_once:
+            return await self.inner.claim_many(owner, names, count)
+        return await super().claim_many(owner, names, count)  # this wrapper's claim_next, in a loop
+
+    @property
+    def claims_many_at_once(self) -> bool:
+        return self.inner.claims_many_at_once
+
+    async def release(self, claim: Claim) -> None:
+        if self.inner.releases_uncounted:
+            await self.inner.release(claim)
+        else:
+            await super().release(claim)  # an abandon, through this wrapper's settle
+
+    @property
+    def releases_uncounted(self) -> bool:
+        return self.inner.releases_uncounted
+
+    async def claim_lost(self, claim: Claim) -> str | None:
+        return await self.inner.claim_lost(claim)
 
     async def watch_claim(self, claim: Claim) -> str:
         return await self.inner.watch_claim(claim)

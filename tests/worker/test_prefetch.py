@@ -3,17 +3,29 @@ held claimed and unstarted, run in the board's order, and given back at once whe
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import anyio
 import pytest
 
 from jobboard import JobBoard, JobContext, JobState, Priority, open_board
+from jobboard.backend import Backend
+from jobboard.cli.app import main
+from jobboard.errors import Unsupported
 from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard.worker.handlers import as_async
+from jobboard_memory import MemoryBackend
+from jobboard_redis.board import RedisBackend
+from tests.support.pgserver import postgresql_url  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -21,13 +33,45 @@ HANDLERS = "tests.support.cli_handlers:handlers"
 SESSION_TIMEOUT = 30  # far longer than the test waits: a held job back on the board was given back
 
 
+ALL = ["memory", "sqlite", "postgresql", "redis", "redis-traced", "zookeeper"]
+"""Every backend whose release gives a job back uncounted, and a wrapped board (``--trace``)."""
+
+
 def board_url(backend: str, redis_url: str) -> str:
     name = f"prefetch-{uuid.uuid4().hex}"
     return f"{redis_url}/0/{name}?session_timeout={SESSION_TIMEOUT}" if backend == "redis" else f"memory://{name}"
 
 
+@contextlib.asynccontextmanager
+async def any_board(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobBoard]:
+    """A fresh board on ``backend`` (one of :data:`ALL`; ``-traced``: in a TracedBoard, as ``--trace`` runs)."""
+    kind, _, wrapper = backend.partition("-")
+    name = f"prefetch{uuid.uuid4().hex[:12]}"
+    url = {"memory": lambda: f"memory://{name}", "sqlite": lambda: f"sqlite:///{tmp_path}/b.db?board={name}",
+           "postgresql": lambda: f"{request.getfixturevalue('postgresql_url')}?board={name}&schema=prefetch",
+           "redis": lambda: board_url("redis", request.getfixturevalue("redis_url")),
+           "zookeeper": lambda: f"zookeeper://{request.getfixturevalue('zk_hosts')}/prefetch/{name}?session_timeout=4",
+           }[kind]()
+    async with open_board(url) as board:
+        if wrapper != "traced":
+            yield board
+            return
+        from jobboard.observe.tracing import TracedBoard
+        yield TracedBoard(board)
+
+
 async def nothing(ctx: JobContext) -> None:
     """A handler that does nothing."""
+
+
+async def until(check: Callable[[], Awaitable[object] | object], what: str) -> None:
+    """Until ``check()`` is truthy (polled every 10 ms, 20 s at most)."""
+    for _ in range(2000):
+        answer = check()
+        if await answer if inspect.isawaitable(answer) else answer:
+            return
+        await anyio.sleep(0.01)
+    pytest.fail(f"{what} never came")
 
 
 async def claimed_by(board: JobBoard, jobs: list[str]) -> list[str | None]:
@@ -55,10 +99,12 @@ async def test_a_worker_holds_at_most_prefetch_jobs_and_runs_them_in_order(backe
     assert (stats.claimed, stats.consumed, stats.released) == (7, 7, 0)
 
 
-@pytest.mark.parametrize("backend", ["memory", "redis"])
-async def test_stop_gives_back_the_jobs_held_ahead(backend: str, redis_url: str) -> None:
-    with anyio.fail_after(30):
-        async with open_board(board_url(backend, redis_url)) as board:
+@pytest.mark.parametrize("backend", ALL)
+async def test_stop_gives_back_the_jobs_held_ahead(backend: str, request: pytest.FixtureRequest,
+                                                   tmp_path: Path) -> None:
+    """Held jobs of ``max_attempts=1`` given back at a stop run later (review A1: an abandon trashed them)."""
+    with anyio.fail_after(40):
+        async with any_board(backend, request, tmp_path) as board:
             first = await board.post("echo", priority=Priority.HIGH)
             rest = [(await board.post("echo", max_attempts=1)).id for _ in range(4)]
             started = anyio.Event()
@@ -76,8 +122,6 @@ async def test_stop_gives_back_the_jobs_held_ahead(backend: str, redis_url: str)
             assert await board.owner(first) is None  # abandoned at the grace period's end
             assert await claimed_by(board, rest) == [None] * 4
             assert (worker.stats.claimed, worker.stats.abandoned_on_shutdown, worker.stats.released) == (1, 1, 3)
-            if not board.releases_uncounted:
-                return  # given back as an abandon: the attempt stays counted
             assert [(await board.get(job)).attempts for job in rest] == [0] * 4
             done = await Worker(board, nothing, WorkerConfig(burst=True)).run()
             assert done.consumed == 5  # max_attempts=1, given back unstarted: not trashed
@@ -125,3 +169,78 @@ def test_sigterm_gives_back_the_jobs_held_ahead_at_once(redis_url: str) -> None:
             return [await board.state(job) for job in rest]
 
     assert anyio.run(rest_run, url) == [JobState.COMPLETE] * 4
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis", "zookeeper"])
+async def test_a_job_cancelled_while_held_ahead_is_not_started(backend: str, request: pytest.FixtureRequest,
+                                                               tmp_path: Path) -> None:
+    """Review A2: a held job cancelled before its slot frees is dropped, not run (a plain handler in a thread
+    would run to its end before the claim watcher's answer)."""
+    with anyio.fail_after(30):
+        async with any_board(backend, request, tmp_path) as board:
+            first = await board.post("x", priority=Priority.HIGH)
+            held = await board.post("x")
+            go_on = threading.Event()
+            ran: list[str] = []
+
+            def handler(ctx: JobContext) -> None:
+                ran.append(ctx.job.id)
+                if ctx.job.id == first.id:
+                    go_on.wait(20)
+
+            worker = Worker(board, as_async(handler), WorkerConfig(prefetch=1, burst=True))
+            async with anyio.create_task_group() as group:
+                group.start_soon(worker.run)
+                await until(lambda: board.owner(held), "the job held ahead")
+                await board.cancel(held, "not wanted any more")
+                go_on.set()
+    assert ran == [first.id], worker.stats.as_dict()
+    assert (worker.stats.claimed, worker.stats.dropped, worker.stats.released) == (1, 1, 0)
+
+
+async def test_a_job_held_ahead_across_a_lost_session_is_not_started(redis_url: str) -> None:
+    """Review A2: the board's session lost while a job is held (its entry expired, as after a stall past the
+    session timeout: its claims are anyone's): the held claim of the lost session is dropped, not started."""
+    with anyio.fail_after(40):
+        async with open_board(f"{redis_url}/0/prefetch-{uuid.uuid4().hex}?session_timeout=2") as board:
+            first = await board.post("x", priority=Priority.HIGH)
+            held = await board.post("x")
+            started: list[tuple[str, int]] = []
+
+            async def handler(ctx: JobContext) -> None:
+                started.append((ctx.job.id, ctx.claim.generation))
+                if ctx.job.id == first.id and len(started) == 1:
+                    await anyio.sleep(30)
+
+            worker = Worker(board, handler, WorkerConfig(prefetch=1, burst=True))
+            ahead = worker._ahead
+            assert ahead is not None
+            async with anyio.create_task_group() as group:
+                group.start_soon(worker.run)
+                await until(lambda: ahead.held, "a job held ahead")
+                stale = ahead.held[0]
+                assert stale.job.id == held.id
+                backend = board.backend
+                assert isinstance(backend, RedisBackend)
+                await backend.client.command("ZADD", backend.options.prefix + "sessions", 0, backend.session.id)
+    assert (held.id, stale.generation) not in started, (started, worker.stats.as_dict())
+    assert worker.stats.dropped == 1 and held.id in {job for job, _ in started}  # run under its new claim
+
+
+def test_prefetch_is_refused_where_release_counts_an_attempt(monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A board whose release is the interface's abandon (a third-party backend, the spread board): the worker
+    refuses prefetch at once (Unsupported), the CLI with exit 2 and one line naming the backend."""
+    monkeypatch.setattr(MemoryBackend, "release", Backend.release)
+
+    async def refused() -> None:
+        async with open_board(f"memory://prefetch-{uuid.uuid4().hex}") as board:
+            assert not board.releases_uncounted
+            with pytest.raises(Unsupported, match="MemoryBackend"):
+                Worker(board, nothing, WorkerConfig(prefetch=2))
+            assert Worker(board, nothing, WorkerConfig(prefetch=0)).config.prefetch == 0
+
+    anyio.run(refused)
+    assert main(["worker", f"memory://p-{uuid.uuid4().hex}", "--handlers", HANDLERS, "--prefetch", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "prefetch 2" in err[0] and "MemoryBackend" in err[0], err

@@ -215,6 +215,15 @@ class MemoryBackend(Backend):
         else:
             store.move_to_trash(entry, settle.reason, wall_clock())
 
+    async def release(self, claim: Claim) -> None:
+        """Uncounted: the attempt its claim counted is taken back in the same step."""
+        entry = self._store.current(claim)
+        entry.posting = entry.posting.counted(max(0, entry.posting.attempts - 1), None)
+        self._store.release(entry, None, f"given back unstarted by {claim.owner}")
+
+    async def claim_lost(self, claim: Claim) -> str | None:
+        return self._store.lost_because(claim)
+
     async def cancel(self, job_id: str, reason: str) -> None:
         self._store.cancel(job_id, reason, wall_clock())
 

@@ -36,7 +36,7 @@ from jobboard.backend import (
     TrashedJob,
 )
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused
-from jobboard.errors import JobBoardError
+from jobboard.errors import ClaimLost, JobBoardError, NotOwner
 from jobboard_postgresql import schema
 from jobboard_postgresql.claiming import Claiming, given_back
 from jobboard_postgresql.cycles import Cycles
@@ -241,6 +241,24 @@ class PostgresBackend(Backend):
         if settle.action is SettleAction.ABANDON or settle.action is SettleAction.CONSUME:
             self.waiting.work()
         self.waiting.outcome_signal.fire()
+
+    async def release(self, claim: Claim) -> None:
+        """Uncounted: ``jb.unclaim``, the fenced statement that gives back a cancelled claim (a retry after a
+        lost reply finds it given back: ``ClaimLost``). :raises ClaimLost: / :raises NotOwner:"""
+        job_id, s = int(claim.job.id) if is_job_id(claim.job.id) else 0, f'"{self.options.schema}"'
+        head = (self.options.board, job_id, claim.generation)
+        async with self._writing():
+            try:
+                given = await self.keeper.call("release", f"SELECT {s}.unclaim($1, $2, $3, $4)", *head, claim.owner)
+            finally:
+                self.waiting.settled(claim.job.id)
+        if not given:
+            owner = await self.keeper.call("release", f"SELECT owner FROM {s}.job WHERE board = $1 AND id = $2 AND "
+                                           "state = 1 AND gen = $3", *head)
+            if owner is not None and owner != claim.owner:
+                raise NotOwner(f"job {claim.job.id} is owned by {owner}, not {claim.owner}")
+            raise ClaimLost(f"claim of job {claim.job.id} (generation {claim.generation}) is no longer current")
+        self.waiting.work()
 
     async def watch_claim(self, claim: Claim) -> str:
         return await self.waiting.watch_claim(claim)

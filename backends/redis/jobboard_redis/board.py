@@ -36,7 +36,7 @@ from jobboard_redis.flow import FlowingRedis
 from jobboard_redis.notices import POLL, Notices
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
-from jobboard_redis.reads import claim_status, completion, job_state, read_listed, read_trashed
+from jobboard_redis.reads import completion, job_state, lost_claim, read_listed, read_trashed
 from jobboard_redis.records import (
     claim_refused,
     delay_ms,
@@ -278,15 +278,17 @@ class RedisBackend(FlowingRedis):
         if names is not None and not names:
             return []
         status, rows = await self._claiming("claim_many", owner, str(count), *sorted(names or ()))
-        claims = [await self._claim_read(owner, row) for row in (rows if status == "ok" else ())]
+        with anyio.CancelScope(shield=True):  # a cancel in a set-aside would lose the claims read before it
+            claims = [await self._claim_read(owner, row) for row in (rows if status == "ok" else ())]
         return [claim for claim in claims if claim is not None]
 
     async def watch_claim(self, claim: Claim) -> str:
-        if self._claims.get(claim.job.id, (None,))[0] == claim.generation:
-            with self.notices.watching():  # a claim of ours ended by another board's call is told to us
-                return await self._watch(claim)
-        with self.view.listening():  # another board's claim: its changes are read from the stream
+        ours = self._claims.get(claim.job.id, (None,))[0] == claim.generation  # ended by another's call: told us
+        with self.notices.watching() if ours else self.view.listening():  # another's claim: read from the stream
             return await self._watch(claim)
+
+    async def claim_lost(self, claim: Claim) -> str | None:
+        return await lost_claim(self.client, self._claims.get(claim.job.id), claim, self.session)
 
     async def _watch(self, claim: Claim) -> str:
         job = claim.job.id
@@ -294,12 +296,8 @@ class RedisBackend(FlowingRedis):
             if not self._open:
                 return "board closed"
             signal = self.view.job_signal(job)
-            mine = self._claims.get(job)
-            if mine is not None and mine[0] == claim.generation and (
-                    mine[1] != self.session.id or self.session.fenced):
-                return "session expired"
             try:
-                reason = await claim_status(self.client, job, claim.generation)
+                reason = await lost_claim(self.client, self._claims.get(job), claim, self.session)
             except BoardClosed:
                 return "board closed"
             except BackendUnavailable:  # fenced by the watchdog if it lasts

@@ -6,10 +6,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from jobboard.board.codec import MalformedEntry, decode_value
-from jobboard.job import Job, JobState, ListedJob, Outcome, TrashedJob
+from jobboard.job import Claim, Job, JobState, ListedJob, Outcome, TrashedJob
 from jobboard_redis.client import RedisClient
 from jobboard_redis.keep import with_progress
 from jobboard_redis.records import job_of, text
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from jobboard_redis.session import Session
 
 STATES = {b"c": JobState.CLAIMED, b"w": JobState.WAITING}
 CLAIMABLE = {b"u", b"d"}
@@ -59,6 +63,15 @@ async def claim_status(client: RedisClient, job: str, generation: int) -> str | 
     if int(stored or 0) != generation:
         return "claimed again"
     return None if state == b"c" else "released"
+
+
+async def lost_claim(client: RedisClient, mine: tuple[int, str] | None, claim: Claim, session: Session) -> str | None:
+    """Why ``claim`` is no longer current, or ``None``: "session expired" with no I/O when it was made under a
+    session this board has lost since (``mine``: this board's record of it, generation and session), else
+    :func:`claim_status`."""
+    if mine is not None and mine[0] == claim.generation and (mine[1] != session.id or session.fenced):
+        return "session expired"
+    return await claim_status(client, claim.job.id, claim.generation)
 
 
 async def completion(client: RedisClient, job: str) -> Outcome | None:

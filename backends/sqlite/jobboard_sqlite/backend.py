@@ -204,6 +204,11 @@ class SqliteBackend(Backend):
 
         return await self.claims.run(body)
 
+    async def release(self, claim: Claim) -> None:
+        """Uncounted: the attempt its claim counted is taken back in the same fenced write."""
+        why = f"given back unstarted by {claim.owner}"
+        await self._write(lambda conn, fx: writes.give_back(conn, self.scope, claim, why, fx))
+
     async def cancel(self, job_id: str, reason: str) -> None:
         await self._write(lambda conn, fx: writes.cancel(conn, self.scope, job_id, reason, time.time(), fx))
 

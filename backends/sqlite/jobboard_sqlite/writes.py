@@ -7,6 +7,7 @@ the transaction that writes it, so a stale claim (settled, released or claimed a
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -355,12 +356,15 @@ def _deliver(conn: sqlite3.Connection, scope: Scope, seq: int, result: bytes, fx
 
 def unclaim(conn: sqlite3.Connection, scope: Scope, claim: Claim, fx: Effects) -> None:
     """Undo a claim no caller received (cancelled): back on the board, its attempt not counted."""
-    try:
-        row = current(conn, scope, claim)
-    except (ClaimLost, NotOwner):
-        return
-    conn.execute("UPDATE jb_job SET attempts=attempts-1 WHERE board=? AND seq=?", (scope.board, row[0]))
-    release(conn, scope, row[0], None, f"claim by {claim.owner} cancelled", fx)
+    with contextlib.suppress(ClaimLost, NotOwner):
+        give_back(conn, scope, claim, f"claim by {claim.owner} cancelled", fx)
+
+
+def give_back(conn: sqlite3.Connection, scope: Scope, claim: Claim, why: str, fx: Effects) -> None:
+    """Back on the board, its attempt not counted (fenced). :raises ClaimLost: / :raises NotOwner:"""
+    row = current(conn, scope, claim)
+    conn.execute("UPDATE jb_job SET attempts=max(attempts-1, 0) WHERE board=? AND seq=?", (scope.board, row[0]))
+    release(conn, scope, row[0], None, why, fx)
 
 
 def report_progress(conn: sqlite3.Connection, scope: Scope, claim: Claim, progress: Progress) -> None:

@@ -221,6 +221,12 @@ class ZooKeeperBackend(Backend):
         else:
             await self._settler.trash(claim, settle.reason, settle.error)
 
+    async def release(self, claim: Claim) -> None:  # its attempt uncounted
+        await self._settler.give_back(claim)
+
+    async def claim_lost(self, claim: Claim) -> str | None:
+        return self._settler.lost_reason(claim) or await self._settler.why_lost(claim)
+
     async def watch_claim(self, claim: Claim) -> str:
         return await self._watcher.watch_claim(claim)
 

@@ -262,6 +262,17 @@ class Settler:
 
         await self._settle(claim, "abandon", build)
 
+    async def give_back(self, claim: Claim) -> None:
+        """An abandon that uncounts the claim's attempt (the posting rewritten at the claim's version)."""
+        job_id = claim.job.id
+
+        async def build(held: Held) -> list[Op]:
+            posting = decode_posting(held.posting)
+            raw = encode_posting(posting.counted(max(0, posting.attempts - 1), None))
+            return [SetData(self._paths.job(job_id), raw, claim.generation), *held.ends(self._paths.lock(job_id))]
+
+        await self._settle(claim, "give_back", build)
+
     async def trash(self, claim: Claim, reason: str, error: LastError | None = None) -> None:
         job_id = claim.job.id
         path = self._paths.job(job_id)

@@ -1,0 +1,48 @@
+"""What a board lends its backend (:class:`BoardServices`): the event hub, skip-and-report, background tasks.
+Re-exported by :mod:`jobboard.backend`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from jobboard.board.events import Event, EventHub, EventKind
+
+logger = logging.getLogger("jobboard.board")
+
+
+class BoardServices:
+    """What a board lends its backend: the event hub, skip-and-report, background tasks (one per board; a
+    backend wrapper hands its inner backend the same one)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.hub = EventHub()
+        """The board's event fan-out: the backend publishes, ``JobBoard.events`` subscribes."""
+        self.reported: set[str] = set()
+        """Malformed entries already reported (each is reported once per board)."""
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def report_malformed(self, job_id: str, what: str = "not a valid posting") -> None:
+        """Skip-and-report: log ``job_id`` once and publish one ``MALFORMED`` event."""
+        if job_id not in self.reported:
+            self.reported.add(job_id)
+            logger.warning("skipping malformed entry %s on %s", job_id, self.url)
+            self.hub.publish(Event(EventKind.MALFORMED, job_id, what))
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str | None = None) -> asyncio.Task[None]:
+        """Run ``work`` in the background until it ends or :meth:`cancel_tasks` (a strong reference is kept)."""
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def cancel_tasks(self) -> None:
+        """Cancel every background task and wait for them to end."""
+        tasks = list(self.tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
