@@ -226,6 +226,9 @@ class SpreadBackend(Backend):
         return jobs
 
     async def _first_work(self, names: Collection[str] | None) -> list[Job]:
+        """The first partition's answer; the other waits are cancelled and waited for (not past a cancellation
+        of the caller: they end in the background). Not ``gather``: the caller's cancel scope cancelled while it
+        waits would get a waiter's CancelledError, not its own, and let it out (the caller's task ended)."""
         tasks = [asyncio.ensure_future(part.wait(names)) for part in self.parts]
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -233,7 +236,8 @@ class SpreadBackend(Backend):
         finally:
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+                task.add_done_callback(_retrieved)
+            await asyncio.wait(tasks)
 
     async def wait_for_completion(self, job_id: str) -> Outcome:
         return await self.part_of(job_id).wait_for_completion(job_id)
@@ -281,6 +285,12 @@ class SpreadBackend(Backend):
 def _before(jobs: list[Job], beaten: float) -> list[Job]:
     """The first ``jobs`` (in board order) whose score is below ``beaten``."""
     return list(itertools.takewhile(lambda job: score_of(job) < beaten, jobs))
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A wait's outcome taken (one ended in the background is not reported as unretrieved)."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _collect(items: AsyncIterator[T]) -> list[T]:
