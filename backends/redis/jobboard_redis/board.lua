@@ -137,11 +137,11 @@ local function key_elsewhere(key)
   return crc % tonumber(n) ~= tonumber(k)
 end
 
--- A settled job's key keeps finding it for the retention (ms); its record is kept as long (told through the
--- outbox if in another partition: links.lua key_settled).
+-- A settled job's key keeps finding it for the retention (ms); its record is kept as long (in another partition:
+-- told through the outbox, with the next forwarding or sweep; links.lua key_settled).
 local function settle_key(j, record, retention)
   if j.key == '' then return end
-  if key_elsewhere(j.key) then outbox('key', j.key, j.id, tostring(retention)) end
+  if key_elsewhere(j.key) then redis.call('RPUSH', P .. 'out', cmsgpack.pack({'key', j.key, j.id, tostring(retention)})) end
   if retention <= 0 then
     redis.call('DEL', P .. 'k:' .. j.key)
   else

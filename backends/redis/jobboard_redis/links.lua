@@ -234,14 +234,24 @@ end
 -- A board's sweep of this partition's keys, one call: {held_keys(ms)'s list, keys_due()'s list}.
 function ops.key_sweep(ms) return reply('ok', {ops.held_keys(ms)[2], ops.keys_due()[2]}) end
 
--- An outbox entry forwarded: job id (another partition's), which the key's record may name, was settled: the
--- record expires after the key's retention (ms; 0: at once), as on one slot, and needs no check. 'ok', or
--- 'moved' (it names another job, or none).
-function ops.key_settled(key, id, retention)
-  local k = P .. 'k:' .. key
-  if redis.call('GET', k) ~= id then return reply('moved') end
-  if tonumber(retention) > 0 then redis.call('PEXPIRE', k, retention) else redis.call('DEL', k) end
-  redis.call('ZREM', P .. 'kf', key)
+-- Outbox entries forwarded, (key, id, retention) each: job id (another partition's), which the key's record may
+-- name, was settled: the record expires after the key's retention (ms; 0: at once), as on one slot, and needs
+-- no check. A record naming another job, or none, stays as it is.
+function ops.key_settled(...)
+  local a = {...}
+  for i = 1, #a - 2, 3 do
+    local key, k = a[i], P .. 'k:' .. a[i]
+    if redis.call('GET', k) == a[i + 1] then
+      if tonumber(a[i + 2]) > 0 then redis.call('PEXPIRE', k, a[i + 2]) else redis.call('DEL', k) end
+      redis.call('ZREM', P .. 'kf', key)
+    end
+  end
+  return reply('ok')
+end
+
+-- Outbox entries applied: removed (one of each).
+function ops.out_done(...)
+  for _, entry in ipairs({...}) do redis.call('LREM', P .. 'out', 1, entry) end
   return reply('ok')
 end
 

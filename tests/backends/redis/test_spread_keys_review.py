@@ -14,7 +14,7 @@ from jobboard import open_board
 from jobboard.errors import InvalidJob
 from jobboard_redis.board import RedisBackend
 from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401
-from tests.backends.redis.test_spread_keys import claimable, group_in, key_in, spread, url_of
+from tests.backends.redis.test_spread_keys import claimable, counting, group_in, key_in, spread, url_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -168,8 +168,9 @@ async def test_a_held_job_cancelled_meanwhile_can_be_requeued(cluster_seeds: str
 
 @pytest.mark.parametrize("retention", [0, 30])
 async def test_a_settle_makes_the_keys_record_elsewhere_expire(cluster_seeds: str, retention: int) -> None:  # noqa: F811
-    """A consume and a trash of jobs whose key's record is in another partition: the record expires after
-    key_retention (at once with 0) and leaves the checks' schedule, as on one slot; no sweep needed."""
+    """A consume and a trash of jobs whose key's record is in another partition: one call each (their entries
+    wait in the outbox for the next forwarding); forwarded, the record expires after key_retention (at once
+    with 0) and leaves the checks' schedule, as on one slot."""
     with anyio.fail_after(30):
         async with open_board(url_of(cluster_seeds, f"&key_retention={retention}")) as board:
             part = spread(board).parts[0]
@@ -180,13 +181,19 @@ async def test_a_settle_makes_the_keys_record_elsewhere_expire(cluster_seeds: st
                 assert await part.client.command("GET", prefix + "k:" + key) == job.id.encode()
                 assert await part.client.command("PTTL", prefix + "k:" + key) == -1
                 assert await part.client.command("ZSCORE", prefix + "kf", key) is not None
-            await board.consume(await board.claim(jobs[0], "w"))
-            await board.trash(await board.claim(jobs[1], "w"), "bad")
+            claims = [await board.claim(job, "w") for job in jobs]
+            calls = counting(spread(board))
+            await board.consume(claims[0])
+            await board.trash(claims[1], "bad")
+            assert calls == ["consume", "trash"]
+            group_part = spread(board).parts[1]
+            assert await group_part.client.command("LLEN", group_part.options.prefix + "out") == 2
+            await spread(board).links.forward(group_part)  # as the next forwarding or sweep does
+            assert calls[2:] == ["key_settled", "out_done"]
             for key in keys:
                 ttl = await part.client.command("PTTL", prefix + "k:" + key)
                 assert (ttl == -2) if retention == 0 else (0 < ttl <= retention * 1000), (key, ttl)
                 assert await part.client.command("ZSCORE", prefix + "kf", key) is None
-            group_part = spread(board).parts[1]
             assert await group_part.client.command("LLEN", group_part.options.prefix + "out") == 0
 
 

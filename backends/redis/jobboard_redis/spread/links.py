@@ -7,8 +7,8 @@ trash of a dependency with dependents elsewhere writes entries to its partition'
 :class:`Forwarder` sends each one to the dependent's partition (``deliver``: the result, once; ``cascade``:
 to the trash) and then removes it: at least once, applied once. A settle of a keyed job whose key's record is
 in another partition writes an entry too (``key``: that record expires after the key's retention if it still
-names the job, ``key_settled``). The board whose call wrote the entries forwards them before that call
-returns; every board also sweeps the outboxes every :data:`SWEEP` seconds, for entries whose writer died
+names the job, ``key_settled``; not urgent: it goes with the next forwarding or sweep, several in one call).
+The board whose call wrote the other entries forwards them before that call returns; every board also sweeps the outboxes every :data:`SWEEP` seconds, for entries whose writer died
 before forwarding them, and links (or undoes) the dependents still pending past the retry window (their
 poster died between the post and its links).
 """
@@ -49,12 +49,14 @@ class Forwarder:
         :raises JobBoardError: a partition could not be reached (the entries left are swept later)."""
         key = part.options.prefix + "out"
         while entries := await part.client.command("LRANGE", key, 0, BATCH - 1):
+            settled: dict[int, list[bytes | int]] = {}  # a job settled whose key's record is elsewhere
+            applied: list[bytes] = []
             for entry in entries:
                 kind, dependent, dependency, payload = msgpack.unpackb(entry, raw=True)
-                if kind == b"key":  # a job settled whose key's record is elsewhere: (key, job, retention ms)
-                    home = self.parts[partition_of(text(dependent), len(self.parts))]
-                    await home._call("key_settled", "", dependent, dependency, payload)
-                    await part.client.command("LREM", key, 1, entry)
+                if kind == b"key":  # (key, job, retention ms): applied together per partition, below
+                    settled.setdefault(partition_of(text(dependent), len(self.parts)), []).extend(
+                        (dependent, dependency, payload))
+                    applied.append(entry)
                     continue
                 target = self.part_of(text(dependent))
                 if kind == b"deliver":
@@ -62,6 +64,16 @@ class Forwarder:
                 else:
                     await target._call("cascade", "", dependent, payload, target._retention_ms)
                 await part.client.command("LREM", key, 1, entry)
+            await self._settle_keys(part, settled, applied)
+
+    async def _settle_keys(self, part: RedisBackend, settled: dict[int, list[bytes | int]],
+                           entries: list[bytes]) -> None:
+        """Apply ``settled`` (the key entries of ``part``'s outbox, by their records' partition), one call each,
+        then remove ``entries`` (theirs) in one call."""
+        for index, triples in settled.items():
+            await self.parts[index]._call("key_settled", "", *triples)
+        if entries:
+            await part._call("out_done", "", *entries)
 
     async def sweep_forever(self, *also: Callable[[RedisBackend], Awaitable[None]]) -> None:
         """Forward what others left in the outboxes (a board that died between a call and its forwarding),
