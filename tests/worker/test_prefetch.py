@@ -244,3 +244,32 @@ def test_prefetch_is_refused_where_release_counts_an_attempt(monkeypatch: pytest
     assert main(["worker", f"memory://p-{uuid.uuid4().hex}", "--handlers", HANDLERS, "--prefetch", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "prefetch 2" in err[0] and "MemoryBackend" in err[0], err
+
+
+async def test_a_claim_many_cancelled_during_a_set_aside_keeps_no_claim(redis_url: str,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review A7: redis:// ``claim_many`` reads its claims one by one, awaiting a malformed one's set-aside; a
+    cancel landing there lost the claims made after it (held by the board, neither returned nor given back)."""
+    with anyio.fail_after(20):
+        async with open_board(board_url("redis", redis_url)) as board:
+            backend = board.backend
+            assert isinstance(backend, RedisBackend)
+            prefix = backend.options.prefix
+            await backend.client.command("HSET", f"{prefix}job:999999", "p", b"\x93written by another tool",
+                                         "name", "x", "sc", "1", "st", "u", "gen", "0", "att", "0")
+            for index in ("all", "ready", "rn:x"):
+                await backend.client.command("ZADD", f"{prefix}{index}", "1", "999999")
+            jobs = [(await board.post("x")).id for _ in range(2)]
+            set_aside, claims = backend._set_aside, []
+            with anyio.CancelScope() as scope:
+
+                async def cancelled_meanwhile(job: str) -> None:  # the caller's cancel, landing in the set-aside
+                    scope.cancel()
+                    await set_aside(job)
+
+                monkeypatch.setattr(backend, "_set_aside", cancelled_meanwhile)
+                claims = await board.claim_many("w", 3)
+            monkeypatch.undo()
+            for claim in claims:  # returned to the caller: its to give back
+                await board.release(claim)
+            assert await claimed_by(board, jobs) == [None, None], "claims made, neither returned nor given back"
