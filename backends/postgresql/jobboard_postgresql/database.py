@@ -26,6 +26,7 @@ import asyncio
 import logging
 import random
 import re
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -115,6 +116,30 @@ async def _identify(connection: BoardConnection) -> None:
     connection.process = ServerProcess(row["pid"], row["backend_start"])
 
 
+def keep_alive(connection: asyncpg.Connection, user_timeout: float) -> None:
+    """TCP keepalives on a connection's socket (idle 1 s, then a probe a second, 3 unanswered: gone) and a
+    TCP user timeout (data unacknowledged that long: gone): a partitioned server is noticed by the kernel,
+    even while a statement waits for its reply. A Unix socket, or an option the platform lacks, is skipped."""
+    transport = getattr(connection, "_transport", None)  # asyncpg has no public accessor for its socket
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (("TCP_KEEPIDLE", 1), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", 3),
+                          ("TCP_USER_TIMEOUT", max(1000, int(user_timeout * 1000)))):
+        if hasattr(socket, option):
+            sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+def server_settings(options: Options) -> dict[str, str]:
+    """The settings of the board's pooled connections: a transaction left idle ends with the session timeout;
+    the server looks every second whether the client of a running statement is still there (PostgreSQL 14+),
+    and probes an idle client's socket as the client probes the server's (:func:`keep_alive`)."""
+    return {"idle_in_transaction_session_timeout": str(int(options.session_timeout * 1000)),
+            "client_connection_check_interval": "1000", "tcp_keepalives_idle": "1", "tcp_keepalives_interval": "1",
+            "tcp_keepalives_count": "3"}
+
+
 def gone_session(error: BaseException) -> int | None:
     """The session id of a ``JB001`` error (``jobboard session 3 is gone``), or ``None``."""
     found = re.search(r"session (\d+) is gone", str(error))
@@ -145,12 +170,18 @@ class Database:
         it if it is still its current one)."""
 
     async def open(self) -> None:
-        idle_tx = int(self.options.session_timeout * 1000)
+        """The pool; every statement on it has a client-side deadline (``command_timeout``: the options'
+        ``call_timeout``), its sockets keepalives (:func:`keep_alive`)."""
+        limit = self.options.call_timeout
+
+        async def init(connection: BoardConnection) -> None:
+            keep_alive(connection, limit)
+            await _identify(connection)
+
         self.pool = await self._retry_connect(lambda: asyncpg.create_pool(
             self.options.dsn, min_size=1, max_size=self.options.pool_size, timeout=self.options.connect_timeout,
-            server_settings={"idle_in_transaction_session_timeout": str(idle_tx)},
-            max_inactive_connection_lifetime=60.0, reset=_no_reset, connection_class=BoardConnection,
-            init=_identify))
+            command_timeout=limit, server_settings=server_settings(self.options),
+            max_inactive_connection_lifetime=60.0, reset=_no_reset, connection_class=BoardConnection, init=init))
 
     async def _retry_connect(self, connect: Callable[[], Awaitable[T]]) -> T:
         deadline = time.monotonic() + self.options.connect_timeout
@@ -194,7 +225,8 @@ class Database:
             running: ServerProcess | None = None
             """This attempt's server process, once its call is sent."""
             try:
-                async with pool.acquire() as connection:
+                async with pool.acquire(timeout=max(deadline - time.monotonic(), self.options.session_timeout)) \
+                        as connection:
                     if fence is not None:
                         await self._fence(connection, fence)
                         fence = None

@@ -76,6 +76,13 @@ class Options:
     def window(self) -> float:
         return 2 * self.session_timeout if self.retry_window is None else self.retry_window
 
+    @property
+    def call_timeout(self) -> float:
+        """Seconds one statement (or one connection's acquire) of a pooled call may go unanswered before its
+        connection is given up as lost (the client's own deadline: a partition or a frozen server sends no
+        error): the retry window, at least the session timeout."""
+        return max(self.window, self.session_timeout)
+
 
 def parse(url: str) -> Options:
     """:raises InvalidURL: a bad option value, or not a postgresql:// or postgres:// URL."""
