@@ -31,7 +31,8 @@ def redis_url() -> Iterator[str]:
 
 SERIAL_FILES = frozenset({
     # Faults, kills, failovers and outages, with bounds on how long the product takes to ride them out.
-    "tests/backends/postgresql/test_faults.py", "tests/backends/postgresql/test_processes.py",
+    "tests/backends/postgresql/test_faults.py", "tests/backends/postgresql/test_partition.py",
+    "tests/backends/postgresql/test_processes.py",
     "tests/backends/postgresql/test_retry_fence.py",
     "tests/backends/postgresql/test_session_renewal.py", "tests/backends/redis/test_cluster_failover.py",
     "tests/backends/redis/test_cluster_frozen.py", "tests/backends/redis/test_cluster_stall.py",
