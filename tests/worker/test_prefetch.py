@@ -171,7 +171,7 @@ def test_sigterm_gives_back_the_jobs_held_ahead_at_once(redis_url: str) -> None:
     assert anyio.run(rest_run, url) == [JobState.COMPLETE] * 4
 
 
-@pytest.mark.parametrize("backend", ["memory", "sqlite", "redis", "zookeeper"])
+@pytest.mark.parametrize("backend", ["memory", "sqlite", "postgresql", "redis", "zookeeper"])
 async def test_a_job_cancelled_while_held_ahead_is_not_started(backend: str, request: pytest.FixtureRequest,
                                                                tmp_path: Path) -> None:
     """Review A2: a held job cancelled before its slot frees is dropped, not run (a plain handler in a thread

@@ -260,6 +260,11 @@ class PostgresBackend(Backend):
             raise ClaimLost(f"claim of job {claim.job.id} (generation {claim.generation}) is no longer current")
         self.waiting.work()
 
+    async def claim_lost(self, claim: Claim) -> str | None:
+        """"session expired" known here (the session's claims), else one read."""
+        lost = (claim.job.id, claim.generation) in self.waiting.expired
+        return "session expired" if lost else await self.waiting.why_lost(claim)
+
     async def watch_claim(self, claim: Claim) -> str:
         return await self.waiting.watch_claim(claim)
 

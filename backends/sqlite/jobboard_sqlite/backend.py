@@ -325,6 +325,9 @@ class SqliteBackend(Backend):
     async def wait_for_completion(self, job_id: str) -> Outcome:
         return await self.waiting.wait_for_completion(job_id)
 
+    async def claim_lost(self, claim: Claim) -> str | None:  # one read
+        return await self._read(lambda conn: reads.lost_because(conn, self.scope, claim))
+
     async def watch_claim(self, claim: Claim) -> str:
         return await self.waiting.watch_claim(claim)
 
