@@ -95,8 +95,8 @@ def exactly_once(history: History, stalls: Stalls, what: str, *, minimum: int = 
     """0 acknowledged posts lost, 0 consumes reported twice, the claimers never stalled long."""
     lost, twice = history.tally(what, f", longest time without a consume {stalls.longest:.1f} s")
     assert len(history.acknowledged) >= minimum  # the load ran across the steps
-    assert lost == [], f"acknowledged posts lost under durability=strict: {lost}"
-    assert twice == [], f"consumes reported twice under durability=strict: {twice}"
+    assert lost == [], f"acknowledged posts lost under durability=strict: {lost} ({history.stories(lost)})"
+    assert twice == [], f"consumes reported twice under durability=strict: {twice} ({history.stories(twice)})"
     assert stalls.longest < STALL_LIMIT
 
 
@@ -132,8 +132,10 @@ async def test_the_boards_slot_migrated_to_another_master_and_back_under_load(cl
     home = cluster.master_of(slot)
     other = next(cluster.by_port(port) for port in sorted(cluster._master_ports()) if port != home.port)
     asked, moved = cluster.error_replies("ASK"), cluster.error_replies("MOVED")
+    done = len(cluster.failovers)
     history, stalls = await under_load(cluster, root, [(1.5, lambda: cluster.migrate(slot, other)),
                                                        (1.5, lambda: cluster.migrate(slot, home))], partitions)
+    assert len(cluster.failovers) == done + 2, cluster.failovers  # both migrations ran under the load
     assert cluster.master_of(slot) is home
     print(f"replies during the migrations: {cluster.error_replies('ASK') - asked} ASK, "
           f"{cluster.error_replies('MOVED') - moved} MOVED")
