@@ -120,8 +120,8 @@ class Copier:
 
     def __init__(self, schema: str, board: str) -> None:
         self.schema, self.board = schema, board
-        self.head = f'SELECT "{schema}".post_head($1::text, string_to_array($2::text, E\'\\n\'))'
-        self.head_array = f'SELECT "{schema}".post_head($1::text, $2::text[])'
+        self.head = f'SELECT "{schema}".post_head($1::text, string_to_array($2::text, E\'\\n\'), $3::uuid)'
+        self.head_array = f'SELECT "{schema}".post_head($1::text, $2::text[], $3::uuid)'
         """For names holding a newline (none the board checked): the names as an array."""
 
     async def write(self, connection: asyncpg.Connection, batch: Sequence[Prepared],
@@ -139,9 +139,9 @@ class Copier:
         names = [p.name for p in postings]
         joined = "\n".join(names)
         if joined.count("\n") == len(names) - 1:
-            digits = (await connection.fetchval(self.head, self.board, joined)).split(",")
-        else:
-            digits = (await connection.fetchval(self.head_array, self.board, names)).split(",")
+            digits = (await connection.fetchval(self.head, self.board, joined, postings[0].token)).split(",")
+        else:  # the first token: the batch's fence (jb.fence)
+            digits = (await connection.fetchval(self.head_array, self.board, names, postings[0].token)).split(",")
         ids = list(map(int, digits))
         copy = asyncio.ensure_future(self._copy(connection, Rows(self.board).chunks(ids, postings, batch)))
         try:

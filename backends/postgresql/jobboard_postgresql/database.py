@@ -6,15 +6,21 @@ deadlock, too many connections) is retried with back-off for the board's retry w
 call it is a retry so that it looks for its own first attempt's effect (a post's token, a claim's
 nonce, a settle's evidence) instead of doing the work twice; then ``BackendUnavailable``.
 
-That look is decisive only once the first attempt is over. After a failure the server did not report
-(the connection lost, a timeout: the statement may still be running, or its request still on the
-way), the retry first ends the server process that ran it (``pg_terminate_backend`` on its pid and
-start time, waiting until it is gone: its transaction then committed or rolled back, and nothing
-more of it will run), and only then calls again. Without this a retried claim could skip the job
-its first attempt still held and take another, while the first went on to commit: a second claim of
-a one-permit group, or a claim nobody holds; a post could be written twice, a settle say
-``ClaimLost`` of its own write (tests/backends/postgresql/test_retry_fence.py). A server-reported
-error (a deadlock, a cancel) is not fenced: its transaction is over before the reply. A
+That look is decisive only once the first attempt is over: after a failure the server did not report
+(the connection lost, a timeout) the statement may still be running, or its request still on the way.
+So every call's transaction first takes an advisory lock named by the call (a claim's nonce, a post's
+token, a batch's first one, a settle's job and generation: ``jb.fence`` / ``jb.turn``), and looks for
+its evidence only under it: a retry waits (a second at a time, again until the window ends) for its
+first attempt's transaction to end, then finds what it committed; a first attempt arriving after its
+retry finds the retry's mark (``retried``) and does nothing. No server process is signalled, nothing
+is read from ``pg_stat_activity``: it works under any role and through a session-mode pooler. A first
+attempt whose client is gone holds its lock until its server notices (``client_connection_check_interval``
+= 1 s, keepalives: :func:`server_settings`) or its statement ends. Without the fence a retried claim
+skipped the job its first attempt still held and took another, a post was written twice, a settle said
+``ClaimLost`` of its own write (tests/backends/postgresql/test_retry_fence.py). The connection of an
+attempt that failed unsettled is closed. Every statement has a client-side deadline (``call_timeout``)
+and the sockets keepalives, so a partition or a frozen server fails the attempt instead of hanging it.
+A
 permanent error (permission, a missing table, bad input) is never retried and never disguised: it is
 raised as ``BoardConflict`` naming the SQLSTATE and the server's message, with the driver's
 exception as ``__cause__``. No asyncpg exception escapes.
@@ -29,8 +35,6 @@ import re
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 import asyncpg
@@ -67,16 +71,12 @@ SETUP_STATES = {"28000", "28P01", "3D000", "42501"}
 """Authentication failed, no such database, insufficient privilege: the URL is wrong."""
 
 
-class StillRunning(Exception):
-    """A failed attempt's server process did not end in time: the call is not sent again yet (transient)."""
-
-
 def transient(error: BaseException) -> bool:
     """Whether retrying ``error`` may succeed."""
     if isinstance(error, asyncpg.PostgresError):
         return str(getattr(error, "sqlstate", "")) in TRANSIENT_STATES
     return isinstance(error, (OSError, asyncio.TimeoutError, asyncpg.InterfaceError, ConnectionError,
-                              asyncpg.exceptions.InternalClientError, StillRunning))
+                              asyncpg.exceptions.InternalClientError))
 
 
 def unsettled(error: BaseException) -> bool:
@@ -87,33 +87,6 @@ def unsettled(error: BaseException) -> bool:
         state = str(getattr(error, "sqlstate", "") or "")
         return state.startswith("08") or state in ("57P01", "57P02", "57P03")
     return True
-
-
-@dataclass(frozen=True, slots=True)
-class ServerProcess:
-    """A pooled connection's server process: its pid and start time (a pid alone may be reused)."""
-
-    pid: int
-    start: datetime
-
-
-FENCE_WAIT_MS = 2000
-"""How long one fence waits for the process it signalled to be gone (the server checks every 100 ms)."""
-
-FENCE = ("SELECT coalesce(bool_and(pg_terminate_backend(a.pid, $3)), true) FROM pg_stat_get_activity($1) a "
-         "WHERE a.backend_start = $2")
-"""True once the process ``$1`` started at ``$2`` is gone (already, or terminated and waited for)."""
-
-
-class BoardConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg has no type information
-    """A pooled connection that knows its server process (:class:`ServerProcess`, read when it is made)."""
-
-    process: ServerProcess | None = None
-
-
-async def _identify(connection: BoardConnection) -> None:
-    row = await connection.fetchrow("SELECT pid, backend_start FROM pg_stat_get_activity(pg_backend_pid())")
-    connection.process = ServerProcess(row["pid"], row["backend_start"])
 
 
 def keep_alive(connection: asyncpg.Connection, user_timeout: float) -> None:
@@ -174,14 +147,13 @@ class Database:
         ``call_timeout``), its sockets keepalives (:func:`keep_alive`)."""
         limit = self.options.call_timeout
 
-        async def init(connection: BoardConnection) -> None:
+        async def init(connection: asyncpg.Connection) -> None:
             keep_alive(connection, limit)
-            await _identify(connection)
 
         self.pool = await self._retry_connect(lambda: asyncpg.create_pool(
             self.options.dsn, min_size=1, max_size=self.options.pool_size, timeout=self.options.connect_timeout,
             command_timeout=limit, server_settings=server_settings(self.options),
-            max_inactive_connection_lifetime=60.0, reset=_no_reset, connection_class=BoardConnection, init=init))
+            max_inactive_connection_lifetime=60.0, reset=_no_reset, init=init))
 
     async def _retry_connect(self, connect: Callable[[], Awaitable[T]]) -> T:
         deadline = time.monotonic() + self.options.connect_timeout
@@ -206,39 +178,27 @@ class Database:
                 pool.terminate()
 
     async def run(self, what: str, call: Callable[[asyncpg.Connection, bool], Awaitable[T]]) -> T:
-        """``call(connection, retry)`` on a pooled connection, retried while failures are transient; after a
-        failure that leaves the attempt's outcome open, only once its server process is gone (see the
-        module docstring).
+        """``call(connection, retry)`` on a pooled connection, retried while failures are transient (the call's
+        own functions fence a retry against its first attempt: see the module docstring).
 
-        :raises BackendUnavailable: still failing (or the failed attempt's process still running) after the
-            retry window.
+        :raises BackendUnavailable: still failing after the retry window.
         :raises BoardConflict: a permanent failure (see the module docstring).
         """
         deadline = time.monotonic() + self.options.window
         delay, retry = 0.02, False
-        fence: ServerProcess | None = None
-        """The process of a failed attempt that may still apply it: ended before the call is sent again."""
         while True:
             pool = self.pool
             if pool is None:
                 raise BackendUnavailable(f"postgresql: {what}: the board's pool is closed")
-            running: ServerProcess | None = None
-            """This attempt's server process, once its call is sent."""
             try:
                 async with pool.acquire(timeout=max(deadline - time.monotonic(), self.options.session_timeout)) \
                         as connection:
-                    if fence is not None:
-                        await self._fence(connection, fence)
-                        fence = None
-                    running = connection.process
                     return await attempt(connection, call, retry)
             except JobBoardError:
                 raise
             except Exception as error:
                 if not transient(error):
                     raise permanent(error, what) from error
-                if running is not None and unsettled(error):
-                    fence = running
                 if str(getattr(error, "sqlstate", "")) == "JB001" and self.on_session_gone is not None:
                     await self.on_session_gone(gone_session(error))
                 if time.monotonic() + delay > deadline:
@@ -247,16 +207,10 @@ class Database:
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay, retry = min(delay * 2, 0.5), True
 
-    @staticmethod
-    async def _fence(connection: asyncpg.Connection, process: ServerProcess) -> None:
-        """End ``process`` and return once it is gone. :raises StillRunning: it is not gone yet."""
-        if not await connection.fetchval(FENCE, process.pid, process.start, FENCE_WAIT_MS):
-            raise StillRunning(f"the process {process.pid} of the failed attempt is still running")
-
 
 async def attempt(connection: Any, call: Callable[[asyncpg.Connection, bool], Awaitable[T]], retry: bool) -> T:
     """One attempt; a connection whose attempt failed unsettled is closed here (never handed out again: its
-    server process is about to be ended)."""
+    state is unknown)."""
     try:
         return await call(connection, retry)
     except Exception as error:

@@ -38,13 +38,35 @@ END $$;
 CREATE OR REPLACE FUNCTION jb.alive(p_ns int, p_session bigint) RETURNS boolean LANGUAGE sql AS $$
   SELECT NOT pg_try_advisory_xact_lock(p_ns, p_session::int) $$;
 
-CREATE OR REPLACE FUNCTION jb.post(
+CREATE OR REPLACE FUNCTION jb.turn(p_key text) RETURNS void LANGUAGE sql AS $$
+  SELECT pg_advisory_xact_lock(hashtextextended('@CHANNEL@:' || p_key, 0)) $$;
+
+CREATE OR REPLACE FUNCTION jb.fence(p_nonce uuid, p_retry boolean) RETURNS boolean LANGUAGE plpgsql AS $$
+-- a call's fence, its transaction's first step: the lock of its nonce (a retry waits here, at most 1 s a try,
+-- until its first attempt's transaction has ended: the retry's look for its evidence comes after); true for a
+-- first attempt that came after its retry (its request was late): it must do nothing, the retry's work stands
+DECLARE v_old text;
+BEGIN
+  IF NOT p_retry THEN
+    PERFORM jb.turn(p_nonce::text);
+    RETURN EXISTS (SELECT 1 FROM jb.retried r WHERE r.nonce = p_nonce);
+  END IF;
+  v_old := current_setting('lock_timeout');
+  PERFORM set_config('lock_timeout', '1000', true);
+  PERFORM jb.turn(p_nonce::text);
+  PERFORM set_config('lock_timeout', v_old, true);
+  INSERT INTO jb.retried (nonce) VALUES (p_nonce) ON CONFLICT (nonce) DO NOTHING;
+  DELETE FROM jb.retried WHERE at < now() - interval '1 hour';
+  RETURN false;
+END $$;
+
+CREATE OR REPLACE FUNCTION jb.posting(
   p_board text, p_name text, p_rank smallint, p_max int, p_not_before float8, p_key text, p_token uuid,
   p_keep boolean, p_rttl float8, p_tttl float8, p_deps bigint[], p_posting bytea, p_retention float8,
   p_retry boolean, p_grp text)
 RETURNS TABLE (r_id bigint, r_state smallint, r_attempts int, r_not_before float8, r_posting bytea,
                r_last_error bytea, r_progress bytea, r_key text, r_missing text)
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql AS $$  -- a posting, unfenced (jb.post, jb.post_many fence)
 DECLARE v_id bigint; v_state smallint; k jb.key%ROWTYPE; v_n int := coalesce(cardinality(p_deps), 0);
 BEGIN
   IF p_retry THEN
@@ -93,12 +115,26 @@ BEGIN
   RETURN QUERY SELECT v_id, v_state, 0, p_not_before, p_posting, NULL::bytea, NULL::bytea, p_key, NULL::text;
 END $$;
 
+CREATE OR REPLACE FUNCTION jb.post(
+  p_board text, p_name text, p_rank smallint, p_max int, p_not_before float8, p_key text, p_token uuid,
+  p_keep boolean, p_rttl float8, p_tttl float8, p_deps bigint[], p_posting bytea, p_retention float8,
+  p_retry boolean, p_grp text)
+RETURNS TABLE (r_id bigint, r_state smallint, r_attempts int, r_not_before float8, r_posting bytea,
+               r_last_error bytea, r_progress bytea, r_key text, r_missing text)
+LANGUAGE plpgsql AS $$  -- one post, fenced by its token (jb.fence)
+BEGIN
+  IF jb.fence(p_token, p_retry) THEN RETURN; END IF;
+  RETURN QUERY SELECT * FROM jb.posting(p_board, p_name, p_rank, p_max, p_not_before, p_key, p_token, p_keep, p_rttl,
+                                        p_tttl, p_deps, p_posting, p_retention, p_retry, p_grp);
+END $$;
+
 CREATE OR REPLACE FUNCTION jb.post_plain(
   p_board text, p_names text[], p_ranks smallint[], p_maxes int[], p_not_befores float8[], p_tokens uuid[],
   p_keeps boolean[], p_rttls float8[], p_tttls float8[], p_postings bytea[], p_groups text[]) RETURNS bigint[]
 LANGUAGE plpgsql AS $$  -- a batch without keys or links: one INSERT, ids in the batch's order; a NULL column
 DECLARE v_ids bigint[]; v_ready int; v_now float8 := jb.now();  -- (not an array) is NULL for every posting
 BEGIN
+  IF jb.fence(p_tokens[1], false) THEN RETURN NULL; END IF;  -- a retry goes through jb.post_many
   WITH ins AS (
       INSERT INTO jb.job (id, board, name, rank, state, max_attempts, not_before, token, keep_result, result_ttl,
                           trash_ttl, posting, grp)
@@ -118,10 +154,11 @@ BEGIN
   RETURN v_ids;
 END $$;
 
-CREATE OR REPLACE FUNCTION jb.post_head(p_board text, p_names text[]) RETURNS text
+CREATE OR REPLACE FUNCTION jb.post_head(p_board text, p_names text[], p_token uuid) RETURNS text
 LANGUAGE plpgsql AS $$  -- a plain batch that COPY writes next in this transaction: its ids (ascending, as text:
 DECLARE v_ids bigint[]; v_ready int := coalesce(cardinality(p_names), 0);  -- no array type for the driver to
 BEGIN                                                                      -- look up), its events, its wake-ups
+  IF jb.fence(p_token, false) THEN RETURN NULL; END IF;  -- fenced by its first posting's token
   SELECT array_agg(x.id ORDER BY x.id) INTO v_ids
     FROM (SELECT nextval('jb.job_id') AS id FROM generate_series(1, v_ready)) x;
   IF EXISTS (SELECT 1 FROM jb.observed o WHERE o.board = p_board AND o.until > jb.now()) THEN  -- events() runs
@@ -141,8 +178,9 @@ RETURNS TABLE (r_id bigint, r_state smallint, r_attempts int, r_not_before float
 LANGUAGE plpgsql AS $$  -- keys, links or a retry: each posting as jb.post does it
 DECLARE i int; p record;
 BEGIN
+  IF jb.fence(p_tokens[1], p_retry) THEN RETURN; END IF;  -- one fence for the batch: its first token
   FOR i IN 1 .. coalesce(cardinality(p_names), 0) LOOP
-    SELECT * INTO p FROM jb.post(p_board, p_names[i], p_ranks[i], p_maxes[i], p_not_befores[i], p_keys[i],
+    SELECT * INTO p FROM jb.posting(p_board, p_names[i], p_ranks[i], p_maxes[i], p_not_befores[i], p_keys[i],
       p_tokens[i], p_keeps[i], p_rttls[i], p_tttls[i], string_to_array(p_deps[i], ',')::bigint[], p_postings[i],
       p_retention, p_retry, p_groups[i]);
     r_id := p.r_id; r_state := p.r_state; r_attempts := p.r_attempts; r_not_before := p.r_not_before;
@@ -190,6 +228,7 @@ RETURNS TABLE (r_id bigint, r_gen bigint, r_attempts int, r_posting bytea, r_las
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_sort = off AS $$
 DECLARE v_id bigint; v_attempts int; v_max int; v_alive boolean; v_gated boolean;
 BEGIN
+  IF jb.fence(p_nonce, p_retry) THEN RETURN; END IF;
   IF p_retry THEN
     RETURN QUERY SELECT * FROM jb.retaken(p_session, p_nonce) t WHERE t.r_id IS NOT NULL;
     IF FOUND THEN RETURN; END IF;
@@ -232,6 +271,7 @@ DECLARE i int; k int; c record; v_want int[] := '{}'; v_plain boolean := false; 
         v_alive boolean; v_gated boolean;
         v_ids bigint[]; v_atts int[]; v_maxes int[]; v_take bigint[]; v_ords int[];
 BEGIN
+  IF jb.fence(p_nonces[1], p_retry) THEN RETURN; END IF;  -- one fence for the batch: its first nonce
   SELECT * INTO c FROM jb.consume_many(p_board, p_ns, p_session, p_retry, p_ids, p_gens, p_owners, p_results);
   FOR i IN 1 .. coalesce(cardinality(p_owners), 0) LOOP
     IF p_ids[i] IS NOT NULL THEN
@@ -307,6 +347,7 @@ RETURNS TABLE (r_status smallint, r_detail text, r_gen bigint, r_attempts int, r
 LANGUAGE plpgsql AS $$
 DECLARE j jb.job%ROWTYPE; v_why text; v_due float8; v_spent boolean;
 BEGIN
+  IF jb.fence(p_nonce, p_retry) THEN RETURN; END IF;
   r_status := 0;
   IF p_retry THEN
     RETURN QUERY SELECT 0::smallint, NULL::text, t.r_gen, t.r_attempts, t.r_posting, t.r_last_error, t.r_key,

@@ -11,7 +11,9 @@ their board's name. Tables:
 - ``trash``, ``kept`` (consume results kept for ``wait_for_completion``), ``key`` (idempotency keys and
   the job they found when it was settled), ``done`` (settles' evidence, for a retried settle whose
   reply was lost), ``entity`` (dies with its session), ``event`` (UNLOGGED: a hint for ``events()``),
-  ``observed`` (until when a board's events are read: a bulk post writes its events only before then);
+  ``observed`` (until when a board's events are read: a bulk post writes its events only before then),
+  ``retried`` (the nonces of calls retried in the last hour: a first attempt arriving after its retry
+  does nothing, :func:`~jobboard_postgresql.functions` ``jb.fence``);
 - flow control's ``flow``, ``flow_limit``, ``flow_pause``, ``flow_grant`` and ``job.grp``
   (:mod:`jobboard_postgresql.flow_sql`).
 
@@ -25,14 +27,17 @@ from jobboard_postgresql.flow_sql import FLOW_FUNCTIONS, FLOW_TABLES
 from jobboard_postgresql.functions import FUNCTIONS
 from jobboard_postgresql.settles import SETTLES
 
-VERSION = 18
+VERSION = 19
 """14: before flow control; 15: flow control's first build (rate grants at the statement's start, a gates
 recount that could miss a concurrent pause); 16: flow control (:mod:`~jobboard_postgresql.flow_sql`:
 ``job.grp``, ``trash.grp`` and the ``flow*`` tables, added to a version 14 or 15 schema by its first open
 at version 16; its functions are always replaced); 17: ``observed`` (``post_plain`` writes its ``posted``
 events only while a board of the same name reads events; created by an older schema's first open at 17); 18:
 ``post_head`` (a plain ``post_many`` batch written by ``COPY``, :mod:`jobboard_postgresql.bulk`; no table
-changes: an older schema's first open at 18 replaces the functions)."""
+changes: an older schema's first open at 18 replaces the functions); 19: ``retried`` and the calls' fence
+(``jb.fence``: each call's transaction first takes the advisory lock of its nonce or token, a retry waits
+there for its first attempt; ``post_head`` takes the batch's first token; created by an older schema's first
+open at 19)."""
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;
@@ -109,6 +114,8 @@ CREATE UNLOGGED TABLE IF NOT EXISTS jb.event (
   WITH (autovacuum_vacuum_scale_factor = 0.02, autovacuum_vacuum_threshold = 1000);
 CREATE INDEX IF NOT EXISTS event_board ON jb.event (board, xid);
 CREATE TABLE IF NOT EXISTS jb.observed (board text PRIMARY KEY, until float8 NOT NULL);
+CREATE TABLE IF NOT EXISTS jb.retried (nonce uuid PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX IF NOT EXISTS retried_at ON jb.retried (at);
 """
 
 

@@ -24,6 +24,7 @@ import asyncpg
 import pytest
 
 from jobboard import JobBoard, JobState, open_board
+from jobboard_postgresql.backend import PostgresBackend
 from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,7 +41,11 @@ class Cutter:
     def __init__(self, target_port: int) -> None:
         self.target_port, self.port = target_port, 0
         self.clients: dict[int, asyncio.StreamWriter] = {}
+        self.upstream: dict[int, asyncio.StreamWriter] = {}
         self.cut_ports: set[int] = set()
+        self.holding: set[int] = set()
+        """Connections whose client's bytes are kept (in :attr:`held`) instead of forwarded to the server."""
+        self.held: dict[int, bytearray] = {}
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Future[None]] = set()
 
@@ -52,11 +57,15 @@ class Cutter:
         self.cut_ports.add(server_port)
         self.clients[server_port].transport.abort()
 
+    def deliver(self, server_port: int) -> None:
+        """Send the server what was held of a (cut) connection: a request arriving late."""
+        self.upstream[server_port].write(bytes(self.held.pop(server_port)))
+
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection(HOST, self.target_port)
         port = up_writer.get_extra_info("sockname")[1]
-        self.clients[port] = writer
-        up = asyncio.ensure_future(self._pump(reader, up_writer, port))
+        self.clients[port], self.upstream[port] = writer, up_writer
+        up = asyncio.ensure_future(self._pump(reader, up_writer, port, upstream=True))
         down = asyncio.ensure_future(self._pump(up_reader, writer, port))
         self._tasks |= {up, down}
         await asyncio.wait([up, down], return_when=asyncio.FIRST_COMPLETED)
@@ -67,10 +76,13 @@ class Cutter:
         writer.transport.abort()
         up_writer.transport.abort()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int) -> None:
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, port: int,
+                    upstream: bool = False) -> None:
         with contextlib.suppress(OSError):
             while data := await reader.read(65536):
-                if port not in self.cut_ports:
+                if upstream and port in self.holding:
+                    self.held.setdefault(port, bytearray()).extend(data)
+                elif port not in self.cut_ports:
                     writer.write(data)
                     await writer.drain()
 
@@ -194,3 +206,78 @@ async def test_a_consume_whose_connection_is_cut_mid_statement_is_applied_once_a
     claim = await board.claim(job, "w")
     await cut_while_blocked(setup, board.consume(claim), "LOCK TABLE {schema}.event IN SHARE MODE", "consume")
     assert await board.state(job) is JobState.COMPLETE
+
+
+async def pooled_port(setup: Setup, watch: asyncpg.Connection) -> int:
+    """The proxy's port (as the server sees it) of the board's pooled connection (the pool keeps one)."""
+    backend = setup.board.backend
+    assert isinstance(backend, PostgresBackend)
+    pool = backend.db.pool
+    assert pool is not None
+    async with pool.acquire() as connection:
+        pid = connection.get_server_pid()
+    port: int = await watch.fetchval("SELECT client_port FROM pg_stat_activity WHERE pid = $1", pid)
+    return port
+
+
+async def test_a_post_whose_request_reaches_the_server_after_its_retry_is_written_once(setup: Setup) -> None:
+    """The other order: the first attempt's request is held on the way (the proxy keeps it) while its
+    connection is cut; the retry, on a new connection, writes the job; then the request arrives. Without
+    the retry's mark (``retried``) the late first attempt writes the job again."""
+    board, proxy = setup.board, setup.proxy
+    await board.post("warm")  # the post's statement prepared on the pooled connection: one message to hold
+    watch = await asyncpg.connect(setup.url)
+    try:
+        with anyio.fail_after(20):
+            port = await pooled_port(setup, watch)
+            proxy.holding.add(port)
+            task = asyncio.ensure_future(board.post("x"))
+            await until(lambda: asyncio.sleep(0, proxy.held.get(port)))
+            proxy.holding.discard(port)
+            proxy.cut(port)
+            job = await task
+            proxy.deliver(port)  # the first attempt's request arrives: its server process runs it now
+
+            async def idle_again() -> bool:  # the late statement ran (or the process is gone)
+                state = await watch.fetchval("SELECT state FROM pg_stat_activity WHERE client_port = $1", port)
+                return state in (None, "idle")
+
+            await anyio.sleep(0.2)
+            await until(idle_again)
+        assert [each.id async for each in board.iterjobs()][1:] == [job.id]
+    finally:
+        await watch.close()
+
+
+@pytest.fixture(params=["plain", "read_all_stats"])
+async def role_setup(request: pytest.FixtureRequest, postgresql_url: str) -> AsyncIterator[Setup]:  # noqa: F811
+    """A board whose connections log in as a member of a NOLOGIN group role and switch to it (``?role=``, as
+    ``ALTER ROLE ... SET role`` does): the server hides their processes' details from that role (review A,
+    A3: the retry fence by ``pg_terminate_backend`` was then a silent no-op, or, with ``pg_read_all_stats``,
+    refused with 42501)."""
+    tag = uuid.uuid4().hex[:8]
+    group, login, schema = f"grp_{tag}", f"lu_{tag}", f"fence_{tag}"
+    admin = await asyncpg.connect(postgresql_url)
+    await admin.execute(f"CREATE ROLE {group} NOLOGIN; CREATE ROLE {login} LOGIN IN ROLE {group}; "
+                        f"GRANT CREATE ON DATABASE postgres TO {group}")
+    if request.param == "read_all_stats":
+        await admin.execute(f"GRANT pg_read_all_stats TO {group}")
+    proxy = Cutter(int(postgresql_url.rsplit(":", 1)[1].split("/", 1)[0]))
+    await proxy.start()
+    try:
+        url = (f"postgresql://{login}@{HOST}:{proxy.port}/postgres?board=b&schema={schema}&reap_interval=60"
+               f"&role={group}")
+        async with open_board(url) as board:
+            yield Setup(board, schema, proxy, postgresql_url)
+    finally:
+        await proxy.aclose()
+        with contextlib.suppress(asyncpg.PostgresError):
+            await admin.execute(f'SET lock_timeout = \'5s\'; DROP SCHEMA IF EXISTS "{schema}" CASCADE; '
+                                f"DROP OWNED BY {group}, {login}; DROP ROLE {login}; DROP ROLE {group}")
+        await admin.close()
+
+
+async def test_a_post_cut_mid_statement_is_written_once_under_a_login_role(role_setup: Setup) -> None:
+    board = role_setup.board
+    job = await cut_while_blocked(role_setup, board.post("x"), "LOCK TABLE {schema}.event IN SHARE MODE", "post")
+    assert [each.id async for each in board.iterjobs()] == [job.id]
