@@ -86,11 +86,12 @@ end
 
 -- Job id as a keyed post answers it ('keyed' and its record), or nil when nothing of it is left. retention
 -- (ms, for a key of another partition): a trash entry older than that is gone for the key, as on one slot
--- (where the key's record expires then); nil: any trash entry.
+-- (where the key's record expires then), unless a requeue of it is under way ('rq', requeue_mark); nil: any.
 local function keyed_reply(id, retention)
   for _, record in ipairs({jk(id), P .. 'gone:' .. id, P .. 'tr:' .. id}) do
-    local f = redis.call('HMGET', record, 'p', 'att', 'nb', 'err', 'at')
-    if f[1] and retention and f[5] and now() - tonumber(f[5]) >= tonumber(retention) then return nil end
+    local f = redis.call('HMGET', record, 'p', 'att', 'nb', 'err', 'at', 'rq')
+    if f[1] and retention and f[5] and now() - tonumber(f[5]) >= tonumber(retention)
+      and not (f[6] and tonumber(f[6]) > now()) then return nil end
     if f[1] then return reply('keyed', {id, f[1], f[2], f[3] or '', f[4] or ''}) end
   end
   return nil
@@ -252,6 +253,12 @@ end
 -- Outbox entries applied: removed (one of each).
 function ops.out_done(...)
   for _, entry in ipairs({...}) do redis.call('LREM', P .. 'out', 1, entry) end
+  return reply('ok')
+end
+
+-- A requeue of trashed job id is under way (for ms at most): its key finds it until then, however old.
+function ops.requeue_mark(id, ms)
+  if redis.call('EXISTS', P .. 'tr:' .. id) == 1 then redis.call('HSET', P .. 'tr:' .. id, 'rq', now() + tonumber(ms)) end
   return reply('ok')
 end
 

@@ -213,3 +213,28 @@ async def test_one_sweep_clears_a_backlog_of_records_due(cluster_seeds: str) -> 
             await backend.keys.sweep(part)
             assert await part.client.command("ZCARD", prefix + "kf") == 0
             assert [key for key in keys if await part.client.command("EXISTS", prefix + "k:" + key)] == []
+
+
+async def test_a_post_racing_the_requeue_of_an_old_trashed_job_makes_no_second_job(cluster_seeds: str) -> None:  # noqa: F811
+    """Review B's N2: the requeue of a trash entry older than key_retention (its key free again), a post of the
+    key landing between the requeue's key_take and its partition's requeue: the post answers the job being
+    requeued, so one job of the key is claimable."""
+    with anyio.fail_after(30):
+        async with open_board(url_of(cluster_seeds, "&key_retention=1")) as board, \
+                open_board(board.url) as other:
+            key = key_in(0)
+            job = await board.post("charge", key=key, group=group_in(1))
+            await board.trash(await board.claim(job, "w"), "bad")
+            await anyio.sleep(1.6)
+            requeue = RedisBackend.requeue
+            raced: list[str] = []
+
+            async def racing(self: RedisBackend, job_id: str, reset_attempts: bool) -> Any:
+                raced.append((await other.post("charge", key=key)).id)
+                return await requeue(self, job_id, reset_attempts)
+
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(RedisBackend, "requeue", racing)
+                await board.requeue(job)
+            assert raced == [job.id]
+            assert await claimable(other) == [job.id]

@@ -144,6 +144,7 @@ class Keys:
                 raise InvalidJob(f"job {job_id} is held by its keyed post, not finished yet: requeue it once "
                                  "its post (or the sweep) has named or dropped it")
             await self.links.forward(part)  # its settle's entry applied first: it would expire the record
+            await part._call("requeue_mark", "", job_id, part.options.nonce_ms)  # found meanwhile, however old
             if await self._retake(key, job_id) is not None:
                 await part._call("key_clear", "", job_id, key)
         return await part.requeue(job_id, reset_attempts)
