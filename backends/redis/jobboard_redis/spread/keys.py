@@ -14,7 +14,8 @@ A keyed post bound for another partition G (its group's) takes three calls (:met
 
 A job is released only once the record named it, and the record moves from a job only when nothing of that
 job is left (a trash entry older than the key's retention counts as nothing): two jobs of one key are never
-both claimable. A concurrent post of the same key answers the job the record names (held or not: it waits at
+both claimable (with ``durability=strict``: else a failover of the key's shard losing the record's write can
+let a later post of the key make a second job). A concurrent post of the same key answers the job the record names (held or not: it waits at
 most for the sweep below), or wins the record and the other post drops its held job. A lost reply is resent
 (every call is idempotent: ``post_held`` by its nonce). ``release`` tells a dropped job (``dropped:<id>``,
 kept twice the nonce's lifetime: post again) from one released and gone since (run: the post is done), so a
