@@ -8,8 +8,8 @@ nonce, a settle's evidence) instead of doing the work twice; then ``BackendUnava
 
 That look is decisive only once the first attempt is over: after a failure the server did not report
 (the connection lost, a timeout) the statement may still be running, or its request still on the way.
-So every call's transaction first takes an advisory lock named by the call (a claim's nonce, a post's
-token, a batch's first one, a settle's job and generation: ``jb.fence`` / ``jb.turn``), and looks for
+So every call's transaction first takes a lock named by the call (an advisory lock on a claim's nonce,
+a post's token, a batch's first one: ``jb.fence``; a settle's job row: ``jb.settling``), and looks for
 its evidence only under it: a retry waits (a second at a time, again until the window ends) for its
 first attempt's transaction to end, then finds what it committed; a first attempt arriving after its
 retry finds the retry's mark (``retried``) and does nothing. No server process is signalled, nothing

@@ -27,11 +27,10 @@ CREATE OR REPLACE FUNCTION jb.settling(p_board text, p_ns int, p_id bigint, p_ge
   p_retry boolean, p_action "char", OUT o_status smallint, OUT o_job jb.job, OUT o_done boolean)
 LANGUAGE plpgsql AS $$  -- a settle's fence; o_done: a retried settle whose first attempt committed (status 0)
 DECLARE h record;
-BEGIN
-  PERFORM jb.turn(p_id || ':' || p_gen);  -- a retry waits for its first attempt's end (jb.fence), then looks
+BEGIN  -- the row is locked first: a retry waits there for its first attempt's end, then looks for its evidence
+  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
   o_done := p_retry AND EXISTS (SELECT 1 FROM jb.done WHERE id = p_id AND gen = p_gen AND action = p_action);
   IF o_done THEN o_status := 0; RETURN; END IF;
-  SELECT * INTO h FROM jb.held(p_board, p_ns, p_id, p_gen, p_owner);
   o_status := h.o_status; o_job := h.o_job;
 END $$;
 
