@@ -24,6 +24,7 @@ import asyncpg
 import pytest
 
 from jobboard import JobBoard, JobState, open_board
+from jobboard.errors import BackendUnavailable
 from jobboard_postgresql.backend import PostgresBackend
 from tests.support.pgserver import postgresql_url  # noqa: F401 (the fixture)
 
@@ -281,3 +282,36 @@ async def test_a_post_cut_mid_statement_is_written_once_under_a_login_role(role_
     board = role_setup.board
     job = await cut_while_blocked(role_setup, board.post("x"), "LOCK TABLE {schema}.event IN SHARE MODE", "post")
     assert [each.id async for each in board.iterjobs()] == [job.id]
+
+
+async def test_a_retry_waits_for_a_first_attempt_that_never_ends_only_for_its_window(setup: Setup) -> None:
+    """The first attempt stays blocked (the table lock held past the retry window, its server never told
+    the client is gone): the retry waits for its fence a second at a time and the call raises
+    ``BackendUnavailable`` once the window (2 s) ends; the first attempt then commits alone."""
+    url = (f"postgresql://postgres@{HOST}:{setup.proxy.port}/postgres?board=w&schema={setup.schema}"
+           "&reap_interval=60&retry_window=2")
+    statement = f'"{setup.schema}".post('
+    async with open_board(url) as board:
+        holder, watch = await asyncpg.connect(setup.url), await asyncpg.connect(setup.url)
+        try:
+            with anyio.fail_after(30):
+                async with holder.transaction():
+                    await holder.execute(f'LOCK TABLE "{setup.schema}".event IN SHARE MODE')
+                    task = asyncio.ensure_future(board.post("x"))
+                    (pid, port), = await until(lambda: blocked(watch, statement))
+                    started = asyncio.get_running_loop().time()
+                    setup.proxy.cut(port)
+                    with pytest.raises(BackendUnavailable):
+                        await task
+                    took = asyncio.get_running_loop().time() - started
+
+                async def over() -> bool:  # the first attempt committed once the lock was released
+                    state = await watch.fetchval("SELECT state FROM pg_stat_activity WHERE pid = $1", pid)
+                    return state in (None, "idle")
+
+                await until(over)
+            assert [each.name async for each in board.iterjobs()] == ["x"]
+            assert took < 8, f"BackendUnavailable {took:.1f}s after the cut (retry_window=2)"
+        finally:
+            await holder.close()
+            await watch.close()
