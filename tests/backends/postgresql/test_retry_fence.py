@@ -315,3 +315,34 @@ async def test_a_retry_waits_for_a_first_attempt_that_never_ends_only_for_its_wi
         finally:
             await holder.close()
             await watch.close()
+
+
+async def test_a_blocked_first_attempt_whose_client_is_gone_ends_within_seconds(setup: Setup) -> None:
+    """How long a first attempt whose client vanished holds its fence: the board's connections run with
+    ``client_connection_check_interval`` = 1 s, so a statement blocked on a lock ends (and its transaction
+    with its locks) within about a second of its client's socket closing, not when the lock comes free."""
+    backend = setup.board.backend
+    assert isinstance(backend, PostgresBackend) and backend.db.pool is not None
+    holder, watch = await asyncpg.connect(setup.url), await asyncpg.connect(setup.url)
+    try:
+        with anyio.fail_after(20):
+            async with holder.transaction():
+                await holder.execute("SELECT pg_advisory_xact_lock(4242424242)")
+                async with backend.db.pool.acquire() as connection:
+                    assert await connection.fetchval("SHOW client_connection_check_interval") == "1s"
+                    pid = connection.get_server_pid()
+                    blocked_call = asyncio.ensure_future(connection.execute("SELECT pg_advisory_xact_lock(4242424242)"))
+                    await until(lambda: watch.fetchval("SELECT wait_event_type = 'Lock' FROM pg_stat_activity "
+                                                       "WHERE pid = $1", pid))
+                    started = asyncio.get_running_loop().time()
+                    setup.proxy.clients[await watch.fetchval(
+                        "SELECT client_port FROM pg_stat_activity WHERE pid = $1", pid)].transport.abort()
+                    await until(lambda: watch.fetchval("SELECT count(*) = 0 FROM pg_stat_activity WHERE pid = $1", pid))
+                    took = asyncio.get_running_loop().time() - started
+                    with contextlib.suppress(Exception):
+                        await blocked_call
+        print(f"a blocked process ended {took:.2f}s after its client's socket closed")
+        assert took < 4, f"the blocked process lived {took:.1f}s after its client's socket closed"
+    finally:
+        await holder.close()
+        await watch.close()
