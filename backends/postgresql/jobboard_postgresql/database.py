@@ -202,7 +202,8 @@ class Database:
                 if str(getattr(error, "sqlstate", "")) == "JB001" and self.on_session_gone is not None:
                     await self.on_session_gone(gone_session(error))
                 if time.monotonic() + delay > deadline:
-                    raise BackendUnavailable(f"postgresql: {what}: {type(error).__name__}: {error}") from error
+                    why = str(error) or f"no answer within {self.options.call_timeout:g}s"
+                    raise BackendUnavailable(f"postgresql: {what}: {type(error).__name__}: {why}") from error
                 logger.debug("postgresql: %s failed (%s), retrying", what, error)
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay, retry = min(delay * 2, 0.5), True

@@ -9,6 +9,7 @@ retry window plus one ``call_timeout`` (here 2 + 2 s), given 4 s more on a busy 
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ import pytest
 from jobboard import JobBoard, JobContext, open_board
 from jobboard.errors import BackendUnavailable
 from jobboard.worker.conductor import Worker, WorkerConfig
+from jobboard_postgresql.backend import PostgresBackend
 from tests.support.pgserver import postgresql_url  # noqa: F401
 from tests.support.tcpproxy import TcpProxy
 
@@ -54,7 +56,7 @@ async def test_a_post_across_a_partition_raises_backend_unavailable(partitioned:
     board, proxy = partitioned
     proxy.pause()
     started = time.monotonic()
-    with anyio.move_on_after(30), pytest.raises(BackendUnavailable):
+    with anyio.move_on_after(30), pytest.raises(BackendUnavailable, match="no answer within 2s"):
         await board.post("y")
     took = time.monotonic() - started
     print(f"post across a partition: ended after {took:.2f}s")
@@ -101,3 +103,17 @@ async def test_a_worker_stops_while_its_server_is_unreachable(partitioned: tuple
     # the claim's wait (its statement's end) then the entity's unregistering (2 s), as docs/worker.md says
     assert took is not None, "the worker did not stop within 30 s of stop() across a partition"
     assert took < BOUND + 2, f"the worker stopped {took:.1f}s after stop() across a partition"
+
+
+async def test_the_pooled_connections_keepalives(partitioned: tuple[JobBoard, TcpProxy]) -> None:
+    """What lets the kernel and the server notice a partition: keepalives and a user timeout on the board's
+    sockets, the server's own keepalives and its check of a running statement's client."""
+    board, _ = partitioned
+    backend = board.backend
+    assert isinstance(backend, PostgresBackend) and backend.db.pool is not None
+    async with backend.db.pool.acquire() as connection:
+        sock = connection._transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == int(max(WINDOW, SESSION) * 1000)
+        assert await connection.fetchval("SHOW client_connection_check_interval") == "1s"
+        assert await connection.fetchval("SHOW tcp_keepalives_idle") == "1"
