@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Collection, Coroutine
 from typing import Any
 
 from jobboard.board.events import Event, EventHub, EventKind
@@ -44,5 +44,24 @@ class BoardServices:
         tasks = list(self.tasks)
         for task in tasks:
             task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await wait_ended(tasks)
+
+
+async def wait_ended(tasks: Collection[asyncio.Future[Any]]) -> None:
+    """Wait for ``tasks`` (cancelled or not) to end, their outcomes retrieved; a cancellation of the caller ends
+    the wait at once with the caller's own ``CancelledError`` (the tasks end in the background).
+
+    Not ``asyncio.gather(..., return_exceptions=True)``: cancelled while it waits, gather raises the
+    ``CancelledError`` of its last task (Python 3.11-3.12), not the caller's, so an anyio cancel scope
+    (``move_on_after``, ``fail_after``) does not take it as its own and lets it out: the caller's task ends as
+    cancelled, and a task group cancels all its tasks without an error."""
+    for task in tasks:
+        task.add_done_callback(_retrieved)
+    if tasks:
+        await asyncio.wait(tasks)
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    """A task's outcome taken (one that ends in the background is not reported as never retrieved)."""
+    if not task.cancelled():
+        task.exception()

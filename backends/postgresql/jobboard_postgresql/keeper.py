@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 
 from jobboard.backend import Event, EventKind
+from jobboard.board.services import wait_ended
 from jobboard.errors import BackendUnavailable, JobBoardError
 from jobboard_postgresql.database import Database, permanent, transient
 from jobboard_postgresql.options import Options
@@ -72,7 +73,7 @@ class Keeper:
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await wait_ended(tasks)
 
     async def call(self, what: str, query: str, *args: Any) -> Any:
         async def call(connection: asyncpg.Connection, retry: bool) -> Any:

@@ -53,6 +53,7 @@ from jobboard.backend import (
     TrashedJob,
 )
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused
+from jobboard.board.services import wait_ended
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.spread.claims import HomeClaims, SpreadClaims, score_of
@@ -236,8 +237,7 @@ class SpreadBackend(Backend):
         finally:
             for task in tasks:
                 task.cancel()
-                task.add_done_callback(_retrieved)
-            await asyncio.wait(tasks)
+            await wait_ended(tasks)
 
     async def wait_for_completion(self, job_id: str) -> Outcome:
         return await self.part_of(job_id).wait_for_completion(job_id)
@@ -285,12 +285,6 @@ class SpreadBackend(Backend):
 def _before(jobs: list[Job], beaten: float) -> list[Job]:
     """The first ``jobs`` (in board order) whose score is below ``beaten``."""
     return list(itertools.takewhile(lambda job: score_of(job) < beaten, jobs))
-
-
-def _retrieved(task: asyncio.Future[Any]) -> None:
-    """A wait's outcome taken (one ended in the background is not reported as unretrieved)."""
-    if not task.cancelled():
-        task.exception()
 
 
 async def _collect(items: AsyncIterator[T]) -> list[T]:

@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import anyio
 
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused
+from jobboard.board.services import wait_ended
 from jobboard.errors import BackendUnavailable
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.spread.layout import partition_of
@@ -148,7 +149,7 @@ class SpreadFlow:
                     interrupted = error
         if not task.done():
             task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await wait_ended([task])
             if interrupted is not None:
                 raise interrupted
             raise BackendUnavailable("redis: a spread pause or resume outlasted its bound; repeat it")
