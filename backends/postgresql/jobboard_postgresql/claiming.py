@@ -6,6 +6,9 @@ outcome (``ClaimLost`` / ``NotOwner``, or its claim). A caller cancelled before 
 withdraws it (nothing happened). One cancelled after: a consume was applied or not (as after a lost
 reply); a claim made for it is given back (``jb.unclaim``, attempt uncounted) before the cancel goes
 through, so once a cancelled claim has returned its job is claimable and no claim of it lands later.
+That wait is bounded by the statement's call (``Database.run``: the retry window plus one client-side
+deadline, across a partition too); it is not cut when the session is lost, since a retry after the
+renewal claims under the new session, which nobody would reap.
 """
 
 from __future__ import annotations
