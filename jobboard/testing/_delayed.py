@@ -143,15 +143,19 @@ class DelayedConformance(ConformanceBase):
 
     @bounded
     async def test_post_many_with_delays(self, board: JobBoard) -> None:
+        asked = anyio.current_time()
         late, now, soon = await board.post_many([
             NewJob("a", delay=FAR), NewJob("b"), NewJob("c", delay=self.delay_unit)])
         assert late.not_before is not None and soon.not_before is not None and now.not_before is None
         assert [job.id for job in await listed(board)] == [late.id, now.id, soon.id]
         claim = await board.claim_next("w1")
         assert claim is not None and claim.job.id == now.id
-        assert await board.claim_next("w1") is None
-        with anyio.fail_after(self.delay_unit + 5):
-            await board.wait()
         claim = await board.claim_next("w1")
+        if anyio.current_time() - asked < self.delay_unit:  # answered before `soon` was due: nothing then
+            assert claim is None, claim.job.id
+        if claim is None:  # (a loaded machine may have taken past its due time: then it is the one claimed)
+            with anyio.fail_after(self.delay_unit + 5):
+                await board.wait()
+            claim = await board.claim_next("w1")
         assert claim is not None and claim.job.id == soon.id
         assert await board.claim_next("w1") is None

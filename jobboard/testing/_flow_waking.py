@@ -61,14 +61,18 @@ class FlowWakingConformance(FlowControlBase):
         period = 6 * self.delay_unit
         await board.set_limit("api", rate=(2, period))
         jobs = [await board.post("call", group="api") for _ in range(4)]
+        first_asked = anyio.current_time()
         await board.claim(jobs[0], "w")
         first_granted = anyio.current_time()
         await anyio.sleep(period / 2)
         await board.claim(jobs[1], "w")
-        asked = anyio.current_time()
+        asked = anyio.current_time()  # (also after the second grant)
         due = (await self.held_back(board, jobs[2], "rate")).retry_after
         assert due is not None and 0 < due <= first_granted + period - asked + SLACK, (due, period)
         await anyio.sleep(due + SLACK / 2)  # the first grant has left the window; the second is in it
         await board.claim(jobs[2], "w")
         late = (await self.held_back(board, jobs[3], "rate")).retry_after  # a window of `period`: 2 grants
-        assert late is not None and 0 < late <= period / 2 + SLACK, (late, period)
+        # due when the second grant is a period old: at most (second grant - first grant) from the third's grant,
+        # which came once the first grant had left the window; the grants bracketed by the clock around their
+        # calls (a loaded machine stretches the gap past period / 2: CI-like load once saw 1.062 for 0.9)
+        assert late is not None and 0 < late <= asked - first_asked + SLACK, (late, asked - first_asked, period)
