@@ -52,7 +52,9 @@ function ops.purge(older_ms, limit)
   return reply('ok', {count})
 end
 
--- Back on the board, unclaimed, with its id and order score; its key finds it again unless taken since.
+-- Back on the board, unclaimed, with its id and order score; its key finds it again unless taken since. 'nrq'
+-- counts its requeues (links.lua key_settled: a settle's entry from before a requeue is stale); its 'rq'
+-- mark (requeue_mark) leaves.
 function ops.requeue(id, reset)
   if RETRY then
     local done_id = redis.call('GET', P .. 'n:' .. NONCE)
@@ -65,7 +67,8 @@ function ops.requeue(id, reset)
   if redis.call('EXISTS', jk(id)) == 1 then return reply('conflict') end
   for _, z in ipairs({'trash', 'tdef', 'texp'}) do redis.call('ZREM', P .. z, id) end
   redis.call('RENAME', tr, jk(id))
-  redis.call('HDEL', jk(id), 'reason', 'at')
+  redis.call('HDEL', jk(id), 'reason', 'at', 'rq')
+  redis.call('HINCRBY', jk(id), 'nrq', 1)
   redis.call('HSET', jk(id), 'st', 'u', 'owner', '', 'sess', '', 'nb', '')
   if reset == '1' then redis.call('HSET', jk(id), 'att', 0) end
   local key = f[4] or ''

@@ -188,16 +188,23 @@ end
 -- The key's record names job id (another partition's), unless it names a job still on the board: 'mine' (named
 -- now or before), 'keyed' and the job (one of this partition's), or 'far' and the id it names (another
 -- partition's: the caller asks there whether anything of it is left, and replaces it with key_swap if not).
--- check_ms: when to check first that the job is still on the board.
-function ops.key_take(key, id, check_ms)
-  local k = P .. 'k:' .. key
+-- check_ms: when to check first that the job is still on the board. nrq: the job's requeues (its next one's
+-- count for a requeue), kept beside the record in 'kg:<key>' (the highest named; key_settled).
+function ops.key_take(key, id, check_ms, nrq)
+  local k, kg, n = P .. 'k:' .. key, P .. 'kg:' .. key, tonumber(nrq or '0') or 0
   local v = redis.call('GET', k)
   if v and v ~= id then
     if foreign(v) then return reply('far', {v}) end
     local found = keyed_reply(v)
     if found then return found end
   end
-  if v ~= id then redis.call('SET', k, id) else redis.call('PERSIST', k) end  -- named again (requeue): kept
+  if v ~= id then  -- named now
+    redis.call('SET', k, id)
+    if n > 0 then redis.call('SET', kg, n) else redis.call('DEL', kg) end
+  else  -- named again (requeue): kept
+    redis.call('PERSIST', k)
+    if n > (tonumber(redis.call('GET', kg)) or 0) then redis.call('SET', kg, n) else redis.call('PERSIST', kg) end
+  end
   redis.call('ZADD', P .. 'kf', 'NX', now() + tonumber(check_ms), key)
   return reply('mine')
 end
@@ -206,6 +213,7 @@ end
 function ops.key_swap(key, old, new, check_ms)
   local k = P .. 'k:' .. key
   if redis.call('GET', k) ~= old then return reply('moved') end
+  redis.call('DEL', P .. 'kg:' .. key)
   if new == '' then
     redis.call('DEL', k)
     redis.call('ZREM', P .. 'kf', key)
@@ -235,19 +243,44 @@ end
 -- A board's sweep of this partition's keys, one call: {held_keys(ms)'s list, keys_due()'s list}.
 function ops.key_sweep(ms) return reply('ok', {ops.held_keys(ms)[2], ops.keys_due()[2]}) end
 
--- Outbox entries forwarded, (key, id, retention) each: job id (another partition's), which the key's record may
--- name, was settled: the record expires after the key's retention (ms; 0: at once), as on one slot, and needs
--- no check. A record naming another job, or none, stays as it is.
+-- Outbox entries forwarded, (key, id, retention, nrq) each: job id (another partition's), which the key's record
+-- may name, was settled after nrq requeues ('': any): the record expires after the key's retention (ms; 0: at
+-- once), as on one slot, and needs no check. A record naming another job, or none, stays as it is; so does one
+-- naming the job after a later requeue ('kg:<key>' above nrq: the entry is late, from a settle before it).
 function ops.key_settled(...)
   local a = {...}
-  for i = 1, #a - 2, 3 do
-    local key, k = a[i], P .. 'k:' .. a[i]
-    if redis.call('GET', k) == a[i + 1] then
-      if tonumber(a[i + 2]) > 0 then redis.call('PEXPIRE', k, a[i + 2]) else redis.call('DEL', k) end
+  for i = 1, #a - 3, 4 do
+    local key, k, kg = a[i], P .. 'k:' .. a[i], P .. 'kg:' .. a[i]
+    if redis.call('GET', k) == a[i + 1]
+      and (a[i + 3] == '' or tonumber(a[i + 3]) >= (tonumber(redis.call('GET', kg)) or 0)) then
+      if tonumber(a[i + 2]) > 0 then
+        redis.call('PEXPIRE', k, a[i + 2])
+        redis.call('PEXPIRE', kg, a[i + 2])
+      else
+        redis.call('DEL', k, kg)
+      end
       redis.call('ZREM', P .. 'kf', key)
     end
   end
   return reply('ok')
+end
+
+-- The first n entries of this partition's outbox, each followed by its job's requeues ('nrq') for a 'key'
+-- entry ('' if nothing of the job is left: it cannot be requeued; '' for other entries). Read with the entries:
+-- a requeue forwards its job's entries first (spread/keys.py), so the count is the settle's.
+function ops.out_read(n)
+  local out = {}
+  for _, entry in ipairs(redis.call('LRANGE', P .. 'out', 0, tonumber(n) - 1)) do
+    local e, nrq = cmsgpack.unpack(entry), ''
+    if e[1] == 'key' then
+      for _, record in ipairs({P .. 'tr:' .. e[3], P .. 'gone:' .. e[3], jk(e[3])}) do
+        if redis.call('EXISTS', record) == 1 then nrq = redis.call('HGET', record, 'nrq') or '0' break end
+      end
+    end
+    out[#out + 1] = entry
+    out[#out + 1] = nrq
+  end
+  return reply('ok', out)
 end
 
 -- Outbox entries applied: removed (one of each).

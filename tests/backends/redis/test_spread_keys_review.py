@@ -1,7 +1,8 @@
 """Idempotency keys across the partitions of a spread redis:// board, the review's findings (review B: B1, B2, B3,
-B5): a lost release reply or a slow poster never runs one post twice; a trashed job's key expires after
-key_retention wherever its group is (and its requeue takes the key again or loses it); a held job cancelled
-meanwhile can be requeued; a settle makes its key's record elsewhere expire, as on one slot."""
+B5; review C: C1, C5): a lost release reply or a slow poster never runs one post twice; a trashed job's key
+expires after key_retention wherever its group is (and its requeue takes the key again or loses it); a held job
+cancelled meanwhile can be requeued; a settle makes its key's record elsewhere expire, as on one slot, and a
+late entry of a settle before a requeue does not."""
 
 from __future__ import annotations
 
@@ -193,7 +194,7 @@ async def test_a_settle_makes_the_keys_record_elsewhere_expire(cluster_seeds: st
             group_part = spread(board).parts[1]
             assert await group_part.client.command("LLEN", group_part.options.prefix + "out") == 2
             await spread(board).links.forward(group_part)  # as the next forwarding or sweep does
-            assert calls[2:] == ["key_settled", "out_done"]
+            assert calls[2:] == ["out_read", "key_settled", "out_done", "out_read"]  # the last: none left
             for key in keys:
                 ttl = await part.client.command("PTTL", prefix + "k:" + key)
                 assert (ttl == -2) if retention == 0 else (0 < ttl <= retention * 1000), (key, ttl)
@@ -242,3 +243,53 @@ async def test_a_post_racing_the_requeue_of_an_old_trashed_job_makes_no_second_j
                 await board.requeue(job)
             assert raced == [job.id]
             assert await claimable(other) == [job.id]
+
+
+@pytest.mark.parametrize("retention", [0, 1])
+async def test_a_stale_key_entry_forwarded_after_a_requeue_keeps_the_key(cluster_seeds: str,  # noqa: F811
+                                                                         retention: int) -> None:
+    """Review C1: another board's sweep read the trash's 'key' outbox entry and is slow to apply it; meanwhile
+    the job is requeued (its forward applies the entry, its key_take names the job again). The late entry is
+    of the settle before the requeue: it leaves the record naming the requeued job, so a post of the key
+    answers that job (before: it expired the record, and the post made a second claimable job)."""
+    with anyio.fail_after(30):
+        async with open_board(url_of(cluster_seeds, f"&key_retention={retention}")) as board, \
+                open_board(board.url) as other:
+            key = key_in(0)
+            job = await board.post("charge", key=key, group=group_in(1))
+            await board.trash(await board.claim(job, "w"), "bad")
+            links = spread(other).links
+            settle = links._settle_keys
+            read, go = anyio.Event(), anyio.Event()
+
+            async def slow(*args: Any) -> None:
+                read.set()
+                await go.wait()
+                await settle(*args)
+
+            links._settle_keys = slow  # type: ignore[method-assign]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(links.forward, spread(other).parts[1])  # as its sweep does
+                await read.wait()
+                assert (await board.requeue(job)).id == job.id
+                go.set()
+            await anyio.sleep(retention + 0.6)
+            again = await board.post("charge", key=key)
+            assert sorted(await claimable(board)) == [job.id], \
+                f"two jobs of one key claimable: requeued {job.id}, then posted {again.id}"
+
+
+async def test_a_requeue_mark_does_not_outlive_the_requeue(cluster_seeds: str) -> None:  # noqa: F811
+    """Review C5: requeue_mark's 'rq' went with the trash entry into the job (RENAME) and back into the next
+    trash entry: trashed again right after its requeue, the job's key kept finding it past key_retention."""
+    with anyio.fail_after(30):
+        async with open_board(url_of(cluster_seeds, "&key_retention=1&trash_ttl=0")) as board:
+            key = key_in(0)
+            job = await board.post("charge", key=key, group=group_in(1))
+            await board.trash(await board.claim(job, "w"), "bad")
+            await anyio.sleep(1.6)
+            assert (await board.requeue(job)).id == job.id
+            await board.trash(await board.claim(job, "w"), "bad again")
+            await anyio.sleep(1.6)
+            again = await board.post("charge", key=key)
+            assert again.id != job.id, "the key still finds the re-trashed job past key_retention ('rq' left)"

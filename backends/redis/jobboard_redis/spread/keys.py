@@ -139,23 +139,25 @@ class Keys:
 
         :raises InvalidJob: its keyed post is not finished (held); else as the board's ``requeue``."""
         prefix = part.options.prefix
-        key = text(await part.client.command("HGET", prefix + "tr:" + job_id, "key") or b"")
+        key_b, requeues = await part.client.command("HMGET", prefix + "tr:" + job_id, "key", "nrq")
+        key = text(key_b or b"")
         if key and self.parts[self.index_of(key)] is not part:
             if await part.client.command("ZSCORE", prefix + "kh", job_id) is not None:
                 raise InvalidJob(f"job {job_id} is held by its keyed post, not finished yet: requeue it once "
                                  "its post (or the sweep) has named or dropped it")
             await self.links.forward(part)  # its settle's entry applied first: it would expire the record
             await part._call("requeue_mark", "", job_id, part.options.nonce_ms)  # found meanwhile, however old
-            if await self._retake(key, job_id) is not None:
+            if await self._retake(key, job_id, int(requeues or 0) + 1) is not None:  # its record: this requeue
                 await part._call("key_clear", "", job_id, key)
         return await part.requeue(job_id, reset_attempts)
 
-    async def _retake(self, key: str, job_id: str) -> Job | None:
-        """The key's record names ``job_id`` again (``None``), unless it names another job still on the board
-        (that job)."""
+    async def _retake(self, key: str, job_id: str, requeues: int) -> Job | None:
+        """The key's record names ``job_id`` again (``None``), kept with ``requeues`` (the job's count once
+        requeued: a settle's entry of fewer leaves it), unless it names another job still on the board (that
+        job)."""
         home = self.parts[self.index_of(key)]
         for _ in range(ROUNDS):
-            status, data = await home._call("key_take", "", key, job_id, CHECK_MS)
+            status, data = await home._call("key_take", "", key, job_id, CHECK_MS, requeues)
             if status == "mine":
                 return None
             if status == "keyed":

@@ -5,9 +5,12 @@ adds the dependent to the dependency's ``dents`` there); a dependency gone by th
 (``unlink`` the links made, ``unpost`` the dependent: ``DependencyMissing``, as on one slot). A consume or
 trash of a dependency with dependents elsewhere writes entries to its partition's outbox in the same call;
 :class:`Forwarder` sends each one to the dependent's partition (``deliver``: the result, once; ``cascade``:
-to the trash) and then removes it: at least once, applied once. A settle of a keyed job whose key's record is
-in another partition writes an entry too (``key``: that record expires after the key's retention if it still
-names the job, ``key_settled``; not urgent: it goes with the next forwarding or sweep, several in one call).
+to the trash) and then removes it: at least once (by any board, and again after a lost reply), each one
+idempotent. A settle of a keyed job whose key's record is in another partition writes an entry too (``key``:
+that record expires after the key's retention if it still names the job, ``key_settled``; not urgent: it goes
+with the next forwarding or sweep, several in one call). A ``key`` entry goes with its job's requeue count,
+read with it (``out_read``): one applied late, after the job's requeue named it again, is of an earlier settle
+and leaves the record as it is (the record keeps the count it was named with, ``kg:<key>``).
 The board whose call wrote the other entries forwards them before that call returns; every board also sweeps the outboxes every :data:`SWEEP` seconds, for entries whose writer died
 before forwarding them, and links (or undoes) the dependents still pending past the retry window (their
 poster died between the post and its links).
@@ -48,14 +51,14 @@ class Forwarder:
 
         :raises JobBoardError: a partition could not be reached (the entries left are swept later)."""
         key = part.options.prefix + "out"
-        while entries := await part.client.command("LRANGE", key, 0, BATCH - 1):
+        while (read := (await part._call("out_read", "", BATCH))[1]):
             settled: dict[int, list[bytes | int]] = {}  # a job settled whose key's record is elsewhere
             applied: list[bytes] = []
-            for entry in entries:
+            for entry, requeues in zip(read[::2], read[1::2], strict=True):
                 kind, dependent, dependency, payload = msgpack.unpackb(entry, raw=True)
-                if kind == b"key":  # (key, job, retention ms): applied together per partition, below
+                if kind == b"key":  # (key, job, retention ms, its requeues): applied together per partition
                     settled.setdefault(partition_of(text(dependent), len(self.parts)), []).extend(
-                        (dependent, dependency, payload))
+                        (dependent, dependency, payload, requeues))
                     applied.append(entry)
                     continue
                 target = self.part_of(text(dependent))
