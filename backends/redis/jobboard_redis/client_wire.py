@@ -220,6 +220,9 @@ async def connect(host: str, port: int, *, reply_timeout: float | None, connect_
     :raises ConnectionLost: the server cannot be reached (or did not answer in time); :class:`Refused`
         if its host refused the connection.
     :raises ServerError: a ``hello`` command was refused (its reply's text).
+
+    The connection is closed on any failure, a cancellation included (a probe of a frozen master cancelled
+    by the board's close leaves no socket open).
     """
     loop = asyncio.get_running_loop()
     wire: Wire | None = None
@@ -229,15 +232,17 @@ async def connect(host: str, port: int, *, reply_timeout: float | None, connect_
                                                    server_hostname=host if tls else None)
             wire.address = f"{host}:{port}"
             replies = list(await asyncio.gather(*[wire.send(command) for command in hello]))
-    except TimeoutError:
+    except BaseException as error:  # closed on any failure, a cancellation included
         if wire is not None:
             wire.close()
-        if on_silent is not None:
-            on_silent(f"{host}:{port}")
-        raise ConnectionLost(f"Redis {host}:{port} did not answer within {connect_timeout:.3g}s") from None
-    except (OSError, ssl.SSLError) as error:
-        failure = Refused if refused(error) else ConnectionLost
-        raise failure(f"cannot connect to Redis {host}:{port}: {error}") from error
+        if isinstance(error, TimeoutError):
+            if on_silent is not None:
+                on_silent(f"{host}:{port}")
+            raise ConnectionLost(f"Redis {host}:{port} did not answer within {connect_timeout:.3g}s") from None
+        if isinstance(error, (OSError, ssl.SSLError)):
+            failure = Refused if refused(error) else ConnectionLost
+            raise failure(f"cannot connect to Redis {host}:{port}: {error}") from error
+        raise
     for reply in replies:
         if isinstance(reply, ServerError):
             wire.close()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 from jobboard.board.inputs import DEFAULT_RESULT_TTL, DEFAULT_TRASH_TTL
 from jobboard.board.url import COMMON_OPTIONS, parse_options, parse_url, positive_float
 from jobboard.errors import InvalidURL
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_ROOT = "jobboard"
 DEFAULT_PORT = 6379
@@ -152,10 +155,20 @@ def parse_redis_url(url: str) -> RedisOptions:
     typed = RedisOptions(host=host, port=port, db=int(db_text or 0), root=root,
                          tls=parsed.scheme == "rediss", username=parsed.username, password=parsed.password,
                          **options)
-    if typed.reply_timeout is not None and typed.reply_timeout > typed.session_timeout:
-        raise InvalidURL(f"bad value for option reply_timeout={parsed.query['reply_timeout']!r}: must be at most "
-                         f"session_timeout ({typed.session_timeout:g}): a frozen server would cost the session first")
+    _check_reply_timeout(typed)
     return typed
+
+
+def _check_reply_timeout(typed: RedisOptions) -> None:
+    """:raises InvalidURL: ``reply_timeout`` over ``session_timeout``; over 2/3 of it less 0.5 s: a warning
+    (a heartbeat waiting that long for a frozen server or Cluster master may outlive the session)."""
+    reply, session = typed.reply_timeout, typed.session_timeout
+    if reply is not None and reply > session:
+        raise InvalidURL(f"bad value for option reply_timeout={reply:g}: must be at most session_timeout "
+                         f"({session:g}): a frozen server would cost the session first")
+    if reply is not None and reply > 2 / 3 * session - 0.5:
+        logger.warning("reply_timeout=%g is over 2/3 of session_timeout=%g less 0.5 s: a frozen server or Cluster "
+                       "master may cost the sessions (docs/backends/redis.md, 'A frozen master')", reply, session)
 
 
 def _host_port(text: str, url: str) -> tuple[str, int]:
