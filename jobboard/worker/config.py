@@ -58,10 +58,12 @@ class WorkerConfig:
     Turn it on in several workers: each period is still posted once, and no single one is needed."""
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
-        if self.prefetch < 0:
-            raise ValueError("prefetch must be 0 or more")
+        for name, least in (("concurrency", 1), ("prefetch", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be a whole number, not {value!r}")
+            if value < least:
+                raise ValueError(f"{name} must be at least {least}" if least else f"{name} must be 0 or more")
         if self.lease is not None and self.lease <= 0:
             raise ValueError("lease must be a positive number of seconds")
         if self.timeout is not None and self.timeout <= 0:
