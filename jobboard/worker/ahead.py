@@ -23,7 +23,7 @@ from collections.abc import Collection
 import anyio
 
 from jobboard.board.contract import JobBoard
-from jobboard.errors import ClaimLost, JobBoardError, NotOwner, Unsupported
+from jobboard.errors import BackendUnavailable, ClaimLost, JobBoardError, NotOwner, Unsupported
 from jobboard.job import Claim
 
 logger = logging.getLogger("jobboard.worker")
@@ -87,7 +87,9 @@ class ClaimAhead:
 
     async def release_all(self, within: float) -> None:
         """Give back every held claim (shielded, bounded by ``within`` seconds in all): claimable again at
-        once. One that cannot be given back (the board unreachable) returns when the session ends."""
+        once. Ones that cannot be given back return when the session ends; once the board is found
+        unreachable the rest are not tried (each would wait out its own retry window: a stop during an outage
+        took 10 s per held job)."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(within):
             while self.held:
                 claim = self.held.popleft()
@@ -96,9 +98,14 @@ class ClaimAhead:
                     self.released += 1
                 except (ClaimLost, NotOwner):
                     pass  # revoked or lost while held: nothing to give back
+                except BackendUnavailable as error:
+                    self.held.appendleft(claim)
+                    logger.warning("%s: could not give back job %s claimed ahead (%s): the board is unreachable, "
+                                   "the others are not tried", self.owner, claim.job.id, error)
+                    break
                 except JobBoardError as error:
                     logger.warning("%s: could not give back job %s claimed ahead (%s): it returns when the "
                                    "board's session ends", self.owner, claim.job.id, error)
         if self.held:
-            logger.warning("%s: %d job(s) claimed ahead not given back in %gs: they return when the board's "
-                           "session ends", self.owner, len(self.held), within)
+            logger.warning("%s: %d job(s) claimed ahead not given back: they return when the board's session "
+                           "ends", self.owner, len(self.held))
