@@ -59,6 +59,18 @@ async def claimable(board: JobBoard) -> list[str]:
     return taken
 
 
+async def post_dying_after_the_held_post(board: JobBoard, key: str, group: str) -> None:
+    """Post ``key`` with ``group`` (another partition than the key's) as a poster that dies after step 1: its
+    held job is written, the key's record never named (``Keys.arbitrate`` fails)."""
+    async def dies(*args: object, **kwargs: object) -> None:
+        raise BackendUnavailable("the poster died")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(spread(board).keys, "arbitrate", dies)
+        with pytest.raises(BackendUnavailable):
+            await board.post("charge", key=key, group=group)
+
+
 def counting(backend: SpreadBackend) -> list[str]:
     """Every partition call of ``backend`` from now on, by operation name."""
     calls: list[str] = []
@@ -93,13 +105,7 @@ async def test_a_poster_dying_after_the_held_post_is_finished_by_the_sweep(clust
         async with open_board(url_of(cluster_seeds)) as board, open_board(board.url) as other:
             backend, key = spread(board), key_in(0)
 
-            async def dies(*args: object, **kwargs: object) -> None:
-                raise BackendUnavailable("the poster died")
-
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(backend.keys, "arbitrate", dies)
-                with pytest.raises(BackendUnavailable):
-                    await board.post("charge", key=key, group=group_in(2))
+            await post_dying_after_the_held_post(board, key, group_in(2))
             [held] = [job async for job in board.iterjobs()]
             assert int(held.id) % K == 2 and (await board.state(held.id)) is JobState.WAITING
             assert await other.claim_next("w") is None
@@ -151,13 +157,7 @@ async def test_a_held_job_whose_key_went_to_another_post_meanwhile_is_dropped(cl
         async with open_board(url_of(cluster_seeds)) as board, open_board(board.url) as other:
             backend, key = spread(board), key_in(0)
 
-            async def dies(*args: object, **kwargs: object) -> None:
-                raise BackendUnavailable("the poster died")
-
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(backend.keys, "arbitrate", dies)
-                with pytest.raises(BackendUnavailable):
-                    await board.post("charge", key=key, group=group_in(1))
+            await post_dying_after_the_held_post(board, key, group_in(1))
             winner = await other.post("charge", key=key)
             assert int(winner.id) % K == 0
             assert await backend.keys.finish(backend.parts[1], 0) == 1
@@ -201,13 +201,7 @@ async def test_a_held_job_cancelled_before_it_was_named_is_the_keys_trashed_job(
         async with open_board(url_of(cluster_seeds)) as board, open_board(board.url) as other:
             backend, key = spread(board), key_in(0)
 
-            async def dies(*args: object, **kwargs: object) -> None:
-                raise BackendUnavailable("the poster died")
-
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(backend.keys, "arbitrate", dies)
-                with pytest.raises(BackendUnavailable):
-                    await board.post("charge", key=key, group=group_in(1))
+            await post_dying_after_the_held_post(board, key, group_in(1))
             [held] = [job async for job in board.iterjobs()]
             await other.cancel(held, "not wanted")
             assert await backend.keys.finish(backend.parts[1], 0) == 1
