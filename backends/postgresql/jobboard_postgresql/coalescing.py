@@ -16,12 +16,12 @@ gone (:attr:`Request.landed`), so that the caller can give back a claim it did n
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobboard.board.services import wait_ended
 from jobboard.errors import BoardClosed
 
 IN_FLIGHT = 2
@@ -151,8 +151,7 @@ class Coalescer:
             request.finish(None, BoardClosed("the board closed before the call was sent"))
         if self._dispatcher is not None:
             self._dispatcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._dispatcher
+            await wait_ended([self._dispatcher])  # the caller's cancellation ends the wait (not swallowed)
         if self._running:
             _, late = await asyncio.wait(set(self._running), timeout=limit)
             for task in late:

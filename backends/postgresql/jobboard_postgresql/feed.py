@@ -29,6 +29,7 @@ from collections.abc import Callable
 import asyncpg
 
 from jobboard.backend import Event, EventKind
+from jobboard.board.services import wait_ended
 from jobboard_postgresql.database import Database
 
 logger = logging.getLogger("jobboard_postgresql")
@@ -65,10 +66,9 @@ class Feed:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        if task is not None:  # a cancellation of the caller ends the wait, the task ends in the background
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            await wait_ended([task])
 
     async def _run(self) -> None:
         try:

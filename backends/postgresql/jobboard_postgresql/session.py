@@ -16,7 +16,6 @@ session; it never takes the old lock again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from typing import Any
 
 import asyncpg
 
+from jobboard.board.services import wait_ended
 from jobboard_postgresql.options import Options
 
 logger = logging.getLogger("jobboard_postgresql")
@@ -153,14 +153,18 @@ class Session:
             self.lose(f"marking it {'idle' if idle else 'busy'} failed: {type(error).__name__}: {error}")
 
     async def close(self) -> None:
-        """Stop the heartbeat and close the connection (the server drops the lock)."""
+        """Stop the heartbeat and close the connection (the server drops the lock). Cancelled meanwhile, the
+        connection is cut at once and the caller's cancellation raised."""
         self.lost = True
         tasks = [*self._clearing, *([self._heartbeat] if self._heartbeat is not None else [])]
         self._heartbeat = None
         for task in tasks:
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        try:
+            await wait_ended(tasks)
+        except BaseException:
+            self._cut()
+            raise
         connection, self._connection = self._connection, None
         if connection is not None:
             connection.remove_termination_listener(self._terminated)
@@ -168,6 +172,13 @@ class Session:
                 await asyncio.wait_for(connection.close(), 2.0)
             except (TimeoutError, Exception):  # noqa: BLE001 - a connection that will not close cleanly is cut
                 connection.terminate()
+
+    def _cut(self) -> None:
+        """Close the connection without waiting (the server ends the session and drops its lock)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.remove_termination_listener(self._terminated)
+            connection.terminate()
 
 
 def late(silent: float, session_timeout: float) -> str:
