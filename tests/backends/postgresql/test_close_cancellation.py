@@ -65,9 +65,9 @@ async def test_a_close_under_a_stdlib_timeout_ends_at_the_timeout(
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(BOUND):
             await close()
-    took = time.monotonic() - started
-    assert took < CLEAN_UP / 2, f"the close ran {took:.2f}s past its {BOUND}s bound (the caller's cancellation was swallowed)"
-    assert task.cancelled() or not task.done()  # it was cancelled, and ends in the background
+    # the close gave up waiting at the bound: the task's clean-up is still running (a swallowed cancellation
+    # would have waited it out), whatever the machine's load did to the clock
+    assert not task.done(), f"the close waited {time.monotonic() - started:.2f}s for the task, past its {BOUND}s bound"
     await asyncio.wait([task])
     assert task.cancelled()
 
