@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,6 +142,9 @@ class Settle:
     ``None``; a backend that cannot raises ``Unsupported`` when it is given."""
 
 
+_PASSED: ContextVar[set[str] | None] = ContextVar("jobboard_passed_over", default=None)  # in claim_many's loop
+
+
 class Backend(abc.ABC):
     """What a backend implements; :class:`~jobboard.board.contract.JobBoard` is the caller's face of it.
 
@@ -247,8 +251,10 @@ class Backend(abc.ABC):
 
     async def claim_many(self, owner: str, names: Collection[str] | None, count: int) -> list[Claim]:
         """Up to ``count`` claims, each as :meth:`claim_next`'s and in its order (default: it until none;
-        cancelled midway, the claims made go back in the background, by :meth:`release`)."""
+        cancelled midway, the claims made go back in the background; its skips count once: :meth:`passed_over`)."""
         claims: list[Claim] = []
+        whys: set[str] = set()
+        token = _PASSED.set(whys)
         try:
             while len(claims) < count and (claim := await self.claim_next(owner, names)) is not None:
                 claims.append(claim)
@@ -256,6 +262,9 @@ class Backend(abc.ABC):
             for made in claims:
                 self.services.spawn(self.release(made))
             raise
+        finally:
+            _PASSED.reset(token)
+            self.services.held_back.update(whys)
         return claims
 
     @abc.abstractmethod
@@ -352,6 +361,21 @@ class Backend(abc.ABC):
     def flow_control(self) -> bool:
         """Whether this backend implements flow control: it overrides :meth:`set_limit` (a wrapper says its inner's)."""
         return type(self).set_limit is not Backend.set_limit
+
+    @property
+    def reports_held_back(self) -> bool:
+        """Whether the claims of ``claim_next``, ``claim_many``, ``consume_and_claim_next`` report what flow control
+        made them pass over (:meth:`passed_over`; else ``JobBoard.held_back`` counts ``claim(job)``'s refusals)."""
+        return False
+
+    def passed_over(self, whys: Iterable[str]) -> None:
+        """One claim call passed over jobs held back for ``whys`` (each ``HeldBack.why``): each counts once in
+        ``JobBoard.held_back`` (in the interface's :meth:`claim_many`, once for its loop). No I/O; gated path only."""
+        batch = _PASSED.get()
+        if batch is not None:
+            batch.update(whys)
+        else:
+            self.services.held_back.update(set(whys))
 
     async def set_limit(self, limit: LimitSpec) -> None:
         """Store ``limit`` (replacing its group's) where every claim of every board reads it, atomically."""

@@ -77,10 +77,12 @@ class JobBoard:
         self.services = backend.services
         """The event hub, malformed-entry reporting and background tasks the board lends its backend
         (a backend wrapper shares its inner backend's)."""
-        self.held_back: Counter[str] = Counter()
-        """Claims of this board that flow control refused (:meth:`claim` raising :class:`HeldBack`), by
-        ``why``. Counted in this process, where the refusal is raised: no read. ``claim_next`` refuses
-        nothing (it skips a held-back job for the next), so it counts nothing here."""
+        self.held_back: Counter[str] = self.services.held_back
+        """Claims of this board that flow control refused or passed over, by ``why``: each :meth:`claim`
+        raising :class:`HeldBack`, and each :meth:`claim_next` / :meth:`claim_many` / claim of
+        :meth:`consume_and_claim_next` that passed over a job held back better in the claim order than the one
+        it took (or any, taking none): once per call and ``why``, where the backend reports it
+        (``backend.reports_held_back``). Counted in this process: no read."""
 
     def __repr__(self) -> str:
         return f"<JobBoard {self.url} over {type(self.backend).__name__}>"

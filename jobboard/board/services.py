@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Collection, Coroutine
 from typing import Any
 
@@ -24,6 +25,8 @@ class BoardServices:
         self.reported: set[str] = set()
         """Malformed entries already reported (each is reported once per board)."""
         self.tasks: set[asyncio.Task[None]] = set()
+        self.held_back: Counter[str] = Counter()
+        """Claims flow control refused or passed over on this board, by ``why`` (``JobBoard.held_back``)."""
 
     def report_malformed(self, job_id: str, what: str = "not a valid posting") -> None:
         """Skip-and-report: log ``job_id`` once and publish one ``MALFORMED`` event."""

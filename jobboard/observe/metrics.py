@@ -148,10 +148,12 @@ class _WorkerCollector:
         yield self._held_back()
 
     def _held_back(self) -> Metric:
-        """``claim(job)`` refusals by flow control on the watched workers' boards (each board once)."""
+        """Claims flow control refused or passed over on the watched workers' boards (``JobBoard.held_back``:
+        ``claim(job)`` refusals and claim_next-like calls that passed a held-back job over; each board once)."""
         boards = list({id(worker.board): worker.board for worker in self.workers}.values())
         held = CounterMetricFamily("jobboard_worker_claims_held_back", "Claims refused by flow control on this "
-                                   "process's boards (claim(job) raising HeldBack), by why", labels=["why"])
+                                   "process's boards (claim(job) raising HeldBack; claim_next and claim_many "
+                                   "calls that passed over a held-back job, once per call), by why", labels=["why"])
         for why in HELD_BACK_WHYS:
             held.add_metric([why], sum(board.held_back[why] for board in boards))
         return held

@@ -40,6 +40,7 @@ from jobboard.testing._listing import ListingConformance
 from jobboard.testing._pacing import PacingConformance
 from jobboard.testing._prefetch import PrefetchConformance
 from jobboard.testing._routing import RoutingConformance
+from jobboard.testing._skips import SkipsConformance
 from jobboard.testing._watching import WatchingConformance
 
 
@@ -47,7 +48,7 @@ class JobBoardConformance(
     BasicsConformance, BatchesConformance, ClaimsConformance, DelayedConformance, FailuresConformance,
     FlowWakingConformance, IdsConformance, KeepingConformance,
     KeysConformance, LimitEdgesConformance, LimitsConformance, LinkedConformance, ListingConformance,
-    PacingConformance, PrefetchConformance, RoutingConformance,
+    PacingConformance, PrefetchConformance, RoutingConformance, SkipsConformance,
     WatchingConformance,
 ):
     """Every conformance check; see the module docstring."""

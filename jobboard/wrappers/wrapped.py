@@ -14,7 +14,7 @@ abandon), and are forwarded whole where it implements them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from jobboard.backend import Backend, BoardServices, GroupLimit, LimitSpec, Paused, Prepared, Settle
@@ -154,6 +154,13 @@ class WrappedBackend(Backend):
     @property
     def flow_control(self) -> bool:
         return self.inner.flow_control
+
+    @property
+    def reports_held_back(self) -> bool:
+        return self.inner.reports_held_back
+
+    def passed_over(self, whys: Iterable[str]) -> None:
+        self.inner.passed_over(whys)
 
     async def set_limit(self, limit: LimitSpec) -> None:
         await self.inner.set_limit(limit)

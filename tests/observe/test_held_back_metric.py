@@ -1,5 +1,6 @@
 """Claims refused by flow control (issue 27): ``JobBoard.held_back`` counts ``claim(job)`` raising ``HeldBack``
-by ``why``; a worker's metrics export it as ``jobboard_worker_claims_held_back_total{why}``."""
+by ``why``, and each ``claim_next`` that passed over held-back jobs once per ``why``; a worker's metrics export it
+as ``jobboard_worker_claims_held_back_total{why}``."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ async def refused(board: JobBoard, job: Job) -> str:
     return held.value.why
 
 
-async def test_each_refusal_is_counted_by_why_and_claim_next_counts_none() -> None:
+async def test_each_refusal_and_each_claim_next_skip_is_counted_by_why() -> None:
     async with open_board(f"memory://held-back-{uuid.uuid4().hex}") as board:
         handlers = Handlers()
 
@@ -57,10 +58,10 @@ async def test_each_refusal_is_counted_by_why_and_claim_next_counts_none() -> No
             await board.claim(await board.post("export", group=group), "holder")
         held = [await board.post("export", group=group) for group in ("full", "full", "ordered", "rated")]
         assert [await refused(board, job) for job in held] == ["concurrency", "concurrency", "sequence", "rate"]
-        assert await board.claim_next("w") is None  # every job is held back: skipped, not refused
+        assert await board.claim_next("w") is None  # every job is held back: skipped, once per why
         await board.pause("export")
         assert await refused(board, await board.post("export")) == "paused"
-        assert dict(board.held_back) == {"concurrency": 2, "sequence": 1, "rate": 1, "paused": 1}
+        assert dict(board.held_back) == {"concurrency": 3, "sequence": 2, "rate": 2, "paused": 1}
 
         await board.resume("export")
         for group in ("full", "ordered", "rated"):
@@ -68,4 +69,4 @@ async def test_each_refusal_is_counted_by_why_and_claim_next_counts_none() -> No
         with anyio.fail_after(10):
             stats = await worker.run()  # claim_next skips nothing now: the counts stay
         assert stats.consumed == 5
-        assert held_back_samples(metrics) == {"paused": 1.0, "concurrency": 2.0, "sequence": 1.0, "rate": 1.0}
+        assert held_back_samples(metrics) == {"paused": 1.0, "concurrency": 3.0, "sequence": 2.0, "rate": 2.0}

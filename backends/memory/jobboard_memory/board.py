@@ -190,7 +190,17 @@ class MemoryBackend(Backend):
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         self._report_store_malformed()
-        return self._store.claim_next(owner, self, wall_clock(), names)
+        if not self._store.flow.active:
+            return self._store.claim_next(owner, self, wall_clock(), names)
+        whys: set[str] = set()
+        claim = self._store.claim_next(owner, self, wall_clock(), names, whys)
+        if whys:
+            self.passed_over(whys)
+        return claim
+
+    @property
+    def reports_held_back(self) -> bool:
+        return True
 
     async def watch_claim(self, claim: Claim) -> str:
         while True:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused
@@ -48,6 +49,8 @@ class Flow:
         """Per rated group: the monotonic times of its grants within the last period."""
         self._ready = ready
         self._parked: dict[tuple[str, str], list[Item]] = {}
+        self._best: dict[tuple[str, str], dict[tuple[str, str], Item]] = {}
+        """Per parking key: the best item parked for each (job name, why), for :meth:`parked_whys`."""
         self._rate_due: dict[str, float] = {}
         """Groups parked by their rate, and when (monotonic) their next permit is due."""
 
@@ -162,17 +165,27 @@ class Flow:
             window.popleft()
         return window[0] + rate.period - now if len(window) >= rate.count else None
 
-    def park(self, entry: Entry, item: Item) -> bool:
-        """Keep ``item`` aside if ``entry`` is held back (``True``); :meth:`_unpark` puts it back."""
+    def park(self, entry: Entry, item: Item) -> str | None:
+        """Keep ``item`` aside if ``entry`` is held back (its ``why``); :meth:`_unpark` puts it back."""
         held = self.refusal(entry)
         if held is None:
-            return False
+            return None
         group = entry.posting.group
         key = ("name", entry.posting.name) if held.why == "paused" or group is None else ("group", group)
         self._parked.setdefault(key, []).append(item)
+        best = self._best.setdefault(key, {})
+        kind = (entry.posting.name, held.why)
+        if kind not in best or item < best[kind]:
+            best[kind] = item
         if held.retry_after is not None and group is not None:
             self._rate_due[group] = time.monotonic() + held.retry_after
-        return True
+        return held.why
+
+    def parked_whys(self, before: Item | None, wanted: Callable[[str], bool], waiting: Callable[[str], bool]) -> set[str]:
+        """Why parked jobs better than ``before`` (any: ``None``) with a ``wanted`` name, still ``waiting``
+        (unclaimed, by id), are held back: what a claim that took ``before`` passed over. No change."""
+        return {why for best in self._best.values() for (name, why), item in best.items()
+                if (before is None or item < before) and wanted(name) and waiting(item[2])}
 
     def unpark_due(self) -> None:
         """Put back the items of groups whose next rate permit is due."""
@@ -184,6 +197,7 @@ class Flow:
     def _unpark(self, key: tuple[str, str]) -> None:
         if key[0] == "group":
             self._rate_due.pop(key[1], None)
+        self._best.pop(key, None)
         for item in self._parked.pop(key, ()):
             heapq.heappush(self._ready, item)
 

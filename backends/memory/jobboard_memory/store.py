@@ -25,7 +25,7 @@ from jobboard.errors import (
     NotOwner,
 )
 from jobboard.job import Claim, Job, JobState, Outcome, Progress, TrashedJob, wanted
-from jobboard_memory.flow import Flow
+from jobboard_memory.flow import Flow, Item
 
 MAX_ATTEMPTS_REASON = "max attempts exceeded"
 
@@ -222,13 +222,14 @@ class Store:
         return Claim(entry.job(), owner, entry.generation, results)
 
     def claim_next(
-        self, owner: str, holder: object, now: float, names: Collection[str] | None,
+        self, owner: str, holder: object, now: float, names: Collection[str] | None, whys: set[str] | None = None,
     ) -> Claim | None:
-        """Claim the best claimable job, skipping stale heap items (and parking held-back ones)."""
+        """Claim the best claimable job, skipping stale heap items (and parking held-back ones); ``whys`` (given
+        on a gated board) gathers why the jobs it passed over, parked now or before, are held back."""
         flow = self.flow
         if flow.active:
             if flow.paused_board:
-                return None
+                return self._paused(now, names, whys)
             flow.unpark_due()
         delayed: list[tuple[int, int, str]] = []
         try:
@@ -240,16 +241,36 @@ class Store:
                 if _delayed(entry, now) or not wanted(entry.posting.name, names):
                     delayed.append(item)
                     continue
-                if flow.active and flow.park(entry, item):
+                if flow.active and (why := flow.park(entry, item)) is not None:
+                    if whys is not None:
+                        whys.add(why)
                     continue
                 try:
-                    return self.claim(entry.job_id, owner, holder, now)
+                    claim = self.claim(entry.job_id, owner, holder, now)
                 except JobNotFound:
                     continue
+                self._passed(item, names, whys)
+                return claim
+            self._passed(None, names, whys)
             return None
         finally:
             for item in delayed:
                 heapq.heappush(self._ready, item)
+
+    def _paused(self, now: float, names: Collection[str] | None, whys: set[str] | None) -> None:
+        """The whole board paused: its claimable jobs are all held back (``"paused"`` if it has one)."""
+        if whys is not None and any(e.state() is JobState.UNCLAIMED and not _delayed(e, now)
+                                    and wanted(e.posting.name, names) for e in self.jobs.values()):
+            whys.add("paused")
+
+    def _passed(self, before: Item | None, names: Collection[str] | None, whys: set[str] | None) -> None:
+        """Add to ``whys`` why the jobs parked earlier, better than ``before`` (any: ``None``), are held back."""
+        if whys is not None and self.flow.active:
+            whys |= self.flow.parked_whys(before, lambda name: wanted(name, names), self._waiting)
+
+    def _waiting(self, job_id: str) -> bool:
+        entry = self.jobs.get(job_id)
+        return entry is not None and entry.state() is JobState.UNCLAIMED
 
     # -- settling ------------------------------------------------------------
 
