@@ -78,6 +78,8 @@ class SlotMap:
         """Seconds a node is given to answer; a silent node is passed over this long."""
         self._silent: dict[tuple[str, int], float] = {}
         """When each node last left a command unanswered (monotonic)."""
+        self._thawed: dict[tuple[str, int], float] = {}
+        """For a node that answered a probe since: when it was last silent before that (see :meth:`_passed_over`)."""
         self._waiting: tuple[float, str] | None = None
         """(when, why) the last ask named a master passed over: asked again :data:`POLL_EVERY` later."""
         self._probe: asyncio.Task[bool] | None = None
@@ -134,7 +136,7 @@ class SlotMap:
             if master is None:
                 continue
             self.master = master
-            if self._passed_over(master, failing(nodes, master, host)):
+            if self._passed_over(master, flag(nodes, master, host)):
                 why = (f"Redis Cluster master {_names([master])} of slot {self.slot} is not answering "
                        f"(asked {host}:{port}); waiting for it to answer or for its failover")
                 self._waiting = (time.monotonic(), why)
@@ -157,16 +159,20 @@ class SlotMap:
         wire.close()
         return replies[-2], replies[-1]
 
-    def _passed_over(self, master: tuple[str, int], flagged: bool) -> bool:
+    def _passed_over(self, master: tuple[str, int], flagged: str) -> bool:
         """Whether not to connect to ``master`` now: a probe of it is in flight, or it was silent within the
-        reply timeout, or within :data:`SILENT_FOR` and the cluster flags it failing (``fail?``: unreachable
-        from the node asked; ``fail``: agreed) - a frozen master, about to be failed over. One that answered
-        a probe since its last silence, or was not silent lately, is tried."""
+        reply timeout, or within :data:`SILENT_FOR` and the cluster flags it failing (``flagged``: ``fail?``,
+        unreachable from the node asked; ``fail``, agreed) - a frozen master, about to be failed over. One that
+        answered a probe since its last silence is tried unless the cluster has *agreed* it failed within
+        :data:`SILENT_FOR` of that silence (thawed between the agreement and its replica's promotion: what it
+        acknowledged before its demotion would be lost with it); one not silent lately is tried."""
+        now = time.monotonic()
         if master not in self._silent:
-            return False
+            thawed = self._thawed.get(master)
+            return flagged == "fail" and thawed is not None and now - thawed < SILENT_FOR
         probe = self._probe
-        ago = time.monotonic() - self._silent[master]
-        return (ago < self.reply_timeout or (flagged and ago < SILENT_FOR)
+        ago = now - self._silent[master]
+        return (ago < self.reply_timeout or (bool(flagged) and ago < SILENT_FOR)
                 or (self._probed == master and probe is not None and not probe.done()))
 
     def _probing(self, master: tuple[str, int]) -> None:
@@ -193,7 +199,8 @@ class SlotMap:
             return False
         else:
             wire.close()
-        self._silent.pop(node, None)
+        if (silent := self._silent.pop(node, None)) is not None:
+            self._thawed[node] = silent
         self._waiting = None
         logger.info("Redis Cluster node %s answers again", _names([node]))
         return True
@@ -222,8 +229,9 @@ class SlotMap:
         return found
 
 
-def failing(nodes: Any, master: tuple[str, int], asked: str) -> bool:
-    """Whether a ``CLUSTER NODES`` reply flags ``master`` ``fail?`` or ``fail``."""
+def flag(nodes: Any, master: tuple[str, int], asked: str) -> str:
+    """How a ``CLUSTER NODES`` reply flags ``master``: ``"fail"`` (agreed), ``"fail?"`` (suspected by the node
+    asked) or ``""``."""
     text = nodes.decode() if isinstance(nodes, bytes) else str(nodes)
     for line in text.splitlines():
         fields = line.split()
@@ -231,8 +239,9 @@ def failing(nodes: Any, master: tuple[str, int], asked: str) -> bool:
             continue
         host, _, port = fields[1].split("@", 1)[0].split(",", 1)[0].rpartition(":")
         if port.isdigit() and ((host or asked), int(port)) == master:
-            return bool({"fail", "fail?"} & set(fields[2].split(",")))
-    return False
+            flags = set(fields[2].split(","))
+            return "fail" if "fail" in flags else "fail?" if "fail?" in flags else ""
+    return ""
 
 
 def _address(node: Any, asked: str) -> tuple[str, int]:
