@@ -185,8 +185,23 @@ class SqliteBackend(Backend):
         return claim
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
-        return await self.claims.run(
-            lambda conn, fx: writes.claim_next(conn, self.scope, owner, names, time.time(), fx))
+        whys: set[str] = set()
+
+        def body(conn: sqlite3.Connection, fx: Effects) -> Claim | None:
+            whys.clear()  # a transaction tried again: its own
+            return writes.claim_next(conn, self.scope, owner, names, time.time(), fx, whys)
+
+        claim = await self.claims.run(body)
+        self._passed(whys)
+        return claim
+
+    @property
+    def reports_held_back(self) -> bool:
+        return True
+
+    def _passed(self, whys: set[str]) -> None:
+        if whys:
+            self.passed_over(whys)
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
         self._no_connection(settle.connection)
@@ -197,12 +212,17 @@ class SqliteBackend(Backend):
         """The consume and the next claim in one transaction (the consume alone if the claim fails)."""
         self._no_connection(settle.connection)
 
+        whys: set[str] = set()
+
         def body(conn: sqlite3.Connection, fx: Effects) -> Claim | None:
             now = time.time()
+            whys.clear()
             writes.settle(conn, self.scope, claim, settle, now, fx)
-            return writes.claim_next(conn, self.scope, claim.owner, names, now, fx)
+            return writes.claim_next(conn, self.scope, claim.owner, names, now, fx, whys)
 
-        return await self.claims.run(body)
+        taken = await self.claims.run(body)
+        self._passed(whys)
+        return taken
 
     async def release(self, claim: Claim) -> None:
         """Uncounted: the attempt its claim counted is taken back in the same fenced write."""

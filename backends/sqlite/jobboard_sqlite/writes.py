@@ -36,7 +36,7 @@ from jobboard.errors import (
     NotOwner,
 )
 from jobboard.job import positional_constructor
-from jobboard_sqlite import flow, trash
+from jobboard_sqlite import flow, passed, trash
 from jobboard_sqlite.rows import (
     JOB_COLUMNS,
     Effects,
@@ -219,12 +219,13 @@ def _claimed(conn: sqlite3.Connection, scope: Scope, row: Any, owner: str, now: 
 
 
 def claim_next(conn: sqlite3.Connection, scope: Scope, owner: str, names: Collection[str] | None,
-               now: float, fx: Effects) -> Claim | None:
+               now: float, fx: Effects, whys: set[str] | None = None) -> Claim | None:
     """Claim the best claimable job (priority, then age) among ``names``; ``None`` if there is none.
 
     One ``UPDATE ... RETURNING`` of the first row of the ready index, in the session-alive check, when the
     board has no limit nor pause; else the same with the conditions of a :class:`~jobboard_sqlite.flow.Gate`
-    read in the transaction (and the grant counted in its group's rate).
+    read in the transaction (and the grant counted in its group's rate), ``whys`` (if given) gathering why the
+    jobs it passed over were held back (:mod:`jobboard_sqlite.passed`).
     :raises SessionGone: this board's session was ended (a new one is started and the claim tried again).
     """
     condition, params = name_filter(names)
@@ -240,10 +241,12 @@ def claim_next(conn: sqlite3.Connection, scope: Scope, owner: str, names: Collec
                 (owner, scope.session, scope.board, scope.board, now, *params, scope.session, scope.board)).fetchone()
             gate = None if row is not None else flow.gate(conn, scope)
         if row is None and gate is not None:
-            row = _claim_gated(conn, scope, owner, now, condition, params, gate)
+            row = _claim_gated(conn, scope, owner, now, condition, params, gate, whys)
         if row is None:
             if not alive(conn, scope):
                 raise SessionGone("session ended")
+            if gate is not None and whys is not None:
+                whys |= passed.without_claim(conn, passed.checks(gate), scope.board, now, condition, params)
             return None
         claimed = _claimed(conn, scope, row, owner, now, fx)
         if claimed is not None:
@@ -253,14 +256,20 @@ def claim_next(conn: sqlite3.Connection, scope: Scope, owner: str, names: Collec
 
 
 def _claim_gated(conn: sqlite3.Connection, scope: Scope, owner: str, now: float, condition: str,
-                 params: list[Any], gate: flow.Gate) -> Any:
-    """The claim of the best job that ``gate`` does not hold back (its row), or ``None``."""
+                 params: list[Any], gate: flow.Gate, whys: set[str] | None) -> Any:
+    """The claim of the best job that ``gate`` does not hold back (its row), or ``None``; into ``whys`` (if
+    given), why the better jobs it passed over were held back (read by the same statement)."""
     held, held_params = gate.condition()
+    found = passed.checks(gate) if whys is not None else []
+    extra, extra_params = passed.returning(found, scope.board, now, condition, params)
     row = conn.execute(
         f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=(SELECT seq FROM jb_job WHERE board=? AND state=0"
         f" AND (not_before IS NULL OR not_before<=?) AND {condition} AND {held} ORDER BY rank, seq LIMIT 1)"
-        f" AND EXISTS (SELECT 1 FROM jb_session WHERE id=?) RETURNING {CLAIMED_COLUMNS}",
-        (owner, scope.session, scope.board, scope.board, now, *params, *held_params, scope.session)).fetchone()
+        f" AND EXISTS (SELECT 1 FROM jb_session WHERE id=?) RETURNING {CLAIMED_COLUMNS}{extra}",
+        (owner, scope.session, scope.board, scope.board, now, *params, *held_params, scope.session,
+         *extra_params)).fetchone()
+    if row is not None and found and whys is not None:
+        whys |= passed.whys(found, row[-len(found):])
     return row
 
 
