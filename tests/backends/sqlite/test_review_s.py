@@ -1,0 +1,238 @@
+"""An adversarial review of sqlite:// with processes sharing one file (helper "review-sqlite", 2026-11-27).
+
+Each ``xfail(strict=True)`` case shows a bug (its reason names it; the report is /tmp/helpers6/review-sqlite.md);
+each plain case is a guarantee that held. Children are real processes (``python -c``), every wait bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import signal
+import sqlite3
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import anyio
+import pytest
+
+from jobboard import open_board
+from jobboard.board.contract import JobBoard
+from jobboard.errors import BoardConflict
+
+pytestmark = pytest.mark.timeout(90)
+T = TypeVar("T")
+
+
+async def polled(check: Callable[[], Awaitable[T]], within: float, every: float = 0.05) -> T | None:
+    """The first true value of ``check`` within ``within`` seconds (``None`` if none came)."""
+    with anyio.move_on_after(within):
+        while not (value := await check()):  # noqa: ASYNC110 - another process changes it: no event to wait on
+            await anyio.sleep(every)
+        return value
+    return None
+
+
+async def spawn(script: str, *args: str) -> asyncio.subprocess.Process:
+    """A child ``python -c script args`` whose first line is ``ready`` (read here)."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", script, *args, stdin=asyncio.subprocess.PIPE,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    assert await line(proc, 30) == "ready"
+    return proc
+
+
+async def line(proc: asyncio.subprocess.Process, within: float = 20) -> str:
+    assert proc.stdout is not None
+    with anyio.fail_after(within):
+        return (await proc.stdout.readline()).decode().strip()
+
+
+async def finish(proc: asyncio.subprocess.Process) -> str:
+    """End a child (SIGKILL if still running) and return the rest of its output."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+    with anyio.fail_after(20):
+        out, _ = await proc.communicate()
+    return out.decode()
+
+
+# -- a file that is not a board ------------------------------------------------------------------------------
+
+
+def another_apps_database(path: Path, user_version: int) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO users(name) VALUES ('alice')")
+    conn.execute(f"PRAGMA user_version={user_version}")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.xfail(strict=True, reason="F1: a SQLite database of another application is adopted (jb_* tables "
+                   "created in it, switched to WAL) or refused as BackendUnavailable (transient) for user_version 1/2; "
+                   "even a refused one is left switched to journal_mode=WAL")
+@pytest.mark.parametrize("user_version", [0, 2, 7])
+async def test_a_database_of_another_application_is_refused_and_left_unchanged(tmp_path: Path,
+                                                                               user_version: int) -> None:
+    path = tmp_path / "app.db"
+    another_apps_database(path, user_version)
+    with pytest.raises(BoardConflict):
+        async with open_board(f"sqlite://{path}?board=b"):
+            pass
+    conn = sqlite3.connect(path)
+    try:
+        tables = [row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        conn.close()
+    assert (tables, mode) == (["users"], "delete")
+
+
+# -- a live owner keeps its claims ------------------------------------------------------------------------------
+
+GIL_HOLDER = r"""
+import asyncio, ctypes, sys
+from jobboard import open_board
+
+async def main(url):
+    async with open_board(url) as board:
+        claim = await board.claim_next("child")
+        print("ready", flush=True)
+        # a C call that keeps the GIL for 2.5 s (as a backtracking regex, or json.loads of a big text, does)
+        ctypes.PyDLL(None).usleep(2_500_000)
+        try:
+            await board.consume(claim)
+            print("consumed", flush=True)
+        except Exception as error:
+            print(type(error).__name__, flush=True)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="F2: the heartbeat is a Python thread: a C call keeping the GIL past "
+                   "session_timeout makes another process release a live owner's claim (run twice, ClaimLost)")
+async def test_a_live_owner_holding_the_gil_past_the_session_timeout_keeps_its_claim(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/jobs.db?board=gil&session_timeout=0.5"
+    async with open_board(url) as board:
+        job = await board.post("slow")
+        proc = await spawn(GIL_HOLDER, url)
+        try:
+            stolen = await polled(lambda: board.claim_next("thief"), 2.0)  # the child holds the GIL 2.5 s
+            alive = proc.returncode is None
+            assert alive
+            assert stolen is None, f"{job.id} claimed by another process while its owner runs it"
+            assert await line(proc) == "consumed"
+        finally:
+            await finish(proc)
+
+
+CLAIMERS = r"""
+import sys, anyio
+from jobboard import open_board
+
+async def main(url, claimers):
+    async with open_board(url) as board:
+        print("ready", flush=True)
+        async def claimer(index):
+            while True:
+                claim = await board.claim_next(f"c{index}")
+                if claim is None:
+                    await anyio.sleep(0.01)
+                    continue
+                await board.consume(claim)
+                print("consumed", claim.job.id, flush=True)
+        async with anyio.create_task_group() as group:
+            for index in range(claimers):
+                group.start_soon(claimer, index)
+
+anyio.run(main, sys.argv[1], int(sys.argv[2]))
+"""
+
+
+def sessions_of(db: Path, pid: int) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return [row[0] for row in conn.execute("SELECT id FROM jb_session WHERE pid=?", (pid,))]
+    finally:
+        conn.close()
+
+
+async def gone(db: Path, pid: int) -> bool:
+    return not sessions_of(db, pid)
+
+
+@pytest.mark.xfail(strict=True, reason="F3: every claimer that meets SessionGone renews the session at once: a "
+                   "process of 8 claimers resumed past its timeout starts 8-9 sessions, all but one leaked (rows, held "
+                   "locks, heartbeat threads, sockets)")
+async def test_a_process_resumed_after_its_session_timeout_starts_one_new_session(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.db"
+    url = f"sqlite://{db}?board=renew&session_timeout=0.5"
+    async with open_board(url) as board:
+        proc = await spawn(CLAIMERS, url, "8")
+        try:
+            assert len(sessions_of(db, proc.pid)) == 1
+            proc.send_signal(signal.SIGSTOP)
+            assert await polled(lambda: gone(db, proc.pid), 10)  # ended by this board's upkeep
+            proc.send_signal(signal.SIGCONT)
+            job = await board.post("after")
+            with anyio.fail_after(10):
+                assert await line(proc) == f"consumed {job.id}"  # it goes on, with a new session
+            await anyio.sleep(1.0)
+            assert len(sessions_of(db, proc.pid)) == 1
+            assert len(glob.glob(f"{db}-jobboard/*.lock")) == 2  # this board's and the child's one session
+        finally:
+            await finish(proc)
+
+
+# -- what holds ----------------------------------------------------------------------------------------------------
+
+WORKER = r"""
+import sys, anyio
+from jobboard import Handlers, Worker, WorkerConfig, open_board
+
+handlers = Handlers()
+
+@handlers.register("x")
+async def x(ctx):
+    print("ran", ctx.job.id, flush=True)
+
+async def main(url):
+    async with open_board(url) as board:
+        print("ready", flush=True)
+        await Worker(board, handlers, WorkerConfig(owner="w", concurrency=2)).run()
+        print("worker returned", flush=True)
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def drained(board: JobBoard) -> bool:
+    return await board.job_count() == 0
+
+
+async def test_a_worker_outlives_a_foreign_writer_holding_the_file_past_busy_timeout(tmp_path: Path) -> None:
+    """``database is locked`` for 3 s (busy_timeout 1 s) is retried by the worker process, never fatal."""
+    db = tmp_path / "jobs.db"
+    url = f"sqlite://{db}?board=locked&busy_timeout=1"
+    async with open_board(url) as board:
+        proc = await spawn(WORKER, url)
+        try:
+            first = await board.post("x")
+            assert await line(proc) == f"ran {first.id}"
+            foreign = sqlite3.connect(db, isolation_level=None)
+            try:
+                foreign.execute("BEGIN IMMEDIATE")  # not a board: no write turn, SQLite's lock only
+                await anyio.sleep(3.0)
+                foreign.execute("COMMIT")
+            finally:
+                foreign.close()
+            second = await board.post("x")
+            assert await line(proc) == f"ran {second.id}"
+            assert await polled(lambda: drained(board), 10)
+            assert proc.returncode is None
+        finally:
+            await finish(proc)
