@@ -515,3 +515,63 @@ async def test_another_user_with_write_access_to_the_file_can_use_the_board() ->
                 ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c", AS_NOBODY, url],
                 check=False, cwd="/")
             assert result.stdout.decode().strip() == f"claimed {job.id}"
+
+
+# -- the file replaced under running processes ----------------------------------------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="F7: a worker whose database file was deleted (and made again by the next "
+                   "post) goes on, silently, on the deleted file: jobs posted on the new one never run there")
+async def test_a_worker_does_not_stay_on_a_deleted_database_file(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.db"
+    url = f"sqlite://{db}?board=replaced"
+    async with open_board(url) as board:
+        proc = await spawn(WORKER, url)
+        first = await board.post("x")
+    try:
+        assert await line(proc) == f"ran {first.id}"
+        remove_database(db)  # "start afresh": rm jobs.db*, the worker still running
+        async with open_board(url) as fresh:
+            job = await fresh.post("x")
+            ran = None
+            with anyio.move_on_after(5):
+                ran = await line(proc)
+            # either the worker follows the new file or it stops saying why; never silence
+            assert ran == f"ran {job.id}" or proc.returncode not in (None, 0)
+    finally:
+        await finish(proc)
+
+
+def remove_database(db: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{db}{suffix}").unlink()
+
+
+# -- retention is the sweeping process's --------------------------------------------------------------------------
+
+OPEN_AND_CLOSE = """
+import sys, anyio
+from jobboard import open_board
+
+async def main(url):
+    async with open_board(url):
+        print("ready", flush=True)
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+@pytest.mark.xfail(strict=True, reason="F8: key_retention (and result_ttl, trash_ttl) is the URL option of whichever "
+                   "process sweeps: a process opened with ?key_retention=1 deletes the keys every other process keeps "
+                   "for a day, and the next post of that key makes a second job")
+async def test_a_key_kept_for_a_day_is_not_dropped_by_a_process_with_a_shorter_retention(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/jobs.db?board=retention"
+    async with open_board(url) as board:  # key_retention: the default, a day
+        job = await board.post("once", key="order-17")
+        claim = await board.claim(job, "here")
+        await board.consume(claim)
+        await anyio.sleep(1.2)
+        proc = await spawn(OPEN_AND_CLOSE, f"{url}&key_retention=1")  # its first upkeep sweeps
+        await finish_after_exit(proc)
+        again = await board.post("once", key="order-17")
+        assert again.id == job.id, "the key no longer finds the job it settled a second ago"
