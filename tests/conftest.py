@@ -44,7 +44,8 @@ SERIAL_FILES = frozenset({
     "tests/backends/zookeeper/test_presumed_expiry.py", "tests/backends/zookeeper/test_review.py",
     "tests/cli/test_refused.py", "tests/plans/test_dag_zookeeper.py", "tests/worker/test_fault_injection.py",
     "tests/worker/test_faults.py", "tests/worker/test_flow_faults.py", "tests/worker/test_regressions.py",
-    "tests/worker/test_prefetch.py", "tests/worker/test_signals.py",
+    "tests/worker/test_prefetch.py", "tests/worker/test_prefetch_pipelined.py",
+    "tests/worker/test_signals.py",
     # Kills, signals, a JVM ensemble or bounds of a second or two, found by a review of the parallel suite.
     "tests/backends/postgresql/test_flow.py", "tests/backends/redis/test_client.py",
     "tests/backends/sqlite/test_files.py", "tests/backends/zookeeper/test_flow.py",

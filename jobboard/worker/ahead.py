@@ -4,10 +4,13 @@ else a claim each).
 
 The jobs held ahead are claims of the board's session like any other: the session's heartbeat keeps them,
 the owner's death returns them (their attempt counted: a held job never started has then used one), and
-they count as running for flow control. Before a held claim is handed to a slot it is checked
-(``Backend.claim_lost``: what the board knows, else one read): one cancelled, settled elsewhere or of a
-lost session is dropped, not started. They are counted in
-:class:`~jobboard.worker.conductor.WorkerStats` ``claimed`` when they start; at the worker's stop the
+they count as running for flow control. A held claim known current less than :data:`HELD_FRESH` seconds ago
+(its claim call's reply, or the last check) starts with no read: it has the race of any claim started as its
+reply arrives (a cancel meanwhile is met by the runner's claim watcher). One known current longer ago is
+checked first, together with every other held claim (``Backend.claim_lost``, all at once: on redis:// their
+reads go out in one write): one cancelled, settled elsewhere or of a lost session is dropped, not started. So a
+held job cancelled :data:`HELD_FRESH` seconds or more before a slot would start it is not started. They are
+counted in :class:`~jobboard.worker.conductor.WorkerStats` ``claimed`` when they start; at the worker's stop the
 unstarted ones are given back (``board.release``: claimable at once, the attempt uncounted), so none waits
 for a session timeout. A worker refuses ``prefetch`` on a board whose release cannot uncount the attempt
 (:func:`check_prefetch`). The cost is fairness: a job held here waits for this worker's next free slot
@@ -16,6 +19,7 @@ while another worker may be idle.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Collection
@@ -28,6 +32,10 @@ from jobboard.job import Claim
 
 logger = logging.getLogger("jobboard.worker")
 
+HELD_FRESH = 0.25
+"""Seconds a held claim starts without a read after it was last known current (a claim call's reply is a
+claim's reply latency on a busy machine, the race every claim started at once has); older ones are checked."""
+
 
 def check_prefetch(board: JobBoard, prefetch: int) -> None:
     """:raises Unsupported: ``prefetch`` > 0 on a board whose ``release`` would count an attempt."""
@@ -38,52 +46,93 @@ def check_prefetch(board: JobBoard, prefetch: int) -> None:
             "held job an attempt): run this worker without prefetch")
 
 
+def key(claim: Claim) -> tuple[str, int]:
+    """A claim's job and generation (a claim itself is not hashable)."""
+    return claim.job.id, claim.generation
+
+
 class ClaimAhead:
     """One worker's claims held ahead (at most ``prefetch``, reservations of calls in flight included).
 
     Atomic by the event loop: the count of jobs a call may bring back is reserved before its await, so
-    claimers claiming at once never hold more than ``prefetch`` between them."""
+    claimers claiming at once never hold more than ``prefetch`` between them; one check of the held claims
+    runs at a time (the others wait for it), and a claim is taken off ``held`` only once it may start."""
 
     def __init__(self, board: JobBoard, owner: str, names: Collection[str] | None, prefetch: int) -> None:
         self.board, self.owner, self.names, self.prefetch = board, owner, names, prefetch
         self.held: deque[Claim] = deque()
+        self._known_at: dict[tuple[str, int], float] = {}
+        """When each held claim (by :func:`key`) was last known current (``anyio.current_time()``)."""
         self._reserved = 0
+        self._checking: anyio.Event | None = None
         self.released = 0
         """Held claims given back at the stop."""
         self.dropped = 0
         """Held claims found lost (cancelled, settled elsewhere, their session lost) before they started."""
+        self.checks = 0
+        """Checks of the held claims made (each reads every held claim, at once)."""
 
     async def claim_next(self) -> Claim | None:
-        """The oldest held claim still current, else a claim call for one slot plus what room is left ahead.
+        """The oldest held claim still current (checked first, with the others, once not known current for
+        :data:`HELD_FRESH` s), else a claim call for one slot plus what room is left ahead.
 
         :raises JobBoardError: as ``board.claim_next`` (nothing is held from a failed call)."""
         while self.held:
-            claim = self.held.popleft()
-            if await self._current(claim):
-                return claim
+            if self._checking is not None:
+                await self._checking.wait()
+            elif anyio.current_time() - self._known_at[key(self.held[0])] >= HELD_FRESH:
+                await self._check_held()
+            else:
+                return self._take()
         ahead = max(0, self.prefetch - len(self.held) - self._reserved)
         self._reserved += ahead
         try:
             claims = await self.board.claim_many(self.owner, 1 + ahead, names=self.names)
         finally:
             self._reserved -= ahead
-        self.held.extend(claims[1:])
+        self._hold(claims[1:], anyio.current_time())
         return claims[0] if claims else None
 
-    async def _current(self, claim: Claim) -> bool:
-        """Whether ``claim`` may start: not known lost (a check that fails says yes: the runner's claim
-        watcher and the settle will tell). Cancelled meanwhile, the claim stays held (given back at the stop)."""
+    def _take(self) -> Claim:
+        claim = self.held.popleft()
+        del self._known_at[key(claim)]
+        return claim
+
+    def _hold(self, claims: Collection[Claim], known_at: float) -> None:
+        for claim in claims:
+            self._known_at[key(claim)] = known_at
+        self.held.extend(claims)
+
+    async def _check_held(self) -> None:
+        """Read every held claim at once; drop the lost ones, the others known current as of the replies (as a
+        claim call's are). A read that fails says current (the runner's claim watcher and the settle will tell).
+        Cancelled meanwhile, every claim stays held (given back at the stop)."""
+        checking = self._checking = anyio.Event()
+        batch = list(self.held)
+        lost: dict[tuple[str, int], str] = {}
+
+        async def check(claim: Claim) -> None:
+            with contextlib.suppress(JobBoardError, TimeoutError):
+                if (why := await self.board.backend.claim_lost(claim)) is not None:
+                    lost[key(claim)] = why
+
         try:
-            why = await self.board.backend.claim_lost(claim)
-        except (JobBoardError, TimeoutError):
-            return True
-        except BaseException:
-            self.held.appendleft(claim)
-            raise
-        if why is not None:
+            self.checks += 1
+            async with anyio.create_task_group() as reads:
+                for claim in batch:
+                    reads.start_soon(check, claim)
+        finally:
+            self._checking = None
+            checking.set()
+        now = anyio.current_time()
+        for claim in batch:
+            if key(claim) in self._known_at:  # still held (the release at the stop may have taken it)
+                self._known_at[key(claim)] = now
+        for claim in [claim for claim in self.held if key(claim) in lost]:
+            self.held.remove(claim)
+            del self._known_at[key(claim)]
             self.dropped += 1
-            logger.info("%s: job %s claimed ahead is not started (%s)", self.owner, claim.job.id, why)
-        return why is None
+            logger.info("%s: job %s claimed ahead is not started (%s)", self.owner, claim.job.id, lost[key(claim)])
 
     async def release_all(self, within: float) -> None:
         """Give back every held claim (shielded, bounded by ``within`` seconds in all): claimable again at
@@ -92,7 +141,7 @@ class ClaimAhead:
         took 10 s per held job)."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(within):
             while self.held:
-                claim = self.held.popleft()
+                claim = self._take()
                 try:
                     await self.board.release(claim)
                     self.released += 1
@@ -100,6 +149,7 @@ class ClaimAhead:
                     pass  # revoked or lost while held: nothing to give back
                 except BackendUnavailable as error:
                     self.held.appendleft(claim)
+                    self._known_at[key(claim)] = 0.0
                     logger.warning("%s: could not give back job %s claimed ahead (%s): the board is unreachable, "
                                    "the others are not tried", self.owner, claim.job.id, error)
                     break

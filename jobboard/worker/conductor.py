@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Any
 
 import anyio
@@ -31,8 +32,9 @@ from jobboard.worker.config import WorkerConfig, default_owner
 from jobboard.worker.entity import WorkerEntity
 from jobboard.worker.handlers import Handler, Handlers, Hook, Middleware, as_async
 from jobboard.worker.idle import ClaimerPace, Idler
-from jobboard.worker.retry import Backoff
+from jobboard.worker.retry import Backoff, Settlement
 from jobboard.worker.running import JobRunner, RunningJob
+from jobboard.worker.settling import SettlesInFlight
 from jobboard.worker.signals import listen_for_signals
 
 STOP_CLAIM_WAIT = 2.0
@@ -149,6 +151,8 @@ class Worker:
         self._fused = board.fuses_consume_and_claim and not prefetch  # with prefetch, claims fill what is held
         check_prefetch(board, prefetch)
         self._ahead = ClaimAhead(board, self.owner, self.names, prefetch) if prefetch else None
+        self._settles = SettlesInFlight(prefetch) if prefetch else None
+        """With held jobs, a slot starts the next one as soon as its job's settle is sent (:mod:`.settling`)."""
         self._cancel_new: str | None = None
         """Set once running jobs are cancelled (``stop(now=True)``, the drain's end): a job claimed by a
         consume after that is cancelled at once (and abandoned)."""
@@ -339,17 +343,31 @@ class Worker:
     # -- running a job -------------------------------------------------------------
 
     async def _run_job(self, job: RunningJob, jobs: TaskGroup) -> None:
+        handed = False  # with prefetch, the settle goes on in a task of its own: the slot does not wait for it
+
+        async def settle_apart(settlement: Settlement, outcome: str) -> None:
+            nonlocal handed
+            assert self._settles is not None
+            handed = True
+            await self._settles.hand_off(jobs, partial(self._runner.settle, job, settlement, outcome),
+                                         partial(self._ended, job))
+
         try:
-            await self._runner.run(job)
+            await self._runner.run(job, settle_apart if self._settles is not None else None)
         finally:
-            del self.running[(job.claim.job.id, job.claim.generation)]
             if job.next_claim is not None:  # its consume claimed the next job: the slot goes on to it
                 self._start(job.next_claim, jobs)
             else:
                 self._slots.release()
-            self._wake_burst()
-            if not self.running:
-                self._all_done.set()
+            if not handed:
+                self._ended(job)
+
+    def _ended(self, job: RunningJob) -> None:
+        """``job`` is out of hand (settled, lost or given up): a burst claimer and a drain are told."""
+        del self.running[(job.claim.job.id, job.claim.generation)]
+        self._wake_burst()
+        if not self.running:
+            self._all_done.set()
 
     # -- shutdown and health --------------------------------------------------------
 

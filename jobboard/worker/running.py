@@ -16,8 +16,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import anyio
@@ -40,6 +41,9 @@ if TYPE_CHECKING:
     from jobboard.worker.conductor import WorkerStats
 
 logger = logging.getLogger("jobboard.worker")
+
+SettleApart = Callable[[Settlement, str], Awaitable[None]]
+"""Takes a finished job's settle to run it apart from the job's slot."""
 
 SETTLE_BACKOFF = (0.1, 2.0, 5.0)
 """Initial delay, factor and cap (seconds) between retries of a settle that met a transient error."""
@@ -108,15 +112,16 @@ class JobRunner:
         """When the retries this runner put back become claimable, those after ``moment``."""
         return [at for at in self._retries_due.values() if at > moment]
 
-    async def run(self, job: RunningJob) -> None:
-        """Run the job's handler and settle it (or not, when its claim was lost)."""
+    async def run(self, job: RunningJob, settle_apart: SettleApart | None = None) -> None:
+        """Run the job's handler and settle it (or not, when its claim was lost); ``settle_apart``: hand the
+        settle to it (it settles in a task of its own: :mod:`jobboard.worker.settling`)."""
         try:
             decided = await self._execute(job)
         except anyio.get_cancelled_exc_class():  # the worker itself was cancelled from outside
             await self.settle(job, Settlement(SettleAction.ABANDON, reason="worker cancelled"), "abandoned_on_shutdown")
             raise
         if decided is not None:
-            await self.settle(job, *decided)
+            await (settle_apart or partial(self.settle, job))(*decided)
 
     # -- the handler -----------------------------------------------------------
 
@@ -187,8 +192,10 @@ class JobRunner:
         """Cancel the handler once the claim is lost; a transient outage is not a loss.
 
         A watch that fails for good is no loss either: the handler goes on and its
-        settle finds out (giving the job up here would leave it claimed).
+        settle finds out (giving the job up here would leave it claimed). A handler done before this task's
+        first turn (a short one that never waited) is not watched at all: no read for it.
         """
+        await anyio.lowlevel.checkpoint_if_cancelled()
         while True:
             try:
                 reason = await self.board.watch_claim(job.claim)
