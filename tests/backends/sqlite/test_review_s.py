@@ -687,3 +687,54 @@ async def test_a_close_cut_short_by_a_cancel_scope_leaves_no_descriptor_behind(t
             await manager.__aexit__(None, None, None)
         await anyio.sleep(0.3)
     assert open_files_under(tmp_path) == []
+
+
+# -- more that holds: a fresh file opened by many processes at once, a holder of the write turn stopped --------------
+
+FIRST_POST = r"""
+import sys, anyio
+from jobboard import open_board
+
+async def main(url):
+    print("ready", flush=True)
+    await anyio.to_thread.run_sync(sys.stdin.readline)
+    async with open_board(url) as board:
+        print((await board.post("x")).id, flush=True)
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def test_six_processes_making_the_same_new_file_at_once_all_open_it(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/new/jobs.db?board=fresh"  # neither the directory nor the file exists
+    procs = [await spawn(FIRST_POST, url) for _ in range(6)]
+    await go(procs)
+    ids = [(await finish_after_exit(proc)).strip() for proc in procs]
+    assert sorted(ids) == [f"job-{n:010d}" for n in range(1, 7)]
+
+
+TURN_HOLDER = r"""
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.flock(fd, fcntl.LOCK_EX)  # what a process stopped (SIGSTOP) between two transactions looks like
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_writes_go_on_while_another_process_sits_on_the_write_turn(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/jobs.db?board=turn"
+    async with open_board(url) as board:
+        await board.post("before")
+        proc = await spawn(TURN_HOLDER, f"{tmp_path}/jobs.db-jobboard/write.turn")
+        try:
+            started = time.monotonic()
+            with anyio.fail_after(10):
+                for index in range(50):
+                    await board.post("during", {"i": index})
+            took = time.monotonic() - started
+            print(f"50 posts while the turn was held: {took:.2f} s")
+            assert took < 5.0, took  # 0.5 s of patience, then SQLite's lock alone: not 0.5 s a write
+            assert await board.job_count() == 51
+        finally:
+            await finish(proc)
