@@ -20,7 +20,6 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,7 +141,6 @@ class Settle:
     ``None``; a backend that cannot raises ``Unsupported`` when it is given."""
 
 
-_PASSED: ContextVar[set[str] | None] = ContextVar("jobboard_passed_over", default=None)  # in claim_many's loop
 
 
 class Backend(abc.ABC):
@@ -253,18 +251,14 @@ class Backend(abc.ABC):
         """Up to ``count`` claims, each as :meth:`claim_next`'s and in its order (default: it until none;
         cancelled midway, the claims made go back in the background; its skips count once: :meth:`passed_over`)."""
         claims: list[Claim] = []
-        whys: set[str] = set()
-        token = _PASSED.set(whys)
-        try:
-            while len(claims) < count and (claim := await self.claim_next(owner, names)) is not None:
-                claims.append(claim)
-        except BaseException:
-            for made in claims:
-                self.services.spawn(self.release(made))
-            raise
-        finally:
-            _PASSED.reset(token)
-            self.services.held_back.update(whys)
+        with self.services.counting_once():
+            try:
+                while len(claims) < count and (claim := await self.claim_next(owner, names)) is not None:
+                    claims.append(claim)
+            except BaseException:
+                for made in claims:
+                    self.services.spawn(self.release(made))
+                raise
         return claims
 
     @abc.abstractmethod
@@ -371,11 +365,7 @@ class Backend(abc.ABC):
     def passed_over(self, whys: Iterable[str]) -> None:
         """One claim call passed over jobs held back for ``whys`` (each ``HeldBack.why``): each counts once in
         ``JobBoard.held_back`` (in the interface's :meth:`claim_many`, once for its loop). No I/O; gated path only."""
-        batch = _PASSED.get()
-        if batch is not None:
-            batch.update(whys)
-        else:
-            self.services.held_back.update(set(whys))
+        self.services.passed_over(whys)
 
     async def set_limit(self, limit: LimitSpec) -> None:
         """Store ``limit`` (replacing its group's) where every claim of every board reads it, atomically."""

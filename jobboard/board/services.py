@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Collection, Coroutine
+from collections.abc import Collection, Coroutine, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from jobboard.board.events import Event, EventHub, EventKind
 
 logger = logging.getLogger("jobboard.board")
+_BATCH: ContextVar[set[str] | None] = ContextVar("jobboard_held_back_batch", default=None)
+"""The whys passed over within :meth:`BoardServices.counting_once` (its task's; ``None`` outside one)."""
 
 
 class BoardServices:
@@ -27,6 +31,31 @@ class BoardServices:
         self.tasks: set[asyncio.Task[None]] = set()
         self.held_back: Counter[str] = Counter()
         """Claims flow control refused or passed over on this board, by ``why`` (``JobBoard.held_back``)."""
+
+    def passed_over(self, whys: Iterable[str]) -> None:
+        """A claim passed over jobs held back for ``whys``: each counts once in :attr:`held_back` (within
+        :meth:`counting_once`, once for the whole block). No I/O."""
+        batch = _BATCH.get()
+        if batch is not None:
+            batch.update(whys)
+        else:
+            self.held_back.update(set(whys))
+
+    @contextmanager
+    def counting_once(self) -> Iterator[None]:
+        """Within: what the claims made pass over counts once per why, at the end (one call of a board that
+        is several claims: the interface's ``claim_many``, a spread board's ``claim_next``). Nested: the
+        outermost counts."""
+        if _BATCH.get() is not None:
+            yield
+            return
+        whys: set[str] = set()
+        token = _BATCH.set(whys)
+        try:
+            yield
+        finally:
+            _BATCH.reset(token)
+            self.held_back.update(whys)
 
     def report_malformed(self, job_id: str, what: str = "not a valid posting") -> None:
         """Skip-and-report: log ``job_id`` once and publish one ``MALFORMED`` event."""

@@ -231,8 +231,8 @@ PERMITS = [
            '        self.running[group] -= 1\n        self._unpark(("group", group))\n\n    # -- claiming',
            "        self.running[group] -= 1\n\n    # -- claiming"),
     Mutant("claim-next-blocks-on-full-group", "claim_next takes another group's job when one group is full",
-           STORE, "if flow.active and flow.park(entry, item):\n                    continue",
-           "if flow.active and flow.park(entry, item):\n                    return None"),
+           STORE, "                        whys.add(why)\n                    continue",
+           "                        whys.add(why)\n                    return None"),
     Mutant("limit-change-leaves-jobs-parked", "a raised limit lets claim_next take the group's jobs at once",
            FLOW, '        self.limits[limit.group] = limit\n        self._changed(("group", limit.group))',
            "        self.limits[limit.group] = limit\n        self._changed(None)"),
@@ -298,6 +298,17 @@ RATES = [
            "            delays.append(permit)", "            delays.append(permit + 3600)"),
 ]
 
-FLOW_CONTROL = [*PERMITS, *PAUSES, *SEQUENCES, *RATES]
+HELD_BACK = [
+    Mutant("claim-next-skips-not-reported", "a claim_next that passed over held-back jobs counts in held_back",
+           BOARD, "        if whys:\n            self.passed_over(whys)", "        pass"),
+    Mutant("parked-jobs-not-counted", "jobs parked by an earlier claim still count as passed over", STORE,
+           "            whys |= self.flow.parked_whys(", "            whys & self.flow.parked_whys("),
+    Mutant("later-parked-jobs-counted", "only jobs better than the one taken count as passed over", FLOW,
+           "if (before is None or item < before)", "if (before is None or item != before)"),
+    Mutant("paused-board-skips-not-counted", "with the board paused, its claimable jobs count as paused", STORE,
+           "                self._paused(now, names, whys)\n", ""),
+]
+
+FLOW_CONTROL = [*PERMITS, *PAUSES, *SEQUENCES, *RATES, *HELD_BACK]
 
 MUTANTS: list[Mutant] = [SANITY, *SETTLING, *DEPENDENCIES, *WAKE_UPS, *ORDER, *SELECTION, *RECORDS, *FLOW_CONTROL]

@@ -229,7 +229,8 @@ class Store:
         flow = self.flow
         if flow.active:
             if flow.paused_board:
-                return self._paused(now, names, whys)
+                self._paused(now, names, whys)
+                return None
             flow.unpark_due()
         delayed: list[tuple[int, int, str]] = []
         try:

@@ -74,7 +74,7 @@ class PostgresBackend(Backend):
         self.db.on_session_gone = self.keeper.session_gone
         self.writer.session_of = lambda: self.keeper.session_id
         self.claiming = Claiming(Cycles(self.db, options.board, options.schema, options.ns, self.writer.session_of),
-                                 self.waiting, self.writer, self._unclaim, self.report_malformed)
+                                 self.waiting, self.writer, self._unclaim, self.report_malformed, self.passed_over)
         self.feed: Feed | None = None
         self.flow = Flow(self.db, options.board, options.schema)
 
@@ -181,6 +181,10 @@ class PostgresBackend(Backend):
         """Coalesced with this process's concurrent claims and consumes (:mod:`jobboard_postgresql.claiming`)."""
         async with self._writing():
             return await self.claiming.claim_next(owner, names)
+
+    @property
+    def reports_held_back(self) -> bool:  # jb.flow_next's r_held
+        return True
 
     async def consume_and_claim_next(self, claim: Claim, settle: Settle,
                                      names: Collection[str] | None) -> Claim | None:

@@ -43,9 +43,12 @@ class Claiming:
     """The coalesced claims and consumes of one board; the coalescer and its statements are this object's."""
 
     def __init__(self, cycles: Cycles, waiting: Waiting, writer: Writer, give_back: GiveBack,
-                 report_malformed: Callable[[str, str], None]) -> None:
+                 report_malformed: Callable[[str, str], None],
+                 passed_over: Callable[[list[str]], None] = lambda whys: None) -> None:
         self.coalescer = Coalescer(cycles.send)
         self.waiting, self.writer, self.give_back, self.report_malformed = waiting, writer, give_back, report_malformed
+        self.passed_over = passed_over
+        """Told why the jobs a claim passed over were held back (``Backend.passed_over``)."""
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         """The best ready job's claim, or ``None``. Malformed rows taken on the way are set aside and reported."""
@@ -87,6 +90,8 @@ class Claiming:
 
     async def _taken(self, answer: Answer, owner: str) -> tuple[Claim | None, bool]:
         """The answer's claim (recorded as held) or ``None``, and whether it took a malformed row (set aside)."""
+        if answer.held:
+            self.passed_over(answer.held.split(","))
         row = answer.row
         if row is None:
             return None, False

@@ -51,9 +51,10 @@ class Cycles:
         answers = [Answer(None, None, None, used[0]) for _ in batch]
         for row in rows:
             answer = answers[row["r_ord"] - 1]
+            answer.held = row["r_held"] or answer.held
             if row["r_id"] is not None:
                 answer.row = row
-            else:
+            elif row["r_status"] is not None:  # not a claim's row of held-back reasons alone
                 answer.status, answer.detail = row["r_status"], row["r_detail"]
         return answers
 
@@ -76,6 +77,7 @@ class Cycles:
 
         row = await self.db.run("claim and consume", call)
         claimed = row if row is not None and request.claims and row["r_id"] is not None else None
+        held = row["r_held"] if row is not None and request.claims else None
         if consume is None:
-            return Answer(None, None, claimed, used[0])
-        return Answer(row["r_status"], row["r_detail"], claimed, used[0])
+            return Answer(None, None, claimed, used[0], held)
+        return Answer(row["r_status"], row["r_detail"], claimed, used[0], held)

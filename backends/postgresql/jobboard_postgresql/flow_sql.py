@@ -183,25 +183,43 @@ END $$;
 
 CREATE OR REPLACE FUNCTION jb.flow_next(p_board text, p_session bigint, p_owner text, p_names text[], p_nonce uuid)
 RETURNS TABLE (r_id bigint, r_gen bigint, r_attempts int, r_posting bytea, r_last_error bytea, r_key text,
-               r_parents bigint[], r_results bytea[])
+               r_parents bigint[], r_results bytea[], r_held text)
 LANGUAGE plpgsql SET enable_seqscan = off AS $$
 -- claim_next on a gated board: the best ready job nothing holds back. A limited group met is checked under
 -- its transaction advisory lock (tried: a group another claimer is checking is skipped in this call); the
--- limit row is read with the lock taken, the group's jobs by the statements after it
+-- limit row is read with the lock taken, the group's jobs by the statements after it. r_held: why the jobs
+-- it passed over were held back ('concurrency,rate'...; NULL: none), with the claim, or in a row of its own
+-- (r_id NULL) when it took none. A paused name's jobs are met in the scan (each name once: v_met)
 DECLARE v_paused boolean; v_names text[]; v_skip text[] := '{}'; v_seqs text[] := '{}'; v_heads bigint[] := '{}';
-        j record; l jb.flow_limit%ROWTYPE; c record;
+        v_met text[] := '{}'; v_why text[] := '{}'; j record; l jb.flow_limit%ROWTYPE; c record;
 BEGIN
   SELECT f.paused, ARRAY(SELECT p.name FROM jb.flow_pause p WHERE p.board = p_board) INTO v_paused, v_names
     FROM jb.flow f WHERE f.board = p_board;
-  IF v_paused THEN RETURN; END IF;
+  IF v_paused THEN  -- the board paused: its ready jobs are all held back
+    IF EXISTS (SELECT 1 FROM jb.job x WHERE x.board = p_board AND x.state = 0
+                 AND CASE WHEN p_names IS NULL THEN left(x.name, 9) <> 'jobboard.' ELSE x.name = ANY(p_names) END) THEN
+      RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::int, NULL::bytea, NULL::bytea, NULL::text, NULL::bigint[],
+                          NULL::bytea[], 'paused'::text;
+    END IF;
+    RETURN;
+  END IF;
   LOOP
-    SELECT x.id, x.attempts, x.max_attempts, x.grp INTO j FROM jb.job x
+    SELECT x.id, x.attempts, x.max_attempts, x.grp, x.name INTO j FROM jb.job x
      WHERE x.board = p_board AND x.state = 0
        AND CASE WHEN p_names IS NULL THEN left(x.name, 9) <> 'jobboard.' ELSE x.name = ANY(p_names) END
-       AND x.name <> ALL(v_names)
+       AND x.name <> ALL(v_met)
        AND (x.grp IS NULL OR (x.grp <> ALL(v_skip) AND (x.grp <> ALL(v_seqs) OR x.id = ANY(v_heads))))
      ORDER BY x.rank, x.id LIMIT 1 FOR UPDATE SKIP LOCKED;
-    IF NOT FOUND THEN RETURN; END IF;
+    IF NOT FOUND THEN
+      IF cardinality(v_why) > 0 THEN
+        RETURN QUERY SELECT NULL::bigint, NULL::bigint, NULL::int, NULL::bytea, NULL::bytea, NULL::text,
+                            NULL::bigint[], NULL::bytea[], array_to_string(v_why, ',');
+      END IF;
+      RETURN;
+    END IF;
+    IF j.name = ANY(v_names) THEN  -- paused: its name's jobs are passed over for the rest of the call
+      v_met := v_met || j.name; v_why := array_append(array_remove(v_why, 'paused'), 'paused'); CONTINUE;
+    END IF;
     l := NULL;
     IF j.grp IS NOT NULL THEN  -- the group first: a held-back job is not trashed for its attempts
       SELECT * INTO l FROM jb.flow_limit x WHERE x.board = p_board AND x.grp = j.grp
@@ -212,12 +230,18 @@ BEGIN
         END IF;
       ELSIF NOT l.sequence AND l.rate_count IS NULL THEN  -- a concurrency alone: its count, inline
         IF l.concurrency <= (SELECT count(*) FROM jb.job y WHERE y.board = p_board AND y.grp = j.grp AND y.state = 1)
-        THEN v_skip := v_skip || j.grp; CONTINUE; END IF;
+        THEN
+          v_skip := v_skip || j.grp; v_why := array_append(array_remove(v_why, 'concurrency'), 'concurrency');
+          CONTINUE;
+        END IF;
       ELSE
         SELECT * INTO c FROM jb.flow_check(p_board, l, NULL);
-        IF c.o_why IS NOT NULL THEN v_skip := v_skip || j.grp; CONTINUE; END IF;
+        IF c.o_why IS NOT NULL THEN
+          v_skip := v_skip || j.grp; v_why := array_append(array_remove(v_why, c.o_why), c.o_why); CONTINUE;
+        END IF;
         IF l.sequence AND j.id <> c.o_head THEN  -- only the head: the scan finds it at its own rank
-          v_seqs := v_seqs || j.grp; v_heads := v_heads || c.o_head; CONTINUE;
+          v_seqs := v_seqs || j.grp; v_heads := v_heads || c.o_head;
+          v_why := array_append(array_remove(v_why, 'sequence'), 'sequence'); CONTINUE;
         END IF;
       END IF;
     END IF;
@@ -226,7 +250,8 @@ BEGIN
       CONTINUE;  -- no claim, no rate grant
     END IF;
     IF l.rate_count IS NOT NULL THEN PERFORM jb.flow_granted(p_board, l, c.o_at, c.o_n); END IF;
-    RETURN QUERY SELECT j.id, t.* FROM jb.take(j.id, p_session, p_owner, p_nonce) t;
+    RETURN QUERY SELECT j.id, t.*, CASE WHEN cardinality(v_why) > 0 THEN array_to_string(v_why, ',') END
+                   FROM jb.take(j.id, p_session, p_owner, p_nonce) t;
     RETURN;
   END LOOP;
 END $$;

@@ -224,13 +224,13 @@ END $$;
 CREATE OR REPLACE FUNCTION jb.claim_next(p_board text, p_ns int, p_session bigint, p_owner text, p_names text[],
   p_nonce uuid, p_retry boolean)
 RETURNS TABLE (r_id bigint, r_gen bigint, r_attempts int, r_posting bytea, r_last_error bytea, r_key text,
-               r_parents bigint[], r_results bytea[])
+               r_parents bigint[], r_results bytea[], r_held text)
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_sort = off AS $$
 DECLARE v_id bigint; v_attempts int; v_max int; v_alive boolean; v_gated boolean;
 BEGIN
   IF jb.fence(p_nonce, p_retry) THEN RETURN; END IF;
   IF p_retry THEN
-    RETURN QUERY SELECT * FROM jb.retaken(p_session, p_nonce) t WHERE t.r_id IS NOT NULL;
+    RETURN QUERY SELECT t.*, NULL::text FROM jb.retaken(p_session, p_nonce) t WHERE t.r_id IS NOT NULL;
     IF FOUND THEN RETURN; END IF;
   END IF;
   SELECT jb.alive(p_ns, p_session), coalesce((SELECT f.gates > 0 FROM jb.flow f WHERE f.board = p_board), false)
@@ -254,7 +254,7 @@ BEGIN
       PERFORM jb.trash_job(p_board, v_id, 'max attempts exceeded (' || v_max || ')', p_session);
       CONTINUE;
     END IF;
-    RETURN QUERY SELECT v_id, t.* FROM jb.take(v_id, p_session, p_owner, p_nonce) t;
+    RETURN QUERY SELECT v_id, t.*, NULL::text FROM jb.take(v_id, p_session, p_owner, p_nonce) t;
     RETURN;
   END LOOP;
 END $$;
@@ -262,7 +262,7 @@ END $$;
 CREATE OR REPLACE FUNCTION jb.cycle(p_board text, p_ns int, p_session bigint, p_retry boolean, p_names text[],
   p_ids bigint[], p_gens bigint[], p_owners text[], p_results bytea[], p_claims boolean[], p_nonces uuid[])
 RETURNS TABLE (r_ord int, r_status smallint, r_detail text, r_id bigint, r_gen bigint, r_attempts int,
-               r_posting bytea, r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[])
+               r_posting bytea, r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[], r_held text)
 LANGUAGE plpgsql SET enable_seqscan = off SET enable_sort = off SET plan_cache_mode = force_generic_plan AS $$
 -- plans are generic: a custom plan per call (arrays as parameters look worth it) cost 300 us a statement
 -- the coalesced calls of one process: item i consumes p_ids[i] (fenced, jb.consume_many) unless it is NULL,
@@ -276,7 +276,7 @@ BEGIN
   FOR i IN 1 .. coalesce(cardinality(p_owners), 0) LOOP
     IF p_ids[i] IS NOT NULL THEN
       RETURN QUERY SELECT i, c.o_status[i], c.o_detail[i], NULL::bigint, NULL::bigint, NULL::int, NULL::bytea,
-                          NULL::bytea, NULL::text, NULL::bigint[], NULL::bytea[];
+                          NULL::bytea, NULL::text, NULL::bigint[], NULL::bytea[], NULL::text;
       IF c.o_status[i] = 0 AND p_claims[i] THEN v_want := v_want || i; END IF;
     ELSIF p_claims[i] THEN
       v_want := v_want || i; v_plain := true;
@@ -293,17 +293,26 @@ BEGIN
     FOR c IN SELECT w.i AS ord, t.* FROM unnest(v_want) AS w(i), jb.retaken(p_session, p_nonces[w.i]) t
               WHERE t.r_id IS NOT NULL LOOP
       RETURN QUERY SELECT c.ord, 0::smallint, NULL::text, c.r_id, c.r_gen, c.r_attempts, c.r_posting, c.r_last_error,
-                          c.r_key, c.r_parents, c.r_results;
+                          c.r_key, c.r_parents, c.r_results, NULL::text;
       v_want := array_remove(v_want, c.ord);
     END LOOP;
   END IF;
   UPDATE jb.job SET state = 0 WHERE id IN (SELECT d.id FROM jb.job d WHERE d.board = p_board AND d.state = 3
                                            AND d.not_before <= jb.now() FOR UPDATE SKIP LOCKED);
-  IF v_gated THEN  -- limits or pauses: one item at a time through jb.flow_next
-    FOREACH k IN ARRAY v_want LOOP
-      RETURN QUERY SELECT k, 0::smallint, NULL::text, t.* FROM jb.flow_next(p_board, p_session, p_owners[k], p_names,
-                                                                           p_nonces[k]) t;
-      EXIT WHEN NOT FOUND;
+  IF v_gated THEN  -- limits or pauses: one item at a time through jb.flow_next (its r_held: with the claim, or
+    FOR i IN 1 .. cardinality(v_want) LOOP  -- in a row of its own with r_status NULL when it took none)
+      k := v_want[i];
+      SELECT * INTO c FROM jb.flow_next(p_board, p_session, p_owners[k], p_names, p_nonces[k]);
+      IF FOUND THEN
+        RETURN QUERY SELECT k, CASE WHEN c.r_id IS NOT NULL THEN 0::smallint END, NULL::text, c.r_id, c.r_gen,
+                            c.r_attempts, c.r_posting, c.r_last_error, c.r_key, c.r_parents, c.r_results, c.r_held;
+      END IF;
+      IF c.r_id IS NULL THEN  -- none for this item: none for the rest either, held back as the same jobs are
+        RETURN QUERY SELECT w.k, NULL::smallint, NULL::text, NULL::bigint, NULL::bigint, NULL::int, NULL::bytea,
+                            NULL::bytea, NULL::text, NULL::bigint[], NULL::bytea[], c.r_held
+                       FROM unnest(v_want[i + 1:]) AS w(k) WHERE c.r_held IS NOT NULL;
+        EXIT;
+      END IF;
     END LOOP;
     RETURN;
   END IF;
@@ -332,7 +341,7 @@ BEGIN
                  RETURNING u.ord, j.id, j.gen, j.attempts, j.posting, j.last_error, j.key, j.parents, j.owner),
            e AS (INSERT INTO jb.event (board, kind, job, detail) SELECT p_board, 'claimed', t.id, t.owner FROM t)
       SELECT t.ord, 0::smallint, NULL::text, t.id, t.gen, t.attempts, t.posting, t.last_error, t.key, l.parents,
-             l.bodies
+             l.bodies, NULL::text
         FROM t LEFT JOIN LATERAL (SELECT array_agg(x.parent ORDER BY x.parent) AS parents,
                                          array_agg(x.body ORDER BY x.parent) AS bodies
                                     FROM jb.result x WHERE t.parents AND x.child = t.id) l ON true;

@@ -27,7 +27,7 @@ from jobboard_postgresql.flow_sql import FLOW_FUNCTIONS, FLOW_TABLES
 from jobboard_postgresql.functions import FUNCTIONS
 from jobboard_postgresql.settles import SETTLES
 
-VERSION = 19
+VERSION = 20
 """14: before flow control; 15: flow control's first build (rate grants at the statement's start, a gates
 recount that could miss a concurrent pause); 16: flow control (:mod:`~jobboard_postgresql.flow_sql`:
 ``job.grp``, ``trash.grp`` and the ``flow*`` tables, added to a version 14 or 15 schema by its first open
@@ -37,7 +37,8 @@ events only while a board of the same name reads events; created by an older sch
 changes: an older schema's first open at 18 replaces the functions); 19: ``retried`` and the calls' fence
 (``jb.fence``: each call's transaction first takes the advisory lock of its nonce or token, a retry waits
 there for its first attempt; ``post_head`` takes the batch's first token; created by an older schema's first
-open at 19)."""
+open at 19); 20: ``r_held`` in the rows of ``claim_next``, ``consume_next``, ``cycle`` and ``flow_next`` (why the
+jobs a gated claim passed over were held back: ``JobBoard.held_back``; no table changes)."""
 
 TABLES = """
 CREATE SCHEMA IF NOT EXISTS @SCHEMA@;

@@ -164,14 +164,14 @@ END $$;
 CREATE OR REPLACE FUNCTION jb.consume_next(p_board text, p_ns int, p_session bigint, p_id bigint, p_gen bigint,
   p_owner text, p_result bytea, p_retry boolean, p_names text[], p_nonce uuid)
 RETURNS TABLE (r_status smallint, r_detail text, r_id bigint, r_gen bigint, r_attempts int, r_posting bytea,
-               r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[])
+               r_last_error bytea, r_key text, r_parents bigint[], r_results bytea[], r_held text)
 LANGUAGE plpgsql AS $$
 DECLARE c record;
 BEGIN
   SELECT * INTO c FROM jb.consume(p_board, p_ns, p_session, p_id, p_gen, p_owner, p_result, p_retry);
   r_status := c.r_status; r_detail := c.r_detail;
   IF r_status = 0 AND jb.alive(p_ns, p_session) THEN
-    SELECT * INTO r_id, r_gen, r_attempts, r_posting, r_last_error, r_key, r_parents, r_results
+    SELECT * INTO r_id, r_gen, r_attempts, r_posting, r_last_error, r_key, r_parents, r_results, r_held
       FROM jb.claim_next(p_board, p_ns, p_session, p_owner, p_names, p_nonce, p_retry);
   END IF;
   RETURN NEXT;

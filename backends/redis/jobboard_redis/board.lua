@@ -15,9 +15,11 @@ local P, OP, NONCE, RETRY, NOW, NOW_US, EV, ALIVE
 local wake, notice, CALLER, WAITING
 -- flow.lua: flow control. FLOW: whether any limit or pause is stored (one EXISTS per call, when needed).
 -- PAUSED: the paused names (name -> true; '' the board), read when needed; LIMITS: the limits read in this call.
-local FLOW, PAUSED, LIMITS
+-- HELD: why the jobs a claim of this call passed over were held back (why -> true; nil: none), told to the
+-- client after the events ('held:<why>,...': flow.lua passed_over, the dispatch).
+local FLOW, PAUSED, LIMITS, HELD
 local NONE = {}  -- PAUSED when nothing is (never written)
-local held, park, refill, flow_due, granted, ended, left, admitted
+local held, park, refill, flow_due, granted, ended, left, admitted, passed_over
 local function flowing()
   if FLOW == nil then FLOW = redis.call('EXISTS', P .. 'lim', P .. 'pz') > 0 end
   return FLOW
@@ -305,13 +307,17 @@ function ops.claim_next(owner, sess, retention, ...)
   if RETRY then local r = replayed_claim(sess) if r then return r end end
   if not session_alive(sess) then return reply('nosession') end
   local names = {...}
-  local wait_ms, parked, tries = promote(), false, 0
+  local wait_ms, parked, tries, asked, dropped = promote(), false, 0, names, nil
   if flowing() then  -- nothing for the board paused; only the names not paused
     local free, paused = {}, paused_names()
+    dropped = {}
     for _, name in ipairs(names) do
-      if not paused[name] then free[#free + 1] = name end
+      if not paused[name] then free[#free + 1] = name else dropped[#dropped + 1] = name end
     end
-    if paused[''] or (#names > 0 and #free == 0) then return reply('none', {wait_ms}) end
+    if paused[''] or (#names > 0 and #free == 0) then
+      passed_over(nil, asked, dropped)
+      return reply('none', {wait_ms})
+    end
     names = free
   end
   for _ = 1, 1000 do  -- at most 100 entries set aside or trashed; up to 1000 parked (flow.lua)
@@ -329,7 +335,10 @@ function ops.claim_next(owner, sess, retention, ...)
         if #head > 0 and (not best_sc or tonumber(head[2]) < best_sc) then best, best_sc = head[1], tonumber(head[2]) end
       end
     end
-    if not best then return reply('none', {parked and sooner(wait_ms, flow_due()) or wait_ms}) end
+    if not best then
+      if dropped then passed_over(nil, asked, dropped) end
+      return reply('none', {parked and sooner(wait_ms, flow_due()) or wait_ms})
+    end
     local j = get(best, NEXT_FIELDS)
     if not j or j.st ~= 'u' then
       if popped ~= 'ready' then redis.call('ZREM', P .. 'ready', best) end
@@ -341,14 +350,18 @@ function ops.claim_next(owner, sess, retention, ...)
       if why then
         park(j, why, due)  -- out of the way until a permit may be free (flow.lua)
         parked = true
+        HELD = HELD or {}
+        HELD[why] = true
       elseif exhausted(j) then
         to_trash(get(best), 'max attempts exceeded (' .. j.maxa .. ')', tonumber(retention))
         tries = tries + 1
       else
+        if dropped then passed_over(tonumber(j.sc), asked, dropped) end
         return do_claim(j, owner, sess, popped)
       end
     end
   end
+  if dropped then passed_over(nil, asked, dropped) end
   return reply(parked and 'again' or 'none', {0})
 end
 

@@ -32,7 +32,7 @@ from jobboard.backend import (
 )
 from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound
 from jobboard_redis.client import RedisClient
-from jobboard_redis.flow import FlowingRedis
+from jobboard_redis.flow import FlowingRedis, after_events
 from jobboard_redis.notices import POLL, Notices
 from jobboard_redis.options import parse_redis_url
 from jobboard_redis.posting import post_batch, post_prepared
@@ -138,11 +138,11 @@ class RedisBackend(FlowingRedis):
             self.notices.wake_all()  # registered under the old session: register again
             self._spawn(self._restore_entities())
 
-    async def _call(self, op: str, nonce: str, *args: str | bytes | int,
-                    claim: tuple[str, str] | None = None) -> tuple[str, list[Any]]:
+    async def _call(self, op: str, nonce: str, *args: str | bytes | int, claim: tuple[str, str] | None = None,
+                    held: set[str] | None = None) -> tuple[str, list[Any]]:
         """One operation of the board's function. ``claim``: (nonce, session) of the claims the call may make;
         if its caller gives up before the reply (cancelled, or out of retries), claims it made go back on the
-        board in the background (``unclaim``). :raises BoardClosed: the board closed meanwhile."""
+        board in the background (``unclaim``); ``held`` gains what they passed over. :raises BoardClosed:"""
         try:
             status, data, events = await self.client.call(op, nonce, *args)
         except (anyio.get_cancelled_exc_class(), BackendUnavailable) as error:
@@ -152,7 +152,7 @@ class RedisBackend(FlowingRedis):
                 self._raise_if_closed(op)
             raise
         self.view.local(events)
-        if len(events) % 4 and self.forward is not None:  # one element past the events: the outbox has work
+        if len(events) % 4 and after_events(events, held) and self.forward is not None:  # the outbox has work
             await self.forward(self)
         return status, data
 
@@ -239,12 +239,13 @@ class RedisBackend(FlowingRedis):
 
     async def _claiming(self, op: str, owner: str, *rest: str) -> tuple[str, list[Any]]:
         """Call a claiming *op* (owner, session, retention, *rest) under this board's session; a session the
-        server no longer has (expired, lost at a failover) is replaced at once and the call made once more.
-        :raises BackendUnavailable: still refused, or the server could not be reached."""
+        server no longer has (expired, lost at a failover) is replaced at once and the call made once more;
+        what its claims passed over is counted. :raises BackendUnavailable: refused still, or unreachable."""
         for _ in range(2):
-            session, nonce = self.session.id, self._nonce()
+            session, nonce, held = self.session.id, self._nonce(), set[str]()
             status, data = await self._call(op, nonce, owner, session, self._retention_ms, *rest,
-                                            claim=(nonce, session))
+                                            claim=(nonce, session), held=held)
+            self._passed(held)
             if status != "nosession":
                 return status, data
             try:
@@ -341,10 +342,11 @@ class RedisBackend(FlowingRedis):
         if names is not None and not names:
             await self.settle(claim, settle)
             return None
-        session, claim_nonce = self.session.id, self._nonce()
+        session, claim_nonce, held = self.session.id, self._nonce(), set[str]()
         status, data = await self._call(
             "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, settle.encoded_result,
-            self._retention_ms, session, claim_nonce, *sorted(names or ()), claim=(claim_nonce, session))
+            self._retention_ms, session, claim_nonce, *sorted(names or ()), claim=(claim_nonce, session), held=held)
+        self._passed(held)
         if status in ("lost", "owner"):
             raise settle_refused(status, claim.job.id, claim.owner)
         self._forget(claim)

@@ -72,8 +72,48 @@ local function due_at(g, t) redis.call('ZADD', P .. 'rdue', 'LT', t, g) end
 park = function(j, why, due)
   redis.call('ZREM', P .. 'ready', j.id)
   redis.call('ZREM', P .. 'rn:' .. j.name, j.id)
-  redis.call('ZADD', P .. (why == 'paused' and ('hn:' .. j.name) or ('hg:' .. j.g)), j.sc, j.id)
+  local key = P .. (why == 'paused' and ('hn:' .. j.name) or ('hg:' .. j.g))
+  redis.call('ZADD', key, j.sc, j.id)
+  redis.call('SADD', P .. 'hk', key)  -- the parkings in use (passed_over; one found empty leaves)
   if why == 'rate' then due_at(j.g, now() + due) end
+end
+
+-- The first member of zset key if it is better than score sc (any: nil): its id; false if not; nil if empty.
+local function better(key, sc)
+  local head = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if #head == 0 then return nil end
+  if sc and tonumber(head[2]) >= sc then return false end
+  return head[1]
+end
+
+-- A claim_next on a flowing board took the job scored sc (nil: none): HELD gains why the jobs parked before
+-- (and so not met by it), better than that one and of the names asked (all: {}), are held back now, and
+-- 'paused' for jobs of the asked names it left out as paused (dropped). One SMEMBERS and a ZRANGE per parking
+-- in use (its best job read when better: the group's best parked job stands for the group).
+passed_over = function(sc, asked, dropped)
+  local function hold(why) HELD = HELD or {} HELD[why] = true end
+  for _, name in ipairs(dropped) do
+    if better(P .. 'rn:' .. name, sc) or better(P .. 'hn:' .. name, sc) then hold('paused') end
+  end
+  if paused_names()[''] then
+    if #asked == 0 and better(P .. 'ready', sc) then hold('paused') end
+    for _, name in ipairs(asked) do
+      if better(P .. 'rn:' .. name, sc) then hold('paused') end
+    end
+  end
+  local wanted = nil
+  if #asked > 0 then wanted = {} for _, name in ipairs(asked) do wanted[name] = true end end
+  for _, key in ipairs(redis.call('SMEMBERS', P .. 'hk')) do
+    local id = better(key, sc)
+    if id == nil then redis.call('SREM', P .. 'hk', key)
+    elseif id then
+      local j = get(id, {'name', 'sc', 'st', 'g'})
+      if j and j.st == 'u' and (wanted and wanted[j.name] or (not wanted and not internal(j.name))) then
+        local why = held(j)
+        if why then hold(why) end
+      end
+    end
+  end
 end
 
 -- A parked job back in the claim indexes (one gone meanwhile is dropped, a malformed one set aside).
@@ -198,6 +238,18 @@ admitted = function(found)
     if why then park(j, why, due) else kept[#kept + 1] = id end
   end
   return kept
+end
+
+-- A spread board claimed elsewhere (score sc, '' for none) for the names (none: all): why this partition's
+-- parked jobs better than that one are held back, in HELD (the dispatch tells the client). Writes nothing but
+-- the parkings found empty leaving 'hk'.
+function ops.passed(sc, ...)
+  local asked, dropped = {...}, {}
+  if flowing() then
+    for _, name in ipairs(asked) do if paused_names()[name] then dropped[#dropped + 1] = name end end
+    passed_over(tonumber(sc), asked, dropped)
+  end
+  return reply('ok')
 end
 
 function ops.set_limit(g, spec)

@@ -7,6 +7,7 @@ starts or ends one. The guarantees are :mod:`jobboard.board.limits`'; the layout
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused, Rate
@@ -32,9 +33,34 @@ def spec_of(group: str, stored: str) -> LimitSpec:
         raise JobBoardError(f"the stored limit of group {group!r} is not valid: {stored!r}") from None
 
 
+def after_events(events: list[Any], held: set[str] | None) -> bool:
+    """The elements of a reply past its events (flat, 4 each): ``held`` (if given) gains the whys of
+    ``'held:<why>,...'`` (what the call's claims passed over: flow.lua ``passed_over``); whether ``'out'`` is one
+    (the partition's outbox has work)."""
+    tail = [text(extra) for extra in events[len(events) - len(events) % 4:]]
+    if held is not None:
+        held.update(why for extra in tail if extra.startswith("held:") for why in extra[5:].split(","))
+    return "out" in tail
+
+
 class FlowingRedis(KeepingRedis):
     """``set_limit``, ``clear_limit``, ``limits``, ``pause``, ``resume`` and ``paused``: each one script call
-    (atomic; the ones that can free work wake the boards waiting for it)."""
+    (atomic; the ones that can free work wake the boards waiting for it); what a claim passed over, counted."""
+
+    @property
+    def reports_held_back(self) -> bool:
+        return True
+
+    def _passed(self, held: set[str]) -> None:
+        if held:
+            self.passed_over(held)
+
+    async def passed_before(self, score: float | None, names: Collection[str] | None) -> None:
+        """A spread board's claim took a job of score ``score`` (``None``: none) in another partition: count why
+        this partition's parked jobs of ``names`` better than it are held back (one call, flow.lua ``passed``)."""
+        held = set[str]()
+        await self._call("passed", "", "" if score is None else repr(score), *sorted(names or ()), held=held)
+        self._passed(held)
 
     async def set_limit(self, limit: LimitSpec) -> None:
         await self._call("set_limit", "", limit.group, spec_text(limit))

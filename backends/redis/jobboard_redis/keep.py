@@ -68,7 +68,8 @@ class KeepingRedis(Backend):
         self._entities: dict[str, bytes] = {}  # registered here: restored on a new session
 
     @abc.abstractmethod
-    async def _call(self, op: str, nonce: str, *args: str | bytes | int) -> tuple[str, list[Any]]:
+    async def _call(self, op: str, nonce: str, *args: str | bytes | int, claim: tuple[str, str] | None = None,
+                    held: set[str] | None = None) -> tuple[str, list[Any]]:
         """Run one operation of the board's function library (the board's own)."""
 
     @abc.abstractmethod

@@ -86,7 +86,7 @@ end
 
 local function dispatch(keys, args)
   P, OP, NONCE, NOW, EV, ALIVE, CALLER, WAITING, OUTBOX = keys[1], args[1], args[2], nil, {}, nil, nil, nil, nil
-  FLOW, PAUSED, LIMITS = nil, nil, nil
+  FLOW, PAUSED, LIMITS, HELD = nil, nil, nil, nil
   RETRY = string.sub(NONCE, 1, 1) == '!'
   if RETRY then NONCE = string.sub(NONCE, 2) end
   local op = ops[OP]
@@ -96,6 +96,11 @@ local function dispatch(keys, args)
   end
   local r = op(unpack(args, 3))
   if OUTBOX then r[3][#r[3] + 1] = 'out' end  -- one element past the events: the outbox has work
+  if HELD then  -- and one more: why the jobs a claim passed over were held back
+    local whys = {}
+    for why in pairs(HELD) do whys[#whys + 1] = why end
+    r[3][#r[3] + 1] = 'held:' .. table.concat(whys, ',')
+  end
   return r
 end
 

@@ -210,7 +210,15 @@ class ZooKeeperBackend(Backend):
         return await self._claimer.claim(job_id, owner)
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
-        return await self._claimer.claim_next(owner, names)
+        whys: set[str] = set()
+        claim = await self._claimer.claim_next(owner, names, whys)
+        if whys:
+            self.passed_over(whys)
+        return claim
+
+    @property
+    def reports_held_back(self) -> bool:
+        return True
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
         if settle.action is SettleAction.CONSUME:

@@ -162,19 +162,26 @@ class Claimer:
             self._flow.stale()
         return "changed"
 
-    async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+    async def claim_next(self, owner: str, names: Collection[str] | None, whys: set[str] | None = None) -> Claim | None:
         """The best claimable job this board sees, claimed; stolen from the other partitions when a
-        fleet member's own have none; ``None`` when there is none anywhere."""
+        fleet member's own have none; ``None`` when there is none anywhere. ``whys`` (if given) gathers why
+        the jobs it passed over were held back (each met in board order before the one it took)."""
+        skips = Skips(self._flow)  # what flow control holds back, judged once per group in this call
+        claim = await self._claim_next(owner, names, skips)
+        if whys is not None:
+            whys |= skips.whys
+        return claim
+
+    async def _claim_next(self, owner: str, names: Collection[str] | None, skips: Skips) -> Claim | None:
         fleet = self._fleet  # None: a flat board
         if fleet is not None and fleet.must_join:  # a partitioned board's first claim (see .fleet)
             await fleet.join()
         state = await self._flow.refresh()
         if fleet is not None and state.used:
-            return await self._claim_in_board_order(fleet, owner, names)
+            return await self._claim_in_board_order(fleet, owner, names, skips)
         spread = not state.active  # flow control keeps board order: no random pick after a lost race
         picker = CandidatePicker(self._view.candidates(self._inflight, names))
         picker.contended = spread and time.monotonic() - self._last_lost_race < CONTENTION_MEMORY
-        skips = Skips(self._flow)  # what flow control holds back, judged once per group in this call
         while (job := picker.next(self._view.locks)) is not None:
             conflicts = self.claim_conflicts
             self._inflight.add(job)
@@ -215,11 +222,11 @@ class Claimer:
                 return claim
         return None
 
-    async def _claim_in_board_order(self, fleet: Fleet, owner: str, names: Collection[str] | None) -> Claim | None:
+    async def _claim_in_board_order(self, fleet: Fleet, owner: str, names: Collection[str] | None,
+                                    skips: Skips) -> Claim | None:
         """On a partitioned board where flow control was ever set: the best job of every partition, this
         member's and the others' merged in board order, so that the order flow control keeps (and a resumed
         name's) is the board's (one listing of the other partitions per call, as a steal)."""
-        skips = Skips(self._flow)
         own = self._view.candidates(self._inflight, names)
         for job in heapq.merge(own, await fleet.unclaimed()):
             if job in self._inflight:

@@ -358,6 +358,8 @@ class Skips:
         self.heads: dict[str, str] = {}
         self.due: float | None = None
         """Seconds until the earliest rate permit a held-back job waits for."""
+        self.whys: set[str] = set()
+        """Why the jobs this pass was refused were held back (what a ``claim_next`` passed over)."""
 
     def passes_over(self, job_id: str, posting: Posting) -> bool:
         """Whether this pass already knows flow control holds ``job_id`` back (no I/O); its group is
@@ -375,6 +377,7 @@ class Skips:
 
     def note(self, group: str | None, refusal: HeldBack) -> None:
         """Remember a refusal of a job of ``group``."""
+        self.whys.add(refusal.why)
         if refusal.retry_after is not None:
             self.due = refusal.retry_after if self.due is None else min(self.due, refusal.retry_after)
         if group is not None and refusal.why in ("concurrency", "rate"):

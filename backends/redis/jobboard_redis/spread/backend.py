@@ -139,14 +139,20 @@ class SpreadBackend(Backend):
         return await self.part_of(job_id).claim(job_id, owner)
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
-        return await self.claims.claim_next(owner, names)
+        with self.services.counting_once():  # what the partitions' claims passed over, once per why
+            return await self.claims.claim_next(owner, names)
+
+    @property
+    def reports_held_back(self) -> bool:
+        return True
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
         await self.part_of(claim.job.id).settle(claim, settle)
 
     async def consume_and_claim_next(self, claim: Claim, settle: Settle,
                                      names: Collection[str] | None) -> Claim | None:
-        return await self.claims.consume_and_claim_next(self.part_of(claim.job.id), claim, settle, names)
+        with self.services.counting_once():
+            return await self.claims.consume_and_claim_next(self.part_of(claim.job.id), claim, settle, names)
 
     async def watch_claim(self, claim: Claim) -> str:
         return await self.part_of(claim.job.id).watch_claim(claim)

@@ -83,25 +83,31 @@ class SpreadClaims:
         self.reads = 0
         """Head reads made (``benchmarks.redis_spread`` counts them)."""
 
-    async def head(self, part: RedisBackend, names: Collection[str] | None) -> float | None:
+    async def head(self, part: RedisBackend, names: Collection[str] | None,
+                   parked: set[RedisBackend] | None = None) -> float | None:
         """The best score among ``part``'s heads (``None``: nothing claimable there); due delayed jobs, and jobs
-        parked by a rate whose permit is due, readied first."""
+        parked by a rate whose permit is due, readied first. ``parked`` gains ``part`` if flow control holds
+        jobs parked there (``hk``: flow.lua), out of its heads."""
         indexes = _indexes(part, names)
         commands: list[list[Any]] = [["ZRANGE", key, 0, 0, "WITHSCORES"] for key in indexes]
         timers: list[list[Any]] = [["ZRANGE", part.options.prefix + key, 0, 0, "WITHSCORES"] for key in ("delayed", "rdue")]
-        replies = await part.client.pipeline([*commands, *timers])  # rdue: a rate's parked jobs (flow.lua)
-        self.reads += 1
+        replies = await part.client.pipeline([*commands, *timers, ["SCARD", part.options.prefix + "hk"]])
+        self.reads += 1  # rdue: a rate's parked jobs (flow.lua)
+        if parked is not None and int(replies[-1]):
+            parked.add(part)
         server_now = time.time() * 1000 + part.session.server_offset_ms
-        if any(due and float(due[1]) <= server_now + DUE_MARGIN_MS for due in replies[len(commands):]):
+        if any(due and float(due[1]) <= server_now + DUE_MARGIN_MS for due in replies[len(commands):-1]):
             await part._call("promote", "")
             replies = await part.client.pipeline(commands)
         scores = [float(reply[1]) for reply in replies[:len(commands)] if reply]
         return min(scores) if scores else None
 
-    async def best(self, names: Collection[str] | None) -> RedisBackend | None:
+    async def best(self, names: Collection[str] | None,
+                   parked: set[RedisBackend] | None = None) -> RedisBackend | None:
         """The partition whose head is best now (``None``: every partition is empty, or with ``skip_failed``
-        every one that answered). :raises JobBoardError: a read failed (``skip_failed``: every read did)."""
-        heads = await _reads(self.head(part, names) for part in self.parts)
+        every one that answered); ``parked`` gains those with parked jobs. :raises JobBoardError: a read failed
+        (``skip_failed``: every read did)."""
+        heads = await _reads(self.head(part, names, parked) for part in self.parts)
         failed = [head for head in heads if isinstance(head, BaseException)]
         for error in failed:
             if not isinstance(error, Exception):  # a cancellation
@@ -112,16 +118,33 @@ class SpreadClaims:
         return self.parts[min(found)[1]] if found else None
 
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
+        """The best head's claim. What flow control held back is counted by the partitions it claims in, and
+        by those seen holding jobs parked (out of their heads: one call each, only then)."""
         if names is not None and not names:
             return None
+        parked: set[RedisBackend] = set()
+        claim = await self._best_claim(owner, names, parked)
+        await self._passed(parked, claim, names)
+        return claim
+
+    async def _best_claim(self, owner: str, names: Collection[str] | None,
+                          parked: set[RedisBackend]) -> Claim | None:
         for _ in range(ROUNDS):
-            part = await self.best(names)
+            part = await self.best(names, parked)
             if part is None:
                 return None
             claim = await part.claim_next(owner, names)
+            parked.discard(part)  # it counted its own
             if claim is not None:
                 return claim
         return await self._any(owner, names)
+
+    @staticmethod
+    async def _passed(parked: set[RedisBackend], claim: Claim | None, names: Collection[str] | None) -> None:
+        """The partitions holding jobs parked and not claimed in count why those better than ``claim`` are."""
+        score = None if claim is None else score_of(claim.job)
+        for part in parked:
+            await part.passed_before(score, names)
 
     async def _any(self, owner: str, names: Collection[str] | None) -> Claim | None:
         """Raced every time: any partition's best, in turn (``skip_failed``: past those that fail, raising the
@@ -147,14 +170,19 @@ class SpreadClaims:
         if names is not None and not names:
             await part.settle(claim, settle)
             return None
-        best = await self.best(names) if settle.action is SettleAction.CONSUME else None
+        parked: set[RedisBackend] = set()
+        best = await self.best(names, parked) if settle.action is SettleAction.CONSUME else None
+        if best is not None:
+            parked.discard(best)  # it counts its own
         if best is part:
             following = await part.consume_and_claim_next(claim, settle, names)
-            return following if following is not None else await self.claim_next(claim.owner, names)
-        await part.settle(claim, settle)
-        if best is not None and (following := await best.claim_next(claim.owner, names)) is not None:
-            return following
-        return await self.claim_next(claim.owner, names)
+        else:
+            await part.settle(claim, settle)
+            following = await best.claim_next(claim.owner, names) if best is not None else None
+        if following is None:
+            return await self.claim_next(claim.owner, names)
+        await self._passed(parked, following, names)
+        return following
 
 
 async def _reads(calls: Iterable[Coroutine[Any, Any, float | None]]) -> list[float | None | BaseException]:
