@@ -62,12 +62,14 @@ class Request:
 
 @dataclass
 class Answer:
-    """A request's outcome: its consume's fence status and detail, the claim's row (or ``None``), the session."""
+    """A request's outcome: its consume's fence status and detail, the claim's row (or ``None``), the session;
+    ``held``: why the jobs its claim passed over were held back (``'concurrency,rate'``...; ``None``: none)."""
 
     status: int | None
     detail: str | None
     row: Any
     session: int
+    held: str | None = None
 
 
 Send = Callable[[list[Request]], Awaitable[list[Answer]]]
