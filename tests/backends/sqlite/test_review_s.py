@@ -772,3 +772,34 @@ async def test_a_workers_entity_is_back_once_its_process_resumed_with_a_new_sess
             assert await polled(lambda: entity_names(board), 3) == ["w"]
         finally:
             await finish(proc)
+
+
+# -- the file's growth -----------------------------------------------------------------------------------------------
+
+
+def grant_rows(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return int(conn.execute("SELECT count(*) FROM jb_grant").fetchone()[0])
+    finally:
+        conn.close()
+
+
+@pytest.mark.xfail(strict=True, reason="F13: the grants of a rated group whose limit was cleared stay in jb_grant "
+                   "for ever (no sweep): per-tenant groups limited then cleared grow the file without bound")
+async def test_the_grants_of_cleared_rate_limits_are_swept_once_their_period_is_over(tmp_path: Path) -> None:
+    db = tmp_path / "jobs.db"
+    url = f"sqlite://{db}?board=grants"
+    async with open_board(url) as board:
+        for tenant in range(20):
+            group = f"tenant-{tenant}"
+            await board.set_limit(group, rate=(5, 0.05))
+            await board.post_many([NewJob("x", group=group) for _ in range(5)])
+            while (claim := await board.claim_next("w")) is not None:
+                await board.consume(claim)
+            await board.clear_limit(group)
+    assert grant_rows(db) == 100
+    await anyio.sleep(0.2)  # every period is over
+    async with open_board(url):  # a board's first upkeep sweeps
+        pass
+    assert grant_rows(db) == 0
