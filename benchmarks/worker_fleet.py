@@ -2,6 +2,7 @@
 
     python -m benchmarks.worker_fleet --processes 1,4,16 --concurrency 16 --jobs 2000 --rounds 3 --prefetch 0,16
     python -m benchmarks.worker_fleet ... --base 51583d1      # the same, interleaved with a base commit's library
+    python -m benchmarks.worker_fleet --processes 1,16 --per-process 1   # one slot in each process (P = 1: one in all)
 
 One redis-server (AOF off: the disk is not one more shared resource) serves every run. A run: N jobs posted
 first, then P processes, each a real :class:`~jobboard.worker.conductor.Worker` (``concurrency`` C / P,
@@ -192,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--processes", default="1,4,16")
     parser.add_argument("--concurrency", type=int, default=16, help="slots in all, split over the processes")
+    parser.add_argument("--per-process", type=int, default=None,
+                        help="slots in each process (concurrency = this × P), instead of --concurrency split")
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prefetch", default="0,16", help="prefetch of each worker; a list runs each, interleaved")
@@ -225,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         for round_number in range(options.rounds):
             for processes in counts:
                 for name, tree, prefetch in shapes if round_number % 2 == 0 else shapes[::-1]:
-                    result = run_in(tree, url, options.jobs, options.concurrency, processes, prefetch)
+                    slots = options.per_process * processes if options.per_process else options.concurrency
+                    result = run_in(tree, url, options.jobs, slots, processes, prefetch)
                     runs[f"{name} P={processes}"].append(result)
                     print(f"round {round_number + 1}: {name} P={processes}: {result['cycles_per_s']} cycles/s, "
                           f"client {result['client_cpu_ms_per_job']} ms/job", file=sys.stderr, flush=True)
@@ -234,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = table(summary)
     print("\n".join(lines), file=sys.stderr)
     print(json.dumps({"bench": "worker_fleet", "jobs": options.jobs, "concurrency": options.concurrency,
+                      "per_process": options.per_process,
                       "processes": counts, "prefetch": prefetches, "rounds": options.rounds, "base": options.base,
                       "load": [round(one, 2) for one, _, _ in load], "ratios_16_over_1": ratios(runs, counts),
                       "runs": runs, "summary": summary, "table": lines}))
