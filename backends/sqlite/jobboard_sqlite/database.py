@@ -39,6 +39,8 @@ def failure(error: sqlite3.Error, path: Path) -> JobBoardError:
 def describe(error: sqlite3.Error, path: Path) -> str:
     """One line saying what is wrong with the file."""
     text = str(error)
+    if "but not a jobboard board" in text:
+        return f"{path} is {text}"
     if "not a database" in text or "malformed" in text:
         return f"{path} is not a jobboard SQLite database ({text})"
     if "readonly" in text or "read-only" in text or "attempt to write" in text:

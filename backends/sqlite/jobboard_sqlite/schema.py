@@ -66,6 +66,7 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
     """
     conn = sqlite3.connect(path, timeout=10, isolation_level=None, check_same_thread=False)
     try:
+        refuse_foreign(conn)  # before any PRAGMA that writes: another program's file is left as it was
         conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new file only
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         if str(mode).lower() != "wal":
@@ -86,6 +87,17 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def refuse_foreign(conn: sqlite3.Connection) -> None:
+    """A file with tables but no ``jb_board`` is another program's database: refused before anything is written.
+
+    :raises sqlite3.DatabaseError: saying so (a permanent ``BoardConflict`` for the caller)."""
+    tables = [name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+    if tables and "jb_board" not in tables:
+        shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise sqlite3.DatabaseError(f"a SQLite database but not a jobboard board (its tables: {shown})")
 
 
 def _make_or_upgrade(conn: sqlite3.Connection, version: int) -> None:

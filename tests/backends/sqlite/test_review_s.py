@@ -76,9 +76,6 @@ def another_apps_database(path: Path, user_version: int) -> None:
     conn.close()
 
 
-@pytest.mark.xfail(strict=True, reason="F1: a SQLite database of another application is adopted (jb_* tables "
-                   "created in it, switched to WAL) or refused as BackendUnavailable (transient) for user_version 1/2; "
-                   "even a refused one is left switched to journal_mode=WAL")
 @pytest.mark.parametrize("user_version", [0, 2, 7])
 async def test_a_database_of_another_application_is_refused_and_left_unchanged(tmp_path: Path,
                                                                                user_version: int) -> None:
