@@ -4,6 +4,7 @@ after its caller was cancelled given back (the contract: no job left claimed by 
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -18,6 +19,14 @@ if TYPE_CHECKING:
     from jobboard_sqlite.backend import SqliteBackend
 
 
+class _EndedUnder(SessionGone):
+    """A claim met the end of ``session`` (the one it ran under): that session is renewed, once."""
+
+    def __init__(self, session: str) -> None:
+        super().__init__(f"session {session} ended")
+        self.session = session
+
+
 class Claims:
     """The claims of one board (``claim``, ``claim_next``, ``consume_and_claim_next``)."""
 
@@ -29,13 +38,13 @@ class Claims:
         A caller cancelled while the claim runs has the claim released in the background."""
 
         for _ in range(3):
-            future = self.backend.db.enqueue(lambda: self.backend.runtime.write_sync(body), self._give_back)
+            future = self.backend.db.enqueue(functools.partial(self._attempt, body), self._give_back)
             try:
                 if future.done():
                     await asyncio.sleep(0)
                 result, fx = await future
-            except SessionGone:
-                await self.backend.runtime.renew()
+            except _EndedUnder as ended:
+                await self.backend.runtime.renew(ended.session)
                 continue
             except asyncio.CancelledError:
                 if future.done() and not future.cancelled() and future.exception() is None:
@@ -46,6 +55,14 @@ class Claims:
                 raise result
             return result  # type: ignore[return-value]
         raise BackendUnavailable(f"session of {self.backend.url} keeps ending")
+
+    def _attempt(self, body: Callable[[sqlite3.Connection, Effects], Claim | None]) -> tuple[object, Effects]:
+        """(Connection's thread.) One claim transaction; its session's end names the session it ran under."""
+        session = self.backend.scope.session
+        try:
+            return self.backend.runtime.write_sync(body)
+        except SessionGone:
+            raise _EndedUnder(session) from None
 
     def _give_back(self, outcome: tuple[object, Effects]) -> None:
         """(Loop.) The claim a cancelled caller never saw goes back, its attempt not counted."""

@@ -58,21 +58,34 @@ class Runtime:
         self._wal_mark = (-1, -1)
         self.active = False
         """Between :meth:`start` and :meth:`stop` (the upkeep does nothing outside)."""
+        self._renewing = asyncio.Lock()
+        """Held by :meth:`renew` and :meth:`stop`: one session at a time, whoever notices its end first."""
 
     def lock_path(self, session: str) -> Path:
         return files.sessions_dir(self.options.path) / f"{session}.lock"
 
     async def start(self) -> None:
-        """A new session: the lock first, then the doorbell, then the row (a row always has its lock)."""
+        """A new session: the lock first, then the doorbell, then the row (a row always has its lock).
+
+        ``scope.session`` names the new session from the transaction that wrote its row (so a call run on
+        the connection's thread never sees a session without its row); on failure it is left as it was.
+        :raises BackendUnavailable: the lock file or the row cannot be written (nothing is left behind).
+        """
         session = uuid.uuid4().hex
         lock = SessionLock(self.lock_path(session), self.options.session_timeout / 4)
         lock.acquire()
         doorbell = Doorbell(session, self._on_ring)
+        before = self.scope.session
+
+        def begin(conn: sqlite3.Connection, fx: Effects) -> None:
+            sessions.start(conn, self.scope.board, session, str(lock.path), doorbell.address)
+            self.scope.session = session
+
         try:
             doorbell.open()
-            self.scope.session = session
-            await self.write(lambda conn, fx: sessions.start(conn, self.scope, str(lock.path), doorbell.address))
+            await self.write(begin)
         except BaseException:
+            self.scope.session = before
             doorbell.close()
             lock.release()
             raise
@@ -80,14 +93,16 @@ class Runtime:
         self.active = True
 
     async def stop(self) -> None:
-        """End the session: its claims go back, its entities and row go, the lock is dropped."""
+        """End the session: its claims go back, its entities and row go, the lock is dropped. Shielded:
+        a caller's cancellation waits for it (and for a renewal under way, whose session it then ends)."""
         self.active = False
-        try:
-            with anyio.CancelScope(shield=True):
-                await self.write(lambda conn, fx: sessions.end(conn, self.scope, self.scope.session,
-                                                              "owner {} closed its board", fx))
-        finally:
-            self._drop()
+        with anyio.CancelScope(shield=True):
+            async with self._renewing:
+                try:
+                    await self.write(lambda conn, fx: sessions.end(conn, self.scope, self.scope.session,
+                                                                  "owner {} closed its board", fx))
+                finally:
+                    self._drop()
 
     def _drop(self) -> None:
         if self.doorbell is not None:
@@ -96,15 +111,21 @@ class Runtime:
             self.lock.release()
         self.doorbell = self.lock = None
 
-    async def renew(self) -> None:
-        """This session was ended by another board: say so (``SESSION_EXPIRED``) and start a new one."""
-        logger.warning("session %s of %s ended (stopped past its timeout, or its lock file went); starting a "
-                       "new one", self.scope.session, self.options.path)
-        old = self.scope.session
-        await self.write(lambda conn, fx: sessions.end(conn, self.scope, old, "owner {}'s session ended", fx))
-        self._drop()
-        await self.start()
-        self._publish(Event(EventKind.SESSION_EXPIRED, None, f"session {old} ended; claims lost"))
+    async def renew(self, old: str) -> None:
+        """Session ``old`` was ended by another board (or its lock file went): say so (``SESSION_EXPIRED``)
+        and start a new one. Whoever noticed it (the upkeep, every claimer that met its end) calls this with
+        the session it saw ended: one renewal runs at a time, and a call for a session already replaced (or
+        after :meth:`stop`) does nothing. :raises BackendUnavailable: the new session cannot be started (the
+        next call tries again)."""
+        async with self._renewing:
+            if not self.active or self.scope.session != old:
+                return
+            logger.warning("session %s of %s ended (stopped past its timeout, or its lock file went); starting a "
+                           "new one", old, self.options.path)
+            await self.write(lambda conn, fx: sessions.end(conn, self.scope, old, "owner {}'s session ended", fx))
+            self._drop()
+            await self.start()
+            self._publish(Event(EventKind.SESSION_EXPIRED, None, f"session {old} ended; claims lost"))
 
     def write_sync(self, body: Callable[[sqlite3.Connection, Effects], object]) -> tuple[object, Effects]:
         """Run ``body`` and the write's last step in one transaction (on the connection's thread)."""
@@ -134,12 +155,12 @@ class Runtime:
                 logger.warning("upkeep of %s failed: %s", self.options.path, error)
 
     async def tick(self, watch: sqlite3.Connection) -> None:
-        lock = self.lock
-        if lock is None or not self.active:
+        lock, session = self.lock, self.scope.session
+        if not self.active:
             return
-        if lock.lost.is_set() or not await self.db.run(lambda: self.db.read(lambda c: sessions.alive(c, self.scope))):
-            if self.active:
-                await self.renew()
+        if lock is None or lock.lost.is_set() or not await self.db.run(
+                lambda: self.db.read(lambda c: sessions.alive(c, self.scope))):
+            await self.renew(session)
             return
         try:
             listed = sessions.others(watch, self.scope)

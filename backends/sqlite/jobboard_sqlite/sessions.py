@@ -35,9 +35,9 @@ def board_id(conn: sqlite3.Connection, name: str, create: bool = True) -> int | 
     return None if row is None else int(row[0])
 
 
-def start(conn: sqlite3.Connection, scope: Scope, lock_path: str, addr: bytes) -> None:
+def start(conn: sqlite3.Connection, board: int, session: str, lock_path: str, addr: bytes) -> None:
     conn.execute("INSERT INTO jb_session(id, board, pid, started, lock_path, addr) VALUES (?,?,?,?,?,?)",
-                 (scope.session, scope.board, os.getpid(), time.time(), lock_path, addr))
+                 (session, board, os.getpid(), time.time(), lock_path, addr))
 
 
 def alive(conn: sqlite3.Connection, scope: Scope) -> bool:
