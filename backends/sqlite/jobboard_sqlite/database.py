@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import random
 import sqlite3
@@ -20,7 +21,7 @@ from typing import TypeVar
 from jobboard.errors import BackendUnavailable, BoardConflict, JobBoardError
 from jobboard_sqlite import files
 from jobboard_sqlite.calls import Busy, Calls
-from jobboard_sqlite.schema import connect
+from jobboard_sqlite.schema import SCHEMA_VERSION, connect
 
 logger = logging.getLogger("jobboard_sqlite")
 BACKOFF_DOUBLINGS = 5
@@ -134,6 +135,7 @@ class Database:
                 self._retry_or_raise(error, deadline)
                 continue
             try:
+                self._check_version(conn)
                 result = body(conn)
             except JobBoardError:
                 self._rollback(conn)
@@ -160,7 +162,18 @@ class Database:
                 finally:
                     self._rollback(conn)
             except sqlite3.Error as error:
+                if not is_busy(error):
+                    with contextlib.suppress(sqlite3.Error):  # (no transaction: the header read on its own)
+                        self._check_version(conn)
                 self._retry_or_raise(error, deadline)
+
+    def _check_version(self, conn: sqlite3.Connection) -> None:
+        """:raises BoardConflict: the file's schema version is not this jobboard's (upgraded
+        under this process by a newer one): a permanent condition, not a retried ``BackendUnavailable``."""
+        (version,) = conn.execute("PRAGMA user_version").fetchone()
+        if version != SCHEMA_VERSION:
+            raise BoardConflict(f"{self.path} was changed to schema version {version} while this process had it open "
+                                f"(this jobboard knows {SCHEMA_VERSION}): restart it with the jobboard that changed it")
 
     def checkpoint(self, truncate_over: int = TRUNCATE_OVER, wait: float = 0.2) -> tuple[int, int, int]:
         """(On the connection's thread.) ``PRAGMA wal_checkpoint(PASSIVE)``; a WAL of more than

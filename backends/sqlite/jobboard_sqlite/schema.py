@@ -5,6 +5,8 @@ Job states: 0 unclaimed, 1 claimed, 2 waiting for dependencies, 3 trashed, 9 mal
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 from pathlib import Path
 
@@ -13,6 +15,10 @@ from jobboard_sqlite import flow, grants
 SCHEMA_VERSION = 3
 """1: the first; 2: flow control (:mod:`~jobboard_sqlite.flow`); 3: a rate's grants in a ring of ``count``
 slots, not a log (``jb_grant``). An older file is upgraded in place."""
+BREAKS_RUNNING = frozenset({2})
+"""The versions whose processes cannot go on once their file is upgraded (2: its rate's grants were a log): such a
+file is upgraded only while no session of it is alive. A process of this jobboard checks the version in every write
+transaction, and stops writing (``BoardConflict``) on a file upgraded under it."""
 PAGE_SIZE = 1024
 """Bytes per page of a new file: every commit appends the pages it touched to the WAL, so small pages
 keep the WAL's write volume (and its growth while a reader starves the checkpoints) small."""
@@ -77,7 +83,10 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
             conn.execute("BEGIN IMMEDIATE")
-            _make_or_upgrade(conn, conn.execute("PRAGMA user_version").fetchone()[0])
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version in BREAKS_RUNNING:
+                refuse_while_running(conn, version)
+            _make_or_upgrade(conn, version)
             conn.execute("COMMIT")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version != SCHEMA_VERSION:
@@ -98,6 +107,36 @@ def refuse_foreign(conn: sqlite3.Connection) -> None:
     if tables and "jb_board" not in tables:
         shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
         raise sqlite3.DatabaseError(f"a SQLite database but not a jobboard board (its tables: {shown})")
+
+
+def refuse_while_running(conn: sqlite3.Connection, version: int) -> None:
+    """(In the opening's write transaction.) Refuse to upgrade a version ``version`` file while a session of it is
+    alive (its lock file held: see :mod:`~jobboard_sqlite.files`), naming the processes.
+
+    :raises sqlite3.DatabaseError: saying so (a permanent ``BoardConflict`` for the caller)."""
+    alive = sorted({int(pid) for pid, lock in conn.execute("SELECT pid, lock_path FROM jb_session") if held(lock)})
+    if alive:
+        raise sqlite3.DatabaseError(
+            f"schema version {version} is open in {len(alive)} process(es) of an older jobboard (pid "
+            f"{', '.join(map(str, alive))}) that cannot run on version {SCHEMA_VERSION}: stop them to upgrade it")
+
+
+def held(lock_path: str) -> bool:
+    """Whether a session's lock file is held (``flock`` needs no write access); a file that cannot be opened counts
+    as held (its owner may be alive), a missing one as not."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # drops the lock taken, if any
+    return False
 
 
 def _make_or_upgrade(conn: sqlite3.Connection, version: int) -> None:
