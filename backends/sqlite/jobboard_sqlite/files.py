@@ -3,7 +3,8 @@
 A session's claims live as long as its lock: an ``flock(LOCK_EX)`` on ``<db>-jobboard/<session>.lock``,
 which the kernel drops when the process dies. Another process that can take that lock knows the owner
 is dead. A heartbeat thread writes the host's monotonic clock into the file, so a stopped (SIGSTOP) owner
-is seen as silent after the session timeout (whatever the wall clock does: an NTP step moves no session). Never opened here: the database, its ``-wal`` and ``-shm`` (a POSIX lock
+is seen as silent after the session timeout it declared in the same file (whatever the wall clock does: an NTP
+step moves no session; whatever timeout the prober's own URL has). Never opened here: the database, its ``-wal`` and ``-shm`` (a POSIX lock
 SQLite holds on them would go with any descriptor of theirs this process closed).
 """
 
@@ -25,6 +26,9 @@ NETWORK_FILESYSTEMS = frozenset({
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "ceph", "glusterfs", "lustre", "gpfs", "afs", "ncpfs",
     "virtiofs", "vboxsf", "davfs", "sshfs",
 })
+HEADER = struct.Struct("<dd")
+"""A lock file's first bytes: the last heartbeat (monotonic seconds; the first 8 bytes, as before) and the
+session timeout its owner declared (the owner's URL's, by which every prober judges it)."""
 _OPEN_LOCKS: set[int] = set()
 """Descriptors of this process's lock files (closed in a forked child: it must not keep owners alive)."""
 
@@ -77,12 +81,13 @@ def sessions_dir(db_path: Path) -> Path:
 class SessionLock:
     """This session's lock file, held (``flock``) from :meth:`acquire` to :meth:`release`.
 
-    A heartbeat thread writes the monotonic clock into it every ``interval`` seconds (a blocked event loop does not stop it,
-    a stopped process does) and notices when the file was removed or replaced under it (``lost``).
+    It holds the session's ``timeout`` (written once) and a heartbeat: a thread writes the monotonic clock
+    into it every ``timeout / 4`` seconds (a blocked event loop does not stop it, a stopped process does)
+    and notices when the file was removed or replaced under it (``lost``).
     """
 
-    def __init__(self, path: Path, interval: float) -> None:
-        self.path, self.interval = path, interval
+    def __init__(self, path: Path, timeout: float) -> None:
+        self.path, self.timeout, self.interval = path, timeout, timeout / 4
         self.fd = -1
         self.lost = threading.Event()
         self._stop = threading.Event()
@@ -98,7 +103,7 @@ class SessionLock:
             raise BackendUnavailable(f"cannot create session lock {self.path}: {error.strerror}") from error
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
         self.fd, self._inode = fd, os.fstat(fd).st_ino
-        beat(fd)
+        os.pwrite(fd, HEADER.pack(time.monotonic(), self.timeout), 0)
         _OPEN_LOCKS.add(fd)
         self._thread = threading.Thread(target=self._beat, name=f"jobboard-heartbeat-{self.path.stem}", daemon=True)
         self._thread.start()
@@ -153,7 +158,9 @@ def close_turn(fd: int) -> None:
 def probe(path: Path, silent_after: float) -> tuple[bool, int]:
     """Whether the session owning lock file ``path`` is dead, and the descriptor proving it (-1 if not
     held): the lock could be taken (its process died), the file is gone, or its last heartbeat is older
-    than ``silent_after`` seconds of the monotonic clock (a stopped process). The caller closes the descriptor after cleaning up."""
+    than the session timeout its owner declared in the file (``silent_after``, the prober's, for a file of a
+    version that declared none) on the monotonic clock (a stopped process). The caller closes the
+    descriptor after cleaning up."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -164,7 +171,8 @@ def probe(path: Path, silent_after: float) -> tuple[bool, int]:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         try:
-            silent = time.monotonic() - last_beat(fd) > silent_after
+            last, declared = last_beat(fd)
+            silent = time.monotonic() - last > (declared or silent_after)
         finally:
             os.close(fd)
         return silent, -1
@@ -176,10 +184,14 @@ def beat(fd: int) -> None:
     os.pwrite(fd, struct.pack("<d", time.monotonic()), 0)
 
 
-def last_beat(fd: int) -> float:
-    """The last heartbeat written into a lock file (``inf`` while it has none: a session being born)."""
-    raw = os.pread(fd, 8, 0)
-    return struct.unpack("<d", raw)[0] if len(raw) == 8 else float("inf")
+def last_beat(fd: int) -> tuple[float, float]:
+    """The last heartbeat written into a lock file (``inf`` while it has none: a session being born) and
+    the session timeout its owner declared (``0.0``: none, a lock file of an older version)."""
+    raw = os.pread(fd, HEADER.size, 0)
+    if len(raw) >= HEADER.size:
+        last, timeout = HEADER.unpack(raw)
+        return last, timeout if timeout > 0 else 0.0
+    return (struct.unpack("<d", raw[:8])[0] if len(raw) >= 8 else float("inf")), 0.0
 
 
 def drop_dead(path: Path, fd: int) -> None:

@@ -72,7 +72,7 @@ class Runtime:
         :raises BackendUnavailable: the lock file or the row cannot be written (nothing is left behind).
         """
         session = uuid.uuid4().hex
-        lock = SessionLock(self.lock_path(session), self.options.session_timeout / 4)
+        lock = SessionLock(self.lock_path(session), self.options.session_timeout)
         lock.acquire()
         doorbell = Doorbell(session, self._on_ring)
         before = self.scope.session
