@@ -12,9 +12,14 @@ from pathlib import Path
 
 from jobboard_sqlite import flow, grants
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the first; 2: flow control (:mod:`~jobboard_sqlite.flow`); 3: a rate's grants in a ring of ``count``
-slots, not a log (``jb_grant``). An older file is upgraded in place."""
+slots, not a log (``jb_grant``); 4: a settled key's own expiry (``jb_key.expires``). An older file is upgraded in
+place."""
+UPGRADE_3_TO_4 = ("ALTER TABLE jb_key ADD COLUMN expires REAL",
+                  "CREATE INDEX IF NOT EXISTS jb_key_expires ON jb_key(board, expires) WHERE expires IS NOT NULL")
+"""Version 3 processes go on on a version 4 file: the keys they settle get no expiry, and are swept by the
+sweeping board's ``key_retention`` as before."""
 BREAKS_RUNNING = frozenset({2})
 """The versions whose processes cannot go on once their file is upgraded (2: its rate's grants were a log): such a
 file is upgraded only while no session of it is alive. A process of this jobboard checks the version in every write
@@ -53,8 +58,9 @@ CREATE TABLE IF NOT EXISTS jb_result(
     PRIMARY KEY(board, seq));
 CREATE TABLE IF NOT EXISTS jb_key(
     board INTEGER NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, settled_at REAL, settled BLOB,
-    settled_attempts INTEGER, PRIMARY KEY(board, key));
+    settled_attempts INTEGER, expires REAL, PRIMARY KEY(board, key));
 CREATE INDEX IF NOT EXISTS jb_key_settled ON jb_key(board, settled_at) WHERE settled_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jb_key_expires ON jb_key(board, expires) WHERE expires IS NOT NULL;
 CREATE TABLE IF NOT EXISTS jb_entity(
     board INTEGER NOT NULL, name TEXT NOT NULL, session TEXT NOT NULL, metadata BLOB NOT NULL,
     PRIMARY KEY(board, name));
@@ -141,10 +147,10 @@ def held(lock_path: str) -> bool:
 
 def _make_or_upgrade(conn: sqlite3.Connection, version: int) -> None:
     """(In the opening's write transaction.) The tables of a new file, or an older version's upgrade."""
-    if version not in (0, 1, 2):
+    if version not in (0, 1, 2, 3):
         return  # a newer file (or not ours): refused by the caller
-    statements = {0: (DDL + flow.DDL).split(";"), 1: [*flow.UPGRADE_1_TO_2, *flow.DDL.split(";")],
-                  2: [*flow.UPGRADE_2_TO_3, *flow.DDL.split(";")]}[version]
+    statements = {0: (DDL + flow.DDL).split(";"), 1: [*flow.UPGRADE_1_TO_2, *flow.DDL.split(";"), *UPGRADE_3_TO_4],
+                  2: [*flow.UPGRADE_2_TO_3, *flow.DDL.split(";"), *UPGRADE_3_TO_4], 3: UPGRADE_3_TO_4}[version]
     for statement in statements:
         if statement.strip():
             conn.execute(statement)

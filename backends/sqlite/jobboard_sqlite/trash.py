@@ -1,8 +1,10 @@
 """The trash, idempotency keys and retention (each function inside its caller's transaction).
 
 A trashed job keeps its row (state 3) with its reason and time, so ``requeue`` puts it back with its id
-and place. Expired results and trash entries are hidden from every read at once (the reading board's
-``result_ttl`` / ``trash_ttl``) and deleted by :func:`sweep`, which each board runs now and then.
+and place. A kept result, a trash entry and a settled key carry their expiry from when they were written (the
+post's own ttl, else the writing board's ``result_ttl`` / ``trash_ttl`` / ``key_retention``), so a board opened with
+shorter ones drops nobody else's. Expired ones are hidden from every read at once and deleted by :func:`sweep`,
+which each board runs now and then (rows of an older version, with no expiry, go by the reading board's options).
 """
 
 from __future__ import annotations
@@ -20,19 +22,22 @@ LIVE_RESULT = "(COALESCE(ttl, ?) = 0 OR kept_at + COALESCE(ttl, ?) > ?)"
 
 
 def keyed(conn: sqlite3.Connection, scope: Scope, key: str, now: float) -> Job | None:
-    """The job ``key`` still finds: on the board, or settled less than ``key_retention`` ago."""
-    row = conn.execute("SELECT seq, settled_at, settled, settled_attempts FROM jb_key WHERE board=? AND key=?",
+    """The job ``key`` still finds: on the board, or settled and not expired (``key_retention`` of the board that
+    settled it)."""
+    row = conn.execute("SELECT seq, settled_at, settled, settled_attempts, expires FROM jb_key WHERE board=? AND key=?",
                        (scope.board, key)).fetchone()
     if row is None:
         return None
-    seq, settled_at, settled, attempts = row
+    seq, settled_at, settled, attempts, expires = row
     if settled_at is None:
         job = conn.execute(f"SELECT {JOB_COLUMNS} FROM jb_job WHERE board=? AND seq=? AND state IN (0,1,2)",
                            (scope.board, seq)).fetchone()
         return to_job(job) if job is not None else None
     expired_trash = conn.execute(f"SELECT 1 FROM jb_job WHERE board=? AND seq=? AND state=3 AND NOT {LIVE_TRASH}",
                                  (scope.board, seq, scope.trash_ttl, scope.trash_ttl, now)).fetchone()
-    if now - settled_at < scope.key_retention and expired_trash is None:
+    if expires is None:
+        expires = settled_at + scope.key_retention  # settled by a version 3 process
+    if now < expires and expired_trash is None:
         return decode_posting(settled, (attempts, None)).to_job(job_id(seq), seq)
     conn.execute("DELETE FROM jb_key WHERE board=? AND key=?", (scope.board, key))
     return None
@@ -40,10 +45,10 @@ def keyed(conn: sqlite3.Connection, scope: Scope, key: str, now: float) -> Job |
 
 def settle_key(conn: sqlite3.Connection, scope: Scope, key: str | None, seq: int, raw: bytes, attempts: int,
                now: float) -> None:
-    """The key of a job leaving the board keeps finding it, as it was, for ``key_retention``."""
+    """The key of a job leaving the board keeps finding it, as it was, for this board's ``key_retention``."""
     if key is not None:
-        conn.execute("UPDATE jb_key SET settled_at=?, settled=?, settled_attempts=? WHERE board=? AND key=? AND seq=?",
-                     (now, raw, attempts, scope.board, key, seq))
+        conn.execute("UPDATE jb_key SET settled_at=?, settled=?, settled_attempts=?, expires=? WHERE board=? AND key=?"
+                     " AND seq=?", (now, raw, attempts, now + scope.key_retention, scope.board, key, seq))
 
 
 def move_to_trash(conn: sqlite3.Connection, scope: Scope, seq: int, reason: str, now: float, fx: Effects) -> None:
@@ -55,6 +60,8 @@ def move_to_trash(conn: sqlite3.Connection, scope: Scope, seq: int, reason: str,
         key, ttl = posting.key, posting.trash_ttl
     except Exception:  # noqa: BLE001 (a malformed row is trashed all the same)
         key, ttl = None, None
+    if ttl is None:
+        ttl = scope.trash_ttl  # fixed now: a board with a shorter trash_ttl does not drop it sooner
     if session is not None and session != scope.session:
         fx.poked.add(session)
     conn.execute("UPDATE jb_job SET state=3, owner=NULL, session=NULL, progress=NULL, reason=?, trashed_at=?,"
@@ -94,7 +101,9 @@ def sweep(conn: sqlite3.Connection, scope: Scope, now: float) -> int:
         f"SELECT seq FROM jb_job WHERE board=? AND state=3 AND NOT {LIVE_TRASH}",
         (scope.board, scope.trash_ttl, scope.trash_ttl, now))]
     drop_trashed(conn, scope.board, expired)
-    conn.execute("DELETE FROM jb_key WHERE board=? AND settled_at<=?", (scope.board, now - scope.key_retention))
+    conn.execute("DELETE FROM jb_key WHERE board=? AND expires<=?", (scope.board, now))
+    conn.execute("DELETE FROM jb_key WHERE board=? AND expires IS NULL AND settled_at<=?",  # a version 3 process's
+                 (scope.board, now - scope.key_retention))
     return results + len(expired)
 
 

@@ -343,7 +343,7 @@ def consume(conn: sqlite3.Connection, scope: Scope, claim: Claim, result: bytes,
     trash.settle_key(conn, scope, key, seq, raw, attempts, now)
     if keep:
         conn.execute("INSERT OR REPLACE INTO jb_result(board, seq, result, kept_at, ttl) VALUES (?,?,?,?,?)",
-                     (scope.board, seq, result, now, result_ttl))
+                     (scope.board, seq, result, now, scope.result_ttl if result_ttl is None else result_ttl))
     fx.event(EventKind.CONSUMED, job_id(seq), name)
     if dependents:
         _deliver(conn, scope, seq, result, fx)

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from jobboard import open_board
+from jobboard_sqlite.schema import SCHEMA_VERSION
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -78,7 +79,8 @@ def downgrade_to_version_1(path: Path) -> None:
     try:
         for statement in ("DROP INDEX jb_job_grp", "DROP TABLE jb_limit", "DROP TABLE jb_grant", "DROP TABLE jb_pause",
                           "ALTER TABLE jb_job DROP COLUMN grp", "ALTER TABLE jb_board DROP COLUMN flow",
-                          "ALTER TABLE jb_board DROP COLUMN paused", "PRAGMA user_version=1"):
+                          "ALTER TABLE jb_board DROP COLUMN paused", "DROP INDEX jb_key_expires",
+                          "ALTER TABLE jb_key DROP COLUMN expires", "PRAGMA user_version=1"):
             conn.execute(statement)
     finally:
         conn.close()
@@ -98,7 +100,7 @@ async def test_a_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
         assert third is None  # the group's one permit is taken
     conn = sqlite3.connect(str(path))
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         conn.close()

@@ -15,6 +15,7 @@ import pytest
 
 from jobboard import HeldBack, NewJob, open_board
 from jobboard_sqlite import flow, grants
+from jobboard_sqlite.schema import SCHEMA_VERSION
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -108,7 +109,8 @@ async def test_a_version_2_files_grant_log_becomes_the_ring(tmp_path: Path) -> N
     with sqlite3.connect(path, isolation_level=None) as conn:  # what version 2 kept: a log of grant times
         for statement in ("DROP TABLE jb_grant", "ALTER TABLE jb_limit DROP COLUMN ring",
                           "CREATE TABLE jb_grant(board INTEGER NOT NULL, grp TEXT NOT NULL, at REAL NOT NULL)",
-                          "CREATE INDEX jb_grant_at ON jb_grant(board, grp, at)", "PRAGMA user_version=2"):
+                          "CREATE INDEX jb_grant_at ON jb_grant(board, grp, at)", "DROP INDEX jb_key_expires",
+                          "ALTER TABLE jb_key DROP COLUMN expires", "PRAGMA user_version=2"):
             conn.execute(statement)
         board_id = conn.execute("SELECT id FROM jb_board WHERE name='old'").fetchone()[0]
         conn.executemany("INSERT INTO jb_grant VALUES (?, 'g', ?)",
@@ -116,7 +118,7 @@ async def test_a_version_2_files_grant_log_becomes_the_ring(tmp_path: Path) -> N
     async with open_board(f"sqlite://{path}?board=old") as board:
         assert 585 < await held_for(board, jobs[0]) <= 590  # the latest 3 kept: due when the one 10 s ago is 600 s
     with sqlite3.connect(path) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("SELECT count(*), max(n) FROM jb_grant").fetchone() == (3, 2)
 
 

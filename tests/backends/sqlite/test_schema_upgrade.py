@@ -1,6 +1,6 @@
-"""Schema upgrades of a ``sqlite://`` file with processes running on it (review finding F10): an upgrade that
-older processes could not run on is refused while they have the file open; a process on a file upgraded under it
-stops writing with a permanent error."""
+"""Schema upgrades of a ``sqlite://`` file with processes running on it (review findings F10, F8): an upgrade
+that older processes could not run on is refused while they have the file open; a process on a file upgraded
+under it stops writing with a permanent error; the version 3 -> 4 upgrade (each key's own expiry) in place."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ sys.stdin.readline()
 
 
 def as_version_2(path: Path) -> None:
-    """What a file of schema version 2 was: a log of grant times, no ring."""
+    """What a file of schema version 2 was: a log of grant times, no ring, no key expiry."""
     with sqlite3.connect(path, isolation_level=None) as conn:
         for statement in ("DROP TABLE jb_grant", "ALTER TABLE jb_limit DROP COLUMN ring",
                           "CREATE TABLE jb_grant(board INTEGER NOT NULL, grp TEXT NOT NULL, at REAL NOT NULL)",
@@ -43,7 +43,7 @@ def as_version_2(path: Path) -> None:
             conn.execute(statement)
 
 
-TO_VERSION_3 = ["PRAGMA user_version=3"]
+TO_VERSION_3 = ["DROP INDEX jb_key_expires", "ALTER TABLE jb_key DROP COLUMN expires", "PRAGMA user_version=3"]
 """What a version 4 file loses to be what version 3 was."""
 
 
@@ -92,3 +92,38 @@ async def test_a_process_on_a_file_upgraded_under_it_stops_writing_with_a_perman
             conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         assert await board.job_count() == 1  # the refused post applied nothing
 
+
+async def test_a_version_3_file_is_upgraded_in_place_and_its_keys_settled_before_keep_their_retention(
+        tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    url = f"sqlite://{path}?board=b"
+    async with open_board(url) as board:
+        settled = await board.post("w", key="settled")
+        await board.consume(await board.claim(settled, "w"))
+        waiting = await board.post("w", key="waiting")
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        for statement in TO_VERSION_3:
+            conn.execute(statement)
+    async with open_board(f"{url}&key_retention=3600") as board:
+        assert user_version(path) == SCHEMA_VERSION
+        assert (await board.post("w", key="settled")).id == settled.id  # settled by version 3: no expiry of its own
+        assert (await board.post("w", key="waiting")).id == waiting.id
+        await board.consume(await board.claim(waiting, "w"))
+    with sqlite3.connect(path) as conn:
+        expiries = dict(conn.execute("SELECT key, expires - settled_at FROM jb_key"))
+        assert expiries == {"settled": None, "waiting": 3600.0}
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+async def test_results_and_trash_keep_the_ttl_of_the_board_that_wrote_them(tmp_path: Path) -> None:
+    url = f"sqlite://{tmp_path}/jobs.db?board=b"
+    async with open_board(f"{url}&result_ttl=3600&trash_ttl=3600") as board:
+        kept = await board.post("w", keep_result=True)
+        await board.consume(await board.claim(kept, "w"), {"n": 1})
+        trashed = await board.post("w")
+        await board.trash(await board.claim(trashed, "w"), "no")
+    await anyio.sleep(1.1)
+    async with open_board(f"{url}&result_ttl=1&trash_ttl=1&key_retention=1") as short:
+        await short.purge(older_than=3600)  # sweeps what expired, by each row's own expiry
+        assert (await short.wait_for_completion(kept)).result == {"n": 1}
+        assert (await short.state(trashed)).value == "trashed"
