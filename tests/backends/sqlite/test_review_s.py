@@ -654,9 +654,6 @@ anyio.run(main, sys.argv[1])
 """
 
 
-@pytest.mark.xfail(strict=True, reason="F9: a board opened with a shorter ?session_timeout judges every other "
-                   "session by it: a live worker on the default (beating every 1.25 s) is taken for stopped within "
-                   "~0.6 s and its claim released (run twice, ClaimLost)")
 async def test_a_board_with_a_shorter_session_timeout_does_not_take_live_sessions_for_stopped(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path}/jobs.db?board=timeouts"
     async with open_board(url) as board:  # session_timeout: the default, 5 s
