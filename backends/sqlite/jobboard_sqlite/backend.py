@@ -302,9 +302,18 @@ class SqliteBackend(Backend):
         return seq is None or seq > await self._read(lambda conn: reads.last_seq(conn, self.scope))
 
     async def register_entity(self, name: str, metadata: Mapping[str, Any], encoded: bytes) -> None:
-        await self._write(lambda conn, fx: sessions.register_entity(conn, self.scope, name, encoded))
+        """Kept by the runtime too (before the write: a renewal under way registers it in the new session)."""
+        entities = self.runtime.entities
+        entities[name] = encoded
+        try:
+            await self._write(lambda conn, fx: sessions.register_entity(conn, self.scope, name, encoded))
+        except BaseException:
+            if entities.get(name) is encoded:
+                del entities[name]
+            raise
 
     async def unregister_entity(self, name: str) -> None:
+        self.runtime.entities.pop(name, None)
         await self._write(lambda conn, fx: sessions.unregister_entity(conn, self.scope, name))
 
     async def entities(self) -> list[Entity]:

@@ -58,6 +58,8 @@ class Runtime:
         self._wal_mark = (-1, -1)
         self.active = False
         """Between :meth:`start` and :meth:`stop` (the upkeep does nothing outside)."""
+        self.entities: dict[str, bytes] = {}
+        """The entities this board registered (name: encoded metadata): a new session registers them again."""
         self._renewing = asyncio.Lock()
         """Held by :meth:`renew` and :meth:`stop`: one session at a time, whoever notices its end first."""
 
@@ -69,16 +71,17 @@ class Runtime:
 
         ``scope.session`` names the new session from the transaction that wrote its row (so a call run on
         the connection's thread never sees a session without its row); on failure it is left as it was.
+        The board's :attr:`entities` are registered again in that transaction.
         :raises BackendUnavailable: the lock file or the row cannot be written (nothing is left behind).
         """
         session = uuid.uuid4().hex
         lock = SessionLock(self.lock_path(session), self.options.session_timeout)
         lock.acquire()
         doorbell = Doorbell(session, self._on_ring)
-        before = self.scope.session
+        before, entities = self.scope.session, dict(self.entities)
 
         def begin(conn: sqlite3.Connection, fx: Effects) -> None:
-            sessions.start(conn, self.scope.board, session, str(lock.path), doorbell.address)
+            sessions.start(conn, self.scope.board, session, str(lock.path), doorbell.address, entities)
             self.scope.session = session
 
         try:

@@ -35,9 +35,14 @@ def board_id(conn: sqlite3.Connection, name: str, create: bool = True) -> int | 
     return None if row is None else int(row[0])
 
 
-def start(conn: sqlite3.Connection, board: int, session: str, lock_path: str, addr: bytes) -> None:
+def start(conn: sqlite3.Connection, board: int, session: str, lock_path: str, addr: bytes,
+          entities: dict[str, bytes]) -> None:
+    """Write a new session's row and register ``entities`` (name: encoded metadata) again under it (those
+    of the session it replaces, ended with it)."""
     conn.execute("INSERT INTO jb_session(id, board, pid, started, lock_path, addr) VALUES (?,?,?,?,?,?)",
                  (session, board, os.getpid(), time.time(), lock_path, addr))
+    conn.executemany("INSERT OR REPLACE INTO jb_entity(board, name, session, metadata) VALUES (?,?,?,?)",
+                     [(board, name, session, encoded) for name, encoded in entities.items()])
 
 
 def alive(conn: sqlite3.Connection, scope: Scope) -> bool:

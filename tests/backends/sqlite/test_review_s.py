@@ -764,9 +764,6 @@ async def ran(proc: asyncio.subprocess.Process, job_id: str) -> bool:
     return True
 
 
-@pytest.mark.xfail(strict=True, reason="F12: a session ended by another board (a stop past session_timeout, F2, F9) "
-                   "takes its entities with it and the renewed session never registers them again (zookeeper:// and "
-                   "redis:// restore them): `jobboard check` and the dashboard see no worker while it runs")
 async def test_a_workers_entity_is_back_once_its_process_resumed_with_a_new_session(tmp_path: Path) -> None:
     db = tmp_path / "jobs.db"
     url = f"sqlite://{db}?board=entity&session_timeout=0.5"
