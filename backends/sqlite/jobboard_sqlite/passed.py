@@ -20,7 +20,9 @@ Check = tuple[str, str, list[Any]]
 
 READY = ("SELECT 1 FROM jb_job x WHERE x.board=? AND x.state=0 AND (x.not_before IS NULL OR x.not_before<=?)"
          " AND {names} AND {held}")
-BEFORE = " AND (x.rank<jb_job.rank OR (x.rank=jb_job.rank AND x.seq<jb_job.seq))"
+BEFORE = (" AND x.rank<jb_job.rank", " AND x.rank=jb_job.rank AND x.seq<jb_job.seq")
+"""Better than the claimed row: two ``EXISTS``, each a bounded range of the ready index (an ``OR`` or a row value
+bounds ``rank`` only, and a claim then read every ready job of its rank)."""
 
 
 def _marks(values: list[Any]) -> str:
@@ -45,14 +47,26 @@ def checks(gate: Gate) -> list[Check]:
     return found
 
 
-def returning(found: list[Check], board: int, now: float, names: str, params: list[Any]) -> tuple[str, list[Any]]:
-    """``", EXISTS (...), ..."``: a column per check, for the ``RETURNING`` of the claim's ``UPDATE jb_job``
-    (``names``, ``params``: the claim's name filter), true where a job better than the one taken is held back."""
-    columns, values = "", []
-    for _, held, held_params in found:
-        columns += f", EXISTS ({READY.format(names=names, held=held)}{BEFORE})"
-        values += [board, now, *params, *held_params]
-    return columns, values
+_BUILT: dict[tuple[Any, ...], tuple[list[Check], str]] = {}
+"""The checks and ``RETURNING`` columns of a gate's holds and a name filter, built once (a few us each)."""
+
+
+def returning(gate: Gate, board: int, now: float, names: str, params: list[Any]) -> tuple[list[Check], str, list[Any]]:
+    """``gate``'s checks, and ``", (EXISTS (...) OR EXISTS (...)), ..."``: a column per check for the ``RETURNING``
+    of the claim's ``UPDATE jb_job`` (``names``, ``params``: the claim's name filter), true where a job better
+    than the one taken is held back for it; with its parameters."""
+    key = (gate.board_paused, gate.names, tuple((group, held[0]) for group, held in gate.held.items()),
+           tuple(gate.heads.items()), names)
+    built = _BUILT.get(key)
+    if built is None:
+        found = checks(gate)
+        columns = "".join(f", (EXISTS ({ready}{BEFORE[0]}) OR EXISTS ({ready}{BEFORE[1]}))"
+                          for ready in (READY.format(names=names, held=held) for _, held, _ in found))
+        if len(_BUILT) > 256:
+            _BUILT.clear()
+        built = _BUILT[key] = (found, columns)
+    found, columns = built
+    return found, columns, [value for _, _, held_params in found for value in [board, now, *params, *held_params] * 2]
 
 
 def whys(found: list[Check], flags: Any) -> set[str]:

@@ -260,8 +260,8 @@ def _claim_gated(conn: sqlite3.Connection, scope: Scope, owner: str, now: float,
     """The claim of the best job that ``gate`` does not hold back (its row), or ``None``; into ``whys`` (if
     given), why the better jobs it passed over were held back (read by the same statement)."""
     held, held_params = gate.condition()
-    found = passed.checks(gate) if whys is not None else []
-    extra, extra_params = passed.returning(found, scope.board, now, condition, params)
+    found, extra, extra_params = passed.returning(gate, scope.board, now, condition, params) if whys is not None \
+        else ([], "", [])
     row = conn.execute(
         f"UPDATE jb_job SET {CLAIM_SET} WHERE board=? AND seq=(SELECT seq FROM jb_job WHERE board=? AND state=0"
         f" AND (not_before IS NULL OR not_before<=?) AND {condition} AND {held} ORDER BY rank, seq LIMIT 1)"
