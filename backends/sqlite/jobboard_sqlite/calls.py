@@ -13,7 +13,8 @@ the kernel (on a duplicate of the board's descriptor: the same lock) and hands i
 runs every queued call inline, in order, in that one turn. A queued call whose caller is cancelled before
 it ran never runs. The connection's thread runs what must not block the loop (opening, closing,
 checkpoints) and a call that SQLite itself finds busy (a checkpoint, a writer that is not a board), which
-it retries with a short sleep.
+it retries with a short sleep; a retried call whose caller is cancelled is given up before its next
+``BEGIN IMMEDIATE`` (:class:`Withdrawn`: a busy attempt applied nothing), only a ``COMMIT`` under way is finished.
 
 **Order.** The calls of one connection apply in the order they were made, whichever way each runs: while
 any call is queued or on the connection's thread, the calls made after it queue behind it (a count of the
@@ -59,6 +60,10 @@ class Busy(Exception):
     """An inline transaction found SQLite's lock busy: the call goes to the connection's thread."""
 
 
+class Withdrawn(Exception):
+    """A call on the connection's thread whose caller was cancelled, given up before it wrote anything."""
+
+
 @dataclass(slots=True)
 class Queued(Generic[T]):
     work: Callable[[], T]
@@ -75,6 +80,9 @@ class Calls:
         self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="jobboard-sqlite")
         self.mutex = threading.Lock()
         self._inline = threading.local()
+        self._running = threading.local()
+        """(The connection's thread.) ``withdrawn``: the event set when the caller of the call running there is
+        cancelled."""
         self._queue: deque[Queued[Any]] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self.turn_fd = -1
@@ -171,10 +179,26 @@ class Calls:
             self._queue.popleft()
 
     def _to_thread(self, call: Queued[Any]) -> None:
-        """A call SQLite found busy: the thread retries it, under the turn the loop keeps for it."""
+        """A call SQLite found busy: the thread retries it, under the turn the loop keeps for it, until its caller
+        is cancelled (see :meth:`withdrawn`)."""
         loop = asyncio.get_running_loop()
-        done = self.submit(call.work)
+        withdrawn = threading.Event()
+        call.future.add_done_callback(lambda future: withdrawn.set() if future.cancelled() else None)
+        done = self.submit(lambda: self._withdrawable(call.work, withdrawn))
         done.add_done_callback(lambda _: self._call_soon(self._settle, call, done, loop=loop))
+
+    def _withdrawable(self, work: Callable[[], T], withdrawn: threading.Event) -> T:
+        self._running.withdrawn = withdrawn
+        try:
+            return work()
+        finally:
+            self._running.withdrawn = None
+
+    def withdrawn(self) -> bool:
+        """(Where a transaction runs.) Whether the caller of the call running on the connection's thread was
+        cancelled: the transaction code looks before each ``BEGIN IMMEDIATE`` and gives up (:class:`Withdrawn`)."""
+        event: threading.Event | None = getattr(self._running, "withdrawn", None)
+        return event is not None and event.is_set()
 
     @staticmethod
     def _settle(call: Queued[Any], done: concurrent.futures.Future[Any]) -> None:

@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from jobboard.errors import BackendUnavailable, BoardConflict, JobBoardError
 from jobboard_sqlite import files
-from jobboard_sqlite.calls import Busy, Calls
+from jobboard_sqlite.calls import Busy, Calls, Withdrawn
 from jobboard_sqlite.schema import SCHEMA_VERSION, connect
 
 logger = logging.getLogger("jobboard_sqlite")
@@ -129,6 +129,7 @@ class Database:
         deadline = time.monotonic() + self.retry_for
         self._retries = 0
         while True:
+            self._unless_withdrawn()
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as error:
@@ -155,6 +156,7 @@ class Database:
         conn = self._conn()
         deadline = time.monotonic() + self.retry_for
         while True:
+            self._unless_withdrawn()
             try:
                 conn.execute("BEGIN")
                 try:
@@ -166,6 +168,12 @@ class Database:
                     with contextlib.suppress(sqlite3.Error):  # (no transaction: the header read on its own)
                         self._check_version(conn)
                 self._retry_or_raise(error, deadline)
+
+    def _unless_withdrawn(self) -> None:
+        """:raises Withdrawn: the caller of this call (on the thread, retried while busy) was cancelled: nothing of
+        it applied, and it is given up rather than applied after its caller was told it failed."""
+        if self.calls.withdrawn():
+            raise Withdrawn(f"a call on {self.path} given up: its caller was cancelled")
 
     def _check_version(self, conn: sqlite3.Connection) -> None:
         """:raises BoardConflict: the file's schema version is not this jobboard's (upgraded

@@ -474,9 +474,6 @@ async def test_a_delayed_post_wakes_a_wait_in_another_process_when_due(tmp_path:
 # -- a cancelled call --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="F5: a write that met SQLite's lock busy is retried on the connection's thread "
-                   "after its caller was cancelled, and applies later (a post the caller was told timed out appears "
-                   "~1 s after; the board's close waits behind those retries up to busy_timeout)")
 async def test_a_post_whose_caller_was_cancelled_while_the_file_was_locked_is_not_applied_later(tmp_path: Path) -> None:
     db = tmp_path / "jobs.db"
     async with open_board(f"sqlite://{db}?board=cancel") as board:
