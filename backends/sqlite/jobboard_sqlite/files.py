@@ -3,9 +3,12 @@
 A session's claims live as long as its lock: an ``flock(LOCK_EX)`` on ``<db>-jobboard/<session>.lock``,
 which the kernel drops when the process dies. Another process that can take that lock knows the owner
 is dead. A heartbeat thread writes the host's monotonic clock into the file, so a stopped (SIGSTOP) owner
-is seen as silent after the session timeout it declared in the same file (whatever the wall clock does: an NTP
-step moves no session; whatever timeout the prober's own URL has). Never opened here: the database, its ``-wal`` and ``-shm`` (a POSIX lock
-SQLite holds on them would go with any descriptor of theirs this process closed).
+is seen as silent after the session timeout it declared in the same file (whatever the wall clock does: an
+NTP step moves no session; whatever timeout the prober's own URL has). A silent owner is taken for stopped
+only when ``/proc`` says it is (state ``T``/``t``), or cannot tell: a live one whose heartbeat thread cannot
+run (a C call holding the GIL) keeps its session until :data:`HUNG_AFTER`. Never opened here: the database,
+its ``-wal`` and ``-shm`` (a POSIX lock SQLite holds on them would go with any descriptor of theirs this
+process closed).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import struct
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from jobboard.errors import BackendUnavailable
 
@@ -29,6 +33,12 @@ NETWORK_FILESYSTEMS = frozenset({
 HEADER = struct.Struct("<dd")
 """A lock file's first bytes: the last heartbeat (monotonic seconds; the first 8 bytes, as before) and the
 session timeout its owner declared (the owner's URL's, by which every prober judges it)."""
+OWNER = struct.Struct("<qqQ")
+"""After the header: the owner's pid, its start time (``/proc/<pid>/stat`` field 22, clock ticks after boot:
+against a reused pid) and the inode of its PID namespace (0: unknown), written once."""
+HUNG_AFTER = 60.0
+"""Seconds of silence (or 12 of its session timeouts, if longer) after which an owner that ``/proc`` shows
+running, not stopped, is taken for hung all the same and its session ended."""
 _OPEN_LOCKS: set[int] = set()
 """Descriptors of this process's lock files (closed in a forked child: it must not keep owners alive)."""
 
@@ -103,7 +113,7 @@ class SessionLock:
             raise BackendUnavailable(f"cannot create session lock {self.path}: {error.strerror}") from error
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
         self.fd, self._inode = fd, os.fstat(fd).st_ino
-        os.pwrite(fd, HEADER.pack(time.monotonic(), self.timeout), 0)
+        os.pwrite(fd, HEADER.pack(time.monotonic(), self.timeout) + OWNER.pack(*identity()), 0)
         _OPEN_LOCKS.add(fd)
         self._thread = threading.Thread(target=self._beat, name=f"jobboard-heartbeat-{self.path.stem}", daemon=True)
         self._thread.start()
@@ -171,12 +181,62 @@ def probe(path: Path, silent_after: float) -> tuple[bool, int]:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         try:
-            last, declared = last_beat(fd)
-            silent = time.monotonic() - last > (declared or silent_after)
+            return _silent(read_lock(fd), silent_after), -1
         finally:
             os.close(fd)
-        return silent, -1
     return True, fd
+
+
+def _silent(lock: LockRecord, silent_after: float) -> bool:
+    """Whether a held lock's owner is taken for stopped: no heartbeat for its timeout and ``/proc`` says it
+    is stopped or cannot tell (another PID namespace, a lock file of an older version, a reused pid); a
+    running owner only after :data:`HUNG_AFTER`."""
+    timeout = lock.timeout or silent_after
+    silent_for = time.monotonic() - lock.last
+    if silent_for <= timeout:
+        return False
+    if owner_stopped(lock) is False and silent_for <= max(HUNG_AFTER, 12 * timeout):
+        logger.debug("the owner (pid %d) of a session is running but has not beaten for %.1f s (a C call "
+                     "holding the GIL?): its session is kept", lock.pid, silent_for)
+        return False
+    return True
+
+
+def identity() -> tuple[int, int, int]:
+    """This process's pid, start time and PID namespace (see :data:`OWNER`; 0 where ``/proc`` cannot tell)."""
+    pid = os.getpid()
+    seen = process_state(pid)
+    return pid, 0 if seen is None else seen[1], pid_namespace()
+
+
+def process_state(pid: int) -> tuple[str, int] | None:
+    """The state letter and start time of process ``pid`` (``/proc/<pid>/stat`` fields 3 and 22), or
+    ``None`` when there is no such process or no ``/proc``."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the name (field 2) may hold spaces and parentheses
+    return fields[0], int(fields[19])
+
+
+def pid_namespace() -> int:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def owner_stopped(lock: LockRecord) -> bool | None:
+    """Whether a lock file's owner is stopped (``T``: SIGSTOP, Ctrl-Z; ``t``: a debugger), running
+    (``False``), or ``None`` when this process cannot tell (another PID namespace, no pid recorded, the pid
+    gone or reused, a zombie)."""
+    if lock.pid <= 0 or lock.namespace == 0 or lock.namespace != pid_namespace():
+        return None
+    seen = process_state(lock.pid)
+    if seen is None or seen[1] != lock.started or seen[0] in ("Z", "X", "x"):
+        return None
+    return seen[0] in ("T", "t")
 
 
 def beat(fd: int) -> None:
@@ -184,14 +244,25 @@ def beat(fd: int) -> None:
     os.pwrite(fd, struct.pack("<d", time.monotonic()), 0)
 
 
-def last_beat(fd: int) -> tuple[float, float]:
-    """The last heartbeat written into a lock file (``inf`` while it has none: a session being born) and
-    the session timeout its owner declared (``0.0``: none, a lock file of an older version)."""
-    raw = os.pread(fd, HEADER.size, 0)
-    if len(raw) >= HEADER.size:
-        last, timeout = HEADER.unpack(raw)
-        return last, timeout if timeout > 0 else 0.0
-    return (struct.unpack("<d", raw[:8])[0] if len(raw) >= 8 else float("inf")), 0.0
+class LockRecord(NamedTuple):
+    """What a lock file says of its session (zeros where a lock file of an older version says nothing)."""
+
+    last: float
+    """The last heartbeat (``inf`` while there is none: a session being born)."""
+    timeout: float
+    pid: int
+    started: int
+    namespace: int
+
+
+def read_lock(fd: int) -> LockRecord:
+    """What the lock file open as ``fd`` says (see :data:`HEADER` and :data:`OWNER`)."""
+    raw = os.pread(fd, HEADER.size + OWNER.size, 0)
+    if len(raw) < 8:
+        return LockRecord(float("inf"), 0.0, 0, 0, 0)
+    last, timeout = HEADER.unpack_from(raw) if len(raw) >= HEADER.size else (struct.unpack("<d", raw[:8])[0], 0.0)
+    owner = OWNER.unpack_from(raw, HEADER.size) if len(raw) == HEADER.size + OWNER.size else (0, 0, 0)
+    return LockRecord(last, timeout if timeout > 0 else 0.0, *owner)
 
 
 def drop_dead(path: Path, fd: int) -> None:

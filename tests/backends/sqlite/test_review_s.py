@@ -115,8 +115,6 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="F2: the heartbeat is a Python thread: a C call keeping the GIL past "
-                   "session_timeout makes another process release a live owner's claim (run twice, ClaimLost)")
 async def test_a_live_owner_holding_the_gil_past_the_session_timeout_keeps_its_claim(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path}/jobs.db?board=gil&session_timeout=0.5"
     async with open_board(url) as board:
