@@ -158,6 +158,8 @@ def set_limit(conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, fx: Effe
     rate cleared and set again, or changed, still sees them: no window holds more than its count), as
     on memory:// and zookeeper://: a rate's ring is written anew (:func:`~jobboard_sqlite.grants.rebuild`, a read of its rows)."""
     rate = limit.rate
+    if rate is None:
+        _retire(conn, scope, limit.group)
     conn.execute("INSERT OR REPLACE INTO jb_limit(board, grp, concurrency, sequence, rate_count, rate_period)"
                  " VALUES (?,?,?,?,?,?)", (scope.board, limit.group, limit.concurrency, int(limit.sequence),
                                            None if rate is None else rate.count, None if rate is None else rate.period))
@@ -167,9 +169,20 @@ def set_limit(conn: sqlite3.Connection, scope: Scope, limit: LimitSpec, fx: Effe
 
 
 def clear_limit(conn: sqlite3.Connection, scope: Scope, group: str, fx: Effects) -> bool:
+    """Delete ``group``'s limit; its rate's grants are swept once that rate's period is over (see
+    :func:`~jobboard_sqlite.grants.retire`)."""
+    _retire(conn, scope, group)
     found = conn.execute("DELETE FROM jb_limit WHERE board=? AND grp=?", (scope.board, group)).rowcount > 0
     changed(conn, scope, fx)
     return found
+
+
+def _retire(conn: sqlite3.Connection, scope: Scope, group: str) -> None:
+    """The group's rate (if it has one) goes: its grants are swept once its period is over."""
+    row = conn.execute("SELECT rate_period FROM jb_limit WHERE board=? AND grp=? AND rate_count IS NOT NULL",
+                       (scope.board, group)).fetchone()
+    if row is not None:
+        grants.retire(conn, scope.board, group, float(row[0]))
 
 
 def pause(conn: sqlite3.Connection, scope: Scope, name: str | None, paused: bool, fx: Effects) -> None:

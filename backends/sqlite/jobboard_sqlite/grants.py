@@ -47,6 +47,24 @@ def upgrade_grants(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE jb_grant_log")
 
 
+def retire(conn: sqlite3.Connection, board: int, group: str, period: float) -> None:
+    """(A rate cleared, or its limit set again without one.) The group's grants stay (a rate set again sees them)
+    until :func:`sweep` finds none in the last ``period``: slot -1 holds that period until then (``at``; a rate
+    set again rewrites the ring, and drops it)."""
+    conn.execute("INSERT OR REPLACE INTO jb_grant(board, grp, slot, at, n) VALUES (?,?,-1,?,-1)", (board, group, period))
+
+
+def sweep(conn: sqlite3.Connection, board: int, now: float) -> int:
+    """(In a write transaction.) Delete the grants of the groups whose rate was cleared (:func:`retire`), not set
+    again, and none of whose grants falls in the cleared rate's last period (a grant later than now is a boot
+    before's: the monotonic clock restarted). Returns the rows deleted."""
+    return conn.execute(
+        "DELETE FROM jb_grant WHERE board=?1 AND grp IN (SELECT m.grp FROM jb_grant m WHERE m.board=?1 AND m.slot=-1"
+        " AND NOT EXISTS (SELECT 1 FROM jb_limit l WHERE l.board=?1 AND l.grp=m.grp AND l.rate_count IS NOT NULL)"
+        " AND NOT EXISTS (SELECT 1 FROM jb_grant g WHERE g.board=?1 AND g.grp=m.grp AND g.slot>=0"
+        " AND g.at>?2-m.at AND g.at<=?2))", (board, now)).rowcount
+
+
 def rebuild(conn: sqlite3.Connection, board: int, group: str, rate: Rate, now: float) -> None:
     """Write ``group``'s ring anew for ``rate`` (in a write transaction): its latest ``count`` grants and every
     later one of the last ``period`` (a count made smaller still sees the window's grants), in ``ring =

@@ -13,6 +13,7 @@ import sqlite3
 
 from jobboard.backend import EventKind, Job, decode_posting, encode_posting
 from jobboard.errors import InvalidJob, JobNotFound
+from jobboard_sqlite import grants
 from jobboard_sqlite.rows import JOB_COLUMNS, Effects, Scope, job_id, seq_of, to_job
 from jobboard_sqlite.schema import TRASHED
 
@@ -94,13 +95,15 @@ def purge(conn: sqlite3.Connection, scope: Scope, older_than: float, now: float)
 
 
 def sweep(conn: sqlite3.Connection, scope: Scope, now: float) -> int:
-    """Delete expired kept results, trash entries and settled keys, and old events; return how many."""
+    """Delete expired kept results, trash entries and settled keys, and the grants of cleared rates; return how
+    many results and trash entries."""
     results = conn.execute(f"DELETE FROM jb_result WHERE board=? AND NOT {LIVE_RESULT}",
                            (scope.board, scope.result_ttl, scope.result_ttl, now)).rowcount
     expired = [seq for (seq,) in conn.execute(
         f"SELECT seq FROM jb_job WHERE board=? AND state=3 AND NOT {LIVE_TRASH}",
         (scope.board, scope.trash_ttl, scope.trash_ttl, now))]
     drop_trashed(conn, scope.board, expired)
+    grants.sweep(conn, scope.board, grants.clock())  # a cleared rate's grants, once its period is over
     conn.execute("DELETE FROM jb_key WHERE board=? AND expires<=?", (scope.board, now))
     conn.execute("DELETE FROM jb_key WHERE board=? AND expires IS NULL AND settled_at<=?",  # a version 3 process's
                  (scope.board, now - scope.key_retention))

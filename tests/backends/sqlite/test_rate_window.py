@@ -85,6 +85,29 @@ async def test_a_change_of_count_keeps_the_latest_grants_and_a_cleared_rate_too(
         await held_for(board, jobs[5])
 
 
+async def test_a_dropped_rates_grants_stay_for_its_period_then_are_swept(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    async with open_board(f"sqlite://{path}?board=drop") as board:
+        await board.set_limit("long", rate=(2, 600.0))
+        await board.set_limit("short", rate=(2, 0.2))
+        for group in ("long", "short"):
+            for job in [await board.post("w", group=group) for _ in range(2)]:
+                await board.claim(job, "w")
+        assert await board.clear_limit("long")
+        await board.set_limit("short", concurrency=5)  # its rate dropped, the limit kept
+        await board.purge()  # a sweep within both periods: every grant stays
+        grants_of = "SELECT grp, count(*) FROM jb_grant WHERE slot>=0 GROUP BY grp"
+        with sqlite3.connect(path) as conn:
+            assert dict(conn.execute(grants_of)) == {"long": 2, "short": 2}
+        await anyio.sleep(0.3)
+        await board.purge()  # the short period is over
+        with sqlite3.connect(path) as conn:
+            assert dict(conn.execute(grants_of)) == {"long": 2}
+            assert conn.execute("SELECT count(*) FROM jb_grant WHERE grp='short'").fetchone()[0] == 0
+        await board.set_limit("long", rate=(2, 600.0))  # set again within its period: its grants hold
+        await held_for(board, await board.post("w", group="long"))
+
+
 async def test_grants_later_than_now_from_a_boot_before_do_not_hold(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     async with open_board(f"sqlite://{path}?board=boot") as board:
