@@ -46,6 +46,17 @@ def check_prefetch(board: JobBoard, prefetch: int) -> None:
             "held job an attempt): run this worker without prefetch")
 
 
+class Arrival:
+    """The end of one claim call, for the claimers waiting for its jobs: ``short`` if it brought fewer than it
+    asked for (nothing more is claimable now)."""
+
+    __slots__ = ("ended", "short")
+
+    def __init__(self) -> None:
+        self.ended = anyio.Event()
+        self.short = False
+
+
 def key(claim: Claim) -> tuple[str, int]:
     """A claim's job and generation (a claim itself is not hashable)."""
     return claim.job.id, claim.generation
@@ -55,7 +66,8 @@ class ClaimAhead:
     """One worker's claims held ahead (at most ``prefetch``, reservations of calls in flight included).
 
     Atomic by the event loop: the count of jobs a call may bring back is reserved before its await, so
-    claimers claiming at once never hold more than ``prefetch`` between them; one check of the held claims
+    claimers claiming at once never hold more than ``prefetch`` between them, and a claimer that finds nothing
+    held waits for a call in flight rather than make one, while that call brings one for it; one check of the held claims
     runs at a time (the others wait for it), and a claim is taken off ``held`` only once it may start."""
 
     def __init__(self, board: JobBoard, owner: str, names: Collection[str] | None, prefetch: int) -> None:
@@ -64,6 +76,11 @@ class ClaimAhead:
         self._known_at: dict[tuple[str, int], float] = {}
         """When each held claim (by :func:`key`) was last known current (``anyio.current_time()``)."""
         self._reserved = 0
+        """Jobs the claim calls in flight may bring beyond their own slot's."""
+        self._awaiting = 0
+        """Claimers waiting for those (each takes one)."""
+        self._arrival = Arrival()
+        """What the claimers waiting now wait for: the end of the next claim call to end."""
         self._checking: anyio.Event | None = None
         self.released = 0
         """Held claims given back at the stop."""
@@ -74,23 +91,44 @@ class ClaimAhead:
 
     async def claim_next(self) -> Claim | None:
         """The oldest held claim still current (checked first, with the others, once not known current for
-        :data:`HELD_FRESH` s), else a claim call for one slot plus what room is left ahead.
+        :data:`HELD_FRESH` s); else, while a claim call in flight brings more jobs than the claimers already
+        waiting for it, one of those (its reply comes sooner than a call of our own would); else a claim call
+        for one slot plus what room is left ahead.
 
         :raises JobBoardError: as ``board.claim_next`` (nothing is held from a failed call)."""
-        while self.held:
-            if self._checking is not None:
-                await self._checking.wait()
-            elif anyio.current_time() - self._known_at[key(self.held[0])] >= HELD_FRESH:
-                await self._check_held()
-            else:
-                return self._take()
+        while True:
+            while self.held:
+                if self._checking is not None:
+                    await self._checking.wait()
+                elif anyio.current_time() - self._known_at[key(self.held[0])] >= HELD_FRESH:
+                    await self._check_held()
+                else:
+                    return self._take()
+            if self._reserved <= self._awaiting:
+                return await self._claim_call()
+            self._awaiting += 1
+            arrival = self._arrival
+            try:
+                await arrival.ended.wait()
+            finally:
+                self._awaiting -= 1
+            if arrival.short and not self.held:  # a call made since we asked found nothing more: none now
+                return None
+
+    async def _claim_call(self) -> Claim | None:
+        """``claim_many`` of one and the room left ahead (reserved while in flight); the rest held."""
         ahead = max(0, self.prefetch - len(self.held) - self._reserved)
         self._reserved += ahead
+        short = False
         try:
             claims = await self.board.claim_many(self.owner, 1 + ahead, names=self.names)
+            self._hold(claims[1:], anyio.current_time())
+            short = len(claims) < 1 + ahead
         finally:
             self._reserved -= ahead
-        self._hold(claims[1:], anyio.current_time())
+            arrival, self._arrival = self._arrival, Arrival()
+            arrival.short = short
+            arrival.ended.set()  # the claimers waiting look again (after a failed call: they call)
         return claims[0] if claims else None
 
     def _take(self) -> Claim:
