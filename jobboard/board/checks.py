@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from jobboard.errors import InvalidJob
-from jobboard.job import Progress, When
+from jobboard.job import INTERNAL_PREFIX, Progress, When
 
 TIMEOUT_KEY = "jobboard.timeout"
 """A job's details may carry this key: seconds its handler may run (wins over the handler's); checked at post."""
@@ -126,6 +126,20 @@ def check_name(name: object) -> None:
         raise InvalidJob(f"job name must be a non-empty string, not {name!r}")
     if len(name) > MAX_NAME_LENGTH or not name.isprintable():
         raise InvalidJob(f"job name {name[:40]!r}... must be printable and at most {MAX_NAME_LENGTH} chars")
+
+
+def check_public_name(name: object) -> str:
+    """A job name an application may post: :func:`check_name`'s, outside the library's own prefix (plan gates and
+    records, schedules: posted by the library through ``JobBoard.post``, which takes them).
+
+    :raises InvalidJob: as :func:`check_name`, or ``name`` starts with ``jobboard.``.
+    """
+    check_name(name)
+    assert isinstance(name, str)
+    if name.startswith(INTERNAL_PREFIX):
+        raise InvalidJob(f"job name {name[:40]!r}: names starting with {INTERNAL_PREFIX!r} are reserved for the "
+                         f"library's own jobs (plans, schedules)")
+    return name
 
 
 def check_details(name: str, details: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from jobboard.board.checks import check_group
+from jobboard.board.checks import check_group, check_public_name
 from jobboard.board.contract import JobBoard
 from jobboard.errors import InvalidJob
 
@@ -87,6 +87,14 @@ def group_text(text: str) -> str:
     """An argparse type: a flow-control group name the board accepts (a bad one is a usage error, exit 2)."""
     try:
         return check_group(text)
+    except InvalidJob as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def job_name(text: str) -> str:
+    """An argparse type: a job name an application may post (``jobboard.`` is the library's: exit 2)."""
+    try:
+        return check_public_name(text)
     except InvalidJob as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 

@@ -19,6 +19,7 @@ from jobboard.cli.command import (
     PROG,
     CommandError,
     group_text,
+    job_name,
     positive_whole_number,
     seconds,
 )
@@ -51,7 +52,7 @@ def job_record(job: Job, state: JobState, owner: str | None) -> dict[str, Any]:
 
 
 def post_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="what to do (a handler name)")
+    parser.add_argument("name", type=job_name, help="what to do (a handler name; not jobboard.*: the library's)")
     parser.add_argument("--details", default=None, metavar="JSON",
                         help="job details, a JSON object; @PATH reads it from a file, - from stdin")
     parser.add_argument("--priority", type=_priority, default=Priority.NORMAL,

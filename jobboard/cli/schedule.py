@@ -7,7 +7,7 @@ import importlib.util
 import time
 
 from jobboard.board.contract import JobBoard
-from jobboard.cli.command import CommandError, positive_seconds, seconds
+from jobboard.cli.command import CommandError, job_name, positive_seconds, seconds
 from jobboard.cli.jobs import _priority, parse_details
 from jobboard.cli.options import shared_options
 from jobboard.cli.output import format_table, print_json
@@ -41,7 +41,7 @@ def schedule_arguments(parser: argparse.ArgumentParser) -> None:
             for action, text in SCHEDULE_ACTIONS.items()}
     add = subs["add"]
     add.add_argument("name", help="the schedule's name (letters, digits, _.:-)")
-    add.add_argument("job", help="the name of the job posted each period (a handler name)")
+    add.add_argument("job", type=job_name, help="the name of the job posted each period (a handler name)")
     when = add.add_mutually_exclusive_group(required=True)
     when.add_argument("--every", type=positive_seconds, metavar="SECONDS", help="post every SECONDS (from the epoch)")
     when.add_argument("--cron", type=cron_expression, metavar="EXPR", help="post at the times of a cron expression, UTC "
