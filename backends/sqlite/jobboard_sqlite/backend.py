@@ -31,7 +31,7 @@ from jobboard.backend import (
     TrashedJob,
 )
 from jobboard.board.limits import GroupLimit, LimitSpec, Paused
-from jobboard.errors import BackendUnavailable, JobBoardError, JobNotFound, Unsupported
+from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, JobNotFound, Unsupported
 from jobboard_sqlite import files, flow, reads, schema, sessions, trash, writes
 from jobboard_sqlite.claiming import Claims
 from jobboard_sqlite.database import Database
@@ -86,6 +86,7 @@ class SqliteBackend(Backend):
                                          "worker makes it)")
             self.scope.board = board
             self._watch = sqlite3.connect(str(self.options.path), timeout=0.2, isolation_level=None)
+            self.runtime.watch_file()
             await self.runtime.start()
         except BaseException:
             await self._disconnect()
@@ -143,14 +144,22 @@ class SqliteBackend(Backend):
     def _publish(self, event: Event) -> None:
         self.hub.publish(event)
 
+    def on_its_file(self) -> None:
+        """:raises BoardClosed: the database file was deleted or replaced under the board (permanent: a worker
+        stops, and its supervisor starts it again on the file there now)."""
+        if self.runtime.gone is not None:
+            raise BoardClosed(self.runtime.gone)
+
     async def _write(self, body: Callable[[sqlite3.Connection, Effects], T | JobBoardError]) -> T:
         """One write transaction; an error the body *returned* (its effects committed) is raised here."""
+        self.on_its_file()
         result = await self.runtime.write(body)
         if isinstance(result, JobBoardError):
             raise result
         return result  # type: ignore[return-value]
 
     async def _read(self, body: Callable[[sqlite3.Connection], T]) -> T:
+        self.on_its_file()
         return await self.db.run(lambda: self.db.read(body))
 
     # -- writes -------------------------------------------------------------

@@ -38,6 +38,7 @@ class Claims:
         A caller cancelled while the claim runs has the claim released in the background."""
 
         for _ in range(3):
+            self.backend.on_its_file()
             future = self.backend.db.enqueue(functools.partial(self._attempt, body), self._give_back)
             try:
                 if future.done():

@@ -3,7 +3,8 @@
 The upkeep runs every ``reap_interval`` seconds: it probes the other sessions' lock files (a dead
 owner's claims go back on the board at once), notices this session's own end (its row deleted by
 another board after a stop longer than the session timeout, or its lock file removed) and starts a
-new one, and every few seconds deletes what expired.
+new one, and every few seconds deletes what expired. It also notices the database file deleted or
+replaced under the board (:attr:`Runtime.gone`): the board's calls then raise ``BoardClosed``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ class Runtime:
         """Between :meth:`start` and :meth:`stop` (the upkeep does nothing outside)."""
         self.entities: dict[str, bytes] = {}
         """The entities this board registered (name: encoded metadata): a new session registers them again."""
+        self.file: tuple[int, int] | None = None
+        """``(st_dev, st_ino)`` of the database file when the board opened it (see :meth:`watch_file`)."""
+        self.gone: str | None = None
+        """Why the board is no longer on its file (deleted or replaced under it), once noticed."""
         self._renewing = asyncio.Lock()
         """Held by :meth:`renew` and :meth:`stop`: one session at a time, whoever notices its end first."""
 
@@ -159,7 +164,7 @@ class Runtime:
 
     async def tick(self, watch: sqlite3.Connection) -> None:
         lock, session = self.lock, self.scope.session
-        if not self.active:
+        if not self.active or self.gone is not None or self._file_gone():
             return
         if lock is None or lock.lost.is_set() or not await self.db.run(
                 lambda: self.db.read(lambda c: sessions.alive(c, self.scope))):
@@ -177,6 +182,31 @@ class Runtime:
         if time.monotonic() - self._last_sweep > SWEEP_EVERY:
             self._last_sweep = time.monotonic()
             await self.write(self._sweep)
+
+    def watch_file(self) -> None:
+        """Remember which file the board opened (right after its connection opened it)."""
+        info = os.stat(self.options.path)
+        self.file = (info.st_dev, info.st_ino)
+
+    def _file_gone(self) -> bool:
+        """Whether the database file was deleted or replaced since :meth:`watch_file` (``stat`` only: never
+        opened here). The first time, say why in :attr:`gone`, log it and wake the board's waiters (their
+        next look raises ``BoardClosed``)."""
+        try:
+            info = os.stat(self.options.path)
+            now: tuple[int, int] | None = (info.st_dev, info.st_ino)
+        except FileNotFoundError:
+            now = None
+        except OSError:
+            return False  # cannot tell (a permission changed): not taken for gone
+        if self.file is None or now == self.file:
+            return False
+        self.gone = (f"{self.options.path} was {'deleted' if now is None else 'replaced by another file'} under "
+                     "this board: its calls would go on in the old file, which no other process sees; open the "
+                     "board again")
+        logger.error("%s", self.gone)
+        self._on_ring()
+        return True
 
     async def _probe(self, session: str, path: Path) -> None:
         dead, fd = files.probe(path, self.options.session_timeout)
