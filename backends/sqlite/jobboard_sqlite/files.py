@@ -39,6 +39,8 @@ against a reused pid) and the inode of its PID namespace (0: unknown), written o
 HUNG_AFTER = 60.0
 """Seconds of silence (or 12 of its session timeouts, if longer) after which an owner that ``/proc`` shows
 running, not stopped, is taken for hung all the same and its session ended."""
+_UNREADABLE: set[str] = set()
+"""The lock files a probe could not open (warned about once each)."""
 _OPEN_LOCKS: set[int] = set()
 """Descriptors of this process's lock files (closed in a forked child: it must not keep owners alive)."""
 
@@ -152,7 +154,7 @@ def open_turn(db_path: Path) -> int:
     path = sessions_dir(db_path) / "write.turn"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)  # flock needs no write access: any user
     except OSError as error:
         raise BackendUnavailable(f"cannot create {path}: {error.strerror}") from error
     _OPEN_LOCKS.add(fd)
@@ -172,10 +174,14 @@ def probe(path: Path, silent_after: float) -> tuple[bool, int]:
     version that declared none) on the monotonic clock (a stopped process). The caller closes the
     descriptor after cleaning up."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # flock needs no write access: another user's lock too
     except FileNotFoundError:
         return True, -1
-    except OSError:
+    except OSError as error:
+        if str(path) not in _UNREADABLE:
+            _UNREADABLE.add(str(path))
+            logger.warning("cannot open the session lock %s (%s): its session is taken for alive until a process "
+                           "that can open it looks", path, error.strerror)
         return False, -1
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

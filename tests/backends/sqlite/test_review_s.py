@@ -513,12 +513,6 @@ def share(directory: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs a process as another user (setpriv, root only)")
-@pytest.mark.xfail(strict=True, reason="F6: write.turn and the session lock files are created 0o644 and opened O_RDWR: "
-                   "another user with write access to the database cannot open the board (\"cannot create "
-                   "write.turn: Permission denied\"), nor could it probe, so reap, a dead session of the first user")
-async def test_another_user_with_write_access_to_the_file_can_use_the_board() -> None:
-    with tempfile.TemporaryDirectory() as directory:  # under /tmp, where another user may look
-        os.chmod(directory, 0o777)
         url = f"sqlite://{directory}/jobs.db?board=users"
         async with open_board(url) as board:
             job = await board.post("x")
