@@ -513,6 +513,9 @@ def share(directory: Path) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs a process as another user (setpriv, root only)")
+async def test_another_user_with_write_access_to_the_file_can_use_the_board() -> None:
+    with tempfile.TemporaryDirectory() as directory:  # under /tmp, where another user may look
+        os.chmod(directory, 0o777)
         url = f"sqlite://{directory}/jobs.db?board=users"
         async with open_board(url) as board:
             job = await board.post("x")
