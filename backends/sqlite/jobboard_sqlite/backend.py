@@ -8,6 +8,7 @@ generation in the transaction that writes them. See docs/backends/sqlite.md.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import sqlite3
 import time
@@ -98,6 +99,9 @@ class SqliteBackend(Backend):
         await self.runtime.tick(self._watch)  # dead sessions' claims go back before this board claims
 
     async def aclose(self) -> None:
+        """End the session (shielded), cancel the board's background tasks (the upkeep, the poll), close the
+        connections. A caller's cancellation is raised at the end (the connection's close, on its thread,
+        then goes on without it): nothing is left open, even by a close cut short."""
         if not self._open:
             return
         self._open = False
@@ -109,6 +113,9 @@ class SqliteBackend(Backend):
         finally:
             self.signals.everything()
             self.hub.close()
+            for task in list(self.services.tasks):  # as JobBoard.aclose does next (skipped if this is cut short)
+                if task is not asyncio.current_task():
+                    task.cancel()
             await self._disconnect()
 
     async def _disconnect(self) -> None:

@@ -77,6 +77,7 @@ class Database:
         self.calls = Calls()
         self.conn: sqlite3.Connection | None = None
         self.busy_retries = 0
+        self._shut = False
         self._retries = 0
 
     async def open(self) -> None:
@@ -91,8 +92,24 @@ class Database:
         self.calls.turn_fd = files.open_turn(self.path)
 
     async def close(self) -> None:
-        if self.conn is not None:
-            await asyncio.wrap_future(self.calls.submit(self._close))
+        """Close the connection (on its thread), then give the write turn back, close its descriptor and let
+        the thread go (:meth:`_closed`). A caller cancelled meanwhile gets its cancellation at once, and the
+        rest follows the connection's close all the same (nothing is left open)."""
+        if self.conn is None:
+            self._closed()
+            return
+        closing = asyncio.wrap_future(self.calls.submit(self._close))
+        closing.add_done_callback(self._closed)
+        await asyncio.shield(closing)
+        self._closed()
+
+    def _closed(self, closing: asyncio.Future[None] | None = None) -> None:
+        """(Loop, once the connection closed.) Idempotent."""
+        if closing is not None and not closing.cancelled():
+            closing.exception()  # retrieved: raised to the caller, if it still waited
+        if self._shut:
+            return
+        self._shut = True
         self.calls.closed()
         self.calls.executor.shutdown(wait=False)
 

@@ -677,9 +677,6 @@ def open_files_under(directory: Path) -> list[str]:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
-@pytest.mark.xfail(strict=True, reason="F11: a close cancelled after its (shielded) session end leaves the SQLite "
-                   "connection open (its close, submitted to the thread, is cancelled before it runs), the write "
-                   "turn's descriptor, the thread and the upkeep and poll tasks: one set per cancelled close")
 async def test_a_close_cut_short_by_a_cancel_scope_leaves_no_descriptor_behind(tmp_path: Path) -> None:
     for _ in range(3):
         manager = open_board(f"sqlite://{tmp_path}/jobs.db?board=close")
