@@ -105,7 +105,8 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
 
 
 def refuse_foreign(conn: sqlite3.Connection) -> None:
-    """A file with tables but no ``jb_board`` is another program's database: refused before anything is written.
+    """A file with tables but no ``jb_board``, or with none and a schema version (a board always has tables), is
+    another program's database: refused before anything is written.
 
     :raises sqlite3.DatabaseError: saying so (a permanent ``BoardConflict`` for the caller)."""
     tables = [name for (name,) in conn.execute(
@@ -113,6 +114,8 @@ def refuse_foreign(conn: sqlite3.Connection) -> None:
     if tables and "jb_board" not in tables:
         shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
         raise sqlite3.DatabaseError(f"a SQLite database but not a jobboard board (its tables: {shown})")
+    if not tables and (version := conn.execute("PRAGMA user_version").fetchone()[0]):
+        raise sqlite3.DatabaseError(f"a SQLite database but not a jobboard board (no table, user_version {version})")
 
 
 def refuse_while_running(conn: sqlite3.Connection, version: int) -> None:

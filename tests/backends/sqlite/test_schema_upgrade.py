@@ -127,3 +127,15 @@ async def test_results_and_trash_keep_the_ttl_of_the_board_that_wrote_them(tmp_p
         await short.purge(older_than=3600)  # sweeps what expired, by each row's own expiry
         assert (await short.wait_for_completion(kept)).result == {"n": 1}
         assert (await short.state(trashed)).value == "trashed"
+
+
+async def test_an_empty_database_with_a_schema_version_of_its_own_is_refused_and_left_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:  # another program's new database: a version, no table yet
+        conn.execute("PRAGMA user_version=7")
+    with pytest.raises(BoardConflict, match="is a SQLite database but not a jobboard board"):
+        async with open_board(f"sqlite://{path}?board=b"):
+            pass
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0
