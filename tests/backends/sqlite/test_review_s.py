@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import glob
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -797,3 +798,46 @@ async def test_the_grants_of_cleared_rate_limits_are_swept_once_their_period_is_
     async with open_board(url):  # a board's first upkeep sweeps
         pass
     assert grant_rows(db) == 0
+
+
+# -- the same file seen under two paths (a container's volume, a bind mount) ----------------------------------------
+
+ELSEWHERE = ('mount --bind "$2" "$3" && mount -t tmpfs tmpfs "$2" && exec "$4" -c "$0" "$1"')
+"""(sh -c, in a mount namespace of its own) Show directory $2 at $3 only, then run the script $0 with the URL $1."""
+
+HOLD_AND_SLEEP = r"""
+import sys, anyio
+from jobboard import open_board
+
+async def main(url):
+    async with open_board(url) as board:
+        while (claim := await board.claim_next("child")) is None:
+            await anyio.sleep(0.01)
+        print("ready", flush=True)
+        await anyio.sleep(60)
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare -m")
+@pytest.mark.xfail(strict=True, reason="F15: a session names its lock file by its absolute path in its owner's view: a "
+                   "process that sees the file under another path (a container's volume, a bind mount) finds no such "
+                   "file and takes every live session for dead within a reap interval (claims stolen both ways)")
+async def test_a_process_seeing_the_file_under_another_path_does_not_take_live_sessions_for_dead(tmp_path: Path) -> None:
+    here, there = tmp_path / "here", tmp_path / "there"
+    here.mkdir()
+    there.mkdir()
+    async with open_board(f"sqlite://{here}/jobs.db?board=views") as board:
+        job = await board.post("x")
+        proc = await asyncio.create_subprocess_exec(
+            "unshare", "-m", "--propagation", "private", "sh", "-c", ELSEWHERE, HOLD_AND_SLEEP,
+            f"sqlite://{there}/jobs.db?board=views", str(here), str(there), sys.executable,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        try:
+            assert await line(proc, 30) == "ready"
+            assert await board.owner(job) == "child"
+            stolen = await polled(lambda: board.claim_next("here"), 2.0)
+            assert stolen is None, f"{job.id} taken from a live owner that sees the file at {there}"
+        finally:
+            await finish(proc)
