@@ -122,6 +122,8 @@ class Settlement:
     reason: str = ""
     error: LastError | None = None
     """Stored with the job as its ``last_error`` (abandon and trash)."""
+    release: bool = False
+    """An abandon made by ``board.release`` (a stop interrupted the handler): uncounted where the board can."""
 
     @property
     def outcome(self) -> str:

@@ -64,6 +64,8 @@ class RunningJob:
         self._renewed_at = anyio.current_time()
         self.next_claim: Claim | None = None
         """The job its consume claimed for the same slot (``board.consume_and_claim_next``), to run next."""
+        self.not_run = False
+        """Its attempts were spent before this claim (requeued without a reset): trashed without running."""
 
     def heartbeat(self) -> None:
         self._renewed_at = anyio.current_time()
@@ -118,7 +120,7 @@ class JobRunner:
         try:
             decided = await self._execute(job)
         except anyio.get_cancelled_exc_class():  # the worker itself was cancelled from outside
-            await self.settle(job, Settlement(SettleAction.ABANDON, reason="worker cancelled"), "abandoned_on_shutdown")
+            await self.settle(job, self._given_back("worker cancelled"), "abandoned_on_shutdown")
             raise
         if decided is not None:
             await (settle_apart or partial(self.settle, job))(*decided)
@@ -130,6 +132,7 @@ class JobRunner:
         policy, timeout = self._options(job.claim)
         job.limit = policy.limit(job.claim.job.max_attempts)
         if job.limit is not None and job.claim.attempt > job.limit:  # e.g. requeued without a reset
+            job.not_run = True
             return self._spent(job.claim, job.limit), "failed"
         settlement: Settlement | None = None
         with job.scope:
@@ -147,8 +150,14 @@ class JobRunner:
                         reason=job.lost if not cancelled else "cancelled from outside (board.cancel)")
             return None
         if settlement is None:  # cancelled: the worker is stopping
-            return Settlement(SettleAction.ABANDON, reason=job.cancelled_because), "abandoned_on_shutdown"
+            return self._given_back(job.cancelled_because), "abandoned_on_shutdown"
         return settlement, settlement.outcome
+
+    def _given_back(self, why: str) -> Settlement:
+        """A job a stop interrupted, given back by ``board.release``: a stop is no failure, so its attempt is
+        uncounted where the board can (``releases_uncounted``; elsewhere the release is an abandon, counted)."""
+        counted = "uncounted" if self.board.releases_uncounted else "its attempt counted (this board cannot uncount)"
+        return Settlement(SettleAction.ABANDON, reason=f"{why}; given back {counted}", release=True)
 
     @staticmethod
     def _spent(claim: Claim, limit: int) -> Settlement:
@@ -310,6 +319,8 @@ class JobRunner:
     async def _apply(self, claim: Claim, settlement: Settlement) -> None:
         if settlement.action is SettleAction.CONSUME:
             await self.board.consume(claim, settlement.result)
+        elif settlement.release:
+            await self.board.release(claim)
         elif settlement.action is SettleAction.ABANDON:
             await self.board.abandon(claim, retry_after=settlement.retry_after, error=settlement.error)
         else:
@@ -352,10 +363,13 @@ def log_outcome(job: RunningJob, outcome: str, *, level: int = logging.INFO,
     extra: dict[str, Any] = {"outcome": outcome, "job_id": claim.job.id, "job_name": claim.job.name,
                              "attempt": claim.attempt, "max_attempts": limit, "owner": claim.owner,
                              "duration": round(job.duration(), 6)}
-    detail = reason or ""
+    detail = reason or (settlement.reason if settlement is not None and settlement.release else "")
     if settlement is not None and settlement.error is not None:
         extra["error"] = settlement.error.summary_line()
         detail = f"{settlement.error.type}: {' '.join(settlement.error.message.split())[:200]}"
+    if job.not_run:
+        last = f"; last error {detail}" if detail else ""
+        detail = f"not run, over its attempts (requeue with reset_attempts to run it){last}"
     if settlement is not None and settlement.action is SettleAction.ABANDON and settlement.retry_after:
         extra["retry_in"] = round(settlement.retry_after, 3)
         detail += f"; next attempt in {settlement.retry_after:.1f}s"
