@@ -13,6 +13,8 @@ process closed).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -107,15 +109,25 @@ class SessionLock:
         self._inode = 0
 
     def acquire(self) -> None:
-        """:raises BackendUnavailable: the directory cannot be written."""
+        """Create, lock and fill the file; on failure nothing is left (neither the file nor its descriptor).
+
+        :raises BackendUnavailable: the directory cannot be written, or the disk is full (one line).
+        """
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         except OSError as error:
-            raise BackendUnavailable(f"cannot create session lock {self.path}: {error.strerror}") from error
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
-        self.fd, self._inode = fd, os.fstat(fd).st_ino
-        os.pwrite(fd, HEADER.pack(time.monotonic(), self.timeout) + OWNER.pack(*identity()), 0)
+            raise BackendUnavailable(unwritable(self.path, error)) from error
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else holds it
+            inode = os.fstat(fd).st_ino
+            os.pwrite(fd, HEADER.pack(time.monotonic(), self.timeout) + OWNER.pack(*identity()), 0)
+        except OSError as error:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            raise BackendUnavailable(unwritable(self.path, error)) from error
+        self.fd, self._inode = fd, inode
         _OPEN_LOCKS.add(fd)
         self._thread = threading.Thread(target=self._beat, name=f"jobboard-heartbeat-{self.path.stem}", daemon=True)
         self._thread.start()
@@ -144,6 +156,13 @@ class SessionLock:
         _OPEN_LOCKS.discard(self.fd)
         os.close(self.fd)  # the kernel drops the flock with the last descriptor
         self.fd = -1
+
+
+def unwritable(path: Path, error: OSError) -> str:
+    """One line saying why a file beside the database cannot be written."""
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the disk holding {path} is full ({error.strerror})"
+    return f"cannot write {path}: {error.strerror}"
 
 
 def open_turn(db_path: Path) -> int:

@@ -157,7 +157,7 @@ class Runtime:
             await anyio.sleep(self.options.reap_interval)
             try:
                 await self.tick(watch)
-            except (JobBoardError, RuntimeError, sqlite3.Error) as error:
+            except (JobBoardError, RuntimeError, sqlite3.Error, OSError) as error:  # a full disk: go on
                 if not self.active:
                     return  # the board is closing: its connection and thread go
                 logger.warning("upkeep of %s failed: %s", self.options.path, error)

@@ -299,9 +299,6 @@ def unnamed_lock_files(db: Path) -> list[str]:
     return sorted(set(glob.glob(f"{db}-jobboard/*.lock")) - named)
 
 
-@pytest.mark.xfail(strict=True, reason="F4: opening a board on a full disk raises a raw OSError (ENOSPC from the "
-                   "lock file's first heartbeat), not BackendUnavailable, and leaves an empty lock file held and "
-                   "named by no session")
 async def test_opening_a_board_on_a_full_disk_fails_in_one_line_and_leaves_no_lock_file(small_disk: Path) -> None:
     db = small_disk / "jobs.db"
     url = f"sqlite://{db}?board=full"
