@@ -166,13 +166,18 @@ async def gone(db: Path, pid: int) -> bool:
     return not sessions_of(db, pid)
 
 
+def state_of(pid: int) -> str:
+    """The state letter of process ``pid`` (``/proc/<pid>/stat`` field 3)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 async def stop_between_writes(proc: asyncio.subprocess.Process, db: Path) -> None:
     """SIGSTOP ``proc`` outside a write transaction of its own: one stopped inside holds SQLite's write lock, and
     every writer of the file waits for it, the reaper included (docs/backends/sqlite.md, the write turn). A busy
     ``BEGIN IMMEDIATE`` from here: continue it and try again."""
     for _ in range(100):
         proc.send_signal(signal.SIGSTOP)
-        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "Tt":
+        while state_of(proc.pid) not in "Tt":  # noqa: ASYNC110 - another process's state: no event to wait on
             await anyio.sleep(0.01)
         conn = sqlite3.connect(db, timeout=0, isolation_level=None)
         try:
