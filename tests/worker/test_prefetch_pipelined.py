@@ -112,12 +112,12 @@ class SlowSettles(WrappedBackend):
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])
 async def test_settles_in_flight_never_exceed_the_bound(backend: str, redis_url: str) -> None:
-    """prefetch 3, one slot, settles taking 0.2 s: the slot goes on while up to 3 settle (not 1, as a slot
+    """prefetch 3, one slot, settles taking 0.5 s: the slot goes on while up to 3 settle (not 1, as a slot
     waiting for each would), never more; one handler at a time; every job consumed and counted."""
     with anyio.fail_after(40):
         async with open_board(board_url(backend, redis_url)) as inner:
             jobs = [(await inner.post("x")).id for _ in range(12)]
-            slow = SlowSettles(inner.backend, 0.2)
+            slow = SlowSettles(inner.backend, 0.5)
             board = JobBoard(slow)
             running, most_running = 0, 0
 
