@@ -35,7 +35,15 @@ from jobboard.cli.command import (
 )
 from jobboard.cli.dashboard import dashboard_arguments, serve
 from jobboard.cli.metrics import metrics_arguments, serve_board_metrics
-from jobboard.cli.options import URL_ENV, add_global_options, default_board_url, for_command, shared_options
+from jobboard.cli.options import (
+    URL_ENV,
+    add_global_options,
+    as_given,
+    default_board_url,
+    for_command,
+    shared_options,
+    shown,
+)
 from jobboard.cli.plan import plan_arguments, plan_command
 from jobboard.cli.schedule import schedule_arguments, schedule_command
 from jobboard.cli.worker import check, check_arguments, run_worker, worker_arguments
@@ -177,7 +185,10 @@ def dispatch(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if command.local is not None:
         return command.local(args)
     assert command.on_board is not None, f"command {command.name} has no action"
-    return anyio.run(run_on_board, for_command(command.name, board_url(parser, args)), command.on_board, args)
+    given = board_url(parser, args)
+    opened = for_command(command.name, given)
+    args.as_given = functools.partial(as_given, given=given, opened=opened)  # messages show the URL given
+    return anyio.run(run_on_board, opened, command.on_board, args)
 
 
 def one_line(error: BaseException) -> str:
@@ -195,6 +206,7 @@ def exit_status(code: object) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (see :data:`EXIT_STATUSES`)."""
     parser = build_parser()
+    args = argparse.Namespace()
     try:
         args = parser.parse_args(negative_values_attached(parser, sys.argv[1:] if argv is None else argv))
         prepare = getattr(args, "prepare", None)  # e.g. the worker: signals and logging before connecting
@@ -204,13 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # argparse: --help, --version, usage errors
         return exit_status(exit_.code)
     except (BackendUnavailable, BackendNotFound) as error:
-        print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
+        print(f"{PROG}: error: {shown(args, one_line(error))}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except (UsageError, InvalidURL) as error:  # an option's value that argparse cannot judge alone
-        print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
+        print(f"{PROG}: error: {shown(args, one_line(error))}", file=sys.stderr)
         return EXIT_USAGE
     except (JobBoardError, CommandError) as error:
-        print(f"{PROG}: error: {one_line(error)}", file=sys.stderr)
+        print(f"{PROG}: error: {shown(args, one_line(error))}", file=sys.stderr)
         return EXIT_NOT_MET
     except KeyboardInterrupt:
         return 130

@@ -57,3 +57,15 @@ def for_command(command: str, url: str) -> str:
     if command in CREATING_COMMANDS or not url.startswith("sqlite:") or "create=" in url.partition("?")[2]:
         return url
     return f"{url}{'&' if '?' in url else '?'}create=0"
+
+
+def as_given(text: str, given: str, opened: str) -> str:
+    """``text`` (a message, the board's URL) with the URL :func:`for_command` made (``opened``) put back as
+    ``given``: the user sees the URL they gave, not the internal ``create=0``."""
+    return text.replace(opened, given) if opened != given else text
+
+
+def shown(args: argparse.Namespace, message: str) -> str:
+    """``message`` as the user sees it: with the board URL they gave (``args.as_given``, set by the dispatch)."""
+    fix = getattr(args, "as_given", None)
+    return message if fix is None else str(fix(message))

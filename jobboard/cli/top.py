@@ -20,6 +20,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.cli.command import positive_whole_number
 from jobboard.cli.jobs import job_record, list_columns
 from jobboard.cli.limits import flow_lines
+from jobboard.cli.options import shown
 from jobboard.cli.output import format_table, format_time
 from jobboard.cli.stats import stats_lines
 from jobboard.errors import JobBoardError
@@ -113,7 +114,7 @@ async def top(board: JobBoard, args: argparse.Namespace) -> int:
                 flow, flow_read = await _flow(board, flow), started
             max_jobs = args.jobs if args.jobs is not None or terminal else JOBS_WHEN_NOT_A_TERMINAL
             height = shutil.get_terminal_size().lines if terminal else None
-            draw(frame_lines(live, board.url, max_jobs=max_jobs, height=height, flow=flow,
+            draw(frame_lines(live, shown(args, board.url), max_jobs=max_jobs, height=height, flow=flow,
                              watched=time.monotonic() - opened), stream, terminal)
             drawn += 1
             if frames is not None and drawn >= frames:
