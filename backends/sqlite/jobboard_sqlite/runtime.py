@@ -175,8 +175,8 @@ class Runtime:
             self.scope.log_events = time.monotonic() < self.observed_until or sessions.observed(watch, self.scope)
         except sqlite3.Error:
             return
-        for session, path in listed:
-            await self._probe(session, Path(path))
+        for session in listed:
+            await self._probe(session, self.lock_path(session))  # this process's view of the file's directory
         if self._wal_changed():
             await asyncio.wrap_future(self.db.submit(self._checkpoint))
         if time.monotonic() - self._last_sweep > SWEEP_EVERY:

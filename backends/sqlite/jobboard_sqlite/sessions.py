@@ -59,10 +59,11 @@ def end(conn: sqlite3.Connection, scope: Scope, session: str, why: str, fx: Effe
     return conn.execute("DELETE FROM jb_session WHERE id=?", (session,)).rowcount > 0
 
 
-def others(conn: sqlite3.Connection, scope: Scope) -> list[tuple[str, str]]:
-    """The other sessions of this board: ``(id, lock path)``."""
-    return [(row[0], row[1]) for row in conn.execute(
-        "SELECT id, lock_path FROM jb_session WHERE board=? AND id!=?", (scope.board, scope.session))]
+def others(conn: sqlite3.Connection, scope: Scope) -> list[str]:
+    """The ids of the other sessions of this board (their lock files are ``<id>.lock`` in the directory beside
+    the database, wherever each process sees it: the row's ``lock_path`` is its owner's view, for humans)."""
+    return [row[0] for row in conn.execute("SELECT id FROM jb_session WHERE board=? AND id!=?",
+                                           (scope.board, scope.session))]
 
 
 def set_waiting(conn: sqlite3.Connection, scope: Scope, names: Collection[str] | None) -> float:

@@ -823,9 +823,6 @@ anyio.run(main, sys.argv[1])
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare -m")
-@pytest.mark.xfail(strict=True, reason="F15: a session names its lock file by its absolute path in its owner's view: a "
-                   "process that sees the file under another path (a container's volume, a bind mount) finds no such "
-                   "file and takes every live session for dead within a reap interval (claims stolen both ways)")
 async def test_a_process_seeing_the_file_under_another_path_does_not_take_live_sessions_for_dead(tmp_path: Path) -> None:
     here, there = tmp_path / "here", tmp_path / "there"
     here.mkdir()
