@@ -8,7 +8,8 @@
 -- 'hg:<g>' zset (order scores): unclaimed jobs parked because the group's limit held them back, out of
 -- 'ready' and 'rn:<name>' until a permit may be free (refill); 'hn:<name>': the same for a paused name;
 -- 'rl:<g>' zset: the group's grant times (ms; member: the call's us clock ':' the job), a sliding window log;
--- 'rdue' zset: group -> when its rate's next permit is due (ms), for a group with jobs parked by its rate.
+-- 'rdue' zset: group -> when its rate's next permit is due (ms), for a group with jobs parked by its rate;
+-- 'hk' set: the parkings (hg:/hn: keys) that may hold jobs, for passed_over (one found empty leaves).
 -- A claim parks what it finds held back and goes on with the next job: each job is parked once per refill,
 -- so a group at its limit costs no scan. A board with no limit and no pause pays one EXISTS per claim call.
 
