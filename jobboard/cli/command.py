@@ -13,7 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from jobboard.board.checks import check_group, check_public_name
+from jobboard.board.checks import check_group, check_key, check_public_name
 from jobboard.board.contract import JobBoard
 from jobboard.errors import InvalidJob
 
@@ -97,6 +97,15 @@ def job_name(text: str) -> str:
         return check_public_name(text)
     except InvalidJob as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def key_text(text: str) -> str:
+    """An argparse type: an idempotency key the board accepts (empty or too long: a usage error, exit 2)."""
+    try:
+        check_key("", text)
+    except InvalidJob as error:
+        raise argparse.ArgumentTypeError(str(error).removeprefix("job '': ")) from None
+    return text
 
 
 def whole_number(text: str, *, least: int = 0) -> int:

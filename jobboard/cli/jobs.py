@@ -20,6 +20,7 @@ from jobboard.cli.command import (
     CommandError,
     group_text,
     job_name,
+    key_text,
     positive_whole_number,
     seconds,
 )
@@ -63,7 +64,7 @@ def post_arguments(parser: argparse.ArgumentParser) -> None:
                         help="jobs that must be consumed first")
     parser.add_argument("--keep-result", action="store_true",
                         help="keep the consume result for `jobboard result` / `wait` (for the board's result_ttl)")
-    parser.add_argument("--key", default=None, metavar="KEY",
+    parser.add_argument("--key", type=key_text, default=None, metavar="KEY",
                         help="idempotency key: while a job posted with it is on the board (or settled "
                              "within the board's key_retention), print that job's id and post nothing")
     parser.add_argument("--delay", type=seconds, default=None, metavar="SECONDS",

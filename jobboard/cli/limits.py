@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from jobboard.board.contract import JobBoard
-from jobboard.board.limits import GroupLimit, Paused, Rate, parse_rate
+from jobboard.board.limits import GroupLimit, Paused, Rate, limit_spec, parse_rate
 from jobboard.cli.command import EXIT_NOT_MET, EXIT_OK, UsageError, group_text, whole_number
 from jobboard.cli.output import format_table, print_json
 from jobboard.errors import InvalidJob, Unsupported
@@ -60,6 +60,10 @@ async def limit(board: JobBoard, args: argparse.Namespace) -> int:
         print(f"{args.group}: limit cleared" if found else f"{args.group}: had no limit")
         return EXIT_OK
     if setting:
+        try:
+            limit_spec(args.group, args.concurrency, args.sequence, args.rate)  # contradicting options: exit 2
+        except InvalidJob as error:
+            raise UsageError(str(error)) from None
         await board.set_limit(args.group, concurrency=args.concurrency, sequence=args.sequence, rate=args.rate)
     mine = [each for each in await board.limits() if each.group == args.group]
     if not mine:

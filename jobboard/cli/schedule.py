@@ -7,7 +7,7 @@ import importlib.util
 import time
 
 from jobboard.board.contract import JobBoard
-from jobboard.cli.command import CommandError, job_name, positive_seconds, seconds
+from jobboard.cli.command import CommandError, UsageError, job_name, positive_seconds, seconds
 from jobboard.cli.jobs import _priority, parse_details
 from jobboard.cli.options import shared_options
 from jobboard.cli.output import format_table, print_json
@@ -70,9 +70,12 @@ def cron_expression(text: str) -> str:
 
 async def schedule_command(board: JobBoard, args: argparse.Namespace) -> int:
     if args.action == "add":
-        schedule = Schedule(args.name, args.job, every=args.every, cron=args.cron,
-                            details=parse_details(args.details), priority=args.priority,
-                            catch_up=args.catch_up, grace=args.grace)
+        details = parse_details(args.details)
+        try:
+            schedule = Schedule(args.name, args.job, every=args.every, cron=args.cron, details=details,
+                                priority=args.priority, catch_up=args.catch_up, grace=args.grace)
+        except InvalidJob as error:  # a bad name or option: a usage error (exit 2)
+            raise UsageError(str(error)) from None
         await add_schedule(board, schedule)
         print(f"schedule {schedule.name}: {schedule.job} {schedule.describe()}")
         return 0

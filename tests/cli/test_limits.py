@@ -45,7 +45,7 @@ def test_bad_input_is_refused_in_one_line(capsys: Capture) -> None:
     for argv, status, words in [(("limit", "g", "--rate", "abc"), 2, "argument --rate: rate must look like 20/s"),
                                 (("limit", "g", "--rate", "0/s"), 2, "argument --rate: rate: the count must be"),
                                 (("limit", "g", "--concurrency", "-1"), 2, "must be 0 or more"),
-                                (("limit", "g", "--concurrency", "2", "--sequence"), 1, "one job at a time"),
+                                (("limit", "g", "--concurrency", "2", "--sequence"), 2, "one job at a time"),
                                 (("limit", "--concurrency", "2"), 2, "name the GROUP"),
                                 (("limit", "g", "--clear", "--sequence"), 2, "--clear takes no"),
                                 (("limit", " ", "--concurrency", "1"), 2, "argument group: group must be a non-empty"),

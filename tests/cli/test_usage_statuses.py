@@ -49,3 +49,26 @@ def test_the_library_still_posts_its_own_jobs(capsys: Capture, url: str) -> None
                 return (await board.post("jobboard.bookkeeping")).name
 
     assert anyio.run(post_internal) == "jobboard.bookkeeping"
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (("post", ""), "job name must be a non-empty string"),
+    (("post", "x", "--group", ""), "group must be a non-empty"),
+    (("post", "x", "--key", ""), "key must be a non-empty string"),
+    (("post", "x", "--key", "k" * 201), "key is 201 characters, over the limit of 200"),
+    (("limit", "g", "--sequence", "--concurrency", "2"), "concurrency 2 contradicts it"),
+    (("schedule", "add", "bad name!", "ping", "--every", "5"), "schedule name 'bad name!'"),
+])
+def test_usage_like_errors_exit_2_and_change_nothing(
+        capsys: Capture, url: str, argv: tuple[str, ...], fragment: str) -> None:
+    status, out, err = run(capsys, "--board", url, *argv)
+    assert (status, out) == (2, "")
+    assert fragment in error_line(err)
+    assert run(capsys, "--board", url, "list", "--json")[1].strip() == "[]"
+    assert run(capsys, "--board", url, "limit", "--json")[1].strip() == "[]"
+
+
+def test_a_condition_of_the_board_is_still_exit_1(capsys: Capture, url: str) -> None:
+    """A dependency not on the board is no usage error: the same command may succeed on another board."""
+    status, _, err = run(capsys, "--board", url, "post", "x", "--after", "job-0000000009")
+    assert status == 1 and "is not on the board" in error_line(err)
