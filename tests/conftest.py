@@ -39,7 +39,7 @@ SERIAL_FILES = frozenset({
     "tests/backends/redis/test_frozen_server.py",
     "tests/backends/redis/test_failover.py", "tests/backends/redis/test_faults.py",
     "tests/backends/redis/test_relearn.py", "tests/backends/sqlite/test_fault_schedule.py",
-    "tests/backends/sqlite/test_processes.py", "tests/backends/zookeeper/test_ensemble.py",
+    "tests/backends/sqlite/test_processes.py", "tests/backends/sqlite/test_review_s.py", "tests/backends/zookeeper/test_ensemble.py",
     "tests/backends/zookeeper/test_fault_schedule.py", "tests/backends/zookeeper/test_faults.py",
     "tests/backends/zookeeper/test_presumed_expiry.py", "tests/backends/zookeeper/test_review.py",
     "tests/cli/test_refused.py", "tests/plans/test_dag_zookeeper.py", "tests/worker/test_fault_injection.py",
