@@ -112,10 +112,20 @@ def _pop_waiters(conn: sqlite3.Connection, scope: Scope, fx: Effects) -> None:
         conn.executemany("UPDATE jb_session SET waiting=NULL WHERE id=?", [(s,) for s, _ in fx.wake])
 
 
-def events_after(conn: sqlite3.Connection, scope: Scope, after: int) -> list[tuple[int, str, str, str | None, str]]:
-    """Events of this board logged after id ``after`` (``id, session, kind, job, detail``)."""
-    return conn.execute("SELECT id, session, kind, job, detail FROM jb_event WHERE board=? AND id>? ORDER BY id"
-                        " LIMIT 5000", (scope.board, after)).fetchall()
+def events_after(conn: sqlite3.Connection, scope: Scope,
+                 after: int) -> tuple[int | None, int | None, list[tuple[int, str, str, str | None, str]]]:
+    """The oldest and newest ids in the file's log (every board's), and up to :data:`EVENTS_READ` events of this
+    board logged after id ``after`` (``id, session, kind, job, detail``), in one read transaction. Ids are the
+    log's rowids: only :func:`prune_events` leaves gaps, so an oldest id past ``after + 1`` says events after
+    ``after`` were pruned before this reader read them."""
+    oldest, newest = conn.execute("SELECT min(id), max(id) FROM jb_event").fetchone()
+    rows = conn.execute("SELECT id, session, kind, job, detail FROM jb_event WHERE board=? AND id>? ORDER BY id"
+                        " LIMIT ?", (scope.board, after, EVENTS_READ)).fetchall()
+    return oldest, newest, rows
+
+
+EVENTS_READ = 5000
+"""Events one read of the log returns at most."""
 
 
 OBSERVED_FOR = 10.0

@@ -156,7 +156,7 @@ class Waiting:
         try:
             self._cursor = int(backend._watch.execute("SELECT coalesce(max(id), 0) FROM jb_event").fetchone()[0])
         except sqlite3.Error:
-            self._cursor = 0
+            self._cursor = -1  # unknown: every event in the log is read, and no loss is inferred before it
         self._tailing = True
         backend.signals.fast += 1
         backend.signals.kick()
@@ -166,6 +166,17 @@ class Waiting:
         for board in self.backend.local_boards():
             board.scope.log_events = True
             board.runtime.observed_until = time.monotonic() + sessions.OBSERVED_FOR
+
+    def _pruned_unread(self, oldest: int | None) -> None:
+        """Publish ``DROPPED`` when the file's log was pruned past this reader's cursor (it fell more than the
+        log's length behind): the count is an upper bound (the log holds every board of the file)."""
+        if oldest is None or self._cursor < 0 or oldest <= self._cursor + 1:
+            return
+        lost = oldest - self._cursor - 1
+        self._cursor = oldest - 1
+        self.backend.hub.publish(Event(EventKind.DROPPED, count=lost, detail=(
+            f"at most {lost} events were pruned from the file's log (it keeps the last {sessions.EVENTS_KEPT}) "
+            "before this reader read them")))
 
     async def _tail(self) -> None:
         backend, signals = self.backend, self.backend.signals
@@ -178,14 +189,17 @@ class Waiting:
                     await backend._write(lambda conn, fx: sessions.observe(conn, backend.scope))
                 change = signals.change()
                 try:
-                    rows = await backend._read(functools.partial(sessions.events_after, scope=backend.scope,
-                                                                 after=self._cursor))
+                    oldest, newest, rows = await backend._read(functools.partial(
+                        sessions.events_after, scope=backend.scope, after=self._cursor))
                 except JobBoardError:
-                    rows = []
+                    oldest, newest, rows = None, None, []
+                self._pruned_unread(oldest)
                 for event_id, session, kind, job_id, detail in rows:
                     self._cursor = event_id
                     if session != backend.scope.session:
                         backend.hub.publish(Event(KINDS[kind], job_id, detail))
+                if newest is not None and len(rows) < sessions.EVENTS_READ:  # read up to the newest: other
+                    self._cursor = max(self._cursor, newest)  # boards' events past ours are not a loss when pruned
                 if not rows:
                     await change.wait()
         finally:

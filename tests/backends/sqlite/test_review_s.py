@@ -867,9 +867,6 @@ asyncio.run(main(sys.argv[1]))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="F16: events pruned from the file's log (the last 20,000 are kept) before a "
-                   "reader in another process read them are lost without a DROPPED event (only the reader's own "
-                   "buffer overflow reports one): 25,000 posts seen as 20,000 POSTED and nothing else")
 async def test_a_reader_that_falls_behind_the_files_event_log_is_told_it_lost_events(tmp_path: Path) -> None:
     url = f"sqlite://{tmp_path}/jobs.db?board=events"
     async with open_board(url) as board:
