@@ -79,8 +79,8 @@ class SqliteBackend(Backend):
             raise BackendUnavailable(f"no sqlite:// board at {options.path}: the file does not exist (?create=0; "
                                      "a post or a worker makes it)")
         files.check_directory(options.path, options.network_fs)
-        await self.db.open()
         try:
+            await self.db.open()  # a failed open too lets its connection thread go (_disconnect)
             board = await self.db.run(lambda: self.db.write(lambda c: sessions.board_id(c, options.board, options.create)))
             if board is None:
                 raise BackendUnavailable(f"no board {options.board!r} in {options.path} (?create=0; a post or a "

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import random
 import sqlite3
 import time
@@ -33,7 +34,8 @@ def failure(error: sqlite3.Error, path: Path) -> JobBoardError:
     """The one-line error for a failure of the file: ``BoardConflict`` when retrying cannot help (not a
     database, read-only), ``BackendUnavailable`` otherwise (disk full, cannot open, locked too long)."""
     text = describe(error, path)
-    permanent = "not a jobboard" in text or "is read-only" in text or "schema version" in text
+    permanent = ("not a jobboard" in text or "is read-only" in text or "schema version" in text
+                 or "is a directory, not a board file" in text)
     return BoardConflict(text) if permanent else BackendUnavailable(text)
 
 
@@ -51,8 +53,23 @@ def describe(error: sqlite3.Error, path: Path) -> str:
     if "schema version" in text:
         return f"{path}: {text}"
     if "unable to open" in text:
-        return f"cannot open {path} ({text}): does its directory exist and is it writable?"
+        return _unopenable(path, text)
     return f"{path}: {text}"
+
+
+def _unopenable(path: Path, text: str) -> str:
+    """Why SQLite could not open ``path``: a directory or a read-only file system are said so (permanent: see
+    :func:`failure`); anything else may pass (a directory made later, a mount coming back)."""
+    if path.is_dir():
+        return f"{path} is a directory, not a board file ({text}): name a file in it"
+    directory = path.parent
+    try:
+        read_only = directory.is_dir() and bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        return f"{path} is read-only ({text}): its file system is mounted read-only; a sqlite:// board needs to write"
+    return f"cannot open {path} ({text}): does its directory exist and is it writable?"
 
 
 def is_busy(error: sqlite3.Error) -> bool:
