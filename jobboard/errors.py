@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from jobboard.job import Job
+
+E = TypeVar("E", bound=BaseException)
 
 
 class JobBoardError(Exception):
@@ -132,3 +134,14 @@ def translate_errors(mapper: ErrorMapper) -> Iterator[None]:
         if mapped is None:
             raise
         raise mapped from native
+
+
+def found_in(group: BaseExceptionGroup[BaseException], kind: type[E]) -> E | None:
+    """The first exception of ``kind`` among ``group``'s leaves (nested groups searched), or ``None``: how a
+    task group's failure is given to a caller promised one error."""
+    for error in group.exceptions:
+        if isinstance(error, kind):
+            return error
+        if isinstance(error, BaseExceptionGroup) and (inner := found_in(error, kind)) is not None:
+            return inner
+    return None

@@ -24,7 +24,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from jobboard.board.contract import JobBoard
-from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError
+from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, found_in
 from jobboard.job import Claim
 from jobboard.schedules.scheduler import run_scheduler
 from jobboard.worker.ahead import ClaimAhead, check_prefetch
@@ -195,17 +195,20 @@ class Worker:
         :raises BoardClosed: the board was closed under the worker.
         """
         started = time.monotonic()
-        async with anyio.create_task_group() as side:
-            if handle_signals:
-                await side.start(listen_for_signals, self._on_signal)
-            if self.config.scheduler:
-                side.start_soon(run_scheduler, self.board)
-            try:
-                await self._work()
-            finally:
-                side.cancel_scope.cancel()
-                with anyio.CancelScope(shield=True):
-                    await self._run_hooks(self.on_shutdown, "on_shutdown")
+        try:
+            async with anyio.create_task_group() as side:
+                if handle_signals:
+                    await side.start(listen_for_signals, self._on_signal)
+                if self.config.scheduler:
+                    side.start_soon(run_scheduler, self.board)
+                try:
+                    await self._work()
+                finally:
+                    side.cancel_scope.cancel()
+                    with anyio.CancelScope(shield=True):
+                        await self._run_hooks(self.on_shutdown, "on_shutdown")
+        except BaseExceptionGroup as group:  # the promised BoardClosed, not the task groups' wrapping of it
+            raise found_in(group, BoardClosed) or group from None
         logger.info("%s stopped after %.1fs: %s", self.owner, time.monotonic() - started, self.stats.summary())
         return self.stats
 
