@@ -107,12 +107,16 @@ def parse_details(text: str | None) -> dict[str, Any]:
 
 
 async def post(board: JobBoard, args: argparse.Namespace) -> int:
-    """Post one job and print its id."""
+    """Post one job and print its id (a keyed post that found another job of its key says so on stderr)."""
+    details = parse_details(args.details)
     job = await board.post(
-        args.name, parse_details(args.details), priority=args.priority,
+        args.name, details, priority=args.priority,
         depends_on=args.after, max_attempts=args.max_attempts, key=args.key, delay=args.delay,
         keep_result=args.keep_result, group=args.group,
     )
+    if args.key is not None and (job.name != args.name or dict(job.details) != details):
+        print(f"{PROG}: note: key {args.key!r} already names {job.id} ({job.name}, other details): nothing new "
+              "was posted", file=sys.stderr)
     print(job.id)
     return 0
 

@@ -79,6 +79,15 @@ def test_post_with_a_key_twice_posts_once(capsys: Capture, url: str) -> None:
     assert [row[0] for row in table(out)[1:]] == [first]
 
 
+def test_a_keyed_post_that_finds_another_job_of_its_key_says_so(capsys: Capture, url: str) -> None:
+    first = post(capsys, url, "charge", "--details", '{"order": 42}', "--key", "order-42")
+    status, out, err = run(capsys, "--board", url, "post", "refund", "--details", '{"order": 42}', "--key", "order-42")
+    assert (status, out.strip()) == (0, first)  # the id on stdout, as a script reads it
+    assert f"key 'order-42' already names {first} (charge" in err and "nothing new was posted" in err
+    status, _, err = run(capsys, "--board", url, "post", "charge", "--details", '{"order": 42}', "--key", "order-42")
+    assert (status, err) == (0, "")  # the same post again: idempotent, nothing to say
+
+
 def test_list_json_has_all_fields(capsys: Capture, url: str) -> None:
     job_id = post(capsys, url, "resize", "--details", '{"size": 128}', "--priority", "-1")
     status, out, _ = run(capsys, "--board", url, "list", "--json")
