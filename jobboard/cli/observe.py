@@ -18,7 +18,8 @@ from jobboard.cli.command import CommandError, port_number
 from jobboard.worker.handlers import Middleware
 
 if TYPE_CHECKING:
-    from jobboard.worker.conductor import Worker, WorkerStats
+    from jobboard.worker.conductor import Worker
+    from jobboard.worker.stats import WorkerStats
 
 DEFAULT_HOST = "127.0.0.1"
 

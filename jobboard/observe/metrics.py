@@ -27,9 +27,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from jobboard.worker.conductor import OUTCOMES
 from jobboard.worker.handlers import JobContext
 from jobboard.worker.retry import Fail, Retry
+from jobboard.worker.stats import OUTCOMES
 
 if TYPE_CHECKING:
     from jobboard.observe.live import LiveBoard

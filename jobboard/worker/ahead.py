@@ -10,7 +10,7 @@ reply arrives (a cancel meanwhile is met by the runner's claim watcher). One kno
 checked first, together with every other held claim (``Backend.claim_lost``, all at once: on redis:// their
 reads go out in one write): one cancelled, settled elsewhere or of a lost session is dropped, not started. So a
 held job cancelled :data:`HELD_FRESH` seconds or more before a slot would start it is not started. They are
-counted in :class:`~jobboard.worker.conductor.WorkerStats` ``claimed`` when they start; at the worker's stop the
+counted in :class:`~jobboard.worker.stats.WorkerStats` ``claimed`` when they start; at the worker's stop the
 unstarted ones are given back (``board.release``: claimable at once, the attempt uncounted), so none waits
 for a session timeout. A worker refuses ``prefetch`` on a board whose release cannot uncount the attempt
 (:func:`check_prefetch`). The cost is fairness: a job held here waits for this worker's next free slot

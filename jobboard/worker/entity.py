@@ -19,7 +19,7 @@ from jobboard.worker.retry import Backoff
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from jobboard.worker.conductor import WorkerStats
+    from jobboard.worker.stats import WorkerStats
 
 UNREGISTER_TIMEOUT = 2.0
 """Seconds a stopping worker tries to unregister its entity."""

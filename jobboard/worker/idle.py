@@ -15,7 +15,7 @@ from jobboard.worker.retry import Backoff
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from jobboard.worker.conductor import WorkerStats
+    from jobboard.worker.stats import WorkerStats
 
 logger = logging.getLogger("jobboard.worker")
 

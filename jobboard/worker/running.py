@@ -3,7 +3,7 @@ count of its outcome.
 
 Used by :class:`~jobboard.worker.conductor.Worker`; one :class:`JobRunner` serves all of
 a worker's jobs, each held as a :class:`RunningJob`, and counts their outcomes in the worker's
-:class:`~jobboard.worker.conductor.WorkerStats`. Settling is shielded from cancellation; transient backend
+:class:`~jobboard.worker.stats.WorkerStats`. Settling is shielded from cancellation; transient backend
 errors (``BackendUnavailable``, a timeout) are retried with capped back-off
 until the settle applies, the claim is found lost, or the worker stops and its
 grace period is over (then the board's close releases the claim).
@@ -38,7 +38,7 @@ from jobboard.worker.retry import Backoff, RetryPolicy, Settlement, decide
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from jobboard.worker.conductor import WorkerStats
+    from jobboard.worker.stats import WorkerStats
 
 logger = logging.getLogger("jobboard.worker")
 
