@@ -132,9 +132,12 @@ async def run_worker(board: JobBoard, args: argparse.Namespace) -> int:
         worker = Worker(await extras.board(board), handler, config, middleware=extras.middleware)
     except Unsupported as error:  # e.g. --prefetch on a board that cannot give a job back uncounted
         raise UsageError(str(error)) from error
-    print(f"worker {worker.owner} on {board.url} (concurrency {config.concurrency})", flush=True)
+    plain = args.log_format == "text"  # with json logs, stdout holds only JSON: the worker logs both lines itself
+    if plain:
+        print(f"worker {worker.owner} on {board.url} (concurrency {config.concurrency})", flush=True)
     stats = await extras.run(worker)
-    print(f"worker {worker.owner} stopped: {stats.summary()}", flush=True)
+    if plain:
+        print(f"worker {worker.owner} stopped: {stats.summary()}", flush=True)
     return 0
 
 

@@ -102,8 +102,9 @@ async def test_worker_logs_a_json_line_per_job_a_drain_line_and_a_summary(zk_hos
         sys.executable, "-m", "jobboard", "worker", url, "--handlers", HANDLERS, "--owner", "logger-1",
         "--log-format", "json", "--grace-period", "10", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     assert child.stdout is not None and child.stderr is not None
-    assert (await child.stdout.readline()).startswith(b"worker logger-1 on ")
-    with anyio.fail_after(30):
+    with anyio.fail_after(30):  # with json logs, stdout stays empty: the worker is ready at its "claiming" line
+        while "logger-1 claiming" not in json.loads(await child.stderr.readline())["message"]:
+            pass
         async with open_board(url) as board:
             done = await board.post("echo", {"n": 1})
             failing = await board.post("fail")
@@ -119,6 +120,7 @@ async def test_worker_logs_a_json_line_per_job_a_drain_line_and_a_summary(zk_hos
             assert await child.wait() == 0
             assert await board.state(slow) is JobState.COMPLETE  # finished within the grace period
     lines += [json.loads(line) for line in (await child.stderr.read()).decode().splitlines()]
+    assert await child.stdout.read() == b"", "stdout holds only JSON with --log-format json: nothing at all here"
     jobs = [line for line in lines if "outcome" in line]
     assert [(line["job_name"], line["outcome"]) for line in jobs] == [
         ("echo", "consumed"), ("fail", "retried"), ("fail", "failed"), ("sleep", "consumed")]
