@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 import time
 
 from jobboard.board.contract import JobBoard
@@ -14,7 +15,7 @@ from jobboard.cli.output import format_table, print_json
 from jobboard.errors import InvalidJob
 from jobboard.job import Priority
 from jobboard.schedules.schedule import CATCH_UP, Schedule, cron_times
-from jobboard.schedules.scheduler import add_schedule, list_schedules, remove_schedule
+from jobboard.schedules.scheduler import REFRESH, add_schedule, list_schedules, remove_schedule
 
 SCHEDULE_ACTIONS = {
     "add": "store a schedule on the board (replacing one with its name)",
@@ -78,6 +79,8 @@ async def schedule_command(board: JobBoard, args: argparse.Namespace) -> int:
             raise UsageError(str(error)) from None
         await add_schedule(board, schedule)
         print(f"schedule {schedule.name}: {schedule.job} {schedule.describe()}")
+        print(f"(running schedulers read the schedules every {REFRESH:g} s: its first post comes within that, "
+              "once a worker runs with --schedule)", file=sys.stderr)
         return 0
     if args.action == "remove":
         if not await remove_schedule(board, args.name):
