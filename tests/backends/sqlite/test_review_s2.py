@@ -113,3 +113,32 @@ def test_a_lock_file_being_born_is_not_taken_for_dead(tmp_path: Path) -> None:
         assert lock.exists()
     finally:
         os.close(fd)
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+
+
+@pytest.mark.skipif(not (FREEZER / "cgroup.procs").exists() or os.geteuid() != 0, reason="needs a v1 freezer, root")
+@pytest.mark.xfail(strict=True, reason="G2: an owner frozen by the cgroup freezer (docker pause, systemd freeze) "
+                   "is state D in /proc, taken for running: its session stays HUNG_AFTER (60 s) instead of its "
+                   "timeout, where a SIGSTOPped one goes at its timeout")
+def test_a_frozen_owner_is_taken_for_stopped(tmp_path: Path) -> None:
+    lock = tmp_path / "s.lock"
+    group = FREEZER / f"jobboard-rs2-{os.getpid()}"
+    group.mkdir()
+    child = subprocess.Popen([sys.executable, "-c", OWNER, str(lock)], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"ready"
+        (group / "cgroup.procs").write_text(str(child.pid))
+        (group / "freezer.state").write_text("FROZEN")
+        deadline = time.monotonic() + 10
+        while (group / "freezer.state").read_text().strip() != "FROZEN":
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        assert files.probe(lock, 0.5) == (True, -1)  # silent 10 s, timeout 0.5, frozen: as good as stopped
+    finally:
+        (group / "freezer.state").write_text("THAWED")
+        child.kill()
+        child.wait(timeout=10)
+        group.rmdir()
