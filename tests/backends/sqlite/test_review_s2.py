@@ -142,3 +142,23 @@ def test_a_frozen_owner_is_taken_for_stopped(tmp_path: Path) -> None:
         child.kill()
         child.wait(timeout=10)
         group.rmdir()
+
+
+@pytest.mark.xfail(strict=True, reason="G3: F10 checks user_version in write transactions only: a read on a file "
+                   "upgraded under this process by a newer jobboard answers from a schema it does not know")
+async def test_a_read_on_a_file_upgraded_under_it_fails_as_a_write_does(tmp_path: Path) -> None:
+    import sqlite3
+
+    from jobboard_sqlite.schema import SCHEMA_VERSION
+
+    path = tmp_path / "jobs.db"
+    async with open_board(f"sqlite://{path}?board=b") as board:
+        job = await board.post("w")
+        with sqlite3.connect(path, isolation_level=None) as conn:  # a newer jobboard upgraded the file
+            conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+        try:
+            with anyio.fail_after(10), pytest.raises(BoardConflict, match="changed to schema version"):
+                await board.get(job.id)
+        finally:
+            with sqlite3.connect(path, isolation_level=None) as conn:
+                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
