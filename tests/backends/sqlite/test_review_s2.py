@@ -162,3 +162,31 @@ async def test_a_read_on_a_file_upgraded_under_it_fails_as_a_write_does(tmp_path
         finally:
             with sqlite3.connect(path, isolation_level=None) as conn:
                 conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+
+OPENER = r"""
+import asyncio, sys
+from jobboard import open_board
+async def main() -> None:
+    async with open_board(f"sqlite://{sys.argv[1]}?board=b") as board:
+        await board.post("w")
+asyncio.run(main())
+"""
+
+
+def test_six_processes_creating_one_file_all_open_it(tmp_path: Path) -> None:
+    """F1's refusal of foreign files never refuses a board another process is creating (its tables, its version and
+    its jb_board are written in one transaction), nor the 0-byte file another just created."""
+    path = tmp_path / "jobs.db"
+    children = [subprocess.Popen([sys.executable, "-c", OPENER, str(path)], stderr=subprocess.PIPE)
+                for _ in range(6)]
+    errors = [child.communicate(timeout=40)[1].decode() for child in children]
+    assert [child.returncode for child in children] == [0] * 6, errors
+    path.with_name("empty.db").touch()
+    asyncio.run(_post_once(path.with_name("empty.db")))
+
+
+async def _post_once(path: Path) -> None:
+    async with open_board(f"sqlite://{path}?board=b") as board:
+        await board.post("w")
+        assert await board.job_count() == 1
