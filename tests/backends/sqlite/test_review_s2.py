@@ -190,3 +190,33 @@ async def _post_once(path: Path) -> None:
     async with open_board(f"sqlite://{path}?board=b") as board:
         await board.post("w")
         assert await board.job_count() == 1
+
+
+HIDDEN_PROBE = ("mount -t proc -o hidepid=2 proc /proc && exec setpriv --reuid=65534 --regid=65534 --clear-groups "
+                "{python} -c 'import sys; from pathlib import Path; from jobboard_sqlite import files; "
+                "print(files.probe(Path(sys.argv[1]), 0.5)[0])' {lock}")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(), reason="needs root and unshare")
+@pytest.mark.xfail(strict=True, reason="G4: a prober that cannot read the owner's /proc entry (proc mounted "
+                   "hidepid=2, another OS user: F6's shared board) takes a running owner silent past its timeout "
+                   "for stopped (process_state None -> 'cannot tell'): F2's protection is lost")
+def test_a_running_owner_hidden_by_hidepid_is_kept() -> None:
+    import shutil
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="jobboard-rs2-"))  # pytest's tmp_path is root's own (0700): not nobody's
+    where.chmod(0o755)
+    lock = where / "s.lock"
+    child = subprocess.Popen([sys.executable, "-c", OWNER, str(lock)], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == b"ready"
+        assert files.probe(lock, 0.5) == (False, -1)  # root sees it running: kept
+        script = HIDDEN_PROBE.format(python=sys.executable, lock=lock)
+        seen = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, timeout=30, check=True)
+        assert seen.stdout.strip() == b"False"  # nobody, under hidepid=2: kept too
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+        shutil.rmtree(where)
