@@ -194,6 +194,7 @@ class Database:
             try:
                 conn.execute("BEGIN")
                 try:
+                    self._check_version(conn)  # a file upgraded under this process: refused, not misread
                     return body(conn)
                 finally:
                     self._rollback(conn)

@@ -259,9 +259,41 @@ def owner_stopped(lock: LockRecord) -> bool | None:
     if lock.pid <= 0 or lock.namespace == 0 or lock.namespace != pid_namespace():
         return None
     seen = process_state(lock.pid)
-    if seen is None or seen[1] != lock.started or seen[0] in ("Z", "X", "x"):
+    if seen is None:  # hidden (/proc mounted hidepid=2, another user's process) or gone: ask the kernel
+        return False if _exists(lock.pid) else None
+    if seen[1] != lock.started or seen[0] in ("Z", "X", "x"):
         return None
-    return seen[0] in ("T", "t")
+    return seen[0] in ("T", "t") or frozen(lock.pid)
+
+
+def _exists(pid: int) -> bool:
+    """Whether process ``pid`` exists though ``/proc`` does not show it (its lock held: its owner, alive)."""
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def frozen(pid: int) -> bool:
+    """Whether process ``pid`` is frozen by its cgroup's freezer (``docker pause``, ``systemd freeze``: state ``D``
+    in ``/proc``, as good as stopped): cgroup v1's ``freezer.state``, v2's ``cgroup.events``."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        _, controllers, group = line.split(":", 2)
+        try:
+            if controllers == "freezer":
+                return Path(f"/sys/fs/cgroup/freezer{group}/freezer.state").read_text().strip() == "FROZEN"
+            if controllers == "" and "frozen 1" in Path(f"/sys/fs/cgroup{group}/cgroup.events").read_text():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def beat(fd: int) -> None:

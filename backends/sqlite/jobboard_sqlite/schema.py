@@ -123,11 +123,21 @@ def refuse_while_running(conn: sqlite3.Connection, version: int) -> None:
     alive (its lock file held: see :mod:`~jobboard_sqlite.files`), naming the processes.
 
     :raises sqlite3.DatabaseError: saying so (a permanent ``BoardConflict`` for the caller)."""
-    alive = sorted({int(pid) for pid, lock in conn.execute("SELECT pid, lock_path FROM jb_session") if held(lock)})
+    here = Path(conn.execute("PRAGMA database_list").fetchone()[2])  # the file as this process sees it
+    rows = conn.execute("SELECT id, pid, lock_path FROM jb_session")
+    alive = sorted({int(pid) for session, pid, stored in rows if held(lock_seen_here(here, session, stored))})
     if alive:
         raise sqlite3.DatabaseError(
             f"schema version {version} is open in {len(alive)} process(es) of an older jobboard (pid "
             f"{', '.join(map(str, alive))}) that cannot run on version {SCHEMA_VERSION}: stop them to upgrade it")
+
+
+def lock_seen_here(db: Path, session: str, stored: str) -> str:
+    """A session's lock file as this process sees it: beside ``db`` (in ``<db>-jobboard``, where every version
+    makes them), not at the path its owner stored (another mount namespace, a container's volume, a bind mount
+    name it otherwise); the stored path only when there is no such file here."""
+    beside = db.with_name(db.name + "-jobboard") / f"{session}.lock"
+    return str(beside) if beside.exists() else stored
 
 
 def held(lock_path: str) -> bool:

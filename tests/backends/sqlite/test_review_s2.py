@@ -34,9 +34,6 @@ time.sleep(60)
 """A session's owner as SessionLock.acquire leaves it, its heartbeat 10 s old (silent)."""
 
 
-@pytest.mark.xfail(strict=True, reason="G1: schema.held() opens the stored jb_session.lock_path, not the lock "
-                   "file beside the db as this process sees it (F15 fixed probe() only): an older process that "
-                   "wrote its path from another mount view is not seen, and the file is upgraded under it")
 async def test_an_upgrade_sees_an_older_process_whose_stored_lock_path_is_another_view(tmp_path: Path) -> None:
     path = tmp_path / "jobs.db"
     url = f"sqlite://{path}?board=b"
@@ -119,9 +116,6 @@ FREEZER = Path("/sys/fs/cgroup/freezer")
 
 
 @pytest.mark.skipif(not (FREEZER / "cgroup.procs").exists() or os.geteuid() != 0, reason="needs a v1 freezer, root")
-@pytest.mark.xfail(strict=True, reason="G2: an owner frozen by the cgroup freezer (docker pause, systemd freeze) "
-                   "is state D in /proc, taken for running: its session stays HUNG_AFTER (60 s) instead of its "
-                   "timeout, where a SIGSTOPped one goes at its timeout")
 def test_a_frozen_owner_is_taken_for_stopped(tmp_path: Path) -> None:
     lock = tmp_path / "s.lock"
     group = FREEZER / f"jobboard-rs2-{os.getpid()}"
@@ -144,8 +138,6 @@ def test_a_frozen_owner_is_taken_for_stopped(tmp_path: Path) -> None:
         group.rmdir()
 
 
-@pytest.mark.xfail(strict=True, reason="G3: F10 checks user_version in write transactions only: a read on a file "
-                   "upgraded under this process by a newer jobboard answers from a schema it does not know")
 async def test_a_read_on_a_file_upgraded_under_it_fails_as_a_write_does(tmp_path: Path) -> None:
     import sqlite3
 
@@ -198,9 +190,6 @@ HIDDEN_PROBE = ("mount -t proc -o hidepid=2 proc /proc && exec setpriv --reuid=6
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(), reason="needs root and unshare")
-@pytest.mark.xfail(strict=True, reason="G4: a prober that cannot read the owner's /proc entry (proc mounted "
-                   "hidepid=2, another OS user: F6's shared board) takes a running owner silent past its timeout "
-                   "for stopped (process_state None -> 'cannot tell'): F2's protection is lost")
 def test_a_running_owner_hidden_by_hidepid_is_kept() -> None:
     import shutil
     import tempfile
