@@ -158,7 +158,10 @@ class SqliteBackend(Backend):
             raise BoardClosed(self.runtime.gone)
 
     async def _write(self, body: Callable[[sqlite3.Connection, Effects], T | JobBoardError]) -> T:
-        """One write transaction; an error the body *returned* (its effects committed) is raised here."""
+        """One write transaction; an error the body *returned* (its effects committed) is raised here. The file is
+        looked at first (one ``stat``): a write never goes to a file deleted before it, unseen by others."""
+        if self.runtime.gone is None:
+            self.runtime.file_gone()
         self.on_its_file()
         result = await self.runtime.write(body)
         if isinstance(result, JobBoardError):

@@ -164,7 +164,7 @@ class Runtime:
 
     async def tick(self, watch: sqlite3.Connection) -> None:
         lock, session = self.lock, self.scope.session
-        if not self.active or self.gone is not None or self._file_gone():
+        if not self.active or self.gone is not None or self.file_gone():
             return
         if lock is None or lock.lost.is_set() or not await self.db.run(
                 lambda: self.db.read(lambda c: sessions.alive(c, self.scope))):
@@ -188,7 +188,7 @@ class Runtime:
         info = os.stat(self.options.path)
         self.file = (info.st_dev, info.st_ino)
 
-    def _file_gone(self) -> bool:
+    def file_gone(self) -> bool:
         """Whether the database file was deleted or replaced since :meth:`watch_file` (``stat`` only: never
         opened here). The first time, say why in :attr:`gone`, log it and wake the board's waiters (their
         next look raises ``BoardClosed``)."""

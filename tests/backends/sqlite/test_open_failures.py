@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from jobboard import open_board
-from jobboard.errors import BoardConflict
+from jobboard.errors import BoardClosed, BoardConflict
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -48,3 +48,21 @@ async def test_a_directory_named_as_the_board_file_is_refused_as_permanent(tmp_p
             pass
     assert "\n" not in str(refused.value)
     assert await settled_threads() == before
+
+
+def delete_files(where: Path) -> None:
+    for path in where.glob("jobs.db*"):
+        if path.is_file():
+            path.unlink()
+
+
+async def test_a_post_right_after_the_file_was_deleted_is_refused_not_lost(tmp_path: Path) -> None:
+    """A write looks at the file first: between a deletion and the next upkeep (``reap_interval``) a post went to
+    the deleted file, reported applied, and was lost with it (the second review's note on F7)."""
+    db = tmp_path / "jobs.db"
+    with anyio.fail_after(20):
+        async with open_board(f"sqlite://{db}?reap_interval=30") as board:
+            await board.post("before")
+            delete_files(tmp_path)
+            with pytest.raises(BoardClosed, match="was deleted under this board"):
+                await board.post("after")
