@@ -97,3 +97,23 @@ async def test_a_job_given_back_at_a_stop_is_not_run_while_its_thread_still_runs
             second = Worker(board, as_async(block), WorkerConfig(burst=True))
             await second.run()
     assert most[0] == 1
+
+
+async def test_a_stop_gives_back_held_and_running_jobs_uncounted() -> None:
+    """prefetch 3, one slot, 6 jobs of 5 s, stopped after 0.5 s with a 0.1 s grace: the running job is given back
+    (abandoned_on_shutdown 1), the 3 held are released (released 3, not counted claimed), every attempt is 0."""
+
+    async def slow(ctx: JobContext) -> None:
+        await anyio.sleep(5)
+
+    async with JobBoard(MemoryBackend(f"memory://{uuid.uuid4().hex}")) as board:
+        ids = [(await board.post("x", max_attempts=2)).id for _ in range(6)]
+        worker = Worker(board, slow, WorkerConfig(grace_period=0.1, prefetch=3, concurrency=1))
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(worker.run)
+                await anyio.sleep(0.5)
+                worker.stop()
+        attempts = [(await board.get(job)).attempts for job in ids]
+    assert (worker.stats.claimed, worker.stats.abandoned_on_shutdown, worker.stats.released) == (1, 1, 3)
+    assert attempts == [0] * 6
