@@ -93,11 +93,27 @@ def as_async(function: Callable[[JobContext], Any]) -> Handler:
     if inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__):
         return function
 
+    def tracked(context: JobContext) -> Any:
+        try:
+            return function(context)
+        finally:
+            THREADS_RUNNING.discard(claim_of(context))
+
     @functools.wraps(function)
     async def in_thread(context: JobContext) -> Any:
-        return await anyio.to_thread.run_sync(function, context, abandon_on_cancel=True)
+        THREADS_RUNNING.add(claim_of(context))  # until the thread returns (cancelled, it runs on)
+        return await anyio.to_thread.run_sync(tracked, context, abandon_on_cancel=True)
 
     return in_thread
+
+
+THREADS_RUNNING: set[tuple[str, int]] = set()
+"""(job id, claim generation) of the plain ``def`` handlers whose thread still runs (one cancelled goes on in its
+thread: a stop gives its job back *counted*, so a handler whose thread never ends cannot come back for ever)."""
+
+
+def claim_of(context: JobContext) -> tuple[str, int]:
+    return context.claim.job.id, context.claim.generation
 
 
 @dataclass(frozen=True, slots=True)

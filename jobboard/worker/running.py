@@ -32,7 +32,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, ClaimLost, InvalidJob, JobBoardError, NotOwner
 from jobboard.job import Claim
 from jobboard.worker.config import WorkerConfig
-from jobboard.worker.handlers import Handler, Handlers, JobContext, Middleware
+from jobboard.worker.handlers import THREADS_RUNNING, Handler, Handlers, JobContext, Middleware
 from jobboard.worker.progress import ProgressReporter
 from jobboard.worker.retry import Backoff, RetryPolicy, Settlement, decide
 
@@ -120,7 +120,7 @@ class JobRunner:
         try:
             decided = await self._execute(job)
         except anyio.get_cancelled_exc_class():  # the worker itself was cancelled from outside
-            await self.settle(job, self._given_back("worker cancelled"), "abandoned_on_shutdown")
+            await self.settle(job, self._given_back(job, "worker cancelled"), "abandoned_on_shutdown")
             raise
         if decided is not None:
             await (settle_apart or partial(self.settle, job))(*decided)
@@ -150,12 +150,17 @@ class JobRunner:
                         reason=job.lost if not cancelled else "cancelled from outside (board.cancel)")
             return None
         if settlement is None:  # cancelled: the worker is stopping
-            return self._given_back(job.cancelled_because), "abandoned_on_shutdown"
+            return self._given_back(job, job.cancelled_because), "abandoned_on_shutdown"
         return settlement, settlement.outcome
 
-    def _given_back(self, why: str) -> Settlement:
+    def _given_back(self, job: RunningJob, why: str) -> Settlement:
         """A job a stop interrupted, given back by ``board.release``: a stop is no failure, so its attempt is
-        uncounted where the board can (``releases_uncounted``; elsewhere the release is an abandon, counted)."""
+        uncounted where the board can (``releases_uncounted``; elsewhere the release is an abandon, counted). A
+        plain ``def`` handler whose thread still runs is abandoned, counted: it may never end, and must not come
+        back uncounted at every stop."""
+        if (job.claim.job.id, job.claim.generation) in THREADS_RUNNING:
+            return Settlement(SettleAction.ABANDON, reason=f"{why}; its handler's thread still runs: given back with "
+                              "its attempt counted (the job may run again beside that thread)")
         counted = "uncounted" if self.board.releases_uncounted else "its attempt counted (this board cannot uncount)"
         return Settlement(SettleAction.ABANDON, reason=f"{why}; given back {counted}", release=True)
 

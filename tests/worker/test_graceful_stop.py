@@ -11,7 +11,9 @@ import anyio
 import pytest
 
 from jobboard import JobState, open_board
-from jobboard.worker.handlers import JobContext, RetryPolicy
+from jobboard.board.contract import JobBoard
+from jobboard.job import Job
+from jobboard.worker.handlers import JobContext, RetryPolicy, as_async
 from tests.support.boards import BACKENDS, fresh_board_url
 from tests.support.workers import blocking_handler, running
 
@@ -82,3 +84,35 @@ async def test_a_requeued_job_over_its_attempts_is_logged_as_not_run(
     assert "attempt 2/1" in line
     assert line.endswith(": not run, over its attempts (requeue with reset_attempts to run it); "
                          "last error RuntimeError: downstream is down")
+
+
+async def claimed(board: JobBoard, job: Job) -> None:
+    for _ in range(500):
+        if await board.state(job) is JobState.CLAIMED:
+            return
+        await anyio.sleep(0.02)
+    raise AssertionError(f"{job.id} never claimed")
+
+
+async def test_a_plain_def_handler_still_running_in_its_thread_is_given_back_counted(
+        board_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A thread cannot be cancelled: a stop that gave such a job back uncounted let a handler that never ends come
+    back at every stop for ever (review W1). Its attempt is counted, so ``max_attempts`` ends it."""
+    import threading
+
+    caplog.set_level(logging.INFO, logger="jobboard.worker")
+    release = threading.Event()
+
+    def stuck(ctx: JobContext) -> None:
+        release.wait(10)
+
+    try:
+        with anyio.fail_after(40):
+            async with open_board(board_url) as board:
+                job = await board.post("stuck", max_attempts=2)
+                async with running(board, as_async(stuck), grace_period=0.1) as worker:
+                    await claimed(board, job)
+                assert worker.stats.abandoned_on_shutdown == 1
+                assert (await board.get(job)).attempts == 1  # counted: max_attempts ends a thread that never does
+    finally:
+        release.set()
