@@ -45,6 +45,7 @@ from benchmarks.redis_fleet_usage import (
     client_usage,
     server_counts,
     server_info,
+    start_together,
     usage,
     usage_table,
 )
@@ -204,13 +205,7 @@ def one_run(url: str, jobs: int, workers: int, processes: int, interleaved: bool
                                   "--workers", str(max(1, workers // processes)),
                                   *(["--done", str(done)] if interleaved else []), *extra],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
-    for child in children:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-    before, started = server_counts(url), time.time()
-    for child in children:
-        assert child.stdin is not None
-        child.stdin.write("go\n")
-        child.stdin.flush()
+    before, started = start_together(children, url)
     if interleaved:
         asyncio.run(post(url, jobs, PRODUCER_IN_FLIGHT))
         done.touch()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import resource
 import socket
+import subprocess
+import time
 from typing import Any
 
 SERVER_EVENTS = ("total_reads_processed", "total_writes_processed")
@@ -78,3 +80,16 @@ def server_counts(url: str) -> dict[str, float]:
     for name in SERVER_EVENTS:
         counts[name] = float(stats.get(name, 0))
     return counts
+
+
+def start_together(children: list[subprocess.Popen[str]], url: str) -> tuple[dict[str, float], float]:
+    """Wait for every child's ``ready`` line, read the server's counts and the time, then tell them all ``go``:
+    the counts before the phase and its start."""
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    before, started = server_counts(url), time.time()
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    return before, started

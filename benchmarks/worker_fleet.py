@@ -39,7 +39,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from benchmarks.redis_fleet_usage import server_counts, usage
+from benchmarks.redis_fleet_usage import server_counts, start_together, usage
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ("cycles_per_s", "client_cpu_ms_per_job", "server_cpu_ms_per_job", "requests_per_job", "fcalls_per_job",
@@ -111,13 +111,7 @@ def one_run(url: str, jobs: int, concurrency: int, processes: int, prefetch: int
     children = [subprocess.Popen([sys.executable, "-m", "benchmarks.worker_fleet", "--child", url, "--concurrency",
                                   str(max(1, concurrency // processes)), "--prefetch", str(prefetch)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
-    for child in children:
-        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-    before, started = server_counts(url), time.time()
-    for child in children:
-        assert child.stdin is not None
-        child.stdin.write("go\n")
-        child.stdin.flush()
+    before, started = start_together(children, url)
     parts = [json.loads(child.communicate(timeout=600)[0].strip().splitlines()[-1]) for child in children]
     after = server_counts(url)
     delta = {name: after.get(name, 0.0) - before.get(name, 0.0) for name in after}

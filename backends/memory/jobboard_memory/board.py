@@ -194,8 +194,7 @@ class MemoryBackend(Backend):
             return self._store.claim_next(owner, self, wall_clock(), names)
         whys: set[str] = set()
         claim = self._store.claim_next(owner, self, wall_clock(), names, whys)
-        if whys:
-            self.passed_over(whys)
+        self.passed_over(whys)
         return claim
 
     @property

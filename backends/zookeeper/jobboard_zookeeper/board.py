@@ -212,8 +212,7 @@ class ZooKeeperBackend(Backend):
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         whys: set[str] = set()
         claim = await self._claimer.claim_next(owner, names, whys)
-        if whys:
-            self.passed_over(whys)
+        self.passed_over(whys)
         return claim
 
     @property
