@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from jobboard_sqlite import flow, grants
@@ -80,7 +81,7 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
     try:
         refuse_foreign(conn)  # before any PRAGMA that writes: another program's file is left as it was
         conn.execute(f"PRAGMA page_size={PAGE_SIZE}")  # takes effect on a new file only
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        mode = switch_to_wal(conn)
         if str(mode).lower() != "wal":
             raise sqlite3.OperationalError(f"journal_mode is {mode}, not wal (is the directory writable?)")
         conn.execute(f"PRAGMA synchronous={synchronous}")
@@ -104,17 +105,33 @@ def connect(path: str, synchronous: str) -> sqlite3.Connection:
     return conn
 
 
+def switch_to_wal(conn: sqlite3.Connection, within: float = 10.0) -> str:
+    """``PRAGMA journal_mode=WAL`` (it needs the file to itself), tried again while other processes opening the
+    new file at the same moment hold it: SQLite answers "database is locked" there without its busy handler."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def refuse_foreign(conn: sqlite3.Connection) -> None:
     """A file with tables but no ``jb_board``, or with none and a schema version (a board always has tables), is
     another program's database: refused before anything is written.
 
     :raises sqlite3.DatabaseError: saying so (a permanent ``BoardConflict`` for the caller)."""
-    tables = [name for (name,) in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+    # one statement, one snapshot: another process making the board commits its tables and version at once
+    version, names = conn.execute(
+        "SELECT (SELECT user_version FROM pragma_user_version), (SELECT group_concat(name, char(10)) FROM "
+        "(SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name))").fetchone()
+    tables = names.split("\n") if names else []
     if tables and "jb_board" not in tables:
         shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
         raise sqlite3.DatabaseError(f"a SQLite database but not a jobboard board (its tables: {shown})")
-    if not tables and (version := conn.execute("PRAGMA user_version").fetchone()[0]):
+    if not tables and version:
         raise sqlite3.DatabaseError(f"a SQLite database but not a jobboard board (no table, user_version {version})")
 
 
