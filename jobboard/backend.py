@@ -363,9 +363,8 @@ class Backend(abc.ABC):
         return False
 
     def passed_over(self, whys: Iterable[str]) -> None:
-        """One claim call passed over jobs held back for ``whys`` (each ``HeldBack.why``; none: nothing counted):
-        each counts once in ``JobBoard.held_back`` (in the interface's :meth:`claim_many`, once for its loop). No
-        I/O; gated path only."""
+        """One claim call passed over jobs held back for ``whys`` (each ``HeldBack.why``): each counts once in
+        ``JobBoard.held_back`` (in the interface's :meth:`claim_many`, once for its loop). No I/O; gated path only."""
         self.services.passed_over(whys)
 
     async def set_limit(self, limit: LimitSpec) -> None:

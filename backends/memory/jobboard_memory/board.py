@@ -194,7 +194,8 @@ class MemoryBackend(Backend):
             return self._store.claim_next(owner, self, wall_clock(), names)
         whys: set[str] = set()
         claim = self._store.claim_next(owner, self, wall_clock(), names, whys)
-        self.passed_over(whys)
+        if whys:
+            self.passed_over(whys)
         return claim
 
     @property

@@ -245,7 +245,7 @@ class RedisBackend(FlowingRedis):
             session, nonce, held = self.session.id, self._nonce(), set[str]()
             status, data = await self._call(op, nonce, owner, session, self._retention_ms, *rest,
                                             claim=(nonce, session), held=held)
-            self.passed_over(held)
+            self._passed(held)
             if status != "nosession":
                 return status, data
             try:
@@ -346,7 +346,7 @@ class RedisBackend(FlowingRedis):
         status, data = await self._call(
             "consume_next", self._nonce(), claim.job.id, str(claim.generation), claim.owner, settle.encoded_result,
             self._retention_ms, session, claim_nonce, *sorted(names or ()), claim=(claim_nonce, session), held=held)
-        self.passed_over(held)
+        self._passed(held)
         if status in ("lost", "owner"):
             raise settle_refused(status, claim.job.id, claim.owner)
         self._forget(claim)

@@ -51,12 +51,16 @@ class FlowingRedis(KeepingRedis):
     def reports_held_back(self) -> bool:
         return True
 
+    def _passed(self, held: set[str]) -> None:
+        if held:
+            self.passed_over(held)
+
     async def passed_before(self, score: float | None, names: Collection[str] | None) -> None:
         """A spread board's claim took a job of score ``score`` (``None``: none) in another partition: count why
         this partition's parked jobs of ``names`` better than it are held back (one call, flow.lua ``passed``)."""
         held = set[str]()
         await self._call("passed", "", "" if score is None else repr(score), *sorted(names or ()), held=held)
-        self.passed_over(held)
+        self._passed(held)
 
     async def set_limit(self, limit: LimitSpec) -> None:
         await self._call("set_limit", "", limit.group, spec_text(limit))

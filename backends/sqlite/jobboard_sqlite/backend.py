@@ -211,12 +211,16 @@ class SqliteBackend(Backend):
             return writes.claim_next(conn, self.scope, owner, names, time.time(), fx, whys)
 
         claim = await self.claims.run(body)
-        self.passed_over(whys)
+        self._passed(whys)
         return claim
 
     @property
     def reports_held_back(self) -> bool:
         return True
+
+    def _passed(self, whys: set[str]) -> None:
+        if whys:
+            self.passed_over(whys)
 
     async def settle(self, claim: Claim, settle: Settle) -> None:
         self._no_connection(settle.connection)
@@ -236,7 +240,7 @@ class SqliteBackend(Backend):
             return writes.claim_next(conn, self.scope, claim.owner, names, now, fx, whys)
 
         taken = await self.claims.run(body)
-        self.passed_over(whys)
+        self._passed(whys)
         return taken
 
     async def release(self, claim: Claim) -> None:

@@ -212,7 +212,8 @@ class ZooKeeperBackend(Backend):
     async def claim_next(self, owner: str, names: Collection[str] | None) -> Claim | None:
         whys: set[str] = set()
         claim = await self._claimer.claim_next(owner, names, whys)
-        self.passed_over(whys)
+        if whys:
+            self.passed_over(whys)
         return claim
 
     @property
