@@ -11,7 +11,6 @@ claiming and idling back off, settling retries until it applies.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import time
@@ -27,6 +26,7 @@ from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, foun
 from jobboard.job import Claim
 from jobboard.schedules.scheduler import run_scheduler
 from jobboard.worker.ahead import ClaimAhead, check_prefetch
+from jobboard.worker.burst import Burst
 from jobboard.worker.config import WorkerConfig, default_owner
 from jobboard.worker.entity import WorkerEntity
 from jobboard.worker.handlers import Handler, Handlers, Hook, Middleware, as_async
@@ -43,9 +43,6 @@ STOP_CLAIM_WAIT = 2.0
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "default_owner"]
 
 logger = logging.getLogger("jobboard.worker")
-
-BURST_RETRY_SLACK = 1.0
-"""Seconds a burst worker waits past a retry's due time for the board to offer the job."""
 
 
 class Worker:
@@ -80,9 +77,6 @@ class Worker:
         self._claiming = anyio.CancelScope()
         self._claim_scopes: set[anyio.CancelScope] = set()
         self._all_done = anyio.Event()
-        self._job_done = anyio.Event()
-        self._claims_in_flight = 0
-        """Claims being made: a burst worker does not stop while another of its claimers may get a job."""
         self.started = anyio.Event()
         """Set once the worker is registered, its start-up hooks ran, and it is about to claim."""
         self._idler = Idler(board, self.names, self.config, self.stats)
@@ -90,6 +84,7 @@ class Worker:
         self._runner = JobRunner(board, self.handler, self.config, self.stats,
                                  [*(registry.middleware if registry else ()), *middleware], self.shared,
                                  lambda: self._stopping_since, names=self.names, take_next=self._take_next)
+        self._burst = Burst(board, self.names, lambda: len(self.running), self._runner.retries_due_after)
         prefetch = self.config.prefetch
         self._fused = board.fuses_consume_and_claim and not prefetch  # with prefetch, claims fill what is held
         check_prefetch(board, prefetch)
@@ -221,7 +216,7 @@ class Worker:
 
     async def _claim(self, pace: ClaimerPace) -> Claim | None:
         try:
-            self._claims_in_flight += 1
+            self._burst.claim_sent()
             with anyio.CancelScope(shield=True):  # a claim made must not be lost to stop()
                 with anyio.fail_after(self.config.settle_timeout) as scope:
                     self._claim_scopes.add(scope)
@@ -235,7 +230,7 @@ class Worker:
         except BoardClosed:
             raise
         except (JobBoardError, TimeoutError) as error:  # BackendUnavailable, or worse: never die of it
-            self._claim_done()
+            self._burst.claim_returned(False)
             self._idler.hand_over(pace)  # it sleeps: another claimer waits on the board meanwhile
             if self._stopping:
                 return None
@@ -245,7 +240,7 @@ class Worker:
             log("%s: claiming failed (%s); retrying in %.1fs", self.owner, str(error) or type(error).__name__, delay)
             await anyio.sleep(delay)
             return None
-        self._claim_done()
+        self._burst.claim_returned(claim is not None)
         if claim is not None:
             self._idler.hand_over(pace)
         else:
@@ -257,34 +252,14 @@ class Worker:
                 await self._idler.idle(pace)
         return claim
 
-    def _claim_done(self) -> None:
-        self._claims_in_flight -= 1
-        self._wake_burst()
-
-    def _wake_burst(self) -> None:
-        """A job ended or a claim attempt did: a burst claimer re-checks whether to stop."""
-        done, self._job_done = self._job_done, anyio.Event()
-        done.set()
-
     async def _burst_idle(self) -> None:
-        """Burst mode: stop once nothing is claimable, nothing runs and no retry of ours is due.
-
-        A job this worker put back for a retry is waited for (until its delay
-        ends), so that a burst run finishes its own retries.
-        """
-        now = anyio.current_time()
-        due = self._runner.retries_due_after(now - BURST_RETRY_SLACK)
-        if not self.running and not due and not self._claims_in_flight:
+        """Burst mode: stop once nothing is claimable, nothing runs and no retry of ours is due (a job this
+        worker put back for a retry is waited for, so that a burst run finishes its own retries)."""
+        if self._burst.done():
             logger.info("%s: nothing claimable is left (burst): stopping", self.owner)
             self.stop()
-            return
-        later = [at for at in due if at > now]
-        with anyio.move_on_after(min(later) - now if later else BURST_RETRY_SLACK):
-            if later or self.running or self._claims_in_flight:
-                await self._job_done.wait()
-            else:  # a retry is due: wait for the board to offer it (or for the slack to pass)
-                with contextlib.suppress(JobBoardError, TimeoutError):
-                    await self.board.wait(names=self.names)
+        else:
+            await self._burst.idle()
 
     # -- running a job -------------------------------------------------------------
 
@@ -311,7 +286,7 @@ class Worker:
     def _ended(self, job: RunningJob) -> None:
         """``job`` is out of hand (settled, lost or given up): a burst claimer and a drain are told."""
         del self.running[(job.claim.job.id, job.claim.generation)]
-        self._wake_burst()
+        self._burst.wake_one()
         if not self.running:
             self._all_done.set()
 
