@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-flight", type=int, default=18, help="posts in flight (a multiple of --boards)")
     parser.add_argument("--appendfsync", default="always", choices=("always", "everysec", "no"),
                         help="every server's AOF fsync policy (always: an fsync per event-loop iteration that wrote)")
+    parser.add_argument("--linger", type=float, default=0.0, help="every board URL's ?linger= (seconds)")
     args = parser.parse_args(argv)
     if args.workers % args.boards or args.in_flight % args.boards:
         parser.error("--workers and --in-flight must be multiples of --boards: each board works on its home "
@@ -129,9 +130,11 @@ def main(argv: list[str] | None = None) -> int:
                                         extra=["--replicaof", "127.0.0.1", str(lone.port)]))
         cluster = stack.enter_context(RedisCluster(appendfsync=args.appendfsync))
         masters = [node.hosts for node in cluster.nodes if node.role() == "master"]
-        urls = {"one-server": lone.url("/0/{root}"), "one-slot": cluster.url("{root}"),
-                "spread": cluster.url("{root}", partitions=3),
-                "spread-exact": cluster.url("{root}", partitions=3, order="exact")}
+        lingering = {"linger": f"{args.linger:g}"} if args.linger else {}
+        urls = {"one-server": lone.url("/0/{root}") + (f"?linger={args.linger:g}" if args.linger else ""),
+                "one-slot": cluster.url("{root}", **lingering),
+                "spread": cluster.url("{root}", partitions=3, **lingering),
+                "spread-exact": cluster.url("{root}", partitions=3, order="exact", **lingering)}
         hosts = {"one-server": [lone.hosts], "one-slot": masters, "spread": masters, "spread-exact": masters}
         idle = {"one-server": idle_cpu(hosts["one-server"]), "cluster masters": idle_cpu(masters)}
         print(json.dumps({"idle_ms_per_s": idle}), flush=True)
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         summary[system] = {key: (statistics.median(run[key] for run in mine), min(run[key] for run in mine),
                                  max(run[key] for run in mine))
                            for key in ("busiest", "ratio", "commands_max", "reads_max", "cycles_per_s")}
-    print(json.dumps({"bench": "redis_spread", "jobs": args.jobs, "workers": args.workers, "boards": args.boards,
+    print(json.dumps({"bench": "redis_spread", "jobs": args.jobs, "workers": args.workers, "boards": args.boards, "linger": args.linger,
                       "appendfsync": args.appendfsync, "idle_ms_per_s": idle,
                       "in_flight": args.in_flight,
                       "runs": runs,

@@ -3,6 +3,7 @@
     python -m benchmarks.worker_fleet --processes 1,4,16 --concurrency 16 --jobs 2000 --rounds 3 --prefetch 0,16
     python -m benchmarks.worker_fleet ... --base 51583d1      # the same, interleaved with a base commit's library
     python -m benchmarks.worker_fleet --processes 1,16 --per-process 1   # one slot in each process (P = 1: one in all)
+    python -m benchmarks.worker_fleet --processes 1,16 --prefetch 0,16 --linger 0,0.002   # ?linger= too, interleaved
 
 One redis-server (AOF off: the disk is not one more shared resource) serves every run. A run: N jobs posted
 first, then P processes, each a real :class:`~jobboard.worker.conductor.Worker` (``concurrency`` C / P,
@@ -192,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prefetch", default="0,16", help="prefetch of each worker; a list runs each, interleaved")
+    parser.add_argument("--linger", default="0",
+                        help="the board URL's ?linger= (this tree only); a list runs each, interleaved")
     parser.add_argument("--base", default=None, help="a commit to measure too, interleaved (a git worktree)")
     parser.add_argument("--url", default=None, help="a server to use instead of starting one (redis://host:port)")
     parser.add_argument("--one", metavar="URL", help=argparse.SUPPRESS)
@@ -217,13 +220,16 @@ def main(argv: list[str] | None = None) -> int:
             url = stack.enter_context(RedisServer(appendonly=False)).url("/0/workers")
         trees = [("this", ROOT)] + ([(f"base {options.base}", stack.enter_context(base_tree(options.base)))]
                                     if options.base else [])
-        shapes = [(f"{name} prefetch={n}", tree, n) for n in prefetches for name, tree in trees]
-        runs: dict[str, list[dict[str, Any]]] = {f"{name} P={p}": [] for name, _, _ in shapes for p in counts}
+        lingers = [float(value) for value in options.linger.split(",")]
+        shapes = [(f"{name} prefetch={n}" + (f" linger={linger:g}" if linger else ""), tree, n, linger)
+                  for n in prefetches for name, tree in trees for linger in (lingers if tree == ROOT else [0.0])]
+        runs: dict[str, list[dict[str, Any]]] = {f"{shape[0]} P={p}": [] for shape in shapes for p in counts}
         for round_number in range(options.rounds):
             for processes in counts:
-                for name, tree, prefetch in shapes if round_number % 2 == 0 else shapes[::-1]:
+                for name, tree, prefetch, linger in shapes if round_number % 2 == 0 else shapes[::-1]:
                     slots = options.per_process * processes if options.per_process else options.concurrency
-                    result = run_in(tree, url, options.jobs, slots, processes, prefetch)
+                    board = f"{url}?linger={linger:g}" if linger else url
+                    result = run_in(tree, board, options.jobs, slots, processes, prefetch)
                     runs[f"{name} P={processes}"].append(result)
                     print(f"round {round_number + 1}: {name} P={processes}: {result['cycles_per_s']} cycles/s, "
                           f"client {result['client_cpu_ms_per_job']} ms/job", file=sys.stderr, flush=True)
@@ -233,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines), file=sys.stderr)
     print(json.dumps({"bench": "worker_fleet", "jobs": options.jobs, "concurrency": options.concurrency,
                       "per_process": options.per_process,
-                      "processes": counts, "prefetch": prefetches, "rounds": options.rounds, "base": options.base,
+                      "processes": counts, "prefetch": prefetches, "linger": options.linger, "rounds": options.rounds, "base": options.base,
                       "load": [round(one, 2) for one, _, _ in load], "ratios_16_over_1": ratios(runs, counts),
                       "runs": runs, "summary": summary, "table": lines}))
     return 0

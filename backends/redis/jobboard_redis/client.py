@@ -172,6 +172,7 @@ class RedisClient:
             wire.close()
             raise ConnectionLost(f"Redis {host}:{port} named by the Sentinels is not the primary (yet)")
         if learn:
+            wire.linger = options.linger  # the board's calls (a blocking read has nothing to wait for)
             try:
                 self._learned(judge(replies[asked:], server=f"Redis {host}:{port}", durability=options.durability),
                               f"{host}:{port}")

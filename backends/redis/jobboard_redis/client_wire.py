@@ -7,6 +7,9 @@ being prepared. Replies are read into one buffer per connection (:data:`READ_BUF
 their callers first in, first out. A connection whose replies stop coming
 for ``timeout`` seconds while commands wait is aborted, and every waiting command fails
 with :class:`ConnectionLost`, as does every command of a connection that drops.
+With ``linger`` (the board's ``?linger=``) a command instead waits up to that long for others, so that a
+process with few callers (a one-slot worker settling held jobs) sends several in one write, which the
+server reads once (docs/backends/redis.md, "Linger").
 Chosen over ``redis.asyncio`` and ``coredis`` by measurement (docs/backends/redis.md).
 """
 
@@ -34,6 +37,8 @@ WRITE_EVERY = 4
 client and Redis take turns (each idle while the other worked); writing every 4 commands lets them
 work at once: the full cycle at 16 in flight went from 9,100 to 15,600 cycles/s (1: 13,800; 2: 15,300;
 8: 14,100; medians of 2 interleaved rounds, docs/backends/redis.md)."""
+LINGER_BATCH = 64
+"""Commands queued while lingering that are written at once (a write need not wait for more)."""
 READ_BUFFER = 65536
 """Bytes of the buffer each connection reads into (reused). asyncio's plain protocols receive into a new
 256 KiB ``bytes`` per read, which glibc maps and unmaps each time (``mmap``, ``mremap``, ``munmap`` and a
@@ -107,6 +112,9 @@ class Wire(asyncio.BufferedProtocol):
         self._progress = 0.0
         self._timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
+        self.linger = 0.0
+        """Seconds a command waits for others to share its write (``?linger=``; 0: the rules above)."""
+        self._lingering: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------
 
@@ -159,12 +167,22 @@ class Wire(asyncio.BufferedProtocol):
         self._waiting.append(done)
         out = self._out
         out.append(packed)
-        if (idle and self._woken <= 1) or len(out) >= WRITE_EVERY:
+        if self.linger:
+            self._linger(len(out))
+        elif (idle and self._woken <= 1) or len(out) >= WRITE_EVERY:
             self._write()
         elif not self._flush_due:
             self._flush_due = True
             self._loop.call_soon(self._flush)
         return done
+
+    def _linger(self, queued: int) -> None:
+        """With ``linger``: a write once :data:`LINGER_BATCH` commands are queued, else ``linger`` seconds after
+        the first queued one (what the callers send meanwhile goes with it: one write, one read on the server)."""
+        if queued >= LINGER_BATCH:
+            self._write()
+        elif self._lingering is None:
+            self._lingering = self._loop.call_later(self.linger, self._write)
 
     def _flush(self) -> None:
         self._flush_due, self._woken = False, 0
@@ -174,6 +192,9 @@ class Wire(asyncio.BufferedProtocol):
         """Write what is queued; a closing connection writes nothing (``connection_lost`` fails the
         waiting commands), a failed write fails them at once (the replies would be out of step)."""
         out, self._out = self._out, []
+        if self._lingering is not None:
+            self._lingering.cancel()
+            self._lingering = None
         transport = self.transport
         if transport is None or self.failed is not None or not out or transport.is_closing():
             return
@@ -199,6 +220,9 @@ class Wire(asyncio.BufferedProtocol):
     def _fail(self, error: ConnectionLost) -> None:
         if self.failed is None:
             self.failed = error
+        if self._lingering is not None:
+            self._lingering.cancel()
+            self._lingering = None
         if self.transport is not None:
             self.transport.abort()
         while self._waiting:

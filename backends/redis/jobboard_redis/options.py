@@ -53,6 +53,8 @@ class RedisOptions:
     partitions: int = 1
     """With ``cluster=1``: the board spread over this many slots, one partition each (:mod:`.spread`)."""
     order: str = "home"
+    linger: float = 0.0
+    """Seconds a command waits for others to go in the same write (0: none; see :data:`MAX_LINGER`)."""
     """A spread board's claims: ``home`` (its home partition first) or ``exact`` (the best head on the board)."""
     """``strict``: refuse a server without ``appendfsync always``; wait for a replica (``WAIT``)."""
     username: str | None = None
@@ -113,6 +115,20 @@ def reply_timeout(text: str) -> float:
     return value
 
 
+MAX_LINGER = 0.1
+"""The longest ``linger`` accepted: every call waits up to it."""
+
+
+def linger(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value <= MAX_LINGER:  # (nan too)
+        raise ValueError(f"must be a number of seconds from 0 to {MAX_LINGER:g} (each call waits up to it)")
+    return value
+
+
 def durability(text: str) -> str:
     if text not in ("default", "strict", "relaxed"):
         raise ValueError("must be default, strict or relaxed")
@@ -122,7 +138,7 @@ def durability(text: str) -> str:
 CONVERTERS: dict[str, Callable[[str], Any]] = {
     "durability": durability, "sentinel": str, "cluster": flag, "partitions": partitions, "order": order,
     **COMMON_OPTIONS, "session_timeout": positive_float, "connect_timeout": positive_float,
-    "reply_timeout": reply_timeout,
+    "reply_timeout": reply_timeout, "linger": linger,
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import signal
 import time
 import uuid
@@ -16,7 +17,15 @@ import pytest
 
 from jobboard import BackendUnavailable, JobState, NewJob, UnknownOutcome, open_board
 from jobboard_redis import RedisBackend
-from jobboard_redis.client_wire import READ_BUFFER, WRITE_EVERY, ConnectionLost, NotSent, ServerError, connect
+from jobboard_redis.client_wire import (
+    LINGER_BATCH,
+    READ_BUFFER,
+    WRITE_EVERY,
+    ConnectionLost,
+    NotSent,
+    ServerError,
+    connect,
+)
 from tests.support.redisserver import RedisServer
 from tests.support.tcpproxy import TcpProxy
 
@@ -106,6 +115,67 @@ async def test_callers_woken_together_are_written_together(server: RedisServer) 
             after = wire.send(("INCR", key))
             assert len(writes) == written  # not yet: the read woke four callers
             assert await after == 4 and len(writes) == written + 1
+        finally:
+            wire.close()
+
+
+async def test_with_linger_commands_sent_within_it_share_one_write(server: RedisServer) -> None:
+    """``?linger=``: a command waits up to ``linger`` for others; those sent meanwhile, in later loop iterations
+    (as a one-slot worker's settles come), go in the same write; :data:`LINGER_BATCH` queued go at once."""
+    with anyio.fail_after(20):
+        wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
+        try:
+            assert wire.transport is not None
+            writes: list[bytes] = []
+            write = wire.transport.write
+
+            def counted(data: Any) -> None:
+                writes.append(bytes(data))
+                write(data)
+
+            wire.transport.write = counted  # type: ignore[method-assign]
+            wire.linger = 0.2
+            key = f"k-{uuid.uuid4().hex}"
+            started = time.monotonic()
+            sent = []
+            for _ in range(3):  # one a loop iteration
+                sent.append(wire.send(("INCR", key)))
+                await asyncio.sleep(0)
+            assert not writes  # still waiting for others
+            assert await asyncio.gather(*sent) == [1, 2, 3]
+            waited = time.monotonic() - started
+            assert len(writes) == 1 and writes[0].count(b"INCR") == 3 and 0.15 <= waited < 2, (writes, waited)
+            many = [wire.send(("INCR", key)) for _ in range(LINGER_BATCH)]
+            assert len(writes) == 2  # a full batch goes at once
+            assert (await asyncio.gather(*many))[-1] == 3 + LINGER_BATCH
+            wire.linger = 0.0
+            assert await wire.send(("INCR", key)) == 4 + LINGER_BATCH and len(writes) == 3  # at once again
+        finally:
+            wire.close()
+
+
+@pytest.mark.parametrize("linger", [0.0, 0.001])
+async def test_callers_sending_at_random_moments_all_get_their_replies(server: RedisServer, linger: float) -> None:
+    """No command is stranded by the write rules (lingering or not): 40 callers, each sending 30 commands with random pauses (none,
+    a loop iteration, a few ms) between them, all answered, each caller's in order."""
+    with anyio.fail_after(30):
+        wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
+        try:
+            wire.linger = linger
+            key = f"k-{uuid.uuid4().hex}"
+            chance = random.Random(28)
+
+            async def caller(index: int) -> list[int]:
+                replies = []
+                pauses = [chance.choice((None, 0.0, 0.002)) for _ in range(30)]
+                for pause in pauses:
+                    replies.append(await wire.send(("INCR", f"{key}:{index}")))
+                    if pause is not None:
+                        await asyncio.sleep(pause)
+                return replies
+
+            found = await asyncio.gather(*(caller(index) for index in range(40)))
+            assert found == [list(range(1, 31))] * 40
         finally:
             wire.close()
 
