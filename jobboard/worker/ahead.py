@@ -89,10 +89,11 @@ class ClaimAhead:
         self.checks = 0
         """Checks of the held claims made (each reads every held claim, at once)."""
 
-    async def claim_next(self) -> Claim | None:
+    async def claim_next(self, fresh: bool = False) -> Claim | None:
         """The oldest held claim still current (checked first, with the others, once not known current for
         :data:`HELD_FRESH` s); else, while a claim call in flight brings more jobs than the claimers already
-        waiting for it, one of those (its reply comes sooner than a call of our own would); else a claim call
+        waiting for it, one of those (its reply comes sooner than a call of our own would), unless ``fresh``
+        (the answer must be newer than now: a call in flight may predate a job just readied); else a claim call
         for one slot plus what room is left ahead.
 
         :raises JobBoardError: as ``board.claim_next`` (nothing is held from a failed call)."""
@@ -104,7 +105,7 @@ class ClaimAhead:
                     await self._check_held()
                 else:
                     return self._take()
-            if self._reserved <= self._awaiting:
+            if fresh or self._reserved <= self._awaiting:
                 return await self._claim_call()
             self._awaiting += 1
             arrival = self._arrival

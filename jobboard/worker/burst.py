@@ -6,8 +6,11 @@ one waiting claimer back to the board: a job of this worker that ended (its cons
 dependent, its retry may come due), or a claim that got a job (there may be more). Another claimer's empty
 claim sends none: when every claimer woke at each claim that came back, sixteen claimers kept one another
 claiming an empty board for as long as any claim was in flight (0.4-17.7 empty claims a job on redis://, and
-a run that never stopped, ``tests/worker/test_idle.py``). The claimer whose claim came back last, with
-nothing running and no retry of its own due, stops the worker.
+a run that never stopped, ``tests/worker/test_idle.py``). An empty answer to a claim sent before a job of
+this worker ended is stale (the job may have readied work after the board answered): its claimer claims
+again at once, with a call of its own. The claimer whose fresh claim came back last, with nothing running
+and no retry of its own due, stops the worker. Dependents readied together are claimed one after another
+(each claim that gets one sends one more claimer), not all at once.
 """
 
 from __future__ import annotations
@@ -36,10 +39,24 @@ class Burst:
         self._retries_due_after = retries_due_after
         self.claims_in_flight = 0
         """Claims being made: the worker does not stop while one may still bring a job."""
+        self.jobs_ended = 0
+        """Jobs of this worker that ended (settled, lost or given up) so far."""
         self._waiting: deque[anyio.Event] = deque()
 
-    def claim_sent(self) -> None:
+    def claim_sent(self) -> int:
+        """A claim is being sent: what :meth:`stale` is to be asked with once it is answered."""
         self.claims_in_flight += 1
+        return self.jobs_ended
+
+    def stale(self, sent_at: int) -> bool:
+        """Whether a job ended since the claim was sent (``sent_at``: :meth:`claim_sent`'s answer): an empty
+        answer may then predate the work that job's end readied."""
+        return self.jobs_ended != sent_at
+
+    def job_ended(self) -> None:
+        """A job of this worker ended: its consume may have readied work, its retry may come due."""
+        self.jobs_ended += 1
+        self.wake_one()
 
     def claim_returned(self, got_a_job: bool) -> None:
         """A claim came back (or failed): one that got a job sends one waiting claimer to look for more."""
@@ -58,8 +75,8 @@ class Burst:
         return not (self._jobs_in_hand() or self.claims_in_flight or self._retries_due_after(now - RETRY_SLACK))
 
     async def idle(self) -> None:
-        """After an empty claim: wait until this claimer should look again (woken, a retry of ours due, or
-        :data:`RETRY_SLACK` passed). Call :meth:`done` first: the worker stops then instead."""
+        """After an empty, fresh claim: wait until this claimer should look again (woken, a retry of ours due,
+        or :data:`RETRY_SLACK` passed). Call :meth:`done` first: the worker stops then instead."""
         now = anyio.current_time()
         later = [at for at in self._retries_due_after(now - RETRY_SLACK) if at > now]
         with anyio.move_on_after(min(later) - now if later else RETRY_SLACK):

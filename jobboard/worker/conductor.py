@@ -216,14 +216,15 @@ class Worker:
 
     async def _claim(self, pace: ClaimerPace) -> Claim | None:
         try:
-            self._burst.claim_sent()
+            sent_at = self._burst.claim_sent()
+            fresh, pace.fresh = pace.fresh, False
             with anyio.CancelScope(shield=True):  # a claim made must not be lost to stop()
                 with anyio.fail_after(self.config.settle_timeout) as scope:
                     self._claim_scopes.add(scope)
                     try:
                         if self._stopping:
                             self._hurry(scope)
-                        claim = await (self._ahead.claim_next() if self._ahead is not None
+                        claim = await (self._ahead.claim_next(fresh) if self._ahead is not None
                                        else self.board.claim_next(self.owner, names=self.names))
                     finally:
                         self._claim_scopes.discard(scope)
@@ -247,14 +248,18 @@ class Worker:
             if self._stopping:
                 return None
             if self.config.burst:
-                await self._burst_idle()
+                await self._burst_idle(pace, sent_at)
             else:
                 await self._idler.idle(pace)
         return claim
 
-    async def _burst_idle(self) -> None:
-        """Burst mode: stop once nothing is claimable, nothing runs and no retry of ours is due (a job this
-        worker put back for a retry is waited for, so that a burst run finishes its own retries)."""
+    async def _burst_idle(self, pace: ClaimerPace, sent_at: int) -> None:
+        """Burst mode, after an empty claim sent at ``sent_at``: claim again at once if a job ended since (the
+        answer may be stale); stop once nothing is claimable, nothing runs and no retry of ours is due (a job
+        this worker put back for a retry is waited for, so that a burst run finishes its own retries)."""
+        pace.fresh = True  # whatever comes next, the next claim is a call of its own
+        if self._burst.stale(sent_at):
+            return
         if self._burst.done():
             logger.info("%s: nothing claimable is left (burst): stopping", self.owner)
             self.stop()
@@ -286,7 +291,7 @@ class Worker:
     def _ended(self, job: RunningJob) -> None:
         """``job`` is out of hand (settled, lost or given up): a burst claimer and a drain are told."""
         del self.running[(job.claim.job.id, job.claim.generation)]
-        self._burst.wake_one()
+        self._burst.job_ended()
         if not self.running:
             self._all_done.set()
 

@@ -34,6 +34,8 @@ class ClaimerPace:
         """Immediate wake-ups in a row that found nothing to claim (see :meth:`Idler.idle`)."""
         self.offered = False
         """The last idle wait ended with the board offering work (a claim finding none then lost a race)."""
+        self.fresh = False
+        """The next claim is a call of this claimer's own, sent now (a burst worker's: see :mod:`.burst`)."""
 
     def reset(self) -> None:
         """Back to full speed: a job was claimed, or the board really waited."""

@@ -16,6 +16,7 @@ Chosen over ``redis.asyncio`` and ``coredis`` by measurement (docs/backends/redi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import re
@@ -150,10 +151,12 @@ class Wire(asyncio.BufferedProtocol):
 
     # -- commands ----------------------------------------------------------
 
-    def send(self, command: Sequence[Arg]) -> asyncio.Future[Any]:
-        """Queue one command (written at once if none is in flight and the last read woke at most one caller,
-        else with the next :data:`WRITE_EVERY` or at the end of this loop iteration); its future gets the reply
-        (a :class:`ServerError` for an error reply) or fails with :class:`ConnectionLost`."""
+    def send(self, command: Sequence[Arg], *, now: bool = False) -> asyncio.Future[Any]:
+        """Queue one command: with ``linger`` (and not ``now``), written with what else is queued ``linger`` s
+        after the first of them, or once :data:`LINGER_BATCH` are; else at once if none is in flight and the
+        last read woke at most one caller, else with the next :data:`WRITE_EVERY` or at the end of this loop
+        iteration. Its future gets the reply (a :class:`ServerError` for an error reply) or fails with
+        :class:`ConnectionLost`."""
         done = self._loop.create_future()
         if self.failed is not None:
             done.set_exception(NotSent(str(self.failed)))
@@ -167,7 +170,7 @@ class Wire(asyncio.BufferedProtocol):
         self._waiting.append(done)
         out = self._out
         out.append(packed)
-        if self.linger:
+        if self.linger and not now:
             self._linger(len(out))
         elif (idle and self._woken <= 1) or len(out) >= WRITE_EVERY:
             self._write()
@@ -182,7 +185,14 @@ class Wire(asyncio.BufferedProtocol):
         if queued >= LINGER_BATCH:
             self._write()
         elif self._lingering is None:
-            self._lingering = self._loop.call_later(self.linger, self._write)
+            self._lingering = self._loop.call_later(self.linger, self._write_lingered)
+
+    def _write_lingered(self) -> None:
+        """The linger's timer: write what is queued (a failed write has failed the waiting commands already:
+        nothing to raise into the event loop)."""
+        self._lingering = None
+        with contextlib.suppress(Exception):
+            self._write()
 
     def _flush(self) -> None:
         self._flush_due, self._woken = False, 0

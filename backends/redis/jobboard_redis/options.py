@@ -46,6 +46,7 @@ class RedisOptions:
     """With ``sentinel=<service>``: the Sentinels (the URL's hosts) that name the primary."""
     sentinel: str | None = None
     durability: str = "default"
+    """``strict``: refuse a server without ``appendfsync always``; wait for a replica (``WAIT``)."""
     cluster: bool = False
     """``cluster=1``: the hosts are seed nodes of a Redis Cluster; the board's slot's master is found and followed."""
     seeds: tuple[tuple[str, int], ...] = ()
@@ -53,10 +54,9 @@ class RedisOptions:
     partitions: int = 1
     """With ``cluster=1``: the board spread over this many slots, one partition each (:mod:`.spread`)."""
     order: str = "home"
+    """A spread board's claims: ``home`` (its home partition first) or ``exact`` (the best head on the board)."""
     linger: float = 0.0
     """Seconds a command waits for others to go in the same write (0: none; see :data:`MAX_LINGER`)."""
-    """A spread board's claims: ``home`` (its home partition first) or ``exact`` (the best head on the board)."""
-    """``strict``: refuse a server without ``appendfsync always``; wait for a replica (``WAIT``)."""
     username: str | None = None
     password: str | None = None
 

@@ -124,7 +124,8 @@ class Replication:
         if not self.replicas:
             return await self.unreplicated(wire)
         if self._round is None or self._round.done():
-            self._round = asyncio.ensure_future(self._wait(wire, wire.send(("WAIT", 1, self.wait_ms))))
+            # at once, not after a linger: the write it follows has waited for one already
+            self._round = asyncio.ensure_future(self._wait(wire, wire.send(("WAIT", 1, self.wait_ms), now=True)))
         await asyncio.shield(self._round)
 
     async def _wait(self, wire: Wire, waited: asyncio.Future[Any]) -> None:

@@ -148,8 +148,11 @@ async def test_with_linger_commands_sent_within_it_share_one_write(server: Redis
             many = [wire.send(("INCR", key)) for _ in range(LINGER_BATCH)]
             assert len(writes) == 2  # a full batch goes at once
             assert (await asyncio.gather(*many))[-1] == 3 + LINGER_BATCH
+            asked = time.monotonic()
+            urgent = wire.send(("INCR", key), now=True)  # a WAIT after a write that lingered already: no second wait
+            assert await urgent == 4 + LINGER_BATCH and len(writes) == 3 and time.monotonic() - asked < 0.15
             wire.linger = 0.0
-            assert await wire.send(("INCR", key)) == 4 + LINGER_BATCH and len(writes) == 3  # at once again
+            assert await wire.send(("INCR", key)) == 5 + LINGER_BATCH and len(writes) == 4  # at once again
         finally:
             wire.close()
 

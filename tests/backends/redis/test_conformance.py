@@ -29,3 +29,12 @@ class TestRedisConformance(JobBoardConformance):
                                    "name", "x", "sc", "1", "st", "u", "gen", "0", "att", "0")
         for index in ("all", "ready", "rn:x"):
             await board.backend.client.command("ZADD", f"{prefix}{index}", "1", "999999")
+
+
+class TestRedisLingerConformance(TestRedisConformance):
+    """The same suite with ``?linger=``: every call of the board waits 2 ms to share a write (the contract holds
+    whatever the client's write rules)."""
+
+    @pytest.fixture
+    def board_url(self, redis_url: str) -> str:
+        return f"{redis_url}/0/conformance-{uuid.uuid4().hex}?session_timeout=4&linger=0.002"
