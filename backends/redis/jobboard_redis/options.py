@@ -104,11 +104,16 @@ MIN_REPLY_TIMEOUT = 0.1
 """The shortest ``reply_timeout`` accepted: a shorter one drops every connection whose server takes longer."""
 
 
-def reply_timeout(text: str) -> float:
+def seconds(text: str) -> float:
+    """``text`` as a number of seconds; NaN when it is none (every range check then fails)."""
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
-        value = float("nan")
+        return float("nan")
+
+
+def reply_timeout(text: str) -> float:
+    value = seconds(text)
     if not value >= MIN_REPLY_TIMEOUT:  # (nan too)
         raise ValueError(f"must be a number of seconds, at least {MIN_REPLY_TIMEOUT:g} (a shorter one drops every "
                          f"connection whose server takes longer to answer)")
@@ -120,10 +125,7 @@ MAX_LINGER = 0.1
 
 
 def linger(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
+    value = seconds(text)
     if not 0 <= value <= MAX_LINGER:  # (nan too)
         raise ValueError(f"must be a number of seconds from 0 to {MAX_LINGER:g} (each call waits up to it)")
     return value

@@ -24,12 +24,27 @@ from jobboard_redis.client_wire import (
     ConnectionLost,
     NotSent,
     ServerError,
+    Wire,
     connect,
 )
 from tests.support.redisserver import RedisServer
 from tests.support.tcpproxy import TcpProxy
 
 pytestmark = pytest.mark.timeout(60)
+
+
+def counting_writes(wire: Wire) -> list[bytes]:
+    """What the wire writes from now on, one entry per write to its transport."""
+    assert wire.transport is not None
+    writes: list[bytes] = []
+    write = wire.transport.write
+
+    def counted(data: Any) -> None:
+        writes.append(bytes(data))
+        write(data)
+
+    wire.transport.write = counted  # type: ignore[method-assign]
+    return writes
 
 
 @pytest.fixture
@@ -65,14 +80,7 @@ async def test_a_busy_loop_iteration_writes_every_few_commands_at_once(server: R
         wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
         try:
             assert wire.transport is not None
-            writes: list[bytes] = []
-            write = wire.transport.write
-
-            def counted(data: Any) -> None:
-                writes.append(bytes(data))
-                write(data)
-
-            wire.transport.write = counted  # type: ignore[method-assign]
+            writes = counting_writes(wire)
             key = f"k-{uuid.uuid4().hex}"
             sent = [wire.send(("INCR", key))]
             assert len(writes) == 1  # nothing was in flight: written within the call
@@ -99,14 +107,7 @@ async def test_callers_woken_together_are_written_together(server: RedisServer) 
         wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
         try:
             assert wire.transport is not None
-            writes: list[bytes] = []
-            write = wire.transport.write
-
-            def counted(data: Any) -> None:
-                writes.append(bytes(data))
-                write(data)
-
-            wire.transport.write = counted  # type: ignore[method-assign]
+            writes = counting_writes(wire)
             key = f"k-{uuid.uuid4().hex}"
             blocked = wire.send(("BLPOP", f"empty-{key}", 0.2))  # Redis answers the three after it, in one write
             sent = [blocked, *[wire.send(("INCR", key)) for _ in range(3)]]
@@ -126,14 +127,7 @@ async def test_with_linger_commands_sent_within_it_share_one_write(server: Redis
         wire, _ = await connect("127.0.0.1", server.port, reply_timeout=5, connect_timeout=5, tls=None)
         try:
             assert wire.transport is not None
-            writes: list[bytes] = []
-            write = wire.transport.write
-
-            def counted(data: Any) -> None:
-                writes.append(bytes(data))
-                write(data)
-
-            wire.transport.write = counted  # type: ignore[method-assign]
+            writes = counting_writes(wire)
             wire.linger = 0.2
             key = f"k-{uuid.uuid4().hex}"
             started = time.monotonic()
