@@ -8,7 +8,9 @@ claim sends none: when every claimer woke at each claim that came back, sixteen 
 claiming an empty board for as long as any claim was in flight (0.4-17.7 empty claims a job on redis://, and
 a run that never stopped, ``tests/worker/test_idle.py``). An empty answer to a claim sent before a job of
 this worker ended is stale (the job may have readied work after the board answered): its claimer claims
-again at once, with a call of its own. The claimer whose fresh claim came back last, with nothing running
+again at once, with a call of its own, unless a call of another claimer's own sent since that end is in
+flight (it looks for them; without that, with work that ends about as often as a claim is answered, every
+answer was stale and every claimer kept claiming: 11-14 claims a job). The claimer whose fresh claim came back last, with nothing running
 and no retry of its own due, stops the worker. Dependents readied together are claimed one after another
 (each claim that gets one sends one more claimer), not all at once.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 import anyio
 
@@ -27,6 +30,15 @@ from jobboard.errors import JobBoardError
 RETRY_SLACK = 1.0
 """Seconds a burst worker waits past a retry's due time for the board to offer the job; also the longest a
 waiting claimer sleeps before it looks again."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One claim's send: how many of the worker's jobs had ended then, and whether it is a call of its own
+    (not one sharing another claimer's call in flight, whose answer may be older)."""
+
+    jobs_ended: int
+    own_call: bool
 
 
 class Burst:
@@ -41,26 +53,34 @@ class Burst:
         """Claims being made: the worker does not stop while one may still bring a job."""
         self.jobs_ended = 0
         """Jobs of this worker that ended (settled, lost or given up) so far."""
+        self.looking = 0
+        """Calls of claimers' own in flight, sent since the last job ended: their answers are not stale."""
         self._waiting: deque[anyio.Event] = deque()
 
-    def claim_sent(self) -> int:
-        """A claim is being sent: what :meth:`stale` is to be asked with once it is answered."""
+    def claim_sent(self, own_call: bool) -> Sent:
+        """A claim is being sent (``own_call``: surely a call of its own): what :meth:`claim_returned` and
+        :meth:`claim_again` are to be told once it is answered."""
         self.claims_in_flight += 1
-        return self.jobs_ended
+        self.looking += own_call
+        return Sent(self.jobs_ended, own_call)
 
-    def stale(self, sent_at: int) -> bool:
-        """Whether a job ended since the claim was sent (``sent_at``: :meth:`claim_sent`'s answer): an empty
-        answer may then predate the work that job's end readied."""
-        return self.jobs_ended != sent_at
+    def claim_again(self, sent: Sent) -> bool:
+        """Whether an empty answer to ``sent`` must be checked by claiming again at once: a job ended since
+        it was sent (the answer may predate the work that job's end readied) and no call of another
+        claimer's own sent since then is in flight to find it."""
+        return self.jobs_ended != sent.jobs_ended and not self.looking
 
     def job_ended(self) -> None:
         """A job of this worker ended: its consume may have readied work, its retry may come due."""
         self.jobs_ended += 1
+        self.looking = 0  # the calls in flight were sent before this end
         self.wake_one()
 
-    def claim_returned(self, got_a_job: bool) -> None:
+    def claim_returned(self, sent: Sent, got_a_job: bool) -> None:
         """A claim came back (or failed): one that got a job sends one waiting claimer to look for more."""
         self.claims_in_flight -= 1
+        if sent.own_call and sent.jobs_ended == self.jobs_ended:
+            self.looking -= 1
         if got_a_job:
             self.wake_one()
 

@@ -26,7 +26,7 @@ from jobboard.errors import BackendUnavailable, BoardClosed, JobBoardError, foun
 from jobboard.job import Claim
 from jobboard.schedules.scheduler import run_scheduler
 from jobboard.worker.ahead import ClaimAhead, check_prefetch
-from jobboard.worker.burst import Burst
+from jobboard.worker.burst import Burst, Sent
 from jobboard.worker.config import WorkerConfig, default_owner
 from jobboard.worker.entity import WorkerEntity
 from jobboard.worker.handlers import Handler, Handlers, Hook, Middleware, as_async
@@ -216,8 +216,8 @@ class Worker:
 
     async def _claim(self, pace: ClaimerPace) -> Claim | None:
         try:
-            sent_at = self._burst.claim_sent()
-            fresh, pace.fresh = pace.fresh, False
+            fresh, pace.fresh = pace.fresh and not self._burst.looking, False  # share a fresh call in flight
+            sent = self._burst.claim_sent(own_call=fresh or self._ahead is None)
             with anyio.CancelScope(shield=True):  # a claim made must not be lost to stop()
                 with anyio.fail_after(self.config.settle_timeout) as scope:
                     self._claim_scopes.add(scope)
@@ -231,7 +231,7 @@ class Worker:
         except BoardClosed:
             raise
         except (JobBoardError, TimeoutError) as error:  # BackendUnavailable, or worse: never die of it
-            self._burst.claim_returned(False)
+            self._burst.claim_returned(sent, False)
             self._idler.hand_over(pace)  # it sleeps: another claimer waits on the board meanwhile
             if self._stopping:
                 return None
@@ -241,24 +241,24 @@ class Worker:
             log("%s: claiming failed (%s); retrying in %.1fs", self.owner, str(error) or type(error).__name__, delay)
             await anyio.sleep(delay)
             return None
-        self._burst.claim_returned(claim is not None)
+        self._burst.claim_returned(sent, claim is not None)
         if claim is not None:
             self._idler.hand_over(pace)
         else:
             if self._stopping:
                 return None
             if self.config.burst:
-                await self._burst_idle(pace, sent_at)
+                await self._burst_idle(pace, sent)
             else:
                 await self._idler.idle(pace)
         return claim
 
-    async def _burst_idle(self, pace: ClaimerPace, sent_at: int) -> None:
-        """Burst mode, after an empty claim sent at ``sent_at``: claim again at once if a job ended since (the
-        answer may be stale); stop once nothing is claimable, nothing runs and no retry of ours is due (a job
-        this worker put back for a retry is waited for, so that a burst run finishes its own retries)."""
-        pace.fresh = True  # whatever comes next, the next claim is a call of its own
-        if self._burst.stale(sent_at):
+    async def _burst_idle(self, pace: ClaimerPace, sent: Sent) -> None:
+        """Burst mode, after an empty answer to ``sent``: claim again at once if it may be stale
+        (:meth:`Burst.claim_again`); stop once nothing is claimable, nothing runs and no retry of ours is due (a
+        job this worker put back for a retry is waited for, so that a burst run finishes its own retries)."""
+        pace.fresh = True  # whatever comes next, the next claim is a call of its own (unless one is looking)
+        if self._burst.claim_again(sent):
             return
         if self._burst.done():
             logger.info("%s: nothing claimable is left (burst): stopping", self.owner)

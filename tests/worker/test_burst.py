@@ -5,17 +5,19 @@ the job's dependent still on the board)."""
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections.abc import Collection
 
 import anyio
 import pytest
 
-from jobboard import JobState
+from jobboard import BackendUnavailable, JobState
 from jobboard.board.contract import JobBoard
 from jobboard.job import Claim
 from jobboard.worker import Worker, WorkerConfig
 from jobboard.worker.handlers import Handlers, JobContext
+from jobboard.worker.retry import Retry
 from jobboard.worker.stats import WorkerStats
 from jobboard_memory import MemoryBackend
 
@@ -108,3 +110,66 @@ async def test_a_fan_out_is_run_whole_with_few_empty_claims() -> None:
         states = {await board.state(job) for job in dependents}
     assert stats.consumed == 41 and states == {JobState.COMPLETE}
     assert backend.claims <= 41 + 4 * 16, backend.claims
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+async def test_a_group_limit_does_not_set_the_claimers_claiming_again_and_again(prefetch: int) -> None:
+    """A group at concurrency 1 ends a job about as often as a claim is answered: every empty answer was then
+    stale, and all 16 claimers claimed again (11-14 claims a job, second review of 32cb408). An answer is
+    checked again only when no call of another claimer's own, sent since the job ended, is in flight."""
+    backend = Lagging(f"memory://{uuid.uuid4().hex}")
+    backend.claim_lag = 0.02
+    async with JobBoard(backend) as board:
+        await board.set_limit("g", concurrency=1)
+        jobs = [await board.post("j", {"i": index}, group="g") for index in range(40)]
+        stats = await burst(board, noop, concurrency=16, prefetch=prefetch)
+        states = {await board.state(job) for job in jobs}
+    assert stats.consumed == 40 and states == {JobState.COMPLETE}
+    assert backend.claims <= 4 * 40, backend.claims  # seen: 95-135
+
+
+class Flaky(Lagging):
+    """Lagging, and one claim or settle in seven fails with ``BackendUnavailable`` (seeded)."""
+
+    def __init__(self, url: str, seed: int) -> None:
+        super().__init__(url)
+        self.chance = random.Random(seed)
+
+    async def claim_next(self, owner: str, names: Collection[str] | None = None) -> Claim | None:
+        if self.chance.random() < 0.15:
+            await anyio.sleep(self.claim_lag)
+            raise BackendUnavailable("flaky claim")
+        return await super().claim_next(owner, names)
+
+    async def settle(self, claim: Claim, settle: object) -> object:  # type: ignore[override]
+        if self.chance.random() < 0.15:
+            await anyio.sleep(self.settle_lag)
+            raise BackendUnavailable("flaky settle")
+        return await super().settle(claim, settle)
+
+
+@pytest.mark.parametrize(("concurrency", "prefetch"), [(1, 0), (1, 2), (16, 0), (16, 2)])
+async def test_a_plan_with_retries_a_group_and_faults_is_run_whole(concurrency: int, prefetch: int) -> None:
+    """A chain with retries, a fan-out and a fan-in, a group at concurrency 1, on a board whose claims and
+    settles lag and fail one time in seven: the burst worker runs every job before it stops."""
+    backend = Flaky(f"memory://{uuid.uuid4().hex}", seed=concurrency + prefetch)
+    backend.claim_lag, backend.settle_lag = 0.02, 0.01
+    tried: set[str] = set()
+
+    async def handler(ctx: JobContext) -> None:
+        if ctx.job.details.get("retry") and ctx.job.id not in tried:
+            tried.add(ctx.job.id)
+            raise Retry(0.3)
+
+    async with JobBoard(backend) as board:
+        await board.set_limit("g", concurrency=1)
+        jobs = await post_chain(board, 5)
+        fan = [await board.post("j", {"i": index, "retry": index == 3}, depends_on=[jobs[-1]]) for index in range(6)]
+        jobs += [*fan, await board.post("j", {"last": 1}, depends_on=fan)]
+        jobs += [await board.post("j", {"g": index}, group="g") for index in range(4)]
+        jobs.append(await board.post("j", {"retry": 1}))
+        with anyio.fail_after(40):
+            await Worker(board, handler, WorkerConfig(burst=True, concurrency=concurrency, prefetch=prefetch,
+                                                      idle_backoff=0.05, idle_backoff_max=0.2)).run()
+        states = [await board.state(job) for job in jobs]
+    assert states == [JobState.COMPLETE] * len(jobs), states
