@@ -85,9 +85,9 @@ async def test_claimers_take_from_a_claim_call_in_flight(redis_url: str, monkeyp
             counted = count_requests(board.backend)
             stats = await Worker(board, nothing, WorkerConfig(prefetch=8, concurrency=4, burst=True)).run()
     assert stats.consumed == 90
-    # and the slots' last empty claims, each made again when a held job's end made it stale (burst: the end may
-    # have readied work the empty answer predates); seen 17-19
-    assert counted["call claim_many"] <= 90 / 9 + 4 + 8, counted
+    # and the slots' last empty claims, some made again when a held job's end made them stale (burst: the end
+    # may have readied work the empty answer predates); seen 14-15
+    assert counted["call claim_many"] <= 90 / 9 + 4 + 4, counted
 
 
 class SlowSettles(WrappedBackend):
