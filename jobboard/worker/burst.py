@@ -76,12 +76,13 @@ class Burst:
         self.looking = 0  # the calls in flight were sent before this end
         self.wake_one()
 
-    def claim_returned(self, sent: Sent, got_a_job: bool) -> None:
-        """A claim came back (or failed): one that got a job sends one waiting claimer to look for more."""
+    def claim_returned(self, sent: Sent, got_a_job: bool, failed: bool = False) -> None:
+        """A claim came back: one that got a job sends one waiting claimer to look for more, and so does one
+        that ``failed`` while it was looking (a claimer may have deferred to it, and it now backs off)."""
         self.claims_in_flight -= 1
-        if sent.own_call and sent.jobs_ended == self.jobs_ended:
-            self.looking -= 1
-        if got_a_job:
+        was_looking = sent.own_call and sent.jobs_ended == self.jobs_ended
+        self.looking -= was_looking
+        if got_a_job or (failed and was_looking):
             self.wake_one()
 
     def wake_one(self) -> None:

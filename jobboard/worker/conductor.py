@@ -231,7 +231,7 @@ class Worker:
         except BoardClosed:
             raise
         except (JobBoardError, TimeoutError) as error:  # BackendUnavailable, or worse: never die of it
-            self._burst.claim_returned(sent, False)
+            self._burst.claim_returned(sent, False, failed=True)
             self._idler.hand_over(pace)  # it sleeps: another claimer waits on the board meanwhile
             if self._stopping:
                 return None

@@ -173,3 +173,47 @@ async def test_a_plan_with_retries_a_group_and_faults_is_run_whole(concurrency: 
                                                       idle_backoff=0.05, idle_backoff_max=0.2)).run()
         states = [await board.state(job) for job in jobs]
     assert states == [JobState.COMPLETE] * len(jobs), states
+
+
+class FailingLooker(Lagging):
+    """Lagging; the first claim sent after the first settle was applied fails with ``BackendUnavailable``."""
+
+    settled_at: float | None = None
+    to_fail = 1
+
+    async def claim_next(self, owner: str, names: Collection[str] | None = None) -> Claim | None:
+        if self.settled_at is not None and self.to_fail:
+            self.to_fail -= 1
+            self.claims += 1
+            await anyio.sleep(self.claim_lag)
+            raise BackendUnavailable("the looker's claim fails")
+        return await super().claim_next(owner, names)
+
+    async def settle(self, claim: Claim, settle: object) -> object:  # type: ignore[override]
+        settled = await super().settle(claim, settle)
+        if self.settled_at is None:
+            self.settled_at = anyio.current_time()
+        return settled
+
+
+@pytest.mark.parametrize("backoff", [0.1, 1.0])
+async def test_a_failed_looker_does_not_hold_up_the_readied_step(backoff: float) -> None:
+    """A stale answer's claimer defers to another's fresh call in flight; when that call failed, nobody was
+    woken: the readied step waited for the failed claimer's back-off or a second (1.1-1.3 s, third review of
+    406ed00). A failed looker now wakes a waiting claimer."""
+    backend = FailingLooker(f"memory://{uuid.uuid4().hex}")
+    backend.claim_lag, backend.settle_lag = 0.1, 0.05
+    started: dict[int, float] = {}
+
+    async def handler(ctx: JobContext) -> None:
+        started[ctx.job.details["i"]] = anyio.current_time()
+
+    async with JobBoard(backend) as board:
+        first = await board.post("j", {"i": 0})
+        second = await board.post("j", {"i": 1}, depends_on=[first])
+        with anyio.fail_after(20):
+            await Worker(board, handler, WorkerConfig(burst=True, concurrency=2, prefetch=1, idle_backoff=backoff,
+                                                      idle_backoff_max=10)).run()
+        states = [await board.state(job) for job in (first, second)]
+    assert states == [JobState.COMPLETE] * 2 and backend.settled_at is not None
+    assert started[1] - backend.settled_at < 0.5, started[1] - backend.settled_at  # seen 0.26-0.4 before 406ed00
