@@ -187,6 +187,11 @@ class Wire(asyncio.BufferedProtocol):
         elif self._lingering is None:
             self._lingering = self._loop.call_later(self.linger, self._write_lingered)
 
+    def _stop_lingering(self) -> None:
+        if self._lingering is not None:
+            self._lingering.cancel()
+            self._lingering = None
+
     def _write_lingered(self) -> None:
         """The linger's timer: write what is queued (a failed write has failed the waiting commands already:
         nothing to raise into the event loop)."""
@@ -202,9 +207,7 @@ class Wire(asyncio.BufferedProtocol):
         """Write what is queued; a closing connection writes nothing (``connection_lost`` fails the
         waiting commands), a failed write fails them at once (the replies would be out of step)."""
         out, self._out = self._out, []
-        if self._lingering is not None:
-            self._lingering.cancel()
-            self._lingering = None
+        self._stop_lingering()
         transport = self.transport
         if transport is None or self.failed is not None or not out or transport.is_closing():
             return
@@ -230,9 +233,7 @@ class Wire(asyncio.BufferedProtocol):
     def _fail(self, error: ConnectionLost) -> None:
         if self.failed is None:
             self.failed = error
-        if self._lingering is not None:
-            self._lingering.cancel()
-            self._lingering = None
+        self._stop_lingering()
         if self.transport is not None:
             self.transport.abort()
         while self._waiting:

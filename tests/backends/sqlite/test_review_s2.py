@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
@@ -18,6 +20,7 @@ import pytest
 from jobboard import open_board
 from jobboard.errors import BoardConflict
 from jobboard_sqlite import files
+from tests.backends.sqlite.test_review_s import spawn
 from tests.backends.sqlite.test_schema_upgrade import OLDER_PROCESS, as_version_2, user_version
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,13 +48,8 @@ async def test_an_upgrade_sees_an_older_process_whose_stored_lock_path_is_anothe
     # The older process holds <db>-jobboard/older.lock but stored it as seen in its container: /data/...
     script = OLDER_PROCESS.replace("(os.getpid(), time.time(), lock)",
                                    "(os.getpid(), time.time(), '/data/jobs.db-jobboard/older.lock')")
-    older = await asyncio.create_subprocess_exec(sys.executable, "-c", script, str(path),
-                                                 str(lock_dir / "older.lock"), stdin=asyncio.subprocess.PIPE,
-                                                 stdout=asyncio.subprocess.PIPE)
+    older = await spawn(script, str(path), str(lock_dir / "older.lock"))
     try:
-        assert older.stdout is not None
-        with anyio.fail_after(20):
-            assert (await older.stdout.readline()).strip() == b"ready"
         with pytest.raises(BoardConflict, match="is open in 1 process"):
             async with open_board(url):
                 pass
@@ -62,42 +60,45 @@ async def test_an_upgrade_sees_an_older_process_whose_stored_lock_path_is_anothe
             await older.wait()
 
 
-def test_a_sigkilled_owner_not_yet_reaped_is_dead_at_once(tmp_path: Path) -> None:
-    """A zombie (its parent has not waited for it) holds no flock: its session is dead, no 60 s wait."""
-    lock = tmp_path / "s.lock"
+@contextmanager
+def owner_of(lock: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A process holding ``lock`` as a session's owner does (``ready`` read), killed and waited for after."""
     child = subprocess.Popen([sys.executable, "-c", OWNER, str(lock)], stdout=subprocess.PIPE)
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == b"ready"
-        os.kill(child.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while files.process_state(child.pid) is not None and files.process_state(child.pid)[0] != "Z":  # type: ignore[index]
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        dead, fd = files.probe(lock, 0.5)
-        assert dead and fd >= 0
-        os.close(fd)
+        yield child
     finally:
         child.kill()
         child.wait(timeout=10)
+
+
+def until_state(pid: int, state: str) -> None:
+    """Wait (10 s at most) until ``/proc`` shows ``pid`` in ``state`` (``Z``, ``T`` ...) or gone."""
+    deadline = time.monotonic() + 10
+    while (found := files.process_state(pid)) is not None and found[0] != state:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_a_sigkilled_owner_not_yet_reaped_is_dead_at_once(tmp_path: Path) -> None:
+    """A zombie (its parent has not waited for it) holds no flock: its session is dead, no 60 s wait."""
+    lock = tmp_path / "s.lock"
+    with owner_of(lock) as child:
+        os.kill(child.pid, signal.SIGKILL)
+        until_state(child.pid, "Z")
+        dead, fd = files.probe(lock, 0.5)
+        assert dead and fd >= 0
+        os.close(fd)
 
 
 def test_a_running_owner_silent_past_its_timeout_is_kept_and_a_stopped_one_is_not(tmp_path: Path) -> None:
     lock = tmp_path / "s.lock"
-    child = subprocess.Popen([sys.executable, "-c", OWNER, str(lock)], stdout=subprocess.PIPE)
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == b"ready"
+    with owner_of(lock) as child:
         assert files.probe(lock, 0.5) == (False, -1)  # running (sleeping): silent 10 s < HUNG_AFTER, kept
         os.kill(child.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 10
-        while files.process_state(child.pid)[0] != "T":  # type: ignore[index]
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
+        until_state(child.pid, "T")
         assert files.probe(lock, 0.5) == (True, -1)  # stopped: ended (the caller cleans up)
-    finally:
-        child.kill()
-        child.wait(timeout=10)
 
 
 def test_a_lock_file_being_born_is_not_taken_for_dead(tmp_path: Path) -> None:
@@ -120,21 +121,19 @@ def test_a_frozen_owner_is_taken_for_stopped(tmp_path: Path) -> None:
     lock = tmp_path / "s.lock"
     group = FREEZER / f"jobboard-rs2-{os.getpid()}"
     group.mkdir()
-    child = subprocess.Popen([sys.executable, "-c", OWNER, str(lock)], stdout=subprocess.PIPE)
     try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == b"ready"
-        (group / "cgroup.procs").write_text(str(child.pid))
-        (group / "freezer.state").write_text("FROZEN")
-        deadline = time.monotonic() + 10
-        while (group / "freezer.state").read_text().strip() != "FROZEN":
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        assert files.probe(lock, 0.5) == (True, -1)  # silent 10 s, timeout 0.5, frozen: as good as stopped
+        with owner_of(lock) as child:
+            try:
+                (group / "cgroup.procs").write_text(str(child.pid))
+                (group / "freezer.state").write_text("FROZEN")
+                deadline = time.monotonic() + 10
+                while (group / "freezer.state").read_text().strip() != "FROZEN":
+                    assert time.monotonic() < deadline
+                    time.sleep(0.02)
+                assert files.probe(lock, 0.5) == (True, -1)  # silent 10 s, timeout 0.5, frozen: as good as stopped
+            finally:
+                (group / "freezer.state").write_text("THAWED")
     finally:
-        (group / "freezer.state").write_text("THAWED")
-        child.kill()
-        child.wait(timeout=10)
         group.rmdir()
 
 
@@ -197,15 +196,11 @@ def test_a_running_owner_hidden_by_hidepid_is_kept() -> None:
     where = Path(tempfile.mkdtemp(prefix="jobboard-rs2-"))  # pytest's tmp_path is root's own (0700): not nobody's
     where.chmod(0o755)
     lock = where / "s.lock"
-    child = subprocess.Popen([sys.executable, "-c", OWNER, str(lock)], stdout=subprocess.PIPE)
     try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == b"ready"
-        assert files.probe(lock, 0.5) == (False, -1)  # root sees it running: kept
-        script = HIDDEN_PROBE.format(python=sys.executable, lock=lock)
-        seen = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, timeout=30, check=True)
-        assert seen.stdout.strip() == b"False"  # nobody, under hidepid=2: kept too
+        with owner_of(lock):
+            assert files.probe(lock, 0.5) == (False, -1)  # root sees it running: kept
+            script = HIDDEN_PROBE.format(python=sys.executable, lock=lock)
+            seen = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, timeout=30, check=True)
+            assert seen.stdout.strip() == b"False"  # nobody, under hidepid=2: kept too
     finally:
-        child.kill()
-        child.wait(timeout=10)
         shutil.rmtree(where)
