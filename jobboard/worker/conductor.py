@@ -29,6 +29,7 @@ from jobboard.worker.ahead import ClaimAhead, check_prefetch
 from jobboard.worker.burst import Burst, Sent
 from jobboard.worker.config import WorkerConfig, default_owner
 from jobboard.worker.entity import WorkerEntity
+from jobboard.worker.guards import Guards
 from jobboard.worker.handlers import Handler, Handlers, Hook, Middleware, as_async
 from jobboard.worker.idle import ClaimerPace, Idler
 from jobboard.worker.retry import Backoff, Settlement
@@ -203,7 +204,7 @@ class Worker:
         """Run a claimed job in its own task (its slot taken)."""
         self._runner.claimed(claim.job.id)
         self.stats.claimed += 1
-        job = RunningJob(claim, self.config.lease)
+        job = RunningJob(claim, self.config.lease, Guards(jobs))
         self.running[(claim.job.id, claim.generation)] = job
         jobs.start_soon(self._run_job, job, jobs)
         if self._cancel_new is not None:

@@ -11,7 +11,6 @@ grace period is over (then the board's close releases the claim).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import threading
@@ -24,7 +23,6 @@ from typing import Any
 import anyio
 import anyio.from_thread
 import anyio.lowlevel
-from anyio.abc import TaskGroup
 
 from jobboard.backend import SettleAction
 from jobboard.board.checks import TIMEOUT_KEY
@@ -32,6 +30,7 @@ from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, ClaimLost, InvalidJob, JobBoardError, NotOwner
 from jobboard.job import Claim
 from jobboard.worker.config import WorkerConfig
+from jobboard.worker.guards import Guards
 from jobboard.worker.handlers import THREADS_RUNNING, Handler, Handlers, JobContext, Middleware
 from jobboard.worker.progress import ProgressReporter
 from jobboard.worker.retry import Backoff, RetryPolicy, Settlement, decide
@@ -52,9 +51,11 @@ SETTLE_BACKOFF = (0.1, 2.0, 5.0)
 class RunningJob:
     """One claimed job while its handler runs: its cancel scope, lease and fate."""
 
-    def __init__(self, claim: Claim, lease: float | None) -> None:
+    def __init__(self, claim: Claim, lease: float | None, guards: Guards) -> None:
         self.claim = claim
         self.lease = lease
+        self.guards = guards
+        """The tasks beside its handler: the claim's watch, the lease's keeper, the progress writer."""
         self.scope = anyio.CancelScope()
         self.lost: str | None = None
         self.cancelled_because = ""
@@ -136,13 +137,14 @@ class JobRunner:
             return self._spent(job.claim, job.limit), "failed"
         settlement: Settlement | None = None
         with job.scope:
-            async with anyio.create_task_group() as guards:
-                context = JobContext(job.claim, self.board, job.heartbeat, self.shared, progress_of(self.board, job, guards))
-                guards.start_soon(self._watch_claim, job)
+            try:
+                context = JobContext(job.claim, self.board, job.heartbeat, self.shared, progress_of(self.board, job))
+                job.guards.start_soon(partial(self._watch_claim, job))
                 if job.lease is not None:
-                    guards.start_soon(self._keep_lease, job)
+                    job.guards.start_soon(partial(self._keep_lease, job))
                 settlement = await self._invoke(context, policy, timeout)
-                guards.cancel_scope.cancel()
+            finally:
+                await job.guards.close()
         if job.lost is not None:
             cancelled = job.lost == "trashed"  # only the owner trashes a claimed job, or a cancel
             self.stats.count("cancelled" if cancelled else "lost")
@@ -207,9 +209,8 @@ class JobRunner:
 
         A watch that fails for good is no loss either: the handler goes on and its
         settle finds out (giving the job up here would leave it claimed). A handler done before this task's
-        first turn (a short one that never waited) is not watched at all: no read for it.
+        first turn (a short one that never waited) is not watched at all: no read for it (:mod:`.guards`).
         """
-        await anyio.lowlevel.checkpoint_if_cancelled()
         while True:
             try:
                 reason = await self.board.watch_claim(job.claim)
@@ -220,16 +221,20 @@ class JobRunner:
                 logger.warning("%s: cannot watch the claim of job %s (%s); its settle will tell",
                                self.config.owner, job.claim.job.id, error)
                 return
-        job.lose(reason)
+        if not job.guards.closed:  # a wake-up already due when the handler ended
+            job.lose(reason)
 
     async def _keep_lease(self, job: RunningJob) -> None:
         assert job.lease is not None
         while (left := job.lease_left()) > 0:
             await anyio.sleep(min(left, job.lease / 3))
+            if job.guards.closed:  # a wake-up already due when the handler ended
+                return
             if self.config.lease_renewal == "auto" and job.lease_left() > 0:
                 job.heartbeat()  # on time: the event loop is alive
-        job.lose(f"lease of {job.lease}s ran out")
-        await self._apply_with_retries(job.claim, Settlement(SettleAction.ABANDON, reason="lease ran out"))
+        with job.guards.holding():  # the job's end waits for the abandon
+            job.lose(f"lease of {job.lease}s ran out")
+            await self._apply_with_retries(job.claim, Settlement(SettleAction.ABANDON, reason="lease ran out"))
 
     # -- settling ----------------------------------------------------------------
 
@@ -332,17 +337,16 @@ class JobRunner:
             await self.board.trash(claim, settlement.reason, error=settlement.error)
 
 
-def progress_of(board: JobBoard, job: RunningJob, guards: TaskGroup) -> Callable[[float, str], None]:
+def progress_of(board: JobBoard, job: RunningJob) -> Callable[[float, str], None]:
     """``JobContext.progress`` of ``job``: no report, no reporter. The first report makes the job's
-    :class:`ProgressReporter` and starts its writer among the ``guards``, on the event loop (a handler's
+    :class:`ProgressReporter` and starts its writer among the job's guards, on the event loop (a handler's
     thread waits for that once); the writer is cancelled with the guards, a pending value goes with the settle."""
     token, loop_thread = anyio.lowlevel.current_token(), threading.get_ident()
     lock = threading.Lock()
     made: list[ProgressReporter] = []
 
-    def start(reporter: ProgressReporter) -> None:  # on the event loop
-        with contextlib.suppress(RuntimeError):  # the guards are done: the handler returned
-            guards.start_soon(reporter.run)
+    def start(reporter: ProgressReporter) -> None:  # on the event loop; none once the handler returned
+        job.guards.start_soon(reporter.run)
 
     def report(fraction: float, note: str = "") -> None:
         if not made:

@@ -1,0 +1,113 @@
+"""A running job's guards (the claim's watch, the lease's keeper, the progress writer) run beside its handler
+without holding its slot: a handler that never waited costs its slot no event-loop iteration for them, a guard
+whose first turn comes after the handler's end does nothing, and the one guard a job's end waits for is one
+holding the job (the lease keeper's abandon)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import pytest
+
+from jobboard import JobContext, NewJob, open_board
+from jobboard.worker import Worker, WorkerConfig
+from jobboard.worker.guards import Guards
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def loop_iterations(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The event loop's iterations (``_run_once`` calls) so far, in ``[0]``."""
+    counted = [0]
+    original = asyncio.BaseEventLoop._run_once  # type: ignore[attr-defined]
+
+    def run_once(self: Any) -> None:
+        counted[0] += 1
+        original(self)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "_run_once", run_once)
+    yield counted
+
+
+async def nothing(ctx: JobContext) -> None:
+    """A handler that never waits."""
+
+
+@pytest.mark.parametrize(("prefetch", "most"), [(0, 2.5), (8, 3.5)])
+async def test_a_one_slot_worker_spends_few_event_loop_iterations_a_job(
+    prefetch: int, most: float, loop_iterations: list[int],
+) -> None:
+    """memory://, one slot, 200 jobs of a handler that never waits: 2.03 iterations a job, 3.03 with prefetch
+    (6.03 and 7.03 while the guards were a task group of the job's own: the slot waited for anyio to deliver
+    their cancel, over several iterations)."""
+    with anyio.fail_after(30):
+        async with open_board(f"memory://{uuid.uuid4().hex}") as board:
+            await board.post_many([NewJob("j", {"n": number}) for number in range(200)])
+            before = loop_iterations[0]
+            stats = await Worker(board, nothing, WorkerConfig(concurrency=1, prefetch=prefetch, burst=True)).run()
+            per_job = (loop_iterations[0] - before) / 200
+    assert stats.consumed == 200
+    assert per_job <= most, per_job
+
+
+async def test_a_guard_whose_first_turn_comes_after_the_close_does_nothing_and_none_starts_after() -> None:
+    ran: list[str] = []
+
+    async def guard(name: str) -> None:
+        ran.append(name)
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            guards = Guards(tasks)
+            guards.start_soon(lambda: guard("before"))
+            await guards.close()  # the handler ended before the guard's first turn
+            guards.start_soon(lambda: guard("after"))
+    assert ran == []
+
+
+async def test_the_close_cancels_a_waiting_guard_without_waiting_for_it() -> None:
+    started, ended = anyio.Event(), anyio.Event()
+
+    async def watch() -> None:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            ended.set()
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            guards = Guards(tasks)
+            guards.start_soon(watch)
+            await started.wait()
+            await guards.close()
+            assert not ended.is_set()  # the slot went on at once
+        assert ended.is_set()  # and the guard was cancelled
+
+
+async def test_the_close_waits_for_a_guard_holding_the_job() -> None:
+    started = anyio.Event()
+    applied: list[float] = []
+
+    async def keep_lease() -> None:
+        with guards.holding():
+            started.set()
+            with anyio.CancelScope(shield=True):  # as the lease keeper's abandon is
+                await anyio.sleep(0.2)
+            applied.append(anyio.current_time())
+
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            guards = Guards(tasks)
+            guards.start_soon(keep_lease)
+            await started.wait()
+            await guards.close()
+            closed_at = anyio.current_time()
+            with pytest.raises(AssertionError), guards.holding():  # none holds the job once the handler ended
+                pass
+    assert applied and applied[0] <= closed_at
