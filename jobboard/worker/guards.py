@@ -6,7 +6,9 @@ cancelled, and one whose first turn comes after the close does nothing at all. S
 never waited) costs each guard a task step, and its slot no event-loop iteration: a task group of the job's
 own made the slot wait for its guards' cancellation, which anyio delivers over several iterations (five of the
 eight a one-slot worker spent per job; 11 callbacks a job, now 5). The one thing a slot waits for is a guard *holding* the job: the
-lease keeper's abandon of a claim whose lease ran out, which the job's end must not overtake.
+lease keeper's abandon of a claim whose lease ran out, which the job's end must not overtake. A handler
+cancelled (its claim lost, the worker stopping now) cancels its guards at once, not when its cancellation
+has run its course: a cleanup outlasting the lease is no lost lease.
 
 Atomic by the event loop: a guard checks :attr:`Guards.closed` after each wait before it acts, and a close and
 a guard's step never interleave.
@@ -57,12 +59,17 @@ class Guards:
             if self._holding == 0 and self._let_go is not None:
                 self._let_go.set()
 
-    async def close(self) -> None:
-        """Cancel every guard; wait (shielded) only for those :meth:`holding` the job. No checkpoint when none
-        holds it."""
+    def cancel(self) -> None:
+        """Cancel every guard, now and from now on (the handler is being cancelled, or has ended); a guard
+        :meth:`holding` the job goes on (its section is shielded)."""
         self.closed = True
         for scope in self._scopes:
             scope.cancel()
+
+    async def close(self) -> None:
+        """:meth:`cancel`, then wait (shielded) only for the guards :meth:`holding` the job. No checkpoint when
+        none holds it."""
+        self.cancel()
         if self._holding:
             self._let_go = anyio.Event()
             with anyio.CancelScope(shield=True):

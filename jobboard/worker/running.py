@@ -76,15 +76,17 @@ class RunningJob:
         return self._renewed_at + self.lease - anyio.current_time()
 
     def lose(self, reason: str) -> None:
-        """The claim is gone: cancel the handler; the job is not settled here."""
+        """The claim is gone: cancel the handler and its other guards; the job is not settled here."""
         if self.lost is None:
             self.lost = reason
         self.scope.cancel()
+        self.guards.cancel()
 
     def cancel(self, reason: str) -> None:
         """Cancel the handler (shutdown); the job is abandoned."""
         self.cancelled_because = reason
         self.scope.cancel()
+        self.guards.cancel()
 
     def duration(self) -> float:
         return time.monotonic() - self.started

@@ -6,15 +6,17 @@ holding the job (the lease keeper's abandon)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
 import pytest
 
 from jobboard import JobContext, NewJob, open_board
-from jobboard.worker import Worker, WorkerConfig
+from jobboard.errors import BackendUnavailable
+from jobboard.worker import Worker, WorkerConfig, WorkerStats
 from jobboard.worker.guards import Guards
 
 pytestmark = pytest.mark.timeout(60)
@@ -111,3 +113,95 @@ async def test_the_close_waits_for_a_guard_holding_the_job() -> None:
             with pytest.raises(AssertionError), guards.holding():  # none holds the job once the handler ended
                 pass
     assert applied and applied[0] <= closed_at
+
+
+def cleanup_outlasting_the_lease(started: anyio.Event) -> Callable[[JobContext], Awaitable[None]]:
+    """A handler that waits until cancelled, then cleans up for 0.6 s, shielded (past a lease of 0.5 s)."""
+    async def handler(ctx: JobContext) -> None:
+        started.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.6)
+
+    return handler
+
+
+async def running_until(worker: Worker, moment: Callable[[], Awaitable[None]]) -> WorkerStats:
+    """Run ``worker`` while ``moment()`` runs beside it; its stats."""
+    ran: list[WorkerStats] = []
+
+    async def run() -> None:
+        ran.append(await worker.run())
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(run)
+        await moment()
+    return ran[0]
+
+
+async def test_a_stop_now_during_a_cleanup_that_outlasts_the_lease_is_a_shutdown_not_a_lost_lease() -> None:
+    """(Review of the guards' move: the lease keeper ran on until the handler's cancellation had run its course,
+    and the stop turned into a lost lease, the attempt counted.)"""
+    started = anyio.Event()
+    with anyio.fail_after(10):
+        async with open_board(f"memory://{uuid.uuid4().hex}") as board:
+            job = await board.post("j", {})
+            worker = Worker(board, cleanup_outlasting_the_lease(started),
+                            WorkerConfig(concurrency=1, lease=0.5, lease_renewal="heartbeat", grace_period=0))
+
+            async def stop_with_lease_left() -> None:
+                await started.wait()
+                await anyio.sleep(0.2)  # 0.3 s of the lease left
+                worker.stop(now=True)
+
+            stats = await running_until(worker, stop_with_lease_left)
+            after = await board.get(job.id)
+    assert (stats.lost, stats.abandoned_on_shutdown) == (0, 1), stats
+    assert after is not None and after.attempts == 0, after  # given back uncounted
+
+
+async def test_a_lost_claim_cancels_its_lease_keeper_with_its_handler() -> None:
+    """A job cancelled from outside while its board refuses every abandon: the burst worker ends once the
+    handler's cleanup has (review: the lease keeper ran on, abandoned the lost claim at the lease's end, and the
+    job's end waited for that abandon for as long as the outage lasted)."""
+    started = anyio.Event()
+    abandons: list[Any] = []
+
+    async def abandon(*args: Any, **kwargs: Any) -> None:
+        abandons.append(args)
+        raise BackendUnavailable("down for abandons")
+
+    with anyio.fail_after(10):
+        async with open_board(f"memory://{uuid.uuid4().hex}") as board:
+            job = await board.post("j", {})
+            board.abandon = abandon  # type: ignore[method-assign]
+            worker = Worker(board, cleanup_outlasting_the_lease(started),
+                            WorkerConfig(concurrency=1, lease=0.5, lease_renewal="heartbeat", burst=True,
+                                         grace_period=1))
+
+            async def cancel_with_lease_left() -> None:
+                await started.wait()
+                await anyio.sleep(0.2)
+                await board.cancel(job.id, "no longer wanted")
+                cancelled_at.append(anyio.current_time())
+
+            cancelled_at: list[float] = []
+            stats = await running_until(worker, cancel_with_lease_left)
+            took = anyio.current_time() - cancelled_at[0]
+    assert stats.cancelled == 1 and not abandons, (stats, abandons)
+    assert took < 3, took  # the cleanup's 0.6 s, then the burst worker's end
+
+
+async def test_a_handler_that_blocks_the_loop_past_its_lease_without_awaiting_is_settled_with_its_result() -> None:
+    """Its lease keeper's first turn comes after its end and does nothing (it used to abandon the finished job,
+    counted lost: 5 runs, then trashed)."""
+    async def blocking(ctx: JobContext) -> None:
+        time.sleep(0.4)  # noqa: ASYNC251 - the point: the loop is blocked past the lease, and no await
+
+    with anyio.fail_after(10):
+        async with open_board(f"memory://{uuid.uuid4().hex}") as board:
+            await board.post("j", {})
+            stats = await Worker(board, blocking, WorkerConfig(concurrency=1, lease=0.2, burst=True)).run()
+    assert (stats.consumed, stats.lost) == (1, 0), stats
