@@ -116,6 +116,14 @@ class ClaimAhead:
             if arrival.short and not self.held:  # a call made since we asked found nothing more: none now
                 return None
 
+    def take_fresh(self) -> Claim | None:
+        """The oldest held claim if it may start with no read (known current less than :data:`HELD_FRESH` s
+        ago, no check running), taken; else ``None`` (a claimer's :meth:`claim_next` checks, or calls)."""
+        if self.held and self._checking is None and \
+                anyio.current_time() - self._known_at[key(self.held[0])] < HELD_FRESH:
+            return self._take()
+        return None
+
     async def _claim_call(self) -> Claim | None:
         """``claim_many`` of one and the room left ahead (reserved while in flight); the rest held."""
         ahead = max(0, self.prefetch - len(self.held) - self._reserved)

@@ -279,11 +279,16 @@ class Worker:
             await self._settles.hand_off(jobs, partial(self._runner.settle, job, settlement, outcome),
                                          partial(self._ended, job))
 
+        ran = False
         try:
             await self._runner.run(job, settle_apart if self._settles is not None else None)
+            ran = True
         finally:
-            if job.next_claim is not None:  # its consume claimed the next job: the slot goes on to it
-                self._start(job.next_claim, jobs)
+            # its consume claimed the next job, or a job is held ahead: the slot goes on to it (no claimer's turn)
+            following = job.next_claim or (self._ahead.take_fresh() if ran and self._ahead and not self._stopping
+                                           else None)
+            if following is not None:
+                self._start(following, jobs)
             else:
                 self._slots.release()
             if not handed:
