@@ -88,6 +88,8 @@ class ClaimAhead:
         """Held claims found lost (cancelled, settled elsewhere, their session lost) before they started."""
         self.checks = 0
         """Checks of the held claims made (each reads every held claim, at once)."""
+        self.closing = False
+        """The worker is stopping: no held claim is taken any more (they are given back), nor a call made."""
 
     async def claim_next(self, fresh: bool = False) -> Claim | None:
         """The oldest held claim still current (checked first, with the others, once not known current for
@@ -96,13 +98,20 @@ class ClaimAhead:
         (the answer must be newer than now: a call in flight may predate a job just readied); else a claim call
         for one slot plus what room is left ahead.
 
+        Once :attr:`closing`, ``None`` (a claimer waiting for a call in flight when the worker stops takes none
+        of its held jobs: they are given back).
+
         :raises JobBoardError: as ``board.claim_next`` (nothing is held from a failed call)."""
         while True:
+            if self.closing:
+                return None
             while self.held:
                 if self._checking is not None:
                     await self._checking.wait()
                 elif anyio.current_time() - self._known_at[key(self.held[0])] >= HELD_FRESH:
                     await self._check_held()
+                elif self.closing:
+                    return None
                 else:
                     return self._take()
             if fresh or self._reserved <= self._awaiting:
@@ -119,7 +128,7 @@ class ClaimAhead:
     def take_fresh(self) -> Claim | None:
         """The oldest held claim if it may start with no read (known current less than :data:`HELD_FRESH` s
         ago, no check running), taken; else ``None`` (a claimer's :meth:`claim_next` checks, or calls)."""
-        if self.held and self._checking is None and \
+        if self.held and self._checking is None and not self.closing and \
                 anyio.current_time() - self._known_at[key(self.held[0])] < HELD_FRESH:
             return self._take()
         return None

@@ -109,6 +109,8 @@ class Worker:
         if self._stopping_since is None:
             self._stopping_since = anyio.current_time()
         self._claiming.cancel()
+        if self._ahead is not None:
+            self._ahead.closing = True  # held jobs are given back, not started
         self._entity.registering.cancel()
         for scope in self._claim_scopes:
             self._hurry(scope)
@@ -285,8 +287,7 @@ class Worker:
             ran = True
         finally:
             # its consume claimed the next job, or a job is held ahead: the slot goes on to it (no claimer's turn)
-            following = job.next_claim or (self._ahead.take_fresh() if ran and self._ahead and not self._stopping
-                                           else None)
+            following = job.next_claim or (self._ahead.take_fresh() if ran and self._ahead else None)
             if following is not None:
                 self._start(following, jobs)
             else:

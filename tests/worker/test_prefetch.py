@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 
 import anyio
@@ -21,6 +21,7 @@ from jobboard import JobBoard, JobContext, JobState, Priority, open_board
 from jobboard.backend import Backend
 from jobboard.cli.app import main
 from jobboard.errors import Unsupported
+from jobboard.job import Claim
 from jobboard.worker.ahead import HELD_FRESH
 from jobboard.worker.conductor import Worker, WorkerConfig
 from jobboard.worker.handlers import as_async
@@ -276,3 +277,39 @@ async def test_a_claim_many_cancelled_during_a_set_aside_keeps_no_claim(redis_ur
             for claim in claims:  # returned to the caller: its to give back
                 await board.release(claim)
             assert await claimed_by(board, jobs) == [None, None], "claims made, neither returned nor given back"
+
+
+class SlowClaimReplies(MemoryBackend):
+    """memory:// whose ``claim_many`` replies take 0.3 s, as a round trip under load would."""
+
+    async def claim_many(self, owner: str, names: Collection[str] | None, count: int) -> list[Claim]:
+        claims = await super().claim_many(owner, names, count)
+        await anyio.sleep(0.3)
+        return claims
+
+
+async def test_a_claimer_waiting_for_a_call_in_flight_at_the_stop_starts_none_of_its_held_jobs() -> None:
+    """Concurrency 2, prefetch 2: one claimer's call in flight, the other waiting for it, when the worker stops.
+    The call's own job runs (a claim made is not lost to a stop); the two held ones are given back, not started
+    (found by a review: the waiting claimer took a held one after the stop and ran it)."""
+    started_after_stop: list[str] = []
+
+    async def handler(ctx: JobContext) -> None:
+        if worker.stats.claimed and stopped:
+            started_after_stop.append(ctx.job.id)
+
+    stopped = False
+    async with JobBoard(SlowClaimReplies(f"memory://{uuid.uuid4().hex}")) as board:
+        for _ in range(3):
+            await board.post("x")
+        worker = Worker(board, handler, WorkerConfig(prefetch=2, concurrency=2))
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as group:
+                group.start_soon(worker.run)
+                await worker.started.wait()
+                await anyio.sleep(0.1)
+                stopped = True
+                worker.stop()
+        assert await board.job_count() == 2
+    assert (worker.stats.claimed, worker.stats.released) == (1, 2), worker.stats
+    assert len(started_after_stop) == 1, started_after_stop  # the call's own job only
