@@ -103,17 +103,15 @@ class ClaimAhead:
 
         :raises JobBoardError: as ``board.claim_next`` (nothing is held from a failed call)."""
         while True:
-            if self.closing:
-                return None
-            while self.held:
+            while self.held and not self.closing:
                 if self._checking is not None:
                     await self._checking.wait()
                 elif anyio.current_time() - self._known_at[key(self.held[0])] >= HELD_FRESH:
                     await self._check_held()
-                elif self.closing:
-                    return None
                 else:
                     return self._take()
+            if self.closing:
+                return None
             if fresh or self._reserved <= self._awaiting:
                 return await self._claim_call()
             self._awaiting += 1

@@ -5,10 +5,10 @@ The job's slot closes its guards when the handler ends and goes on without waiti
 cancelled, and one whose first turn comes after the close does nothing at all. So a short handler (one that
 never waited) costs each guard a task step, and its slot no event-loop iteration: a task group of the job's
 own made the slot wait for its guards' cancellation, which anyio delivers over several iterations (five of the
-eight a one-slot worker spent per job; 11 callbacks a job, now 5). The one thing a slot waits for is a guard *holding* the job: the
-lease keeper's abandon of a claim whose lease ran out, which the job's end must not overtake. A handler
-cancelled (its claim lost, the worker stopping now) cancels its guards at once, not when its cancellation
-has run its course: a cleanup outlasting the lease is no lost lease.
+eight a one-slot worker spent per job; 11 callbacks a job, now 5). The one thing a slot waits for is a guard
+*holding* the job: the lease keeper's abandon of a claim whose lease ran out, which the job's end must not
+overtake. A handler cancelled (its claim lost, the worker stopping now) cancels its guards at once, not when
+its cancellation has run its course: a cleanup outlasting the lease is no lost lease.
 
 Atomic by the event loop: a guard checks :attr:`Guards.closed` after each wait before it acts, and a close and
 a guard's step never interleave.

@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -57,18 +58,25 @@ async def test_a_one_slot_worker_spends_few_event_loop_iterations_a_job(
     assert per_job <= most, per_job
 
 
+@asynccontextmanager
+async def guards_of_a_job() -> AsyncIterator[Guards]:
+    """A job's guards among the tasks of a group standing for the worker's, which ends (its tasks done) on
+    leaving; within 5 s."""
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tasks:
+            yield Guards(tasks)
+
+
 async def test_a_guard_whose_first_turn_comes_after_the_close_does_nothing_and_none_starts_after() -> None:
     ran: list[str] = []
 
     async def guard(name: str) -> None:
         ran.append(name)
 
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tasks:
-            guards = Guards(tasks)
-            guards.start_soon(lambda: guard("before"))
-            await guards.close()  # the handler ended before the guard's first turn
-            guards.start_soon(lambda: guard("after"))
+    async with guards_of_a_job() as guards:
+        guards.start_soon(lambda: guard("before"))
+        await guards.close()  # the handler ended before the guard's first turn
+        guards.start_soon(lambda: guard("after"))
     assert ran == []
 
 
@@ -82,14 +90,12 @@ async def test_the_close_cancels_a_waiting_guard_without_waiting_for_it() -> Non
         finally:
             ended.set()
 
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tasks:
-            guards = Guards(tasks)
-            guards.start_soon(watch)
-            await started.wait()
-            await guards.close()
-            assert not ended.is_set()  # the slot went on at once
-        assert ended.is_set()  # and the guard was cancelled
+    async with guards_of_a_job() as guards:
+        guards.start_soon(watch)
+        await started.wait()
+        await guards.close()
+        assert not ended.is_set()  # the slot went on at once
+    assert ended.is_set()  # and the guard was cancelled
 
 
 async def test_the_close_waits_for_a_guard_holding_the_job() -> None:
@@ -103,15 +109,13 @@ async def test_the_close_waits_for_a_guard_holding_the_job() -> None:
                 await anyio.sleep(0.2)
             applied.append(anyio.current_time())
 
-    with anyio.fail_after(5):
-        async with anyio.create_task_group() as tasks:
-            guards = Guards(tasks)
-            guards.start_soon(keep_lease)
-            await started.wait()
-            await guards.close()
-            closed_at = anyio.current_time()
-            with pytest.raises(AssertionError), guards.holding():  # none holds the job once the handler ended
-                pass
+    async with guards_of_a_job() as guards:
+        guards.start_soon(keep_lease)
+        await started.wait()
+        await guards.close()
+        closed_at = anyio.current_time()
+        with pytest.raises(AssertionError), guards.holding():  # none holds the job once the handler ended
+            pass
     assert applied and applied[0] <= closed_at
 
 
