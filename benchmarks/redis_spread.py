@@ -38,6 +38,13 @@ SYSTEMS = ("one-server", "one-slot", "spread", "spread-exact")
 
 
 
+def fresh_root(chars: int) -> str:
+    """A new board root of ``chars`` characters (8 by default, as ``jobboard``). Its length is the hash tag's
+    in every key, which a cluster node hashes (CRC16) for each key of each command: 45 characters (before
+    2026-11-28) cost the cluster boards more than a user's root does."""
+    return ("b" + uuid.uuid4().hex * 2)[:chars]
+
+
 def counters(hosts: list[str]) -> list[tuple[float, float, float]]:
     """Each server's CPU seconds so far (user + sys), commands run (``INFO commandstats``: a script call and
     each command it runs) and read events processed (``total_reads_processed``: one per socket read, which
@@ -92,7 +99,7 @@ async def load(url: str, jobs: int, workers: int, boards: int, in_flight: int) -
 def one_run(system: str, urls: dict[str, str], hosts: dict[str, list[str]], args: argparse.Namespace) -> dict[str, Any]:
     servers, jobs = hosts[system], args.jobs
     before = counters(servers)
-    url = urls[system].format(root=f"spread-bench-{uuid.uuid4().hex}")
+    url = urls[system].format(root=fresh_root(args.root_chars))
     seconds = asyncio.run(load(url, jobs, args.workers, args.boards, args.in_flight))
     after = counters(servers)
     deltas = [[(end - start) / jobs for start, end in zip(was, now, strict=True)]
@@ -116,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--appendfsync", default="always", choices=("always", "everysec", "no"),
                         help="every server's AOF fsync policy (always: an fsync per event-loop iteration that wrote)")
     parser.add_argument("--linger", type=float, default=0.0, help="every board URL's ?linger= (seconds)")
+    parser.add_argument("--root-chars", type=int, default=8, choices=range(1, 65), metavar="1..64",
+                        help="the length of each run's board root")
     args = parser.parse_args(argv)
     if args.workers % args.boards or args.in_flight % args.boards:
         parser.error("--workers and --in-flight must be multiples of --boards: each board works on its home "
@@ -159,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                                  max(run[key] for run in mine))
                            for key in ("busiest", "ratio", "commands_max", "reads_max", "cycles_per_s")}
     print(json.dumps({"bench": "redis_spread", "jobs": args.jobs, "workers": args.workers, "boards": args.boards, "linger": args.linger,
+                      "root_chars": args.root_chars,
                       "appendfsync": args.appendfsync, "idle_ms_per_s": idle,
                       "in_flight": args.in_flight,
                       "runs": runs,

@@ -43,8 +43,8 @@ class ClusterNode(RedisServer):
 
     kind = "redis-cluster-node"
 
-    def __init__(self, port: int, bus_port: int, appendfsync: str = "always") -> None:
-        super().__init__(port=port, appendfsync=appendfsync,
+    def __init__(self, port: int, bus_port: int, appendfsync: str = "always", run_under: Sequence[str] = ()) -> None:
+        super().__init__(port=port, appendfsync=appendfsync, run_under=run_under, start_timeout=120.0 if run_under else 20.0,
                          extra=["--cluster-enabled", "yes", "--cluster-port", str(bus_port),
                                 "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
                                 "--cluster-require-full-coverage", "no"])
@@ -58,10 +58,13 @@ class ClusterNode(RedisServer):
 class RedisCluster:
     """Three masters and three replicas; see the module docstring."""
 
-    def __init__(self, appendfsync: str = "always") -> None:
+    def __init__(self, appendfsync: str = "always", masters_under: Sequence[str] = ()) -> None:
         """``appendfsync`` of every node: ``always`` lets ``durability=strict`` boards on it (an fsync a write,
-        about 4 ms each here); ``everysec`` for clusters whose boards are not strict."""
+        about 4 ms each here); ``everysec`` for clusters whose boards are not strict. ``masters_under``: a
+        command the three first nodes (the masters ``redis-cli --cluster create`` makes) run under
+        (``benchmarks.redis_spread_instructions``: callgrind)."""
         self.appendfsync = appendfsync
+        self.masters_under = list(masters_under)
         self._stack = ExitStack()
         self.nodes: list[ClusterNode] = []
         self.failovers: list[str] = []
@@ -81,7 +84,9 @@ class RedisCluster:
         ensure_redis_installed()
         ports = free_ports(12)
         with ExitStack() as stack:
-            self.nodes = [stack.enter_context(ClusterNode(ports[i], ports[i + 6], self.appendfsync)) for i in range(6)]
+            self.nodes = [stack.enter_context(ClusterNode(ports[i], ports[i + 6], self.appendfsync,
+                                                          self.masters_under if i < 3 else ()))
+                          for i in range(6)]
             subprocess.run(["redis-cli", "--cluster", "create", *[node.hosts for node in self.nodes],
                             "--cluster-replicas", "1", "--cluster-yes"],
                            check=True, capture_output=True, timeout=START_WITHIN)

@@ -60,8 +60,11 @@ class RedisServer(LocalServer):
 
     def __init__(self, *, port: int | None = None, appendonly: bool = True, appendfsync: str = "everysec",
                  maxmemory_policy: str = "noeviction", extra: Sequence[str] = (),
-                 start_timeout: float = 20.0) -> None:
+                 start_timeout: float = 20.0, run_under: Sequence[str] = ()) -> None:
+        """``run_under``: a command the server runs under (``valgrind --tool=callgrind ...`` for a benchmark
+        that counts its instructions; none by default)."""
         super().__init__(port or free_port(), start_timeout)
+        self.run_under = list(run_under)
         self.appendonly = appendonly
         self.appendfsync = appendfsync
         self.maxmemory_policy = maxmemory_policy
@@ -73,7 +76,7 @@ class RedisServer(LocalServer):
 
     def command_line(self) -> list[str]:
         assert self.dir is not None
-        return ["redis-server", "--bind", HOST, "--port", str(self.port), "--dir", str(self.dir),
+        return [*self.run_under, "redis-server", "--bind", HOST, "--port", str(self.port), "--dir", str(self.dir),
                 "--save", "", "--appendonly", "yes" if self.appendonly else "no",
                 "--appendfsync", self.appendfsync, "--maxmemory-policy", self.maxmemory_policy,
                 "--daemonize", "no", "--logfile", str(self.dir / "redis.log"), *self.extra]

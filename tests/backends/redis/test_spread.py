@@ -11,7 +11,7 @@ import pytest
 import redis
 
 import tests.backends.redis.test_cluster as one_slot
-from jobboard import open_board
+from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
 from jobboard.errors import BoardConflict, DependencyMissing, InvalidURL, JobNotFound
 from jobboard.job import JobState
@@ -135,6 +135,28 @@ async def test_a_spread_board_uses_every_master_and_keeps_its_layout(cluster_see
         with pytest.raises(BoardConflict):
             async with open_board(url.replace("partitions=3", "partitions=4")):
                 pass
+
+
+@pytest.mark.timeout(60)
+async def test_ids_stay_above_a_partitions_last_id_when_the_clock_is_behind_it(cluster_seeds: str) -> None:  # noqa: F811
+    """A spread post's id is the server's clock, unless the partition's last id is ahead of it (a clock set
+    back, a failover to a master whose clock is behind): then the ids go on above the last one, in the
+    partition (id mod K), one post or many, and the last id follows them."""
+    url = f"redis://{cluster_seeds}/0/ids-{uuid.uuid4().hex}?cluster=1&partitions=3"
+    async with open_board(url) as board:
+        assert isinstance(board.backend, SpreadBackend)
+        home = board.backend.parts[board.backend.home]
+        clock = int((await board.post("x")).id)  # about the clock, in the home partition
+        ahead = clock + 10**12 + 7  # 11.6 days ahead, not in the partition's residue
+        await home.client.command("SET", f"{home.options.prefix}seq", str(ahead))
+        one = int((await board.post("x")).id)
+        many = [int(job.id) for job in await board.post_many([NewJob("x")] * 3)]
+        ids = [one, *many]
+        assert ids == sorted(ids) and len(set(ids)) == 4 and ahead < one <= ahead + 3
+        assert {job_id % 3 for job_id in ids} == {board.backend.home}
+        assert int(await home.client.command("GET", f"{home.options.prefix}seq")) == ids[-1]
+        await home.client.command("SET", f"{home.options.prefix}seq", "5")  # behind the clock: the clock again
+        assert clock < int((await board.post("x")).id) < ahead
 
 
 @pytest.mark.timeout(60)
