@@ -45,6 +45,13 @@ def fresh_root(chars: int) -> str:
     return ("b" + uuid.uuid4().hex * 2)[:chars]
 
 
+def root_chars(text: str) -> int:
+    """``--root-chars``: 1 to 64."""
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 64, not {text!r}")
+    return int(text)
+
+
 def counters(hosts: list[str]) -> list[tuple[float, float, float]]:
     """Each server's CPU seconds so far (user + sys), commands run (``INFO commandstats``: a script call and
     each command it runs) and read events processed (``total_reads_processed``: one per socket read, which
@@ -123,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--appendfsync", default="always", choices=("always", "everysec", "no"),
                         help="every server's AOF fsync policy (always: an fsync per event-loop iteration that wrote)")
     parser.add_argument("--linger", type=float, default=0.0, help="every board URL's ?linger= (seconds)")
-    parser.add_argument("--root-chars", type=int, default=8, choices=range(1, 65), metavar="1..64",
-                        help="the length of each run's board root")
+    parser.add_argument("--root-chars", type=root_chars, default=8, help="the length of each run's board root (1 to 64)")
     args = parser.parse_args(argv)
     if args.workers % args.boards or args.in_flight % args.boards:
         parser.error("--workers and --in-flight must be multiples of --boards: each board works on its home "

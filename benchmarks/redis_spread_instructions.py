@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.redis_fleet import server_info
-from benchmarks.redis_spread import fresh_root, load
+from benchmarks.redis_spread import fresh_root, load, root_chars
 from jobboard import Claim, JobBoard, open_board
 
 SYSTEMS = ("one-server", "one-slot", "spread")
@@ -155,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                              "per op on all the servers (the board's or the masters') instead of cycles")
     parser.add_argument("--linger", type=float, default=0.01)
     parser.add_argument("--appendfsync", default="everysec", choices=("always", "everysec", "no"))
-    parser.add_argument("--root-chars", type=int, default=8, choices=range(1, 65), metavar="1..64",
-                        help="the length of each run's board root")
+    parser.add_argument("--root-chars", type=root_chars, default=8, help="the length of each run's board root (1 to 64)")
     args = parser.parse_args(argv)
     from tests.support.rediscluster import RedisCluster
     from tests.support.redisserver import RedisServer, ensure_redis_installed
