@@ -27,6 +27,7 @@ from jobboard.worker.conductor import Worker, WorkerConfig
 from jobboard.worker.handlers import as_async
 from jobboard_memory import MemoryBackend
 from jobboard_redis.board import RedisBackend
+from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401 (a fixture)
 from tests.support.pgserver import postgresql_url  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.timeout(60)
@@ -35,8 +36,9 @@ HANDLERS = "tests.support.cli_handlers:handlers"
 SESSION_TIMEOUT = 30  # far longer than the test waits: a held job back on the board was given back
 
 
-ALL = ["memory", "sqlite", "postgresql", "redis", "redis-traced", "zookeeper"]
-"""Every backend whose release gives a job back uncounted, and a wrapped board (``--trace``)."""
+ALL = ["memory", "sqlite", "postgresql", "redis", "redis-traced", "redis-spread", "zookeeper"]
+"""Every backend whose release gives a job back uncounted (``redis-spread``: a board spread over a Redis Cluster's
+three masters), and a wrapped board (``--trace``)."""
 
 
 def board_url(backend: str, redis_url: str) -> str:
@@ -48,10 +50,13 @@ def board_url(backend: str, redis_url: str) -> str:
 async def any_board(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[JobBoard]:
     """A fresh board on ``backend`` (one of :data:`ALL`; ``-traced``: in a TracedBoard, as ``--trace`` runs)."""
     kind, _, wrapper = backend.partition("-")
+    kind = backend if wrapper == "spread" else kind
     name = f"prefetch{uuid.uuid4().hex[:12]}"
     url = {"memory": lambda: f"memory://{name}", "sqlite": lambda: f"sqlite:///{tmp_path}/b.db?board={name}",
            "postgresql": lambda: f"{request.getfixturevalue('postgresql_url')}?board={name}&schema=prefetch",
            "redis": lambda: board_url("redis", request.getfixturevalue("redis_url")),
+           "redis-spread": lambda: f"redis://{request.getfixturevalue('cluster_seeds')}/0/{name}?cluster=1&partitions=3"
+                                   f"&session_timeout={SESSION_TIMEOUT}",
            "zookeeper": lambda: f"zookeeper://{request.getfixturevalue('zk_hosts')}/prefetch/{name}?session_timeout=4",
            }[kind]()
     async with open_board(url) as board:

@@ -142,6 +142,22 @@ class SpreadBackend(Backend):
         with self.services.counting_once():  # what the partitions' claims passed over, once per why
             return await self.claims.claim_next(owner, names)
 
+    async def claim_many(self, owner: str, names: Collection[str] | None, count: int) -> list[Claim]:
+        if not isinstance(self.claims, HomeClaims):  # order=exact: the board's best head, one claim after another
+            return await super().claim_many(owner, names, count)
+        with self.services.counting_once():
+            return await self.claims.claim_many(owner, names, count, self._give_back)
+
+    @property
+    def claims_many_at_once(self) -> bool:  # order=home: the home partition's in one call
+        return not self.exact
+
+    def _give_back(self, claim: Claim) -> None:
+        self.services.spawn(self.release(claim))
+
+    async def release(self, claim: Claim) -> None:  # in the claim's partition, its attempt uncounted
+        await self.part_of(claim.job.id).release(claim)
+
     @property
     def reports_held_back(self) -> bool:
         return True

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Collection, Coroutine, Iterable, Sequence
+from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
 from typing import Any
 
 from jobboard.backend import Claim, Job, Settle, SettleAction
@@ -58,6 +58,21 @@ class HomeClaims:
         if home is not skip and (claim := await home.claim_next(owner, names)) is not None:
             return claim
         return await self.steal.claim_next(owner, names)
+
+    async def claim_many(self, owner: str, names: Collection[str] | None, count: int,
+                         give_back: Callable[[Claim], None]) -> list[Claim]:
+        """Up to ``count`` claims: the home partition's best in one call, then (home short) the other partitions'
+        best heads one ``claim_next`` at a time. Cancelled or failed while stealing, the claims made are given
+        to ``give_back`` (released in the background) and the error raised."""
+        claims = await self.order[0].claim_many(owner, names, count)
+        try:
+            while len(claims) < count and (claim := await self.steal.claim_next(owner, names)) is not None:
+                claims.append(claim)
+        except BaseException:
+            for made in claims:
+                give_back(made)
+            raise
+        return claims
 
     async def consume_and_claim_next(self, part: RedisBackend, claim: Claim, settle: Settle,
                                      names: Collection[str] | None) -> Claim | None:
