@@ -81,6 +81,20 @@ async def until(check: Callable[[], Awaitable[object] | object], what: str) -> N
     pytest.fail(f"{what} never came")
 
 
+@contextlib.asynccontextmanager
+async def holding_one_ahead(board: JobBoard, handler: Callable[[JobContext], Awaitable[None]]
+                            ) -> AsyncIterator[tuple[Worker, Claim]]:
+    """A worker (``prefetch`` 1, ``burst``) running ``handler`` on ``board``, with the claim it holds ahead once it
+    holds one; the worker's run is awaited at the end."""
+    worker = Worker(board, handler, WorkerConfig(prefetch=1, burst=True))
+    ahead = worker._ahead
+    assert ahead is not None
+    async with anyio.create_task_group() as group:
+        group.start_soon(worker.run)
+        await until(lambda: ahead.held, "a job held ahead")
+        yield worker, ahead.held[0]
+
+
 async def claimed_by(board: JobBoard, jobs: list[str]) -> list[str | None]:
     return [await board.owner(job) for job in jobs]
 
@@ -221,13 +235,7 @@ async def test_a_job_held_ahead_across_a_lost_session_is_not_started(redis_url: 
                 if ctx.job.id == first.id and len(started) == 1:
                     await anyio.sleep(30)
 
-            worker = Worker(board, handler, WorkerConfig(prefetch=1, burst=True))
-            ahead = worker._ahead
-            assert ahead is not None
-            async with anyio.create_task_group() as group:
-                group.start_soon(worker.run)
-                await until(lambda: ahead.held, "a job held ahead")
-                stale = ahead.held[0]
+            async with holding_one_ahead(board, handler) as (worker, stale):
                 assert stale.job.id == held.id
                 backend = board.backend
                 assert isinstance(backend, RedisBackend)

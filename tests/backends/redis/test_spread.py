@@ -161,8 +161,8 @@ async def test_ids_stay_above_a_partitions_last_id_when_the_clock_is_behind_it(c
 
 @pytest.mark.timeout(60)
 async def test_claim_many_takes_home_first_then_steals_and_releases_uncounted(cluster_seeds: str) -> None:  # noqa: F811
-    """``order=home``: ``claim_many`` takes the home partition's jobs (one call), then the others' best heads;
-    a claim given back (``release``) goes back in its own partition with its attempt uncounted."""
+    """``order=home``: ``claim_many`` takes the home partition's jobs (one call), then the others' best heads; a
+    claim given back (``release``) goes back in its own partition with its attempt uncounted."""
     url = f"redis://{cluster_seeds}/0/many-{uuid.uuid4().hex}?cluster=1&partitions=3"
     async with open_board(url) as a, open_board(url) as b:
         assert isinstance(a.backend, SpreadBackend) and isinstance(b.backend, SpreadBackend)
@@ -170,13 +170,14 @@ async def test_claim_many_takes_home_first_then_steals_and_releases_uncounted(cl
         mine = [(await a.post("x", max_attempts=1)).id for _ in range(2)]
         theirs = [(await b.post("x", max_attempts=1)).id for _ in range(3)]
         claims = await a.claim_many("w", 4)
-        assert [claim.job.id for claim in claims] == [*mine, *theirs[:2]]  # home first, then the oldest stolen
-        for claim in claims[1:3]:
+        assert [claim.job.id for claim in claims] == [*mine, *theirs[:2]]  # home's, then the oldest elsewhere
+        home, stolen = claims[:2], claims[2:]
+        for claim in (home[1], stolen[0]):
             await a.release(claim)
         assert [(await a.get(job)).attempts for job in (mine[1], theirs[0])] == [0, 0]
-        again = await b.claim_many("w2", 5)  # b's home first: its two left, then a's given back
+        again = await b.claim_many("w2", 5)  # b's home: its two left (one given back), then a's given back
         assert [claim.job.id for claim in again] == [theirs[0], theirs[2], mine[1]]
-        for claim in [claims[0], claims[3], *again]:
+        for claim in [home[0], stolen[1], *again]:
             await a.consume(claim)
         assert await a.job_count() == 0
 

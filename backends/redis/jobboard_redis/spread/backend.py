@@ -173,6 +173,9 @@ class SpreadBackend(Backend):
     async def watch_claim(self, claim: Claim) -> str:
         return await self.part_of(claim.job.id).watch_claim(claim)
 
+    async def claim_lost(self, claim: Claim) -> str | None:  # the partition's: its generation and session too
+        return await self.part_of(claim.job.id).claim_lost(claim)
+
     async def cancel(self, job_id: str, reason: str) -> None:
         await self.part_of(job_id).cancel(job_id, reason)
 

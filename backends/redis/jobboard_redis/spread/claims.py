@@ -17,14 +17,23 @@ after the heads were read may be passed over for the one claimed.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import time
 from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
 from typing import Any
 
+import anyio
+
 from jobboard.backend import Claim, Job, Settle, SettleAction
-from jobboard.errors import JobBoardError
+from jobboard.errors import BackendUnavailable, JobBoardError
 from jobboard_redis.board import RedisBackend
 
+logger = logging.getLogger(__name__)
+
+STEAL_WAIT = 0.25
+"""Seconds a ``claim_many`` with claims from its home partition in hand spends stealing more (a steal is two
+round trips: far less unless a master elsewhere is slow or failing over)."""
 ROUNDS = 3
 """Head reads before claiming in every partition in turn (a lost race to a head is read again)."""
 DUE_MARGIN_MS = 50.0
@@ -62,12 +71,20 @@ class HomeClaims:
     async def claim_many(self, owner: str, names: Collection[str] | None, count: int,
                          give_back: Callable[[Claim], None]) -> list[Claim]:
         """Up to ``count`` claims: the home partition's best in one call, then (home short) the other partitions'
-        best heads one ``claim_next`` at a time. Cancelled or failed while stealing, the claims made are given
-        to ``give_back`` (released in the background) and the error raised."""
+        best heads one ``claim_next`` at a time, as many ``claim_next`` calls would. With claims from home in
+        hand, stealing more takes at most :data:`STEAL_WAIT` and a failed steal ends it: a master slow or failing
+        over elsewhere does not hold back (nor fail) the claims made. Cancelled, the claims made are given to
+        ``give_back`` (released in the background)."""
         claims = await self.order[0].claim_many(owner, names, count)
+        if len(claims) == count or (names is not None and not names):
+            return claims
         try:
-            while len(claims) < count and (claim := await self.steal.claim_next(owner, names)) is not None:
-                claims.append(claim)
+            with anyio.move_on_after(STEAL_WAIT if claims else math.inf):
+                while len(claims) < count and (claim := await self.steal.claim_next(owner, names)) is not None:
+                    claims.append(claim)
+        except JobBoardError:
+            if not claims:
+                raise
         except BaseException:
             for made in claims:
                 give_back(made)
@@ -138,30 +155,41 @@ class SpreadClaims:
         if names is not None and not names:
             return None
         parked: set[RedisBackend] = set()
-        claim = await self._best_claim(owner, names, parked)
-        await self._passed(parked, claim, names)
+        part, claim = await self._best_claim(owner, names, parked)
+        await self._passed(parked, part, claim, names)
         return claim
 
     async def _best_claim(self, owner: str, names: Collection[str] | None,
-                          parked: set[RedisBackend]) -> Claim | None:
+                          parked: set[RedisBackend]) -> tuple[RedisBackend | None, Claim | None]:
+        """The claim made and the partition it is in."""
         for _ in range(ROUNDS):
             part = await self.best(names, parked)
             if part is None:
-                return None
+                return None, None
             claim = await part.claim_next(owner, names)
             parked.discard(part)  # it counted its own
             if claim is not None:
-                return claim
+                return part, claim
         return await self._any(owner, names)
 
     @staticmethod
-    async def _passed(parked: set[RedisBackend], claim: Claim | None, names: Collection[str] | None) -> None:
-        """The partitions holding jobs parked and not claimed in count why those better than ``claim`` are."""
+    async def _passed(parked: set[RedisBackend], part: RedisBackend | None, claim: Claim | None,
+                      names: Collection[str] | None) -> None:
+        """The partitions holding jobs parked and not claimed in count why those better than ``claim`` (made in
+        ``part``) are. A count is no reason to lose the claim: one that cannot be made (``BackendUnavailable``)
+        is left out, and cancelled, the claim goes back (in the background) before the cancellation goes on."""
         score = None if claim is None else score_of(claim.job)
-        for part in parked:
-            await part.passed_before(score, names)
+        try:
+            for held in parked:
+                await held.passed_before(score, names)
+        except BackendUnavailable as error:
+            logger.warning("what a claim passed over on %s not counted: %s", parked, error)
+        except BaseException:
+            if part is not None and claim is not None:
+                part._spawn(part.release(claim))
+            raise
 
-    async def _any(self, owner: str, names: Collection[str] | None) -> Claim | None:
+    async def _any(self, owner: str, names: Collection[str] | None) -> tuple[RedisBackend | None, Claim | None]:
         """Raced every time: any partition's best, in turn (``skip_failed``: past those that fail, raising the
         last failure only when every partition failed)."""
         failures: list[JobBoardError] = []
@@ -174,10 +202,10 @@ class SpreadClaims:
                 failures.append(error)
                 continue
             if claim is not None:
-                return claim
+                return part, claim
         if failures and len(failures) == len(self.parts):
             raise failures[-1]
-        return None
+        return None, None
 
     async def consume_and_claim_next(self, part: RedisBackend, claim: Claim, settle: Settle,
                                      names: Collection[str] | None) -> Claim | None:
@@ -196,7 +224,7 @@ class SpreadClaims:
             following = await best.claim_next(claim.owner, names) if best is not None else None
         if following is None:
             return await self.claim_next(claim.owner, names)
-        await self._passed(parked, following, names)
+        await self._passed(parked, best, following, names)
         return following
 
 
