@@ -56,7 +56,7 @@ from jobboard.board.limits import GroupLimit, LimitSpec, Paused
 from jobboard.board.services import wait_ended
 from jobboard_redis.board import RedisBackend
 from jobboard_redis.options import parse_redis_url
-from jobboard_redis.spread.claims import HomeClaims, SpreadClaims, score_of
+from jobboard_redis.spread.claims import HomeClaims, SpreadClaims, give_back_soon, score_of
 from jobboard_redis.spread.flow import SpreadFlow
 from jobboard_redis.spread.keys import Keys
 from jobboard_redis.spread.layout import open_layout
@@ -153,7 +153,7 @@ class SpreadBackend(Backend):
         return not self.exact
 
     def _give_back(self, claim: Claim) -> None:
-        self.services.spawn(self.release(claim))
+        give_back_soon(self.part_of(claim.job.id), claim)
 
     async def release(self, claim: Claim) -> None:  # in the claim's partition, its attempt uncounted
         await self.part_of(claim.job.id).release(claim)

@@ -40,6 +40,20 @@ DUE_MARGIN_MS = 50.0
 """A delayed head due within this (by our estimate of the server's clock) is promoted before comparing."""
 
 
+def give_back_soon(part: RedisBackend, claim: Claim) -> None:
+    """Release ``claim`` (of ``part``) in the background, if ``part`` is open: a failure is logged, as the claim
+    goes back at its session's end anyway."""
+    if part.is_open:
+        part._spawn(_give_back(part, claim))
+
+
+async def _give_back(part: RedisBackend, claim: Claim) -> None:
+    try:
+        await part.release(claim)
+    except JobBoardError as error:
+        logger.warning("claim of job %s not given back (it goes back at its session's end): %s", claim.job.id, error)
+
+
 def score_of(job: Job) -> float:
     """A job's order score, as its partition's index holds it."""
     return float(job.priority.rank * 2**50 + job.sequence)
@@ -181,12 +195,13 @@ class SpreadClaims:
         score = None if claim is None else score_of(claim.job)
         try:
             for held in parked:
-                await held.passed_before(score, names)
-        except BackendUnavailable as error:
-            logger.warning("what a claim passed over on %s not counted: %s", parked, error)
+                try:
+                    await held.passed_before(score, names)
+                except BackendUnavailable as error:
+                    logger.warning("what a claim passed over in %s not counted: %s", held.options.root, error)
         except BaseException:
             if part is not None and claim is not None:
-                part._spawn(part.release(claim))
+                give_back_soon(part, claim)
             raise
 
     async def _any(self, owner: str, names: Collection[str] | None) -> tuple[RedisBackend | None, Claim | None]:
