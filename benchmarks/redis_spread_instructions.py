@@ -68,45 +68,51 @@ class Counted:
         return int(found.group(1))
 
 
-def idle_rates(servers: list[Counted], seconds: float = 10.0) -> list[float]:
-    """Each server's instructions per second with no client (its cron; a cluster node's bus too)."""
-    for server in servers:
-        server.zero()
-    started = time.perf_counter()
-    time.sleep(seconds)
-    counts = [server.dump() for server in servers]
-    elapsed = time.perf_counter() - started
-    return [count / elapsed for count in counts]
-
-
-def one_run(system: str, url: str, servers: list[Counted], idle: list[float], args: argparse.Namespace) -> dict[str, Any]:
-    for server in servers:
-        server.zero()
-    seconds = asyncio.run(load(url.format(root=fresh_root(args.root_chars)), args.jobs, args.workers,
-                               args.boards, args.in_flight))
-    counts = [server.dump() for server in servers]
-    per_cycle = [round(count / args.jobs) for count in counts]
-    net = [round((count - rate * seconds) / args.jobs) for count, rate in zip(counts, idle, strict=True)]
-    return {"system": system, "instructions": per_cycle, "net": net, "busiest": max(per_cycle),
-            "busiest_net": max(net), "seconds": round(seconds, 1)}
-
-
 class Window:
-    """Counts ``servers``' instructions over one phase, less what they run idle for as long (``idle``)."""
+    """Counts ``servers``' instructions from :meth:`open` to :meth:`close`, and the same less what each runs idle
+    (``idle``: instructions per second) for as long."""
 
-    def __init__(self, servers: list[Counted], idle: list[float]) -> None:
-        self.servers, self.idle, self.started = servers, idle, 0.0
+    def __init__(self, servers: list[Counted], idle: list[float] | None = None) -> None:
+        self.servers, self.idle, self.started = servers, idle or [0.0] * len(servers), 0.0
 
     def open(self) -> None:
         for server in self.servers:
             server.zero()
         self.started = time.perf_counter()
 
-    def close(self, ops: int) -> int:
-        """The servers' net instructions per op since :meth:`open`, summed."""
-        seconds = time.perf_counter() - self.started
-        return round(sum(server.dump() - rate * seconds for server, rate in zip(self.servers, self.idle, strict=True))
-                     / ops)
+    def close(self, seconds: float | None = None) -> tuple[list[int], list[float], float]:
+        """Each server's instructions since :meth:`open`, net of ``seconds`` idle (default: the window's), and
+        the window's seconds."""
+        counts = [server.dump() for server in self.servers]
+        elapsed = time.perf_counter() - self.started
+        idle_for = elapsed if seconds is None else seconds
+        return counts, [count - rate * idle_for for count, rate in zip(counts, self.idle, strict=True)], elapsed
+
+
+def idle_rates(servers: list[Counted], seconds: float = 10.0) -> list[float]:
+    """Each server's instructions per second with no client (its cron; a cluster node's bus too)."""
+    window = Window(servers)
+    window.open()
+    time.sleep(seconds)
+    counts, _, elapsed = window.close()
+    return [count / elapsed for count in counts]
+
+
+def one_run(system: str, url: str, servers: list[Counted], idle: list[float], args: argparse.Namespace) -> dict[str, Any]:
+    window = Window(servers, idle)
+    window.open()
+    seconds = asyncio.run(load(url.format(root=fresh_root(args.root_chars)), args.jobs, args.workers,
+                               args.boards, args.in_flight))
+    counts, nets, _ = window.close(seconds)
+    per_cycle = [round(count / args.jobs) for count in counts]
+    net = [round(count / args.jobs) for count in nets]
+    return {"system": system, "instructions": per_cycle, "net": net, "busiest": max(per_cycle),
+            "busiest_net": max(net), "seconds": round(seconds, 1)}
+
+
+def per_op(window: Window, ops: int) -> int:
+    """The servers' net instructions per op since ``window`` opened, summed."""
+    return round(sum(window.close()[1]) / ops)
 
 
 async def phase_load(url: str, window: Window, args: argparse.Namespace) -> dict[str, int]:
@@ -132,14 +138,14 @@ async def phase_load(url: str, window: Window, args: argparse.Namespace) -> dict
 
         window.open()
         await asyncio.gather(*(poster(fleet[n % args.boards]) for n in range(args.in_flight)))
-        found["post"] = window.close(jobs)
+        found["post"] = per_op(window, jobs)
         window.open()
         await asyncio.gather(*(claimer(fleet[n % args.boards]) for n in range(args.workers)))
-        found["claim_next"] = window.close(len(claims))
+        found["claim_next"] = per_op(window, len(claims))
         window.open()
         held = iter(claims)
         await asyncio.gather(*(consumer(held) for _ in range(args.workers)))
-        found["consume"] = window.close(len(claims))
+        found["consume"] = per_op(window, len(claims))
     return found
 
 

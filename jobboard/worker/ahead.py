@@ -106,7 +106,7 @@ class ClaimAhead:
             while self.held and not self.closing:
                 if self._checking is not None:
                     await self._checking.wait()
-                elif anyio.current_time() - self._known_at[key(self.held[0])] >= HELD_FRESH:
+                elif not self._first_fresh():
                     await self._check_held()
                 else:
                     return self._take()
@@ -126,10 +126,13 @@ class ClaimAhead:
     def take_fresh(self) -> Claim | None:
         """The oldest held claim if it may start with no read (known current less than :data:`HELD_FRESH` s
         ago, no check running), taken; else ``None`` (a claimer's :meth:`claim_next` checks, or calls)."""
-        if self.held and self._checking is None and not self.closing and \
-                anyio.current_time() - self._known_at[key(self.held[0])] < HELD_FRESH:
+        if self.held and self._checking is None and not self.closing and self._first_fresh():
             return self._take()
         return None
+
+    def _first_fresh(self) -> bool:
+        """Whether the oldest held claim was known current less than :data:`HELD_FRESH` s ago."""
+        return anyio.current_time() - self._known_at[key(self.held[0])] < HELD_FRESH
 
     async def _claim_call(self) -> Claim | None:
         """``claim_many`` of one and the room left ahead (reserved while in flight); the rest held."""

@@ -17,7 +17,6 @@ import math
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ import pytest
 from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
 from tests.backends.redis.test_cluster import cluster_seeds  # noqa: F401 (the redis-spread board's cluster)
+from tests.support.processes import sqlite_writable
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -134,22 +134,11 @@ class Fleet:
         self.record(f"stopped {proc.pid}")
 
     def _writable(self) -> bool:
-        """Whether a writer can write the board now. A process stopped inside a sqlite:// write transaction holds
-        SQLite's write lock, and every writer waits for it, the reaper included: documented
-        (docs/backends/sqlite.md, the write turn), and not what this test is about (the CI run of e174c44 stopped
-        one there: its claims were still held 2 s past its session timeout, every upkeep 'database is locked').
-        The others' transactions are short: 0.2 s of SQLite's busy handler outlasts them."""
-        if not self.url.startswith("sqlite://"):
-            return True
-        conn = sqlite3.connect(self.url.removeprefix("sqlite://").split("?", 1)[0], timeout=0.2, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
-            return True
-        except sqlite3.OperationalError:
-            return False
-        finally:
-            conn.close()
+        """Whether a writer can write the board now (:func:`sqlite_writable`; not what this test is about: the CI
+        run of e174c44 stopped one inside a transaction, its claims still held 2 s past its session timeout,
+        every upkeep 'database is locked'). The others' transactions are short: 0.2 s of busy wait outlasts them."""
+        return not self.url.startswith("sqlite://") or \
+            sqlite_writable(self.url.removeprefix("sqlite://").split("?", 1)[0], busy_for=0.2)
 
     def kill(self, proc: subprocess.Popen[bytes]) -> None:
         """SIGKILL ``proc`` and log it while holding the log's lock: no other process logs a start between its

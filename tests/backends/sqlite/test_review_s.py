@@ -27,6 +27,7 @@ import pytest
 from jobboard import NewJob, open_board
 from jobboard.board.contract import JobBoard
 from jobboard.errors import BackendUnavailable, BoardConflict
+from tests.support.processes import sqlite_writable
 
 pytestmark = pytest.mark.timeout(90)
 T = TypeVar("T")
@@ -179,15 +180,8 @@ async def stop_between_writes(proc: asyncio.subprocess.Process, db: Path) -> Non
         proc.send_signal(signal.SIGSTOP)
         while state_of(proc.pid) not in "Tt":  # noqa: ASYNC110 - another process's state: no event to wait on
             await anyio.sleep(0.01)
-        conn = sqlite3.connect(db, timeout=0, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            conn.execute("ROLLBACK")
+        if sqlite_writable(db):
             return
-        except sqlite3.OperationalError:
-            pass
-        finally:
-            conn.close()
         proc.send_signal(signal.SIGCONT)
         await anyio.sleep(0.02)
     raise AssertionError("the child was stopped inside a write transaction 100 times")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable, Collection, Coroutine, Iterable, Sequence
 from typing import Any
@@ -90,10 +89,8 @@ class HomeClaims:
         over elsewhere does not hold back (nor fail) the claims made. Cancelled, the claims made are given to
         ``give_back`` (released in the background)."""
         claims = await self.order[0].claim_many(owner, names, count)
-        if len(claims) == count or (names is not None and not names):
-            return claims
         try:
-            with anyio.move_on_after(STEAL_WAIT if claims else math.inf):
+            with anyio.move_on_after(STEAL_WAIT if claims else None):
                 while len(claims) < count and (claim := await self.steal.claim_next(owner, names)) is not None:
                     claims.append(claim)
         except JobBoardError:
