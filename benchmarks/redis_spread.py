@@ -52,10 +52,18 @@ def root_chars(text: str) -> int:
     return int(text)
 
 
-def counters(hosts: list[str]) -> list[tuple[float, float, float]]:
+def systems(text: str) -> tuple[str, ...]:
+    """``--systems``: some of :data:`SYSTEMS`, in their order, ``one-server`` always among them."""
+    asked = {name.strip() for name in text.split(",") if name.strip()}
+    if unknown := asked - set(SYSTEMS):
+        raise argparse.ArgumentTypeError(f"unknown board {min(unknown)!r}: one of {', '.join(SYSTEMS)}")
+    return tuple(name for name in SYSTEMS if name in asked or name == "one-server")
+
+
+def counters(hosts: list[str]) -> list[tuple[float, float, float, float]]:
     """Each server's CPU seconds so far (user + sys), commands run (``INFO commandstats``: a script call and
     each command it runs) and read events processed (``total_reads_processed``: one per socket read, which
-    may bring several commands)."""
+    may bring several commands), and of its CPU seconds the kernel's (sys)."""
     found = []
     for host in hosts:
         cpu = server_info(f"redis://{host}/0", "cpu")
@@ -63,7 +71,7 @@ def counters(hosts: list[str]) -> list[tuple[float, float, float]]:
                  for value in server_info(f"redis://{host}/0", "commandstats").values()]
         reads = float(server_info(f"redis://{host}/0", "stats")["total_reads_processed"])
         found.append((float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
-                      sum(float(stat["calls"]) for stat in stats), reads))
+                      sum(float(stat["calls"]) for stat in stats), reads, float(cpu["used_cpu_sys"])))
     return found
 
 
@@ -111,12 +119,13 @@ def one_run(system: str, urls: dict[str, str], hosts: dict[str, list[str]], args
     after = counters(servers)
     deltas = [[(end - start) / jobs for start, end in zip(was, now, strict=True)]
               for was, now in zip(before, after, strict=True)]
-    per_cycle = [round(cpu * 1000, 4) for cpu, _, _ in deltas]
+    per_cycle = [round(cpu * 1000, 4) for cpu, _, _, _ in deltas]
     return {"system": system, "ms_per_cycle": per_cycle, "busiest": max(per_cycle),
-            "commands_per_cycle": [round(calls, 2) for _, calls, _ in deltas],
-            "reads_per_cycle": [round(reads, 2) for _, _, reads in deltas],
-            "commands_max": round(max(calls for _, calls, _ in deltas), 2),
-            "reads_max": round(max(reads for _, _, reads in deltas), 2),
+            "sys_ms_per_cycle": [round(kernel * 1000, 4) for _, _, _, kernel in deltas],
+            "commands_per_cycle": [round(calls, 2) for _, calls, _, _ in deltas],
+            "reads_per_cycle": [round(reads, 2) for _, _, reads, _ in deltas],
+            "commands_max": round(max(calls for _, calls, _, _ in deltas), 2),
+            "reads_max": round(max(reads for _, _, reads, _ in deltas), 2),
             "cycles_per_s": round(jobs / seconds, 1), "seconds": round(seconds, 3), "load": os.getloadavg()[0]}
 
 
@@ -131,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="every server's AOF fsync policy (always: an fsync per event-loop iteration that wrote)")
     parser.add_argument("--linger", type=float, default=0.0, help="every board URL's ?linger= (seconds)")
     parser.add_argument("--root-chars", type=root_chars, default=8, help="the length of each run's board root (1 to 64)")
+    parser.add_argument("--systems", type=systems, default=SYSTEMS,
+                        help=f"the boards to run, comma-separated (one-server always runs: the ratios' base); {','.join(SYSTEMS)}")
     args = parser.parse_args(argv)
     if args.workers % args.boards or args.in_flight % args.boards:
         parser.error("--workers and --in-flight must be multiples of --boards: each board works on its home "
@@ -155,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"idle_ms_per_s": idle}), flush=True)
         runs = []
         for round_ in range(args.rounds):
-            order = SYSTEMS[round_ % len(SYSTEMS):] + SYSTEMS[:round_ % len(SYSTEMS)]
+            order = args.systems[round_ % len(args.systems):] + args.systems[:round_ % len(args.systems)]
             for system in order:
                 run = one_run(system, urls, hosts, args)
                 run["round"] = round_
@@ -168,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                 if run["round"] == round_:
                     run["ratio"] = round(run["busiest"] / base, 3)
     summary = {}
-    for system in SYSTEMS:
+    for system in args.systems:
         mine = [run for run in runs if run["system"] == system]
         summary[system] = {key: (statistics.median(run[key] for run in mine), min(run[key] for run in mine),
                                  max(run[key] for run in mine))

@@ -141,14 +141,14 @@ class RedisBackend(FlowingRedis):
     async def _call(self, op: str, nonce: str, *args: str | bytes | int, claim: tuple[str, str] | None = None,
                     held: set[str] | None = None) -> tuple[str, list[Any]]:
         """One operation of the board's function. ``claim``: (nonce, session) of the claims the call may make; if
-        its caller gives up before the reply or its forwarding of a spread partition's outbox (cancelled, out of
-        retries), they go back in the background (``unclaim``); ``held`` gains what they passed over. :raises BoardClosed:"""
+        the call or its forwarding of a spread partition's outbox fails (cancelled, out of retries, a permanent
+        error), they go back in the background (``unclaim``); ``held`` gains what they passed over. :raises BoardClosed:"""
         try:
             status, data, events = await self.client.call(op, nonce, *args)
             self.view.local(events)
             if len(events) % 4 and after_events(events, held) and self.forward is not None:  # the outbox has work
                 await self.forward(self)
-        except (anyio.get_cancelled_exc_class(), BackendUnavailable) as error:
+        except BaseException as error:  # cancelled, unavailable, or a permanent failure of the forwarding
             if claim is not None and self._open:
                 self._spawn(self._unclaim(*claim))
             if isinstance(error, BackendUnavailable):

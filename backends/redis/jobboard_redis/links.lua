@@ -271,8 +271,9 @@ end
 function ops.out_read(n)
   local out = {}
   for _, entry in ipairs(redis.call('LRANGE', P .. 'out', 0, tonumber(n) - 1)) do
-    local e, nrq = cmsgpack.unpack(entry), ''
-    if e[1] == 'key' then
+    local ok, e = pcall(cmsgpack.unpack, entry)  -- a malformed entry: returned as it is, the board skips it
+    local nrq = ''
+    if ok and type(e) == 'table' and e[1] == 'key' and type(e[3]) == 'string' then
       for _, record in ipairs({P .. 'tr:' .. e[3], P .. 'gone:' .. e[3], jk(e[3])}) do
         if redis.call('EXISTS', record) == 1 then nrq = redis.call('HGET', record, 'nrq') or '0' break end
       end

@@ -8,6 +8,7 @@ after the job was claimed again under its own name.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import uuid
@@ -15,10 +16,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anyio
+import msgpack
 import pytest
 import redis
 
 from jobboard import JobContext, JobState, Priority, open_board
+from jobboard.errors import JobBoardError
 from jobboard.worker.ahead import HELD_FRESH
 from jobboard.worker.handlers import as_async
 from jobboard_redis.cluster import key_slot
@@ -126,10 +129,14 @@ async def test_a_held_claim_claimed_again_under_the_workers_name_is_not_started(
     assert stale.job.id == held.id and (held.id, stale.generation) not in started, started
 
 
-async def test_a_claim_whose_call_forwards_to_another_partition_goes_back_when_cancelled(cluster_seeds: str) -> None:  # noqa: F811
+@pytest.mark.parametrize("failure", ["cancelled", "permanent"])
+async def test_a_claim_whose_call_forwards_to_another_partition_goes_back_when_the_forwarding_fails(
+        failure: str, cluster_seeds: str) -> None:  # noqa: F811
     """A ``claim_next`` that trashes an exhausted job with a dependent in another partition forwards the trash
-    there before it returns (the outbox); cancelled during that forwarding, the job it claimed in the same call
-    goes back (it stayed claimed by nobody before: the forwarding was outside the call's ``unclaim``)."""
+    there before it returns (the outbox). Cancelled during that forwarding, or the forwarding failing with a
+    permanent error (not ``BackendUnavailable``), the job it claimed in the same call goes back: it stayed claimed
+    by nobody before, until the board's session ended (the forwarding was outside the call's ``unclaim`` on
+    123b636; a permanent error was outside it until the tenth session)."""
     url = f"redis://{cluster_seeds}/0/fwd-{uuid.uuid4().hex}?cluster=1&partitions=3&session_timeout=30"
     async with open_board(url) as board:
         backend = board.backend
@@ -144,14 +151,20 @@ async def test_a_claim_whose_call_forwards_to_another_partition_goes_back_when_c
         real = part.forward
         forwarded: list[str] = []
 
-        async def slowly(partition: object) -> None:
+        async def failing(partition: object) -> None:
             forwarded.append("started")
+            if failure == "permanent":
+                raise JobBoardError("a permanent failure of the forwarding")
             await anyio.sleep(1.0)
             await real(partition)  # type: ignore[arg-type]
 
-        part.forward = slowly
-        with anyio.move_on_after(0.5):
-            await board.claim_next("w")
+        part.forward = failing
+        if failure == "permanent":
+            with pytest.raises(JobBoardError, match="permanent failure"):
+                await board.claim_next("w")
+        else:
+            with anyio.move_on_after(0.5):
+                await board.claim_next("w")
         part.forward = real
         assert forwarded, "the claim did not forward the trash"
         assert await board.state(exhausted) is JobState.TRASHED
@@ -165,3 +178,33 @@ async def test_a_claim_whose_call_forwards_to_another_partition_goes_back_when_c
         await board.consume(claim)
         await real(part)  # the entry left in the outbox (for the boards' sweep): forwarded, nothing lost
         assert await board.state(dependent) is JobState.TRASHED
+
+
+async def test_malformed_outbox_entries_are_skipped_reported_and_removed(
+        cluster_seeds: str, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    """Entries in a partition's outbox that no board wrote (not msgpack, an unknown kind, a dependent that is not a
+    job id) are skipped, logged and removed; the consume that forwards past them returns, and the entry it wrote
+    after them is applied (before: out_read raised on the first, so every forwarding and sweep failed, and the
+    consume with it; an unknown kind was applied as a cascade to the trash)."""
+    url = f"redis://{cluster_seeds}/0/bad-out-{uuid.uuid4().hex}?cluster=1&partitions=3"
+    async with open_board(url) as board:
+        backend = board.backend
+        assert isinstance(backend, SpreadBackend)
+        dependency = await board.post("x")  # home
+        part = backend.part_of(dependency.id)
+        group = next(f"g{n}" for n in range(100) if group_index(f"g{n}", 3) != backend.parts.index(part))
+        dependent = await board.post("y", depends_on=[dependency], group=group)
+        bogus = [b"not msgpack \xc1", msgpack.packb([b"bogus", dependent.id.encode(), dependency.id.encode(), b""]),
+                 msgpack.packb([b"trash", b"not-an-id", dependency.id.encode(), b"reason"]), msgpack.packb([1, 2])]
+        await part.client.command("RPUSH", part.options.prefix + "out", *bogus)
+        claim = await board.claim_next("w")
+        assert claim is not None and claim.job.id == dependency.id
+        with caplog.at_level(logging.ERROR, logger="jobboard_redis.spread.links"):
+            await board.consume(claim, {"done": 1})
+        assert sum("malformed outbox entry" in record.getMessage() for record in caplog.records) == len(bogus)
+        assert await part.client.command("LLEN", part.options.prefix + "out") == 0
+        assert await board.state(dependent) is JobState.UNCLAIMED  # delivered, not trashed by the bogus kind
+        following = await board.claim_next("w")
+        assert following is not None and following.job.id == dependent.id
+        assert following.dependency_results == ({"done": 1},)
+        await board.consume(following)

@@ -7,8 +7,9 @@ in the board's control slot (``jb:{<root>}:layout``, written once with ``SET NX`
 same layout. A board asking for another K raises :class:`~jobboard.errors.BoardConflict`. A resharding moves
 whole partitions (each is one slot): it may unbalance them, never split them.
 
-Each board also takes a first partition there (``INCR jb:{<root>}:homes``, modulo K), from which its plain
-posts go to each partition in turn: boards that post one job each still spread them evenly.
+Each board also takes a home partition there (``INCR jb:{<root>}:homes``, modulo K): its plain posts go there
+(``order=exact``: to each partition in turn, from the next one), and its claims look there first, so the boards
+of a fleet spread their work evenly over the partitions.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import anyio
 import msgpack
@@ -39,6 +40,23 @@ SWEEP = 5.0
 BATCH = 100
 
 
+KINDS = (b"deliver", b"trash", b"key")
+
+
+def outbox_entry(entry: bytes) -> tuple[bytes, bytes, bytes, Any] | None:
+    """An outbox entry's (kind, dependent, dependency, payload), or None when it is not one this board wrote: not
+    msgpack, not four fields, an unknown kind, or a dependent that is not a job id (of a ``key`` entry: a key)."""
+    try:
+        kind, dependent, dependency, payload = msgpack.unpackb(entry, raw=True)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if kind not in KINDS or not isinstance(dependent, bytes) or not isinstance(dependency, bytes):
+        return None
+    if kind != b"key" and not dependent.isdigit():
+        return None
+    return kind, dependent, dependency, payload
+
+
 class Forwarder:
     """Forwards the outbox entries of a spread board's partitions; ``part_of`` names a job's partition."""
 
@@ -55,7 +73,11 @@ class Forwarder:
             settled: dict[int, list[bytes | int]] = {}  # a job settled whose key's record is elsewhere
             applied: list[bytes] = []
             for entry, requeues in zip(read[::2], read[1::2], strict=True):
-                kind, dependent, dependency, payload = msgpack.unpackb(entry, raw=True)
+                if (decoded := outbox_entry(entry)) is None:
+                    logger.error("%s: a malformed outbox entry skipped and removed: %r", part.url, entry[:200])
+                    await part.client.command("LREM", key, 1, entry)
+                    continue
+                kind, dependent, dependency, payload = decoded
                 if kind == b"key":  # (key, job, retention ms, its requeues): applied together per partition
                     settled.setdefault(partition_of(text(dependent), len(self.parts)), []).extend(
                         (dependent, dependency, payload, requeues))
