@@ -332,7 +332,7 @@ def decode_posting(data: bytes | None, live: tuple[int, float | None] | None = N
         raise MalformedEntry(f"not a version-{FORMAT_VERSION} posting")
     try:
         return _posting_from_record(record, live)
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, ArithmeticError) as error:
         raise MalformedEntry(f"bad posting field: {error!r}") from error
 
 
@@ -369,7 +369,8 @@ def last_error_record(error: LastError) -> dict[str, Any]:
 
 
 def last_error_from(record: Any) -> LastError | None:
-    """The :class:`LastError` of a stored map (``None``: absent). :raises TypeError, KeyError, ValueError: not one."""
+    """The :class:`LastError` of a stored map (``None``: absent). :raises TypeError, KeyError, ValueError,
+    OverflowError (an infinite attempt): not one."""
     if record is None:
         return None
     if not isinstance(record, dict):

@@ -210,6 +210,9 @@ def limit_from(record: Any) -> LimitSpec:
         raise TypeError("a limit must be a map")
     rate = record.get("rate")
     concurrency = record.get("concurrency")
-    return LimitSpec(str(record["group"]), None if concurrency is None else int(concurrency),
-                     bool(record.get("sequence", False)),
-                     None if rate is None else Rate(int(rate[0]), float(rate[1])))
+    try:
+        return LimitSpec(str(record["group"]), None if concurrency is None else int(concurrency),
+                         bool(record.get("sequence", False)),
+                         None if rate is None else Rate(int(rate[0]), float(rate[1])))
+    except OverflowError as error:  # an infinite count: no board writes one
+        raise ValueError(f"a limit's number out of range: {error}") from error

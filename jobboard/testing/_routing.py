@@ -113,3 +113,28 @@ class RoutingConformance(ConformanceBase):
             assert found == []
             await poster.post("email")
         assert found == ["email"]
+
+    @bounded
+    async def test_a_fused_claim_takes_the_job_another_board_posted(self, open_boards: BoardOpener) -> None:
+        """``consume_and_claim_next`` hands out the next claimable job wherever it was posted: its board's own
+        posts done, the one another board posted (on a board spread over partitions, in another partition)."""
+        mine, other = await open_boards(), await open_boards()
+        first = await mine.post("x")
+        theirs = await other.post("x")
+        claim = await mine.claim_next("w")
+        assert claim is not None and claim.job.id == first.id
+        following = await mine.consume_and_claim_next(claim)
+        assert following is not None and following.job.id == theirs.id
+        await mine.consume(following)
+
+    @bounded
+    async def test_the_trash_lists_every_boards_jobs_oldest_first(self, open_boards: BoardOpener) -> None:
+        """``trashed()`` is oldest first across the jobs every board posted (on a board spread over partitions,
+        merged from each partition's trash)."""
+        one, two = await open_boards(), await open_boards()
+        jobs = [await one.post("x"), await two.post("x"), await one.post("x"), await two.post("x")]
+        order = [jobs[1], jobs[2], jobs[0], jobs[3]]
+        for job in order:
+            await one.cancel(job, "not needed")
+            await anyio.sleep(0.02)  # a trash time of its own (a backend may keep milliseconds)
+        assert [item.job.id async for item in two.trashed()] == [job.id for job in order]

@@ -20,6 +20,7 @@ from jobboard.board.codec import (
     encode_posting,
     encode_value,
 )
+from jobboard.board.limits import limit_from
 from jobboard.errors import InvalidJob
 from jobboard.job import Job, Priority
 
@@ -234,3 +235,23 @@ def test_live_attempts_and_delay_replace_the_stored_ones_which_are_still_checked
 
 def make_like(posting: Posting, **changes: Any) -> Posting:
     return dataclasses.replace(posting, **changes)
+
+
+
+@pytest.mark.parametrize("record", [{"group": "g", "concurrency": float("inf")},
+                                    {"group": "g", "rate": [float("-inf"), 1.0]}])
+def test_a_stored_limit_out_of_range_is_a_value_error_as_documented(record: dict[str, Any]) -> None:
+    """A stored limit with an infinite count (no board writes one) raises what ``limit_from`` documents,
+    ``ValueError``, which the backends turn into ``MalformedEntry``; an ``OverflowError`` got past them."""
+    with pytest.raises(ValueError, match="out of range"):
+        limit_from(record)
+
+
+def test_a_posting_whose_last_error_overflows_is_malformed() -> None:
+    """A stored posting whose last error's attempt is infinite is a ``MalformedEntry``, not an ``OverflowError``
+    that got past every backend's handling of malformed entries (a claim made was lost to its read:
+    tests/backends/redis/test_foreign_entries.py, tests/backends/postgresql/test_foreign_rows.py)."""
+    record = msgpack.unpackb(encode_posting(make()), raw=False)
+    record["last_error"] = {"type": "T", "message": "m", "attempt": float("inf")}
+    with pytest.raises(MalformedEntry):
+        decode_posting(msgpack.packb(record, use_bin_type=True))

@@ -30,13 +30,35 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from tests.mutation.mutants import MUTANTS, SANITY
+from tests.mutation.mutants import MUTANTS
 from tests.mutation.mutating import Mutant, apply, problems
 from tests.mutation.provenance import ENVIRONMENT
+from tests.mutation.spread_mutants import SPREAD_MUTANTS, SPREAD_SUITE
 
 REPO = Path(__file__).resolve().parents[2]
 SUITE = ["tests/backends/memory/test_conformance.py"]
 PACKAGE_DIRS = [".", "backends/memory", "backends/zookeeper", "backends/redis"]
+CLUSTER = "JOBBOARD_TEST_REDIS_CLUSTER"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a run breaks and checks: its mutants (the sanity mutant first), the suite, and what that needs."""
+
+    mutants: list[Mutant]
+    suite: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    """Set for every suite run."""
+    needs: str = ""
+    """An environment variable the suite needs (a running server's address)."""
+
+
+TARGETS = {
+    "memory": Target(MUTANTS, SUITE),
+    "spread": Target(SPREAD_MUTANTS, SPREAD_SUITE, {"JOBBOARD_SPREAD_EXACT": "1"}, CLUSTER),
+}
+"""``memory``: memory:// and the board's front; ``spread``: a redis:// board spread over a Redis Cluster, run
+under ``python -m tests.support.rediscluster run -- ...`` (which sets ``JOBBOARD_TEST_REDIS_CLUSTER``)."""
 PLUGIN = "jobboard_mutation_provenance"
 """The name ``provenance.py`` is copied under, beside the copies (a copy of a commit may not have it)."""
 
@@ -91,7 +113,7 @@ def run_suite(root: Path, mutant: Mutant | None, options: argparse.Namespace) ->
     """Run the suite in the copy at ``root`` and classify the run."""
     name = mutant.name if mutant else "(unmutated)"
     path = [*(str(root / each) for each in PACKAGE_DIRS), str(root.parent / "plugins")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path),
+    env = {**os.environ, **options.target.env, "PYTHONPATH": os.pathsep.join(path),
            ENVIRONMENT: str(root / ".mutation-provenance.json"), "PYTHONDONTWRITEBYTECODE": "1"}
     started = time.monotonic()
     try:
@@ -101,7 +123,7 @@ def run_suite(root: Path, mutant: Mutant | None, options: argparse.Namespace) ->
         return Result(name, "timeout", time.monotonic() - started, detail=f"no result in {options.timeout}s")
     seconds = time.monotonic() - started
     tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-    foreign = foreign_modules(root, mutant)
+    foreign = foreign_modules(root, mutant or options.target.mutants[0])
     if foreign:
         return Result(name, "error", seconds, detail=f"code from outside the copy ran: {foreign}\n{tail}")
     passed, failed = read_junit(root / ".mutation-junit.xml")
@@ -112,15 +134,16 @@ def run_suite(root: Path, mutant: Mutant | None, options: argparse.Namespace) ->
     return Result(name, "error", seconds, passed=passed, detail=f"pytest exit {done.returncode}:\n{tail}")
 
 
-def foreign_modules(root: Path, mutant: Mutant | None) -> str:
-    """What shows the run did not use the copy's code ('' when it did)."""
+def foreign_modules(root: Path, mutant: Mutant) -> str:
+    """What shows the run did not use the copy's code ('' when it did; ``mutant``: the file it changes, the
+    sanity mutant's for the unmutated run, must have been imported from the copy)."""
     origin = root / ".mutation-provenance.json"
     if not origin.is_file():
         return "no provenance recorded (pytest did not finish its session)"
     files: dict[str, str] = json.loads(origin.read_text(encoding="utf-8"))
     outside = sorted(f"{module} from {file}" for module, file in files.items()
                      if file != "None" and not Path(file).resolve().is_relative_to(root.resolve()))
-    changed = str((root / (mutant.path if mutant else SANITY.path)).resolve())
+    changed = str((root / mutant.path).resolve())
     if changed not in {str(Path(file).resolve()) for file in files.values() if file != "None"}:
         outside.append(f"{changed} was never imported")
     return "; ".join(outside)
@@ -158,15 +181,16 @@ def run_mutant(base: Path, scratch: Path, mutant: Mutant, options: argparse.Name
     return result
 
 
-def chosen_mutants(only: list[str] | None) -> list[Mutant]:
-    """The mutants asked for (all by default), always with the sanity mutant first."""
+def chosen_mutants(only: list[str] | None, catalogue: list[Mutant]) -> list[Mutant]:
+    """The mutants of ``catalogue`` asked for (all by default), always with its sanity mutant (its first) first."""
     if not only:
-        return MUTANTS
-    known = {mutant.name: mutant for mutant in MUTANTS}
+        return catalogue
+    known = {mutant.name: mutant for mutant in catalogue}
     unknown = [name for name in only if name not in known]
     if unknown:
         raise SystemExit(f"no mutant named {', '.join(unknown)} (see --list)")
-    return [SANITY, *(known[name] for name in only if name != SANITY.name)]
+    sanity = catalogue[0]
+    return [sanity, *(known[name] for name in only if name != sanity.name)]
 
 
 def git(*arguments: str) -> str:
@@ -212,7 +236,7 @@ def verdict(results: list[Result]) -> int:
 
 def check_unmutated(base: Path, options: argparse.Namespace) -> Result | None:
     """The unmutated copy's run, if it type-checks and passes (else say why and return ``None``)."""
-    complaints = type_errors(base, SANITY.path.rsplit("/", 1)[0], options)
+    complaints = type_errors(base, options.target.mutants[0].path.rsplit("/", 1)[0], options)
     if complaints:
         print("the unmutated copy does not type-check, so no mutant can be:", complaints, sep="\n")
         return None
@@ -227,7 +251,7 @@ def check_unmutated(base: Path, options: argparse.Namespace) -> Result | None:
 
 
 def run(options: argparse.Namespace) -> int:
-    started, mutants = time.monotonic(), chosen_mutants(options.only)
+    started, mutants = time.monotonic(), chosen_mutants(options.only, options.target.mutants)
     options.commit = git("rev-parse", "--short", options.rev or "HEAD").strip()
     options.rev = options.rev and options.commit  # (HEAD may move while the run runs)
     scratch = Path(tempfile.mkdtemp(prefix="jobboard-mutation-"))
@@ -264,26 +288,32 @@ def run(options: argparse.Namespace) -> int:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="scripts/mutate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=sorted(TARGETS), default="memory",
+                        help="memory (default): memory:// and the board's front; spread: a redis:// board spread "
+                             f"over a Redis Cluster (needs {CLUSTER}: run under tests.support.rediscluster run)")
     parser.add_argument("--only", action="append", metavar="NAME", help="run this mutant (repeatable)")
     parser.add_argument("--rev", help="copy this commit instead of the work tree (e.g. HEAD)")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--check", action="store_true", help="only check every anchor applies exactly once")
     parser.add_argument("--full", action="store_true", help="no -x: list every case that kills each mutant")
     parser.add_argument("--jobs", type=int, default=2, help="mutants run at once (default 2)")
-    parser.add_argument("--tests", action="append", help=f"test files to run (default {SUITE[0]})")
+    parser.add_argument("--tests", action="append", help="test files to run (default: the target's conformance suite)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per suite run (default 600)")
     parser.add_argument("--json", help="also write the JSON summary to this file")
     parser.add_argument("--keep", action="store_true", help="keep the mutated copies")
     parser.add_argument("--python", default=sys.executable, help="the interpreter (default: this one)")
     options = parser.parse_args(argv)
-    options.tests = options.tests or SUITE
+    options.target = TARGETS[options.target]
+    if options.target.needs and not os.environ.get(options.target.needs) and not (options.list or options.check):
+        parser.error(f"{options.target.needs} is not set: run it under `python -m tests.support.rediscluster run -- ...`")
+    options.tests = options.tests or options.target.suite
     return options
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
     if options.list:
-        print("\n".join(f"{m.name:40} {m.path.rsplit('/', 1)[-1]:9} {m.guarantee}" for m in MUTANTS))
+        print("\n".join(f"{m.name:42} {m.path.rsplit('/', 1)[-1]:9} {m.guarantee}" for m in options.target.mutants))
         return 0
     return run(options)
 

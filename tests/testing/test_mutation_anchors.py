@@ -8,6 +8,8 @@ import pytest
 
 from tests.mutation.mutants import MUTANTS, SANITY
 from tests.mutation.mutating import AnchorError, Mutant, apply, mutated, problems
+from tests.mutation.run import TARGETS
+from tests.mutation.spread_mutants import SPREAD_SANITY
 
 SOURCE = "def f(x):\n    return x + 1\n\n\ndef g(x):\n    return x * 2\n"
 
@@ -54,3 +56,11 @@ def test_problems_names_every_bad_mutant_and_duplicate_names(tmp_path: Path) -> 
 def test_the_catalogue_has_unique_names_and_the_sanity_mutant_first() -> None:
     names = [each.name for each in MUTANTS]
     assert len(set(names)) == len(names) and MUTANTS[0] is SANITY
+
+
+def test_every_target_starts_with_its_sanity_mutant_and_applies_to_the_checkout() -> None:
+    """Each target's catalogue (``--target``): unique names, its sanity mutant first, every anchor exactly once in
+    this tree (the spread board's too: ``bash scripts/mutate --target spread --check`` without a cluster)."""
+    assert TARGETS["memory"].mutants[0] is SANITY and TARGETS["spread"].mutants[0] is SPREAD_SANITY
+    for target in TARGETS.values():
+        assert problems(Path(__file__).resolve().parents[2], target.mutants) == []

@@ -59,7 +59,7 @@ def job_of(job_id: int, raw: bytes, attempts: int, not_before: float | None, las
     try:
         return replace(job, last_error=decode_error(last_error) or job.last_error, progress=decode_progress(progress),
                        key=posting.key if key is False else key)
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, ArithmeticError) as error:
         raise MalformedEntry(f"bad live column: {error}") from error
 
 

@@ -105,6 +105,9 @@ local function get(id, fields)
   local j = {id = id}
   for i, f in ipairs(fields) do j[f] = raw[i] or '' end
   if j.sc == '' or j.st == '' then return false end
+  if (j.att and j.att ~= '' and not tonumber(j.att)) or (j.maxa and j.maxa ~= '' and not tonumber(j.maxa)) then
+    return false  -- counts no board wrote: malformed (set aside)
+  end
   return j
 end
 

@@ -3,7 +3,8 @@
 -- A trash entry leaves: its hash, the results delivered to it, its key if the key still finds it.
 local function drop_trash(id)
   local tr = P .. 'tr:' .. id
-  local key = redis.call('HGET', tr, 'key')
+  local key = redis.pcall('HGET', tr, 'key')  -- pcall: a foreign key is no hash
+  if type(key) == 'table' then key = nil end
   if key and key ~= '' and redis.call('GET', P .. 'k:' .. key) == id then redis.call('DEL', P .. 'k:' .. key) end
   redis.call('DEL', tr, P .. 'res:' .. id)
   for _, z in ipairs({'trash', 'tdef', 'texp'}) do redis.call('ZREM', P .. z, id) end
@@ -44,8 +45,9 @@ end
 function ops.purge(older_ms, limit)
   local count = 0
   for _, id in ipairs(redis.call('ZRANGE', P .. 'trash', 0, tonumber(limit) - 1)) do
-    local at = redis.call('HGET', P .. 'tr:' .. id, 'at')
-    if at and now() - tonumber(at) < tonumber(older_ms) then break end
+    local at = redis.pcall('HGET', P .. 'tr:' .. id, 'at')
+    at = type(at) == 'string' and tonumber(at) or nil
+    if at and now() - at < tonumber(older_ms) then break end
     drop_trash(id)
     count = count + 1
   end

@@ -89,10 +89,13 @@ async def completion(client: RedisClient, job: str) -> Outcome | None:
 async def read_trashed(client: RedisClient, ids: Sequence[str]) -> list[tuple[str, TrashedJob | None]]:
     """The trash entries of ``ids`` (one pipelined read); ``None`` for a malformed one."""
     rows = await client.pipeline([("HMGET", f"{client.prefix}tr:{job}", "p", "att", "reason", "at", "err")
-                                  for job in ids])
+                                  for job in ids], errors_in_place=True)
     found: list[tuple[str, TrashedJob | None]] = []
-    for job, (raw, attempts, reason, at, error) in zip(ids, rows, strict=True):
+    for job, row in zip(ids, rows, strict=True):
         try:
+            if not isinstance(row, list):  # not a hash: a foreign key under the board's prefix
+                raise MalformedEntry(str(row))
+            raw, attempts, reason, at, error = row
             found.append((job, TrashedJob(job_of(job, raw, attempts, None, error), text(reason or b""),
                                           float(at or 0) / 1000)))
         except (MalformedEntry, ValueError):

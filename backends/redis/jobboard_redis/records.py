@@ -52,7 +52,7 @@ def error_of(raw: Any) -> LastError | None:
         if not isinstance(record, dict):
             raise TypeError("not a map")
         return last_error_from(record)
-    except (KeyError, TypeError, ValueError) as error:
+    except (KeyError, TypeError, ValueError, ArithmeticError) as error:
         raise MalformedEntry(f"bad stored last error: {error!r}") from error
 
 

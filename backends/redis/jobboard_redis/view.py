@@ -219,7 +219,8 @@ class BoardView:
 def _run_of(job: str) -> range | None:
     """The ids of a run ``'<first id>+<count>'``, or ``None`` when ``job`` is not one (then it is one job's id)."""
     first, _, count = job.partition("+")
-    if not (first.isdigit() and count.isdigit() and first.isascii() and count.isascii()) or len(count) > 3:
+    if not (first.isdigit() and count.isdigit() and first.isascii() and count.isascii()) or len(count) > 3 \
+            or len(first) > 40:
         return None
     if not 2 <= int(count) <= MAX_RUN:
         return None  # not a script's: read as one job id, like any other foreign entry

@@ -8,7 +8,6 @@ after the job was claimed again under its own name.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import uuid
@@ -16,7 +15,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import anyio
-import msgpack
 import pytest
 import redis
 
@@ -179,32 +177,3 @@ async def test_a_claim_whose_call_forwards_to_another_partition_goes_back_when_t
         await real(part)  # the entry left in the outbox (for the boards' sweep): forwarded, nothing lost
         assert await board.state(dependent) is JobState.TRASHED
 
-
-async def test_malformed_outbox_entries_are_skipped_reported_and_removed(
-        cluster_seeds: str, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
-    """Entries in a partition's outbox that no board wrote (not msgpack, an unknown kind, a dependent that is not a
-    job id) are skipped, logged and removed; the consume that forwards past them returns, and the entry it wrote
-    after them is applied (before: out_read raised on the first, so every forwarding and sweep failed, and the
-    consume with it; an unknown kind was applied as a cascade to the trash)."""
-    url = f"redis://{cluster_seeds}/0/bad-out-{uuid.uuid4().hex}?cluster=1&partitions=3"
-    async with open_board(url) as board:
-        backend = board.backend
-        assert isinstance(backend, SpreadBackend)
-        dependency = await board.post("x")  # home
-        part = backend.part_of(dependency.id)
-        group = next(f"g{n}" for n in range(100) if group_index(f"g{n}", 3) != backend.parts.index(part))
-        dependent = await board.post("y", depends_on=[dependency], group=group)
-        bogus = [b"not msgpack \xc1", msgpack.packb([b"bogus", dependent.id.encode(), dependency.id.encode(), b""]),
-                 msgpack.packb([b"trash", b"not-an-id", dependency.id.encode(), b"reason"]), msgpack.packb([1, 2])]
-        await part.client.command("RPUSH", part.options.prefix + "out", *bogus)
-        claim = await board.claim_next("w")
-        assert claim is not None and claim.job.id == dependency.id
-        with caplog.at_level(logging.ERROR, logger="jobboard_redis.spread.links"):
-            await board.consume(claim, {"done": 1})
-        assert sum("malformed outbox entry" in record.getMessage() for record in caplog.records) == len(bogus)
-        assert await part.client.command("LLEN", part.options.prefix + "out") == 0
-        assert await board.state(dependent) is JobState.UNCLAIMED  # delivered, not trashed by the bogus kind
-        following = await board.claim_next("w")
-        assert following is not None and following.job.id == dependent.id
-        assert following.dependency_results == ({"done": 1},)
-        await board.consume(following)

@@ -103,7 +103,13 @@ async def open_layout(options: RedisOptions) -> Layout:
         salts = choose_salts(options.root, options.partitions, _masters(await control.command("CLUSTER", "SLOTS")))
         record = " ".join(str(number) for number in (options.partitions, *salts))
         stored = await control.command("SET", options.prefix + "layout", record, "NX", "GET")
-        count, *salts = [int(number) for number in text(stored or record).split()]
+        stored_text = text(stored or record)
+        try:
+            count, *salts = [int(number) for number in stored_text.split()]
+        except ValueError:
+            raise BoardConflict(f"board {options.root!r}: its layout record is not valid: {stored_text!r}") from None
+        if len(salts) != count or min(salts, default=0) < 0:
+            raise BoardConflict(f"board {options.root!r}: its layout record is not valid: {stored_text!r}")
         if count != options.partitions:
             raise BoardConflict(f"board {options.root!r} is spread over {count} partitions, not "
                                 f"{options.partitions} (partitions={count} in the URL opens it)")

@@ -52,7 +52,9 @@ def outbox_entry(entry: bytes) -> tuple[bytes, bytes, bytes, Any] | None:
         return None
     if kind not in KINDS or not isinstance(dependent, bytes) or not isinstance(dependency, bytes):
         return None
-    if kind != b"key" and not dependent.isdigit():
+    if kind != b"key" and not (dependent.isdigit() and len(dependent) <= 40):
+        return None
+    if not isinstance(payload, bytes):  # the board writes strings only (a result, a reason, a retention)
         return None
     return kind, dependent, dependency, payload
 
@@ -115,6 +117,8 @@ class Forwarder:
                         await sweep(part)
                 except JobBoardError as error:
                     logger.warning("%s: its sweep failed (%s); again in %g s", part.url, error, SWEEP)
+                except Exception:  # never let the sweep die
+                    logger.exception("%s: its sweep failed; again in %g s", part.url, SWEEP)
 
     async def post_linked(self, part: RedisBackend, prepared: Prepared) -> Job:
         """Post ``prepared`` in ``part``, then link its dependencies of other partitions.
