@@ -42,6 +42,7 @@ from jobboard.board.services import BoardServices
 from jobboard.board.url import (
     COMMON_OPTIONS,
     BoardURL,
+    board_name,
     non_negative_float,
     parse_options,
     parse_url,
@@ -84,9 +85,9 @@ __all__ = [
     "GroupLimit", "HeldBack", "InvalidJob", "Job", "JobBoardError", "JobNotFound", "JobState", "LastError",
     "LimitSpec", "ListedJob", "MalformedEntry", "NotClaimable", "NotOwner", "Outcome", "Paused", "Posting",
     "Prepared", "Progress", "Rate", "Settle", "SettleAction", "TrashedJob", "UnknownOutcome", "Unsupported",
-    "decode_posting", "decode_value", "encode_posting", "encode_value", "last_error_from", "last_error_record",
-    "limit_from", "limit_record", "non_negative_float", "parse_options", "parse_url", "positive_float",
-    "positive_int", "progress_from", "progress_record", "wanted",
+    "board_name", "decode_posting", "decode_value", "encode_posting", "encode_value", "last_error_from",
+    "last_error_record", "limit_from", "limit_record", "non_negative_float", "parse_options", "parse_url",
+    "positive_float", "positive_int", "progress_from", "progress_record", "wanted",
 ]
 
 @dataclass(slots=True)

@@ -76,6 +76,16 @@ def parse_options(url: BoardURL, converters: Mapping[str, Callable[[str], Any]])
     return options
 
 
+def board_name(text: str) -> str:
+    """A board's name in a URL's query (``?board=``): 1 to 200 characters, none of a URL's separators (``?``,
+    ``&``, ``=``, ``#``): ``?board=shop?create=0`` is a typo for ``&create=0``, not a new board named so."""
+    if not text or len(text) > 200:
+        raise ValueError("must be 1 to 200 characters")
+    if found := sorted(set(text) & set("?&=#")):
+        raise ValueError(f"must not contain {' or '.join(found)} (options are joined with &: ?board=NAME&option=VALUE)")
+    return text
+
+
 def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:

@@ -102,8 +102,16 @@ def parse_details(text: str | None) -> dict[str, Any]:
     except json.JSONDecodeError as error:
         raise CommandError(f"{source} is not valid JSON: {error}") from None
     if not isinstance(details, dict):
-        raise CommandError(f"{source} must be a JSON object, not {type(details).__name__}")
+        raise CommandError(f"{source} must be a JSON object ({{...}}), not {json_kind(details)}")
     return details
+
+
+def json_kind(value: object) -> str:
+    """What JSON calls ``value``'s kind (for a message): null, a boolean, a number, a string or an array."""
+    if value is None:
+        return "null"
+    kinds = ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (list, "an array"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), type(value).__name__)
 
 
 async def post(board: JobBoard, args: argparse.Namespace) -> int:

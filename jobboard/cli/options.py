@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import urllib.parse
 from pathlib import Path
 
 URL_ENV = "JOBBOARD_URL"
@@ -54,7 +55,8 @@ is said so, nothing made."""
 
 def for_command(command: str, url: str) -> str:
     """``url`` as ``command`` opens it (see :data:`CREATING_COMMANDS`); an explicit ``create=`` is kept."""
-    if command in CREATING_COMMANDS or not url.startswith("sqlite:") or "create=" in url.partition("?")[2]:
+    query = urllib.parse.parse_qsl(url.partition("?")[2], keep_blank_values=True)
+    if command in CREATING_COMMANDS or not url.startswith("sqlite:") or any(key == "create" for key, _ in query):
         return url
     return f"{url}{'&' if '?' in url else '?'}create=0"
 

@@ -67,8 +67,9 @@ def worker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a Handlers registry (or one handler) to import; the current directory is searched")
     parser.add_argument("--concurrency", type=int, default=1, help="jobs in flight (default 1)")
     parser.add_argument("--prefetch", type=int, default=0, metavar="N",
-                        help="hold up to N more jobs claimed ahead, claimed with a slot's job in one call; given "
-                             "back at the stop (default 0). Fairness cost: they wait for this worker")
+                        help="hold up to N more jobs claimed ahead (with a slot's job in one call on redis://; a claim "
+                             "each elsewhere); given back at the stop (default 0). Fairness cost: they wait for "
+                             "this worker")
     parser.add_argument("--owner", default=None, help="worker name (default host-pid-random)")
     parser.add_argument("--lease", type=float, default=None, help="claim lease in seconds")
     parser.add_argument("--grace-period", type=seconds, default=30.0, help="seconds to finish jobs on SIGTERM")

@@ -233,3 +233,12 @@ def test_translate_errors_is_silent_without_an_error() -> None:
     with translate_errors(map_native):
         result = 1 + 1
     assert result == 2
+
+
+@pytest.mark.parametrize("url", ["sqlite:///tmp/x.db?board=t1?create=0", "sqlite:///tmp/x.db?board=a=b",
+                                 "postgresql://u@h/db?board=shop?session_timeout=3", "postgresql://u@h/db?board=a%26b"])
+def test_a_board_name_with_a_urls_separator_is_refused(url: str) -> None:
+    """``?board=t1?create=0`` (``?`` for ``&``) named a board ``t1?create=0``, made anew by the first post: a
+    worker of ``t1`` never saw its jobs. A board name holds none of ``?``, ``&``, ``=``, ``#``."""
+    with pytest.raises(InvalidURL, match="options are joined with &"):
+        open_board(url)

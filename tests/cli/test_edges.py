@@ -152,7 +152,9 @@ def test_details_from_stdin(capsys: Capture, url: str, monkeypatch: pytest.Monke
 @pytest.mark.parametrize(("content", "fragments"), [
     (None, ("cannot read", "No such file")),
     (b"not json", ("is not valid JSON",)),
-    (b"[1, 2]", ("must be a JSON object",)),
+    (b"[1, 2]", ("must be a JSON object ({...}), not an array",)),
+    (b"null", ("must be a JSON object ({...}), not null",)),
+    (b"7", ("must be a JSON object ({...}), not a number",)),
     (b"\xff\xfe", ("cannot read",)),
 ])
 def test_bad_details_file_is_one_line_and_posts_nothing(

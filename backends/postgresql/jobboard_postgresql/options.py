@@ -14,7 +14,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from jobboard.backend import non_negative_float, parse_options, parse_url, positive_float, positive_int
+from jobboard.backend import (
+    board_name,
+    non_negative_float,
+    parse_options,
+    parse_url,
+    positive_float,
+    positive_int,
+)
 from jobboard.errors import InvalidURL
 
 IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
@@ -23,12 +30,6 @@ IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 def identifier(text: str) -> str:
     if not IDENTIFIER.match(text):
         raise ValueError("must be a lower-case SQL identifier ([a-z_][a-z0-9_]*, at most 41 characters)")
-    return text
-
-
-def board_name(text: str) -> str:
-    if not text or len(text) > 200:
-        raise ValueError("must be 1 to 200 characters")
     return text
 
 

@@ -76,15 +76,15 @@ class SqliteBackend(Backend):
             return
         options = self.options
         if not options.create and not options.path.is_file():
-            raise BackendUnavailable(f"no sqlite:// board at {options.path}: the file does not exist (?create=0; "
-                                     "a post or a worker makes it)")
+            raise BackendUnavailable(f"no sqlite:// board at {options.path}: the file does not exist (opened not to "
+                                     "create it, as read commands do: a post or a worker makes it)")
         files.check_directory(options.path, options.network_fs)
         try:
             await self.db.open()  # a failed open too lets its connection thread go (_disconnect)
             board = await self.db.run(lambda: self.db.write(lambda c: sessions.board_id(c, options.board, options.create)))
             if board is None:
-                raise BackendUnavailable(f"no board {options.board!r} in {options.path} (?create=0; a post or a "
-                                         "worker makes it)")
+                raise BackendUnavailable(f"no board {options.board!r} in {options.path} (opened not to create it, "
+                                         "as read commands do: a post or a worker makes it)")
             self.scope.board = board
             self._watch = sqlite3.connect(str(self.options.path), timeout=0.2, isolation_level=None)
             self.runtime.watch_file()

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jobboard.backend import non_negative_float, parse_options, parse_url, positive_float, positive_int
+from jobboard.backend import (
+    board_name,
+    non_negative_float,
+    parse_options,
+    parse_url,
+    positive_float,
+    positive_int,
+)
 from jobboard.errors import InvalidURL
 
 DEFAULT_BOARD = "default"
@@ -26,12 +33,6 @@ def _synchronous(text: str) -> str:
     return value
 
 
-def _board_name(text: str) -> str:
-    if not text or len(text) > 200:
-        raise ValueError("must be 1 to 200 characters")
-    return text
-
-
 def _flag(text: str) -> bool:
     value = text.strip().lower()
     if value not in ("0", "1", "true", "false", "yes", "no"):
@@ -40,7 +41,7 @@ def _flag(text: str) -> bool:
 
 
 OPTIONS = {
-    "board": _board_name, "max_attempts": positive_int, "max_posting_bytes": positive_int,
+    "board": board_name, "max_attempts": positive_int, "max_posting_bytes": positive_int,
     "key_retention": non_negative_float, "result_ttl": non_negative_float, "trash_ttl": non_negative_float,
     "session_timeout": positive_float, "poll_interval": positive_float, "reap_interval": positive_float,
     "busy_timeout": positive_float, "synchronous": _synchronous, "network_fs": _flag, "create": _flag,
