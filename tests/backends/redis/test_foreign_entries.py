@@ -9,6 +9,7 @@ naming an over-long id."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from typing import Any
@@ -17,9 +18,11 @@ import anyio
 import msgpack
 import pytest
 
-from jobboard import JobState, open_board
+from jobboard import JobBoard, JobState, open_board
 from jobboard.errors import JobBoardError
 from jobboard_redis import RedisBackend
+from jobboard_redis.client import RedisClient
+from jobboard_redis.options import parse_redis_url
 from jobboard_redis.spread import SpreadBackend
 from jobboard_redis.spread import links as links_module
 from jobboard_redis.spread.flow import group_index
@@ -181,10 +184,6 @@ async def test_a_layout_record_no_board_wrote_is_refused_clearly(record: str, cl
         backend = board.backend
         assert isinstance(backend, SpreadBackend)
         control = f"jb:{{{root}}}:layout"
-        import dataclasses
-
-        from jobboard_redis.client import RedisClient
-        from jobboard_redis.options import parse_redis_url
         options = parse_redis_url(url)
         client = RedisClient(dataclasses.replace(options, partitions=1))
         try:
@@ -201,11 +200,12 @@ async def test_a_layout_record_no_board_wrote_is_refused_clearly(record: str, cl
 
 # -- 5. trash entries no board wrote ---------------------------------------------------------------------------
 
-async def trashed_job(board: object) -> tuple[RedisBackend, str]:
-    backend = board.backend  # type: ignore[attr-defined]
+async def trashed_job(board: JobBoard) -> tuple[RedisBackend, str]:
+    """A job posted and cancelled on ``board``: its backend and the job's id."""
+    backend = board.backend
     assert isinstance(backend, RedisBackend)
-    job = await board.post("x")  # type: ignore[attr-defined]
-    await board.cancel(job, "gone")  # type: ignore[attr-defined]
+    job = await board.post("x")
+    await board.cancel(job, "gone")
     return backend, job.id
 
 

@@ -91,6 +91,15 @@ def _masters(slots: Any) -> list[tuple[int, int, str]]:
     return [(int(entry[0]), int(entry[1]), f"{text(entry[2][0])}:{int(entry[2][1])}") for entry in slots]
 
 
+def layout_numbers(root: str, record: str) -> list[int]:
+    """A layout record's numbers: K, then K salts. :raises BoardConflict: not a record a board writes."""
+    parts = record.split()
+    numbers = [int(part) for part in parts if part.isascii() and part.isdigit()]
+    if not numbers or len(numbers) != len(parts) or len(numbers) != numbers[0] + 1:
+        raise BoardConflict(f"board {root!r}: its layout record is not valid: {record!r}")
+    return numbers
+
+
 async def open_layout(options: RedisOptions) -> Layout:
     """The board's layout (chosen and recorded if it has none yet) and a home partition for this board.
 
@@ -103,13 +112,7 @@ async def open_layout(options: RedisOptions) -> Layout:
         salts = choose_salts(options.root, options.partitions, _masters(await control.command("CLUSTER", "SLOTS")))
         record = " ".join(str(number) for number in (options.partitions, *salts))
         stored = await control.command("SET", options.prefix + "layout", record, "NX", "GET")
-        stored_text = text(stored or record)
-        try:
-            count, *salts = [int(number) for number in stored_text.split()]
-        except ValueError:
-            raise BoardConflict(f"board {options.root!r}: its layout record is not valid: {stored_text!r}") from None
-        if len(salts) != count or min(salts, default=0) < 0:
-            raise BoardConflict(f"board {options.root!r}: its layout record is not valid: {stored_text!r}")
+        count, *salts = layout_numbers(options.root, text(stored or record))
         if count != options.partitions:
             raise BoardConflict(f"board {options.root!r} is spread over {count} partitions, not "
                                 f"{options.partitions} (partitions={count} in the URL opens it)")
