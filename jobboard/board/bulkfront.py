@@ -31,7 +31,7 @@ class BulkFront:
 
     def __init__(self, now: float, max_attempts: int | None, limit: int) -> None:
         self.now, self.max_attempts, self.limit = now, max_attempts, limit
-        self.usable = max_attempts is None or (isinstance(max_attempts, int) and max_attempts >= 1)
+        self.usable = max_attempts is None or (type(max_attempts) is int and max_attempts >= 1)
         """A bad default goes the general way, which refuses it (as :func:`build_posting` does)."""
         self.parts: dict[tuple[str, Priority, bool], tuple[bytes, bytes, Priority, bool]] = {}
         self.last: dict[str, tuple[bytes, bytes, Priority, bool]] = {}

@@ -191,7 +191,7 @@ def build_posting(
             parsed_priority = Priority.parse(priority)
         except ValueError as error:
             raise InvalidJob(f"job {name!r}: {error}") from None
-    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+    if max_attempts is not None and (type(max_attempts) is not int or max_attempts < 1):  # (a bool is no count)
         raise InvalidJob(f"job {name!r}: max_attempts must be a positive integer or None")
     dependency_ids = _dependency_ids(name, depends_on) if depends_on else ()
     checked = check_details(name, details)

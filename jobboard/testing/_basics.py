@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from jobboard.board.contract import JobBoard
+from jobboard.board.inputs import NewJob
 from jobboard.errors import BoardClosed, InvalidJob, JobNotFound
 from jobboard.job import JobState, Priority
 from jobboard.testing._base import BoardMaker, BoardOpener, ConformanceBase, bounded, listed, listed_ids
@@ -107,6 +108,17 @@ class BasicsConformance(ConformanceBase):
     async def test_bad_max_attempts_refused(self, board: JobBoard) -> None:
         with pytest.raises(InvalidJob, match="max_attempts"):
             await board.post("a", max_attempts=0)
+        assert await board.job_count() == 0
+
+    @bounded
+    async def test_a_bool_max_attempts_is_refused(self, board: JobBoard) -> None:
+        """``True`` is no count of attempts, though a bool passes ``isinstance(x, int)``: redis:// stored it as
+        ``"True"`` and set the job aside as malformed at its claim (it vanished from the board)."""
+        for bad in (True, False):
+            with pytest.raises(InvalidJob, match="max_attempts"):
+                await board.post("a", max_attempts=bad)
+            with pytest.raises(InvalidJob, match="max_attempts"):
+                await board.post_many([NewJob("a", max_attempts=bad)])
         assert await board.job_count() == 0
 
     @bounded

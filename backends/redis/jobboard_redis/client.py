@@ -262,14 +262,14 @@ class RedisClient:
         return await self._retrying(lambda: self._one(args))
 
     async def pipeline(self, commands: Sequence[Sequence[Arg]], *, errors_in_place: bool = False) -> list[Any]:
-        """Several read commands pipelined (with ``errors_in_place``, a failed command's
-        reply is a :class:`~jobboard.errors.JobBoardError` instead of raising)."""
+        """Several read commands pipelined (with ``errors_in_place``, a command refused for its key's type, a key
+        another tool wrote, replies :class:`~jobboard.errors.JobBoardError` in its place; any other error raises)."""
 
         async def send() -> list[Any]:
             wire = await self._wire()
             replies = [await done for done in [wire.send(command) for command in commands]]
             for reply in replies:
-                if isinstance(reply, ServerError) and (is_transient(reply) or not errors_in_place):
+                if isinstance(reply, ServerError) and not (errors_in_place and reply.code == "WRONGTYPE"):
                     self._failed(reply)
                     raise reply
             return [permanent_error(reply) if isinstance(reply, ServerError) else reply for reply in replies]

@@ -1,10 +1,20 @@
 -- jobboard redis:// : progress of running jobs, retention, purge and requeue (after board.lua, same script).
 
+-- A field of a trash entry's hash (false: absent), nil when the key is no hash (another tool's); any other
+-- refusal (an ACL's) is raised, never taken for an absent field.
+local function trash_field(tr, field)
+  local value = redis.pcall('HGET', tr, field)
+  if type(value) == 'table' and value.err then
+    if string.find(value.err, 'WRONGTYPE', 1, true) then return nil end
+    error(value)
+  end
+  return value
+end
+
 -- A trash entry leaves: its hash, the results delivered to it, its key if the key still finds it.
 local function drop_trash(id)
   local tr = P .. 'tr:' .. id
-  local key = redis.pcall('HGET', tr, 'key')  -- pcall: a foreign key is no hash
-  if type(key) == 'table' then key = nil end
+  local key = trash_field(tr, 'key')
   if key and key ~= '' and redis.call('GET', P .. 'k:' .. key) == id then redis.call('DEL', P .. 'k:' .. key) end
   redis.call('DEL', tr, P .. 'res:' .. id)
   for _, z in ipairs({'trash', 'tdef', 'texp'}) do redis.call('ZREM', P .. z, id) end
@@ -45,8 +55,8 @@ end
 function ops.purge(older_ms, limit)
   local count = 0
   for _, id in ipairs(redis.call('ZRANGE', P .. 'trash', 0, tonumber(limit) - 1)) do
-    local at = redis.pcall('HGET', P .. 'tr:' .. id, 'at')
-    at = type(at) == 'string' and tonumber(at) or nil
+    local at = tonumber(trash_field(P .. 'tr:' .. id, 'at') or '')
+    if at == math.huge then at = nil end  -- not a time a board writes: dropped, not a stop to every purge
     if at and now() - at < tonumber(older_ms) then break end
     drop_trash(id)
     count = count + 1

@@ -251,3 +251,48 @@ async def test_retention_passes_a_trash_entry_that_is_not_a_hash(redis_url: str)
 def test_a_stream_entry_naming_a_run_of_a_huge_id_is_read_as_one_job() -> None:
     from jobboard_redis.view import _run_of
     assert _run_of("1" * 5000 + "+3") is None  # ValueError (int() limit): raised out of BoardView._read_once
+
+
+# -- 6. a refusal that is not about the data (an ACL's) is raised, never taken for a foreign entry --------------
+
+async def acl_user(board: JobBoard, refused: str) -> str:
+    """A user of the board's server to whom ``refused`` is refused (ACL), and the board's URL for that user."""
+    backend = board.backend
+    assert isinstance(backend, RedisBackend)
+    name = f"refused-{refused}-{uuid.uuid4().hex[:8]}"
+    await backend.client.command("ACL", "SETUSER", name, "reset", "on", ">pw", "~*", "&*", "+@all", f"-{refused}")
+    return board.url.replace("redis://", f"redis://{name}:pw@", 1)
+
+
+@pytest.mark.parametrize("listing", ["trashed", "iterjobs"])
+async def test_a_listing_refused_by_an_acl_raises_not_reads_as_malformed(listing: str, redis_url: str) -> None:
+    """``HMGET`` refused by the user's ACL (NOPERM: permanent) fails the listing with a ``JobBoardError`` naming
+    the ACL; with d886001 every row read as a malformed entry, and ``trashed()`` (as ``iterjobs()`` before it)
+    listed nothing, without an error."""
+    async with open_board(f"{redis_url}/0/foreign-acl-{uuid.uuid4().hex}") as admin:
+        await trashed_job(admin)
+        await admin.post("x")
+        async with open_board(await acl_user(admin, "hmget")) as reader:
+            with pytest.raises(JobBoardError, match="ACL|permission"):
+                [item async for item in getattr(reader, listing)()]
+
+
+async def test_purge_refused_by_an_acl_raises_and_drops_nothing(redis_url: str) -> None:
+    """``HGET`` refused inside ``purge`` (an ACL) raises; with d886001 the refusal read as a trash entry with no
+    time, and ``purge(older_than=3600)`` dropped an entry trashed a moment before."""
+    async with open_board(f"{redis_url}/0/foreign-acl-{uuid.uuid4().hex}") as admin:
+        _, trashed = await trashed_job(admin)
+        async with open_board(await acl_user(admin, "hget")) as purger:
+            with pytest.raises(JobBoardError, match="can't run this command"):  # Redis's words for an ACL's refusal
+                await purger.purge(older_than=3600)
+        assert [item.job.id async for item in admin.trashed()] == [trashed]
+
+
+async def test_a_trash_time_of_inf_does_not_stop_every_purge(redis_url: str) -> None:
+    """A trash entry whose time is ``inf`` (no board writes one) is dropped by ``purge`` as one with no time; it
+    stopped every purge at it (an entry newer than any age)."""
+    async with open_board(f"{redis_url}/0/foreign-purge-{uuid.uuid4().hex}") as board:
+        backend, bad = await trashed_job(board)
+        await backend.client.command("HSET", f"{backend.options.prefix}tr:{bad}", "at", "inf")
+        assert await board.purge(older_than=3600) == 1
+        assert [item async for item in board.trashed()] == []
